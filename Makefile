@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh machine with Python 3.11 and make:
+#   make demo   - bootstrap .venv, install, run the end-to-end demo on the sandbox
+#   make test   - bootstrap .venv with test extras, run the whole suite
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench soak sandbox clean
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/partnerkit demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+soak: $(STAMP)
+	$(PY) -m pytest -m slow -p no:cacheprovider
+
+sandbox: $(STAMP)
+	$(VENV)/bin/partnerkit sandbox
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
