@@ -1,0 +1,37 @@
+"""`partnerkit config`: the effective settings, secrets masked."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+from partnerkit.config import ENV_NAMES
+
+SECRET_FIELDS = {"api_key", "api_secret", "webhook_tokens", "voucher_key"}
+
+
+def _mask(name: str, value: object) -> str:
+    if value in (None, ()):
+        return "(not set)"
+    if name == "webhook_tokens":
+        return ", ".join(f"{t.webhook_id + ':' if t.webhook_id else ''}***" for t in value)  # type: ignore[union-attr]
+    if name in SECRET_FIELDS:
+        return "*** (set)"
+    return str(value)
+
+
+@click.command("config")
+@format_option
+@pass_app
+def config_command(app: AppContext, fmt: str) -> None:
+    """Show the effective configuration (secrets masked) and check that it is valid."""
+    config = app.config
+    rows = [{"variable": ENV_NAMES[f.name], "value": _mask(f.name, getattr(config, f.name))} for f in fields(config)]
+    emit(rows, ["variable", "value"], fmt)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(config_command)

@@ -1,0 +1,234 @@
+"""Configuration: one object, read from the environment (and optionally a .env-style file).
+
+Every setting is named in DESIGN.md's configuration table. `load_config()` validates all of
+them at start-up and raises `ConfigError` naming the variable; the CLI turns that into a
+one-line message and exit code 2. Commands that need a setting which has no default (the API
+base URL, credentials, webhook tokens) ask for it with `Config.require(...)`, so a command that
+does not need it is never refused for lack of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Mapping
+from urllib.parse import urlsplit
+
+from dotenv import dotenv_values
+
+PREFIX = "PARTNERKIT_"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class WebhookToken:
+    """An accepted webhook signing token, optionally bound to one X-Webhook-ID."""
+
+    token: str
+    webhook_id: str | None = None
+
+    def __repr__(self) -> str:  # never let a token reach a log through repr()
+        return f"WebhookToken(webhook_id={self.webhook_id!r}, token='***')"
+
+
+@dataclass(frozen=True)
+class Config:
+    """All of partnerkit's settings. Build it with `load_config()`; pass it in, never import it."""
+
+    db_path: Path = Path("./var/partnerkit.db")
+    api_base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    api_secret: str | None = field(default=None, repr=False)
+    webhook_tokens: tuple[WebhookToken, ...] = field(default=(), repr=False)
+    voucher_key: str | None = field(default=None, repr=False)
+    tolerance_s: int = 300
+    hourly_budget: int = 1000
+    order_budget_per_minute: int = 100
+    poller_budget_share: Decimal = Decimal("0.5")
+    due_hour_utc: int = 1
+    report_dir: Path = Path("./var/reports")
+    webhook_path: str = "/webhooks/partner"
+    http_timeout_s: float = 10.0
+    log_level: str = "INFO"
+
+    def require(self, *names: str) -> "Config":
+        """Raise ConfigError for the first of `names` (attribute names) that is unset."""
+        for name in names:
+            value = getattr(self, name)
+            if value in (None, "", ()):
+                raise ConfigError(f"{ENV_NAMES[name]} is not set; {REQUIRED_HINTS.get(name, 'set it in the environment or the --config file')}")
+        return self
+
+    @property
+    def key_file(self) -> Path:
+        """Where a generated voucher key is kept when PARTNERKIT_VOUCHER_KEY is not set."""
+        return self.db_path.with_name(self.db_path.name + ".voucher.key")
+
+    @property
+    def api_root(self) -> str:
+        """The base URL with the document's /api/v1 prefix."""
+        self.require("api_base_url")
+        return self.api_base_url.rstrip("/") + "/api/v1"  # type: ignore[union-attr]
+
+
+ENV_NAMES = {
+    "db_path": "PARTNERKIT_DB",
+    "api_base_url": "PARTNERKIT_API_BASE_URL",
+    "api_key": "PARTNERKIT_API_KEY",
+    "api_secret": "PARTNERKIT_API_SECRET",
+    "webhook_tokens": "PARTNERKIT_WEBHOOK_TOKENS",
+    "voucher_key": "PARTNERKIT_VOUCHER_KEY",
+    "tolerance_s": "PARTNERKIT_TOLERANCE_S",
+    "hourly_budget": "PARTNERKIT_HOURLY_BUDGET",
+    "order_budget_per_minute": "PARTNERKIT_ORDER_BUDGET_PER_MINUTE",
+    "poller_budget_share": "PARTNERKIT_POLLER_BUDGET_SHARE",
+    "due_hour_utc": "PARTNERKIT_DUE_HOUR_UTC",
+    "report_dir": "PARTNERKIT_REPORT_DIR",
+    "webhook_path": "PARTNERKIT_WEBHOOK_PATH",
+    "http_timeout_s": "PARTNERKIT_HTTP_TIMEOUT_S",
+    "log_level": "PARTNERKIT_LOG_LEVEL",
+}
+
+REQUIRED_HINTS = {
+    "api_base_url": "give the provider's base URL without /api/v1, e.g. https://partner.example.com",
+    "api_key": "the API key issued by the provider",
+    "api_secret": "the API secret issued by the provider",
+    "webhook_tokens": "the receiver refuses to start without at least one accepted signing token "
+    "(comma-separated; ID:TOKEN binds a token to one X-Webhook-ID)",
+}
+
+_LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
+_BOUND_TOKEN = re.compile(r"^(\d+):(.+)$")
+
+
+def _int(name: str, raw: str, low: int, high: int) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _number(name: str, raw: str, low: float, high: float) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {raw.strip()}")
+    return value
+
+
+def _share(name: str, raw: str) -> Decimal:
+    try:
+        value = Decimal(raw.strip())
+    except InvalidOperation:
+        raise ConfigError(f"{name} must be a fraction between 0 and 1, got {raw!r}") from None
+    if not Decimal(0) < value <= Decimal(1):
+        raise ConfigError(f"{name} must be a fraction greater than 0 and at most 1, got {raw.strip()}")
+    return value
+
+
+def _url(name: str, raw: str) -> str:
+    value = raw.strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{name} must be an http(s) URL such as https://partner.example.com, got {raw!r}")
+    if parts.path.rstrip("/").endswith("/api/v1"):
+        raise ConfigError(f"{name} must not include the /api/v1 prefix (partnerkit adds it), got {raw!r}")
+    return value
+
+
+def parse_webhook_tokens(raw: str) -> tuple[WebhookToken, ...]:
+    """Parse `TOKEN,ID:TOKEN,...` into accepted tokens; raise ConfigError on empty entries."""
+    tokens = []
+    for entry in raw.split(","):
+        entry = entry.strip()
+        if not entry:
+            raise ConfigError("PARTNERKIT_WEBHOOK_TOKENS has an empty entry; separate tokens with single commas")
+        bound = _BOUND_TOKEN.match(entry)
+        tokens.append(WebhookToken(bound.group(2), bound.group(1)) if bound else WebhookToken(entry))
+    return tuple(tokens)
+
+
+def read_env_file(path: str | os.PathLike) -> dict[str, str]:
+    """Read a .env-style file (KEY=VALUE lines, comments, optional quotes) into a dict."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--config file {str(file)!r} does not exist or is not a file")
+    return {k: v for k, v in dotenv_values(file).items() if v is not None}
+
+
+def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None) -> Config:
+    """Build a validated Config from a --config file overlaid by the environment."""
+    source: dict[str, str] = {}
+    if config_file is not None:
+        source.update(read_env_file(config_file))
+    env = os.environ if environ is None else environ
+    source.update({k: v for k, v in env.items() if k.startswith(PREFIX)})
+
+    known = set(ENV_NAMES.values()) | {"PARTNERKIT_CONFIG"}  # PARTNERKIT_CONFIG names the file itself
+    values: dict[str, object] = {}
+    for name, raw in source.items():
+        if name.startswith(PREFIX) and name not in known:
+            raise ConfigError(f"{name} is not a partnerkit setting (see `partnerkit config` for the known ones)")
+        if name == "PARTNERKIT_CONFIG" or raw.strip() == "":
+            continue  # an empty value means "use the default", as in most .env tooling
+        if name == "PARTNERKIT_DB":
+            values["db_path"] = Path(raw.strip())
+        elif name == "PARTNERKIT_API_BASE_URL":
+            values["api_base_url"] = _url(name, raw)
+        elif name == "PARTNERKIT_API_KEY":
+            values["api_key"] = raw.strip()
+        elif name == "PARTNERKIT_API_SECRET":
+            values["api_secret"] = raw.strip()
+        elif name == "PARTNERKIT_WEBHOOK_TOKENS":
+            values["webhook_tokens"] = parse_webhook_tokens(raw)
+        elif name == "PARTNERKIT_VOUCHER_KEY":
+            values["voucher_key"] = raw.strip()
+        elif name == "PARTNERKIT_TOLERANCE_S":
+            values["tolerance_s"] = _int(name, raw, 1, 3600)
+        elif name == "PARTNERKIT_HOURLY_BUDGET":
+            values["hourly_budget"] = _int(name, raw, 1, 1_000_000)
+        elif name == "PARTNERKIT_ORDER_BUDGET_PER_MINUTE":
+            values["order_budget_per_minute"] = _int(name, raw, 1, 100_000)
+        elif name == "PARTNERKIT_POLLER_BUDGET_SHARE":
+            values["poller_budget_share"] = _share(name, raw)
+        elif name == "PARTNERKIT_DUE_HOUR_UTC":
+            values["due_hour_utc"] = _int(name, raw, 0, 23)
+        elif name == "PARTNERKIT_REPORT_DIR":
+            values["report_dir"] = Path(raw.strip())
+        elif name == "PARTNERKIT_WEBHOOK_PATH":
+            path = raw.strip()
+            if not path.startswith("/") or " " in path:
+                raise ConfigError(f"{name} must be a URL path starting with '/', got {raw!r}")
+            values["webhook_path"] = path
+        elif name == "PARTNERKIT_HTTP_TIMEOUT_S":
+            values["http_timeout_s"] = _number(name, raw, 0.1, 300)
+        elif name == "PARTNERKIT_LOG_LEVEL":
+            level = raw.strip().upper()
+            if level not in _LOG_LEVELS:
+                raise ConfigError(f"{name} must be one of {', '.join(sorted(_LOG_LEVELS))}, got {raw!r}")
+            values["log_level"] = level
+    return Config(**values)  # type: ignore[arg-type]
+
+
+def config_as_env(config: Config) -> dict[str, str]:
+    """The environment that reproduces `config` (for child processes such as gunicorn)."""
+    env: dict[str, str] = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if value in (None, ()):
+            continue
+        if f.name == "webhook_tokens":
+            value = ",".join(f"{t.webhook_id}:{t.token}" if t.webhook_id else t.token for t in value)
+        env[ENV_NAMES[f.name]] = str(value)
+    return env

@@ -1,0 +1,188 @@
+"""partnerkit's one exception tree.
+
+    PartnerKitError
+    ├── ApiError                      anything that went wrong talking to the provider
+    │   ├── TransportError            no HTTP answer (connection refused, reset, DNS)
+    │   │   └── ApiTimeout            no answer in time; for a write the outcome is UNKNOWN
+    │   ├── BudgetExhausted           the local, shared request budget has no room (nothing sent)
+    │   ├── MalformedResponse         an answer that is not what the document describes
+    │   └── ApiStatusError            an HTTP error status; carries status, code, message,
+    │       │                         retryable, retry_after, trace_id, body
+    │       ├── BadRequest (400)
+    │       │   ├── IdempotencyKeyError        IDEMPOTENCY_KEY_REQUIRED / _TOO_SHORT
+    │       │   ├── InsufficientBalance        "insufficient wallet balance" / "Insufficient funds"
+    │       │   └── InvalidRecharge            mobile number, amount, operator, circle, kind
+    │       ├── Unauthorized (401)
+    │       ├── Forbidden (403)
+    │       │   └── RechargeNotEnabled         the four per-client enablement flags
+    │       ├── NotFound (404)
+    │       │   └── WalletNotFound             "no INR wallet found for this client"
+    │       ├── Conflict (409)
+    │       │   └── DuplicateRecharge          the duplicate guard; resend with force=true only deliberately
+    │       ├── RateLimited (429)              obey retry_after
+    │       └── ServerError (5xx)
+    │           └── ServiceUnavailable (503)
+    │               └── RechargeUnavailable    kill switch or account paused; retry with backoff
+    ├── VerificationError             a webhook failed verification; `reason` says which check
+    └── StorageError                  the SQLite store cannot be read or written
+
+Bad configuration is `partnerkit.config.ConfigError`, a ValueError outside this tree: it is
+the operator's mistake, not a runtime condition. Third-party exceptions (requests, sqlite3)
+are converted once, at the boundary that calls them, with `raise ... from exc`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PartnerKitError(Exception):
+    """Root of every error partnerkit raises on purpose."""
+
+
+class ApiError(PartnerKitError):
+    """A call to the provider did not give a usable answer."""
+
+    retryable: bool = False
+    retry_after: float | None = None
+
+
+class TransportError(ApiError):
+    """No HTTP answer at all (connection refused, reset, name resolution)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, method: str = "", path: str = "") -> None:
+        super().__init__(message)
+        self.method = method
+        self.path = path
+
+
+class ApiTimeout(TransportError):
+    """The provider did not answer within the timeout; a write may or may not have happened."""
+
+
+class BudgetExhausted(ApiError):
+    """The shared request budget has no room for this call; nothing was sent."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, budget_class: str = "general") -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.budget_class = budget_class
+
+
+class MalformedResponse(ApiError):
+    """The provider answered, but not in a shape the document describes."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class ApiStatusError(ApiError):
+    """The provider answered with an error status; every field of its error body is kept."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        code: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        trace_id: str | None = None,
+        body: Any = None,
+        method: str = "",
+        path: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.trace_id = trace_id
+        self.body = body
+        self.method = method
+        self.path = path
+
+    def __str__(self) -> str:
+        where = f" on {self.method} {self.path}" if self.method else ""
+        code = f" [{self.code}]" if self.code and self.code != self.message else ""
+        trace = f" (trace {self.trace_id})" if self.trace_id else ""
+        return f"HTTP {self.status}{code}: {self.message}{where}{trace}"
+
+
+class BadRequest(ApiStatusError):
+    """400: the request was refused as invalid; do not retry it unchanged."""
+
+
+class IdempotencyKeyError(BadRequest):
+    """400 IDEMPOTENCY_KEY_REQUIRED or IDEMPOTENCY_KEY_TOO_SHORT."""
+
+
+class InsufficientBalance(BadRequest):
+    """400: the wallet cannot cover the amount; retry only after a top-up."""
+
+
+class InvalidRecharge(BadRequest):
+    """400: a recharge field was refused (number, amount, operator, circle, recharge kind)."""
+
+
+class Unauthorized(ApiStatusError):
+    """401: missing or invalid credentials (or request signature)."""
+
+
+class Forbidden(ApiStatusError):
+    """403: the account may not do this."""
+
+
+class RechargeNotEnabled(Forbidden):
+    """403: recharge, the API channel, the recharge type or the operator is not enabled."""
+
+
+class NotFound(ApiStatusError):
+    """404: no such resource for this client (another client's resource is also 404)."""
+
+
+class WalletNotFound(NotFound):
+    """404: no wallet in the needed currency for this client."""
+
+
+class Conflict(ApiStatusError):
+    """409: the request conflicts with an earlier one."""
+
+
+class DuplicateRecharge(Conflict):
+    """409: the duplicate guard; resend with force=true only if the repeat is intended."""
+
+
+class RateLimited(ApiStatusError):
+    """429: the provider's rate limit; `retry_after` seconds must pass first."""
+
+
+class ServerError(ApiStatusError):
+    """5xx: a fault on the provider's side."""
+
+
+class ServiceUnavailable(ServerError):
+    """503: temporarily unavailable; retry with backoff."""
+
+
+class RechargeUnavailable(ServiceUnavailable):
+    """503: recharge is switched off globally or paused for this client."""
+
+
+class VerificationError(PartnerKitError):
+    """A webhook request failed verification; `reason` names the failed check."""
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+class StorageError(PartnerKitError):
+    """The SQLite store could not be read or written (locked, read-only, disk full)."""

@@ -1,0 +1,85 @@
+"""Money at the wire: JSON numbers and 2-decimal strings become Decimal once, and back.
+
+The document sends recharge money as JSON numbers, order create money as numbers, and order
+list/detail money as 2-decimal strings. Responses are parsed with `parse_float=Decimal`
+(see `loads`), so a float never exists; `to_decimal` accepts what can legitimately arrive.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+CENT = Decimal("0.01")
+
+
+class MoneyError(ValueError):
+    """A value that should be an amount is not one (or has more than 2 decimals when strict)."""
+
+
+def loads(text: str | bytes) -> Any:
+    """json.loads with every non-integer number as Decimal (never float)."""
+    return json.loads(text, parse_float=Decimal)
+
+
+def to_decimal(value: Any, *, field: str = "amount", strict: bool = False) -> Decimal:
+    """Convert a wire amount (int, Decimal, numeric string) to Decimal.
+
+    With strict=True an amount with more than 2 decimal places is refused rather than rounded:
+    the document promises 2 decimals, and silently rounding money hides a provider fault.
+    """
+    if isinstance(value, bool) or value is None:
+        raise MoneyError(f"{field}: expected an amount, got {value!r}")
+    if isinstance(value, float):
+        # Only reachable if someone parsed JSON without parse_float=Decimal: refuse, loudly.
+        raise MoneyError(f"{field}: a float reached money handling ({value!r}); parse with money.loads")
+    if isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, int):
+        amount = Decimal(value)
+    elif isinstance(value, str):
+        try:
+            amount = Decimal(value.strip())
+        except InvalidOperation:
+            raise MoneyError(f"{field}: {value!r} is not an amount") from None
+    else:
+        raise MoneyError(f"{field}: expected an amount, got {type(value).__name__}")
+    if not amount.is_finite():
+        raise MoneyError(f"{field}: {value!r} is not a finite amount")
+    if strict and amount != amount.quantize(CENT, rounding=ROUND_HALF_UP):
+        raise MoneyError(f"{field}: {value!r} has more than 2 decimal places")
+    return amount
+
+
+def fmt(amount: Decimal | None) -> str | None:
+    """Render an amount as a 2-decimal string, the form money takes in partnerkit's JSON."""
+    if amount is None:
+        return None
+    return str(amount.quantize(CENT, rounding=ROUND_HALF_UP))
+
+
+def cents(amount: Decimal) -> int:
+    """An amount in integer hundredths, for exact storage and set-based SQL sums."""
+    return int((amount * 100).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def from_cents(value: int | None) -> Decimal | None:
+    """Inverse of `cents`."""
+    return None if value is None else (Decimal(value) / 100).quantize(CENT)
+
+
+class DecimalEncoder(json.JSONEncoder):
+    """JSON encoder for partnerkit's own output: Decimal as a 2-decimal string."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, Decimal):
+            return fmt(o)
+        if hasattr(o, "isoformat"):
+            return o.isoformat()
+        return super().default(o)
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """json.dumps for partnerkit's output (money as 2-decimal strings, datetimes ISO 8601)."""
+    return json.dumps(value, cls=DecimalEncoder, **kwargs)

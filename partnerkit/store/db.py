@@ -1,0 +1,89 @@
+"""Opening the database, and the one way to run a write transaction.
+
+The connection is in autocommit mode (isolation_level=None) and every write goes through
+`transaction(db)`, which issues BEGIN IMMEDIATE: the write lock is taken up front, so two
+processes never both read-then-upgrade and deadlock, and busy_timeout applies to the BEGIN.
+Do not call sqlite-utils' insert/upsert helpers inside `transaction()`: they wrap their work in
+`with conn:`, which would commit our transaction half-way. Inside a transaction, use
+`db.execute()` with SQL kept in the store modules.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import sqlite_utils
+from sqlite_utils import Database
+
+from partnerkit.errors import StorageError
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file with mode 0600 before SQLite touches it (WAL/SHM inherit it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
+    """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated."""
+    file = Path(path)
+    try:
+        if str(file) != ":memory:":
+            _create_private(file)
+        conn = sqlite3.connect(str(file), timeout=busy_timeout_ms / 1000, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except (OSError, sqlite3.Error) as exc:
+        raise StorageError(f"cannot open database {str(file)!r}: {exc}") from exc
+    return sqlite_utils.Database(conn)
+
+
+def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
+    """Open the database and bring its schema up to date (safe in many processes at once)."""
+    from partnerkit.store.migrations import migrate
+
+    db = connect(path, busy_timeout_ms=busy_timeout_ms)
+    migrate(db)
+    return db
+
+
+@contextmanager
+def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+    """BEGIN (IMMEDIATE) ... COMMIT, rolled back on any exception; sqlite3 errors become StorageError."""
+    conn = db.conn
+    try:
+        conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot start a transaction: {exc}") from exc
+    try:
+        yield conn
+    except BaseException as exc:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        if isinstance(exc, sqlite3.Error):
+            raise StorageError(f"database write failed: {exc}") from exc
+        raise
+    else:
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise StorageError(f"database commit failed: {exc}") from exc

@@ -1,0 +1,43 @@
+"""Time at the wire: RFC 3339 / ISO 8601 strings become aware UTC datetimes once."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+
+def utcnow() -> datetime:
+    """The current time, aware, in UTC (freezegun-friendly)."""
+    return datetime.now(timezone.utc)
+
+
+def parse_ts(value: str | None, *, field: str = "timestamp") -> datetime | None:
+    """Parse an ISO 8601 / RFC 3339 string to an aware UTC datetime; a naive one is taken as UTC."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field}: expected an ISO 8601 string, got {type(value).__name__}")
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{field}: {value!r} is not an ISO 8601 timestamp") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
+
+
+def iso(moment: datetime | None) -> str | None:
+    """Render an aware datetime as ISO 8601 in UTC with a Z suffix."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def parse_day(value: str) -> date:
+    """Parse YYYY-MM-DD; raise ValueError with the expected form otherwise."""
+    try:
+        return date.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a date as YYYY-MM-DD, got {value!r}") from None
