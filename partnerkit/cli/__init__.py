@@ -54,7 +54,7 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 
 def _register_commands() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if info.name in {"context", "output"}:
+        if info.name in {"context", "output"} or info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         register = getattr(module, "register", None)

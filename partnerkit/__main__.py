@@ -1,0 +1,5 @@
+"""`python -m partnerkit` runs the `partnerkit` command line."""
+
+from partnerkit.cli import main
+
+main()

@@ -1,0 +1,98 @@
+"""Configuration: DESIGN.md's table, validated at start-up, errors name the variable."""
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from partnerkit.config import Config, ConfigError, WebhookToken, config_as_env, load_config
+
+
+def test_defaults_match_the_design_table():
+    config = load_config(environ={})
+    assert config.db_path == Path("./var/partnerkit.db")
+    assert config.api_base_url is None
+    assert config.webhook_tokens == ()
+    assert config.tolerance_s == 300
+    assert config.hourly_budget == 1000
+    assert config.due_hour_utc == 1
+    assert config.report_dir == Path("./var/reports")
+
+
+def test_every_variable_is_read():
+    config = load_config(environ={
+        "PARTNERKIT_DB": "/tmp/x.db",
+        "PARTNERKIT_API_BASE_URL": "https://partner.example.com/",
+        "PARTNERKIT_API_KEY": "key",
+        "PARTNERKIT_API_SECRET": "secret",
+        "PARTNERKIT_WEBHOOK_TOKENS": "tok1, 42:tok2",
+        "PARTNERKIT_VOUCHER_KEY": "vk",
+        "PARTNERKIT_TOLERANCE_S": "120",
+        "PARTNERKIT_HOURLY_BUDGET": "500",
+        "PARTNERKIT_DUE_HOUR_UTC": "23",
+        "PARTNERKIT_REPORT_DIR": "/tmp/reports",
+        "PARTNERKIT_POLLER_BUDGET_SHARE": "0.25",
+    })
+    assert config.db_path == Path("/tmp/x.db")
+    assert config.api_base_url == "https://partner.example.com"
+    assert config.api_root == "https://partner.example.com/api/v1"
+    assert config.webhook_tokens == (WebhookToken("tok1"), WebhookToken("tok2", "42"))
+    assert (config.tolerance_s, config.hourly_budget, config.due_hour_utc) == (120, 500, 23)
+    assert config.poller_budget_share == Decimal("0.25")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("PARTNERKIT_TOLERANCE_S", "abc", "PARTNERKIT_TOLERANCE_S must be a whole number"),
+        ("PARTNERKIT_TOLERANCE_S", "0", "PARTNERKIT_TOLERANCE_S must be between"),
+        ("PARTNERKIT_HOURLY_BUDGET", "-5", "PARTNERKIT_HOURLY_BUDGET must be between"),
+        ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
+        ("PARTNERKIT_API_BASE_URL", "partner.example.com", "PARTNERKIT_API_BASE_URL must be an http"),
+        ("PARTNERKIT_API_BASE_URL", "https://p.example.com/api/v1", "must not include the /api/v1"),
+        ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "1.5", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction"),
+        ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
+        ("PARTNERKIT_TYPO", "1", "PARTNERKIT_TYPO is not a partnerkit setting"),
+    ],
+)
+def test_malformed_settings_are_named(name, value, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(environ={name: value})
+
+
+def test_require_names_the_missing_variable():
+    with pytest.raises(ConfigError, match="PARTNERKIT_API_BASE_URL is not set"):
+        load_config(environ={}).require("api_base_url")
+    with pytest.raises(ConfigError, match="PARTNERKIT_WEBHOOK_TOKENS is not set; the receiver refuses to start"):
+        load_config(environ={}).require("webhook_tokens")
+
+
+def test_config_file_is_overridden_by_environment(tmp_path):
+    file = tmp_path / "partnerkit.env"
+    file.write_text('# comment\nPARTNERKIT_API_KEY="from-file"\nexport PARTNERKIT_TOLERANCE_S=60\n')
+    config = load_config(environ={"PARTNERKIT_TOLERANCE_S": "90"}, config_file=file)
+    assert config.api_key == "from-file"
+    assert config.tolerance_s == 90
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(environ={}, config_file=tmp_path / "nope.env")
+
+
+def test_secrets_stay_out_of_repr():
+    config = load_config(environ={"PARTNERKIT_API_SECRET": "s3cr3t", "PARTNERKIT_WEBHOOK_TOKENS": "whtok",
+                                  "PARTNERKIT_API_KEY": "k3y", "PARTNERKIT_VOUCHER_KEY": "vk3y"})
+    text = repr(config)
+    for secret in ("s3cr3t", "whtok", "k3y", "vk3y"):
+        assert secret not in text
+
+
+def test_config_round_trips_through_the_environment():
+    config = load_config(environ={"PARTNERKIT_WEBHOOK_TOKENS": "a,7:b", "PARTNERKIT_TOLERANCE_S": "30"})
+    assert load_config(environ=config_as_env(config)) == config
+
+
+def test_empty_value_means_default():
+    assert load_config(environ={"PARTNERKIT_TOLERANCE_S": "  "}) == Config()

@@ -1,0 +1,65 @@
+"""The store: pragmas, private files, and migrations safe twice and from two processes."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from partnerkit.errors import StorageError
+from partnerkit.store import open_db, transaction
+from partnerkit.store.migrations import current_version, discover, migrate
+
+
+def test_open_creates_a_private_wal_database(tmp_path):
+    path = tmp_path / "sub" / "partnerkit.db"
+    db = open_db(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    assert current_version(db) == discover()[-1].version
+
+
+def test_migrate_twice_is_a_no_op(tmp_path):
+    db = open_db(tmp_path / "x.db")
+    tables = set(db.table_names())
+    assert migrate(db) == discover()[-1].version
+    assert set(db.table_names()) == tables
+
+
+def test_two_processes_migrate_the_same_file_at_once(tmp_path):
+    path = tmp_path / "race.db"
+    code = "import sys; from partnerkit.store import open_db; open_db(sys.argv[1]); print('ok')"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(4)]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], results
+    db = open_db(path)
+    assert current_version(db) == discover()[-1].version
+
+
+def test_newer_schema_is_refused(tmp_path):
+    db = open_db(tmp_path / "x.db")
+    db.execute("PRAGMA user_version = 999")
+    with pytest.raises(StorageError, match="newer than this partnerkit"):
+        migrate(db)
+
+
+def test_transaction_rolls_back_and_converts_sqlite_errors(tmp_path):
+    db = open_db(tmp_path / "x.db")
+    with transaction(db) as conn:
+        conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('a', '1', 'now')")
+    with pytest.raises(StorageError, match="database write failed"):
+        with transaction(db) as conn:
+            conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('b', '2', 'now')")
+            conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('a', '3', 'now')")  # unique
+    assert [r[0] for r in db.execute("SELECT key FROM meta")] == ["a"]
+
+
+def test_unwritable_location_is_a_storage_error(tmp_path):
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, not a directory")
+    with pytest.raises(StorageError, match="cannot open database"):
+        open_db(blocked / "x.db")
