@@ -1,0 +1,46 @@
+"""Fixtures shared by every test directory: real parts only (SQLite files in tmp_path, the sandbox
+as a real HTTP server on loopback)."""
+
+from __future__ import annotations
+
+import pytest
+
+from partnerkit.config import load_config
+from partnerkit.store import open_db
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    """A fresh SQLite file path for this test."""
+    return tmp_path / "partnerkit.db"
+
+
+@pytest.fixture
+def db(db_path):
+    """A migrated database in tmp_path."""
+    database = open_db(db_path)
+    yield database
+    database.conn.close()
+
+
+@pytest.fixture
+def sandbox_server():
+    """The provider simulator on a free loopback port, background work running."""
+    from sandbox.testing import SandboxServer
+
+    with SandboxServer() as server:
+        yield server
+
+
+@pytest.fixture
+def sandbox_config(sandbox_server, tmp_path):
+    """A partnerkit Config pointed at the running sandbox as its first seeded client."""
+    client = sandbox_server.clients[0]
+    return load_config(environ={
+        "PARTNERKIT_DB": str(tmp_path / "partnerkit.db"),
+        "PARTNERKIT_API_BASE_URL": sandbox_server.base_url,
+        "PARTNERKIT_API_KEY": client.key,
+        "PARTNERKIT_API_SECRET": client.secret,
+        "PARTNERKIT_WEBHOOK_TOKENS": "bootstrap-token-for-tests",
+        "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports"),
+    })
