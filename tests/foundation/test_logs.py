@@ -1,0 +1,38 @@
+"""Logs are JSON lines and never carry a configured secret."""
+
+import io
+import json
+import logging
+
+from partnerkit.config import load_config
+from partnerkit.logs import JsonFormatter, Redactor, configure_logging
+
+
+def test_json_line_with_extra_fields():
+    record = logging.LogRecord("partnerkit.test", logging.INFO, __file__, 1, "stored %s", ("evt_1",), None)
+    record.event_id = "evt_1"
+    line = JsonFormatter().format(record)
+    entry = json.loads(line)
+    assert entry["msg"] == "stored evt_1"
+    assert entry["event_id"] == "evt_1"
+    assert entry["level"] == "INFO"
+    assert "\n" not in line
+
+
+def test_configured_secrets_are_redacted():
+    stream = io.StringIO()
+    config = load_config(environ={"PARTNERKIT_API_SECRET": "sk_live_abcdef123", "PARTNERKIT_WEBHOOK_TOKENS": "whsec_token_42"})
+    redactor = configure_logging(config, stream=stream)
+    redactor.add("registered-token-xyz")
+    log = logging.getLogger("partnerkit.test")
+    log.warning("careless %r", {"secret": "sk_live_abcdef123", "token": "whsec_token_42"},
+                extra={"header": "registered-token-xyz"})
+    output = stream.getvalue()
+    assert "sk_live_abcdef123" not in output
+    assert "whsec_token_42" not in output
+    assert "registered-token-xyz" not in output
+    assert output.count("***") == 3
+
+
+def test_short_values_are_not_treated_as_secrets():
+    assert Redactor(["abc"])("abc def") == "abc def"
