@@ -1,0 +1,206 @@
+"""Drifts: what reconciliation found, with finance's resolutions and an append-only audit trail.
+
+A drift id is derived from (kind, subject, reference), so the same problem found again on a
+later run is the same row and keeps the resolution finance gave it. Every change of resolution
+appends a row to `drift_audit`; nothing is overwritten without a trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from partnerkit.errors import PartnerKitError
+from partnerkit.money import cents, from_cents, to_decimal
+from partnerkit.store.db import Database, transaction
+from partnerkit.timeutil import iso
+
+KINDS = (
+    "missing_debit", "amount_mismatch", "duplicate_debit", "missing_refund", "unexpected_refund",
+    "orphan_transaction", "stuck_processing", "unknown_to_provider", "unknown_to_partner",
+    "voucher_shortfall", "balance_discontinuity",
+)
+SUBJECTS = ("recharge", "order", "transaction", "wallet")
+RESOLUTIONS = ("pending", "resolved", "escalated")
+COUNT_KINDS = ("voucher_shortfall",)  # expected/actual are voucher counts, not money
+SYSTEM_ACTOR = "partnerkit"
+
+COLUMNS = ("id", "kind", "subject", "reference", "report_date", "expected_cents", "actual_cents", "measure",
+           "currency", "detail", "detected_at", "last_detected_at", "resolution", "resolution_note",
+           "resolution_by", "resolution_at")
+
+
+class UnknownDrift(PartnerKitError):
+    """No drift has this id."""
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One drift as stored; expected/actual are Decimal money or int counts (see `measure`)."""
+
+    id: str
+    kind: str
+    subject: str
+    reference: str
+    report_date: str
+    expected: Decimal | int | None
+    actual: Decimal | int | None
+    measure: str
+    currency: str | None
+    detail: str | None
+    detected_at: str
+    last_detected_at: str
+    resolution: str
+    resolution_note: str | None
+    resolution_by: str | None
+    resolution_at: str | None
+
+
+def drift_id(kind: str, subject: str, reference: str) -> str:
+    """The stable id of a drift: "d_" + the first 16 hex digits of sha256(kind|subject|reference)."""
+    return "d_" + hashlib.sha256(f"{kind}|{subject}|{reference}".encode()).hexdigest()[:16]
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """Make `drift_id(kind, subject, reference)` callable from SQL (set-based matching uses it)."""
+    conn.create_function("drift_id", 3, drift_id, deterministic=True)
+
+
+def _value(row_value: int | None, measure: str) -> Decimal | int | None:
+    if row_value is None:
+        return None
+    return row_value if measure == "count" else from_cents(row_value)
+
+
+def _from_row(row: tuple) -> Drift:
+    data = dict(zip(COLUMNS, row))
+    measure = data["measure"]
+    return Drift(
+        id=data["id"], kind=data["kind"], subject=data["subject"], reference=data["reference"],
+        report_date=data["report_date"], expected=_value(data["expected_cents"], measure),
+        actual=_value(data["actual_cents"], measure), measure=measure, currency=data["currency"],
+        detail=data["detail"], detected_at=data["detected_at"], last_detected_at=data["last_detected_at"],
+        resolution=data["resolution"], resolution_note=data["resolution_note"],
+        resolution_by=data["resolution_by"], resolution_at=data["resolution_at"],
+    )
+
+
+def _stored(value: Any, measure: str) -> int | None:
+    if value is None:
+        return None
+    if measure == "count":
+        return int(value)
+    return cents(to_decimal(value, field="drift amount"))
+
+
+def _subject_day(conn: sqlite3.Connection, subject: str, reference: str, fallback: str) -> str:
+    """The UTC day a drift belongs to: its recharge's creation day when known, else `fallback`."""
+    if subject != "recharge":
+        return fallback
+    try:
+        row = conn.execute(
+            "SELECT substr(COALESCE(provider_created_at, submitted_at), 1, 10) FROM recharges"
+            " WHERE reference_number = ? OR idempotency_key = ? LIMIT 1", (reference, reference)).fetchone()
+    except sqlite3.OperationalError:  # the recharges table is another owner's; tolerate its absence
+        return fallback
+    return row[0] if row and row[0] else fallback
+
+
+_UPSERT = f"""
+INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
+                    currency, detail, detected_at, last_detected_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(id) DO UPDATE SET
+    expected_cents = excluded.expected_cents, actual_cents = excluded.actual_cents,
+    currency = excluded.currency, detail = COALESCE(excluded.detail, drifts.detail),
+    last_detected_at = excluded.last_detected_at,
+    resolution = CASE WHEN drifts.resolution = 'resolved' AND drifts.resolution_by = '{SYSTEM_ACTOR}'
+                      THEN 'pending' ELSE drifts.resolution END
+"""
+
+
+def open_drift(db: Database, *, kind: str, subject: str, reference: str, expected: Any, actual: Any,
+               currency: str | None, detected_at: datetime | str, day: str | None = None,
+               detail: str | None = None) -> str:
+    """Record (or re-detect) a drift; return its stable id. Safe inside or outside a transaction."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown drift kind {kind!r}")
+    if subject not in SUBJECTS:
+        raise ValueError(f"unknown drift subject {subject!r}")
+    at = detected_at if isinstance(detected_at, str) else iso(detected_at)
+    measure = "count" if kind in COUNT_KINDS else "money"
+    ident = drift_id(kind, subject, str(reference))
+
+    def write(conn: sqlite3.Connection) -> None:
+        report_date = day or _subject_day(conn, subject, str(reference), at[:10])
+        before = conn.execute("SELECT resolution, resolution_by FROM drifts WHERE id = ?", (ident,)).fetchone()
+        conn.execute(_UPSERT, (ident, kind, subject, str(reference), report_date, _stored(expected, measure),
+                               _stored(actual, measure), measure, currency, detail, at, at))
+        if before is None:
+            _audit(conn, ident, "detected", "pending", detail, SYSTEM_ACTOR, at)
+        elif before == ("resolved", SYSTEM_ACTOR):
+            _audit(conn, ident, "reopened", "pending", "detected again", SYSTEM_ACTOR, at)
+
+    if db.conn.in_transaction:
+        write(db.conn)
+    else:
+        with transaction(db) as conn:
+            write(conn)
+    return ident
+
+
+def _audit(conn: sqlite3.Connection, ident: str, action: str, resolution: str, note: str | None,
+           by: str, at: str) -> None:
+    conn.execute("INSERT INTO drift_audit (drift_id, action, resolution, note, by, at) VALUES (?, ?, ?, ?, ?, ?)",
+                 (ident, action, resolution, note, by, at))
+
+
+def get_drift(db: Database, ident: str) -> Drift:
+    """One drift by id; UnknownDrift if there is none."""
+    row = db.execute(f"SELECT {', '.join(COLUMNS)} FROM drifts WHERE id = ?", (ident,)).fetchone()
+    if row is None:
+        raise UnknownDrift(f"no drift with id {ident!r} (see `partnerkit drifts list`)")
+    return _from_row(row)
+
+
+def list_drifts(db: Database, *, kind: str | None = None, resolution: str | None = None,
+                report_date: str | None = None, ids: list[str] | None = None) -> list[Drift]:
+    """Drifts, newest day first, filtered by kind, resolution, report day and/or ids."""
+    where, params = [], []
+    for column, value in (("kind", kind), ("resolution", resolution), ("report_date", report_date)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if ids is not None:
+        where.append(f"id IN ({', '.join('?' * len(ids))})" if ids else "0")
+        params.extend(ids)
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    rows = db.execute(f"SELECT {', '.join(COLUMNS)} FROM drifts {clause}"
+                      " ORDER BY report_date DESC, kind, reference", params).fetchall()
+    return [_from_row(r) for r in rows]
+
+
+def set_resolution(db: Database, ident: str, resolution: str, *, note: str, by: str,
+                   at: datetime | str) -> Drift:
+    """Resolve or escalate a drift by hand; the change is appended to the audit trail."""
+    if resolution not in RESOLUTIONS:
+        raise ValueError(f"resolution must be one of {', '.join(RESOLUTIONS)}")
+    when = at if isinstance(at, str) else iso(at)
+    with transaction(db) as conn:
+        if conn.execute("SELECT 1 FROM drifts WHERE id = ?", (ident,)).fetchone() is None:
+            raise UnknownDrift(f"no drift with id {ident!r} (see `partnerkit drifts list`)")
+        conn.execute("UPDATE drifts SET resolution = ?, resolution_note = ?, resolution_by = ?, resolution_at = ?"
+                     " WHERE id = ?", (resolution, note, by, when, ident))
+        _audit(conn, ident, resolution if resolution != "pending" else "reopened", resolution, note, by, when)
+    return get_drift(db, ident)
+
+
+def audit_trail(db: Database, ident: str) -> list[dict]:
+    """Every recorded change of one drift, oldest first."""
+    rows = db.execute("SELECT seq, drift_id, action, resolution, note, by, at FROM drift_audit"
+                      " WHERE drift_id = ? ORDER BY seq", (ident,)).fetchall()
+    return [dict(zip(("seq", "drift_id", "action", "resolution", "note", "by", "at"), r)) for r in rows]
