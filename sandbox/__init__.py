@@ -1,1 +1,41 @@
-"""sandbox."""
+"""partnerkit sandbox: a local, faithful simulator of the provider's Partner API v1.
+
+Independent of partnerkit, receiver and reconcile by design (DESIGN.md): its own signing,
+its own Decimal money handling.  See docs/sandbox.md.
+"""
+from __future__ import annotations
+
+from .app import create_app
+from .clock import SandboxClock
+from .settings import SandboxSettings
+from .testing import SandboxServer
+
+__all__ = ["create_app", "SandboxSettings", "SandboxServer", "SandboxClock", "serve"]
+
+
+def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
+          allow_http_webhooks: bool = True, echo=print,
+          settings: SandboxSettings | None = None) -> None:
+    """Serve the sandbox until interrupted, printing base URL, credentials and new tokens."""
+    settings = settings or SandboxSettings(speed=speed, allow_http_webhooks=allow_http_webhooks)
+    server = SandboxServer(settings, background=True, host=host, port=port, quiet=False)
+    sb = server.sandbox
+
+    def announce(hook, token):
+        echo(f"webhook {hook.id} registered for {hook.url}: token {token}")
+
+    sb.webhook_listeners.append(announce)
+    echo(f"sandbox listening on {server.base_url}  (API base {server.base_url}/api/v1, "
+         f"speed x{settings.speed:g})")
+    for c in server.clients:
+        echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
+             f"signing secret {c.signing_secret}  credential_id {c.credential_id}")
+    echo("  control endpoints under /sandbox (stats, clock, settings); Ctrl-C to stop")
+    sb.start_background()
+    try:
+        server._server.serve_forever()
+    except KeyboardInterrupt:
+        echo("sandbox stopped")
+    finally:
+        sb.stop_background()
+        server._server.server_close()

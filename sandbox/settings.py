@@ -1,0 +1,72 @@
+"""SandboxSettings: the one configuration object of the sandbox (no globals)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from decimal import Decimal
+
+
+def _default_fx_rates() -> dict[tuple[str, str], Decimal]:
+    return {("USD", "INR"): Decimal("83.25")}
+
+
+@dataclass
+class SandboxSettings:
+    """Tunable behaviour of the simulated provider; every field has a faithful default."""
+
+    speed: float = 1.0                      # sandbox seconds per real second (0 = frozen)
+    start: datetime | None = None           # sandbox clock start (aware UTC); default: now
+    seed: int = 20240101                    # seeds every random choice (ids, vouchers, chaos)
+    duplicate_guard_window_s: float = 120   # document: window length "not shown"
+    processing_delay_s: float | tuple[float, float] = 20
+    order_fulfilment_delay_s: float = 30
+    hourly_limit: int = 1000                # Limits: general budget per API key per hour
+    order_create_per_minute: int = 100      # Limits: POST /api/v1/orders per API key per minute
+    require_signatures: bool = True         # Authentication 4 (mandatory-ness "not shown")
+    signature_tolerance_s: int = 300        # Limits: timestamp tolerance 5 minutes
+    allow_http_webhooks: bool = False       # plain http only to loopback, only when True
+    recharge_enabled: bool = True           # global kill switch: False -> 503
+    fx_rates: dict[tuple[str, str], Decimal] = field(default_factory=_default_fx_rates)
+    webhook_timeout_s: float = 30           # Delivery rules 1 (real seconds: HTTP is real)
+    webhook_max_attempts: int = 5
+    webhook_retry_delays_s: tuple[int, ...] = (60, 120, 240, 480)
+    manual_retry_attempt_cap: int = 10      # total attempts a delivery may ever use
+    chaos_duplicate_rate: float = 0.5
+    chaos_max_delay_s: float = 20
+    idempotency_ttl_s: int = 86400          # Limits: idempotency record lifetime 24 hours
+    response_delay_s: float = 0             # real seconds added to recharge submit responses
+    response_delay_numbers: tuple[str, ...] = ()  # restrict the delay to these numbers
+    faults: frozenset[str] = frozenset()    # "pricing", "order_create", "order_detail"
+    user_agent: str = "PartnerAPI-Webhooks/1.0 (partnerkit-sandbox)"
+
+    def update(self, changes: dict) -> list[str]:
+        """Apply a partial update (from PATCH /sandbox/settings); return unknown keys."""
+        known = {f.name for f in fields(self)}
+        unknown = [k for k in changes if k not in known]
+        for key, value in changes.items():
+            if key not in known:
+                continue
+            if key == "faults":
+                value = frozenset(value or ())
+            elif key == "processing_delay_s" and isinstance(value, list):
+                value = (float(value[0]), float(value[1]))
+            elif key in ("webhook_retry_delays_s", "response_delay_numbers"):
+                value = tuple(value)
+            elif key == "fx_rates":
+                value = {tuple(k.split(":")): Decimal(str(v)) for k, v in value.items()}
+            setattr(self, key, value)
+        return unknown
+
+    def public(self) -> dict:
+        """A JSON-friendly view of the settings."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "fx_rates":
+                value = {f"{a}:{b}": str(r) for (a, b), r in value.items()}
+            elif isinstance(value, (frozenset, tuple)):
+                value = sorted(value) if isinstance(value, frozenset) else list(value)
+            elif isinstance(value, datetime):
+                value = value.isoformat()
+            out[f.name] = value
+        return out

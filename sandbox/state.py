@@ -1,0 +1,137 @@
+"""Sandbox: the whole in-memory state of the simulated provider, and its background work."""
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from . import orders, recharges, seed, wallets, webhooks
+from .clock import SandboxClock
+from .models import Client, Delivery, Operator, Order, Product, Recharge, Transaction, Wallet, Webhook
+from .settings import SandboxSettings
+
+log = logging.getLogger("sandbox")
+
+_FIRST_IDS = {"wallet": 1, "transaction": 700001, "recharge": 100001, "order": 5001,
+              "webhook": 1, "delivery": 1}
+
+
+@dataclass(slots=True)
+class IdempotencyRecord:
+    """The original answer to a request, replayed for the same key within 24 hours."""
+
+    status: int
+    body: str
+    headers: dict
+    expires_at: datetime
+
+
+class Sandbox:
+    """State of the simulated provider: clients, ledger, recharges, orders, webhooks, stats."""
+
+    def __init__(self, settings: SandboxSettings | None = None, clock: SandboxClock | None = None):
+        self.settings = settings or SandboxSettings()
+        self.clock = clock or SandboxClock(self.settings.speed, self.settings.start)
+        self.lock = threading.RLock()
+        self.rng = random.Random(self.settings.seed)
+        self._ids = dict(_FIRST_IDS)
+        self.clients: dict[str, Client] = {}
+        self.operators: dict[int, Operator] = {op.id: op for op in seed.operators()}
+        self.circles: dict[int, str] = dict(seed.CIRCLES)
+        self.categories: list[dict] = [dict(c) for c in seed.CATEGORIES]
+        self.products: dict[int, Product] = {p.id: p for p in seed.products()}
+        self.wallets: dict[int, Wallet] = {}
+        self.transactions: dict[int, Transaction] = {}
+        self.recharges: dict[int, Recharge] = {}
+        self.recharge_ids: dict[str, list[int]] = {}
+        self.orders: dict[int, Order] = {}
+        self.webhooks: dict[int, Webhook] = {}
+        self.deliveries: dict[int, Delivery] = {}
+        self.pending_deliveries: set[int] = set()
+        self.idempotency: dict[tuple[str, str, str], IdempotencyRecord] = {}
+        self.recharge_timers: list[tuple[datetime, int]] = []
+        self.order_timers: list[tuple[datetime, int]] = []
+        self.calls: Counter[str] = Counter()
+        self.rate_limited = 0
+        self.rate_windows: dict[tuple[str, str], tuple[float, int]] = {}
+        self.webhook_listeners: list = []      # called as f(webhook, token) on creation
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        now = self.clock.now()
+        for client, balances in seed.clients():
+            self.clients[client.key] = client
+            self.recharge_ids[client.key] = []
+            for currency, amount in balances.items():
+                wallet = self.open_wallet(client.key, currency)
+                wallets.post(self, wallet, "TOPUP", "CREDIT", amount,
+                             description="opening balance", created_at=now)
+
+    # ---- ids and lookups -------------------------------------------------------------
+    def next_id(self, kind: str) -> int:
+        """The next id of a record kind (monotonic, never reused)."""
+        with self.lock:
+            value = self._ids[kind]
+            self._ids[kind] = value + 1
+            return value
+
+    def open_wallet(self, client_key: str, currency: str) -> Wallet:
+        """Create an empty wallet for a client in a currency."""
+        wallet = Wallet(self.next_id("wallet"), client_key, currency, Decimal("0.00"),
+                        self.clock.now())
+        self.wallets[wallet.id] = wallet
+        return wallet
+
+    def client(self, ref: str | None) -> Client | None:
+        """A client by API key or short name ("alpha"); the first client when ref is None."""
+        if not ref:
+            return next(iter(self.clients.values()))
+        if ref in self.clients:
+            return self.clients[ref]
+        return next((c for c in self.clients.values() if c.name == ref), None)
+
+    def schedule_recharge(self, at: datetime, recharge_id: int) -> None:
+        """Settle a PROCESSING recharge at sandbox time `at`."""
+        heapq.heappush(self.recharge_timers, (at, recharge_id))
+
+    def schedule_order(self, at: datetime, order_id: int) -> None:
+        """Advance an order's fulfilment at sandbox time `at`."""
+        heapq.heappush(self.order_timers, (at, order_id))
+
+    # ---- background work -------------------------------------------------------------
+    def run_due(self) -> dict:
+        """Do everything due at clock.now(): settle, fulfil, then send due webhooks."""
+        with self.lock:
+            now = self.clock.now()
+            settled = recharges.settle_due(self, now)
+            advanced = orders.advance_due(self, now)
+            batch = webhooks.take_due(self, now)
+        sent = webhooks.send_batch(self, batch)   # HTTP outside the lock
+        return {"settled": settled, "orders_advanced": advanced, "deliveries_attempted": sent}
+
+    def start_background(self, interval_s: float = 0.2) -> None:
+        """Start the daemon thread calling run_due() every `interval_s` real seconds."""
+        if self._thread and self._thread.is_alive():
+            return
+        self._stop.clear()
+
+        def loop():
+            while not self._stop.wait(interval_s):
+                try:
+                    self.run_due()
+                except Exception:  # keep the simulator alive; the failure is logged
+                    log.exception("sandbox background pass failed")
+
+        self._thread = threading.Thread(target=loop, name="sandbox-background", daemon=True)
+        self._thread.start()
+
+    def stop_background(self) -> None:
+        """Stop the background thread (waits for the current pass)."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+            self._thread = None
