@@ -1,0 +1,339 @@
+"""Recharges in SQLite: the intent before a submit, the provider's copy after, polling state.
+
+Rows come from two places: `record_intent` (partnerkit is about to submit; origin 'partner') and
+`upsert_from_provider` (a read of the provider's list or detail; origin 'provider' when partnerkit
+never submitted it). Provider records may be the client's dataclasses or plain dicts (raw JSON);
+both are read through `provider_fields`. Money is stored as integer paise, times as ISO 8601 UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Iterable, Mapping, Sequence
+
+from partnerkit.errors import StorageError
+from partnerkit.money import DecimalEncoder, cents, to_decimal
+from partnerkit.store.db import Database, transaction
+from partnerkit.timeutil import iso, parse_ts
+
+FINAL = frozenset({"SUCCESS", "FAILED", "REVERSED"})
+# States and transitions: legacy stored values that the status filter SUCCESS also matches.
+LEGACY_SUCCESS = frozenset({"DELIVERED", "RECHARGED"})
+OPEN_INTENT = ("INTENT", "UNKNOWN")
+
+
+@dataclass
+class UpsertResult:
+    """What one batch of provider records changed."""
+
+    inserted: int = 0
+    updated: int = 0
+    settled: list[int] = field(default_factory=list)  # local ids that became final in this batch
+    linked: list[int] = field(default_factory=list)  # INTENT/UNKNOWN rows matched by client_reference
+    seen_provider_ids: set[int] = field(default_factory=set)
+
+
+def _get(record: Any, name: str) -> Any:
+    if isinstance(record, Mapping):
+        return record.get(name)
+    return getattr(record, name, None)
+
+
+def _money(value: Any, name: str) -> Decimal | None:
+    return None if value is None else to_decimal(value, field=name)
+
+
+def _time(value: Any, name: str) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return parse_ts(value, field=name)
+
+
+def normalise_status(status: str | None) -> tuple[str, str | None]:
+    """Map a provider status to a stored one; legacy DELIVERED/RECHARGED become SUCCESS (kept aside)."""
+    value = (status or "").upper()
+    if value in LEGACY_SUCCESS:
+        return "SUCCESS", value
+    if value in FINAL or value == "PROCESSING":
+        return value, None
+    raise StorageError(f"recharge status {status!r} is not one the document describes")
+
+
+def provider_fields(record: Any) -> dict[str, Any]:
+    """The document's recharge fields of a client dataclass or raw dict, with Decimal money and datetimes."""
+    raw = _get(record, "raw")
+    if raw is None and isinstance(record, Mapping):
+        raw = dict(record)
+    recharge_id = _get(record, "id")
+    return {
+        "id": None if recharge_id is None else int(recharge_id),
+        "reference_number": _get(record, "reference_number"),
+        "status": _get(record, "status"),
+        "sub_status": _get(record, "sub_status"),
+        "mobile_number": _get(record, "mobile_number"),
+        "operator_id": _get(record, "operator_id"),
+        "operator": _get(record, "operator"),
+        "face": _money(_get(record, "face"), "face"),
+        "discount": _money(_get(record, "discount"), "discount"),
+        "payable": _money(_get(record, "payable"), "payable"),
+        "currency": _get(record, "currency"),
+        "vendor_recharge_id": _get(record, "vendor_recharge_id"),
+        "operator_txn_id": _get(record, "operator_txn_id"),
+        "failure_reason": _get(record, "failure_reason"),
+        "client_reference": _get(record, "client_reference"),
+        "created_at": _time(_get(record, "created_at"), "created_at"),
+        "updated_at": _time(_get(record, "updated_at"), "updated_at"),
+        "raw": raw,
+    }
+
+
+def _rows(cursor: sqlite3.Cursor) -> list[dict]:
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _cents(value: Decimal | None) -> int | None:
+    return None if value is None else cents(value)
+
+
+# ---- submit side -------------------------------------------------------------------------------
+
+def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, operator_id: int, amount: Decimal,
+                  client_reference: str, submitted_at: datetime, circle_id: int | None = None,
+                  is_postpaid: bool | None = None, is_special: bool | None = None, nickname: str | None = None,
+                  force: bool = False) -> int:
+    """Commit an INTENT row before the submit is sent; return its local id."""
+    with transaction(db) as conn:
+        cursor = conn.execute(
+            """INSERT INTO recharges (idempotency_key, origin, mobile_number, operator_id, amount_cents,
+                   client_reference, circle_id, is_postpaid, is_special, nickname, force, status,
+                   submitted_at, row_updated_at)
+               VALUES (?, 'partner', ?, ?, ?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?)""",
+            (idempotency_key, mobile_number, operator_id, cents(amount), client_reference, circle_id,
+             None if is_postpaid is None else int(is_postpaid), None if is_special is None else int(is_special),
+             nickname, int(force), iso(submitted_at), iso(submitted_at)),
+        )
+        return int(cursor.lastrowid)
+
+
+def record_response(db: Database, local_id: int, recharge: Any, *, status: str, seen_at: datetime,
+                    http_status: int | None = None) -> dict:
+    """Link a local row to the provider's recharge and store its fields; return the row."""
+    fields = provider_fields(recharge)
+    stored, legacy = normalise_status(status)
+    with transaction(db) as conn:
+        other = conn.execute("SELECT local_id FROM recharges WHERE provider_id = ? AND local_id != ?",
+                             (fields["id"], local_id)).fetchone()
+        if other is not None:
+            raise StorageError(f"provider recharge {fields['id']} is already linked to local recharge {other[0]}")
+        _write(conn, local_id, fields, stored, legacy, seen_at, http_status=http_status)
+    return get(db, local_id) or {}
+
+
+def mark_unknown(db: Database, local_id: int, error: str, at: datetime) -> None:
+    """The submit's outcome is ambiguous (timeout, 500): the row waits for locate."""
+    with transaction(db) as conn:
+        conn.execute("UPDATE recharges SET status = 'UNKNOWN', last_error = ?, row_updated_at = ? "
+                     "WHERE local_id = ? AND status IN ('INTENT', 'UNKNOWN')", (error, iso(at), local_id))
+
+
+def discard_refused(db: Database, local_id: int) -> None:
+    """Remove an intent the provider definitely refused (4xx, 503): no recharge exists for it."""
+    with transaction(db) as conn:
+        conn.execute("DELETE FROM recharges WHERE local_id = ? AND status IN ('INTENT', 'UNKNOWN')", (local_id,))
+
+
+def note_error(db: Database, local_id: int, error: str, at: datetime) -> None:
+    """Keep the last error seen while working on a row (locate attempts)."""
+    with transaction(db) as conn:
+        conn.execute("UPDATE recharges SET last_error = ?, row_updated_at = ? WHERE local_id = ?",
+                     (error, iso(at), local_id))
+
+
+# ---- provider reads ----------------------------------------------------------------------------
+
+def _write(conn: sqlite3.Connection, local_id: int, f: dict, status: str, legacy: str | None, seen_at: datetime,
+           *, http_status: int | None = None) -> None:
+    conn.execute(
+        """UPDATE recharges SET
+               provider_id = ?, reference_number = COALESCE(?, reference_number), status = ?,
+               sub_status = ?, operator_id = COALESCE(operator_id, ?), operator = COALESCE(?, operator),
+               face_cents = COALESCE(?, face_cents), discount_cents = COALESCE(?, discount_cents),
+               payable_cents = COALESCE(?, payable_cents), currency = COALESCE(?, currency, 'INR'),
+               failure_reason = ?, operator_txn_id = ?, vendor_recharge_id = ?,
+               client_reference = COALESCE(client_reference, ?),
+               http_status = COALESCE(?, http_status),
+               provider_created_at = COALESCE(?, provider_created_at), updated_at = COALESCE(?, updated_at),
+               settled_at = CASE WHEN ? IN ('SUCCESS', 'FAILED', 'REVERSED') THEN COALESCE(settled_at, ?) END,
+               next_poll_at = CASE WHEN ? = 'PROCESSING' THEN next_poll_at END,
+               last_error = NULL, row_updated_at = ?, raw = ?
+           WHERE local_id = ?""",
+        (f["id"], f["reference_number"], status, legacy or f["sub_status"], f["operator_id"], f["operator"],
+         _cents(f["face"]), _cents(f["discount"]), _cents(f["payable"]), f["currency"],
+         f["failure_reason"], f["operator_txn_id"], f["vendor_recharge_id"], f["client_reference"], http_status,
+         iso(f["created_at"]), iso(f["updated_at"]), status, iso(seen_at), status, iso(seen_at),
+         json.dumps(f["raw"], cls=DecimalEncoder, sort_keys=True) if f["raw"] is not None else None, local_id),
+    )
+
+
+def _insert(conn: sqlite3.Connection, f: dict, status: str, legacy: str | None, seen_at: datetime) -> int:
+    cursor = conn.execute(
+        "INSERT INTO recharges (origin, mobile_number, amount_cents, status, row_updated_at) "
+        "VALUES ('provider', ?, ?, ?, ?)",
+        (f["mobile_number"] or "", _cents(f["face"]), status, iso(seen_at)))
+    local_id = int(cursor.lastrowid)
+    _write(conn, local_id, f, status, legacy, seen_at)
+    return local_id
+
+
+def upsert_from_provider(db: Database, recharges: Iterable[Any], seen_at: datetime, *,
+                         insert_unknown: bool = True) -> UpsertResult:
+    """Store provider reads idempotently; a final status never moves back to PROCESSING."""
+    result = UpsertResult()
+    records = [provider_fields(r) for r in recharges]
+    if not records:
+        return result
+    with transaction(db) as conn:
+        known = _by_provider_id(conn, [f["id"] for f in records])
+        for f in records:
+            result.seen_provider_ids.add(f["id"])
+            status, legacy = normalise_status(f["status"])
+            row = known.get(f["id"]) or _match_open_intent(conn, f)
+            if row is None:
+                if insert_unknown:
+                    _insert(conn, f, status, legacy, seen_at)
+                    result.inserted += 1
+                continue
+            if row["provider_id"] is None:
+                result.linked.append(row["local_id"])
+            if row["status"] in FINAL and status == "PROCESSING":
+                continue  # stale read: final states are final (States and transitions: Recharge)
+            unchanged = (row["status"] == status and row["updated_at"] == iso(f["updated_at"])
+                         and row["provider_id"] == f["id"])
+            if unchanged:
+                continue
+            _write(conn, row["local_id"], f, status, legacy, seen_at)
+            result.updated += 1
+            if status in FINAL and row["status"] not in FINAL:
+                result.settled.append(row["local_id"])
+    return result
+
+
+def _by_provider_id(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, dict]:
+    found: dict[int, dict] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        cursor = conn.execute(
+            f"SELECT local_id, provider_id, status, updated_at FROM recharges WHERE provider_id IN "
+            f"({','.join('?' * len(chunk))})", chunk)
+        found.update({row["provider_id"]: row for row in _rows(cursor)})
+    return found
+
+
+def _match_open_intent(conn: sqlite3.Connection, f: dict) -> dict | None:
+    """An INTENT/UNKNOWN row this provider record answers: same reference, or same client_reference and number."""
+    if f["reference_number"]:
+        rows = _rows(conn.execute("SELECT local_id, provider_id, status, updated_at FROM recharges "
+                                  "WHERE reference_number = ?", (f["reference_number"],)))
+        if rows:
+            return rows[0]
+    if not f["client_reference"]:
+        return None
+    rows = _rows(conn.execute(
+        "SELECT local_id, provider_id, status, updated_at FROM recharges WHERE client_reference = ? "
+        "AND mobile_number = ? AND provider_id IS NULL AND status IN ('INTENT', 'UNKNOWN')",
+        (f["client_reference"], f["mobile_number"])))
+    return rows[0] if len(rows) == 1 else None
+
+
+# ---- reads for the poller, locate and the CLI ---------------------------------------------------
+
+def get(db: Database, local_id: int) -> dict | None:
+    """One row by local id."""
+    rows = _rows(db.execute("SELECT * FROM recharges WHERE local_id = ?", (local_id,)))
+    return rows[0] if rows else None
+
+
+def find(db: Database, key: str) -> dict | None:
+    """One row by provider id, reference_number or local id (in that order)."""
+    text = str(key).strip()
+    if text.isdigit():
+        rows = _rows(db.execute("SELECT * FROM recharges WHERE provider_id = ?", (int(text),)))
+        if rows:
+            return rows[0]
+    rows = _rows(db.execute("SELECT * FROM recharges WHERE reference_number = ?", (text,)))
+    if rows:
+        return rows[0]
+    return get(db, int(text)) if text.isdigit() else None
+
+
+def by_provider_id(db: Database, provider_id: int) -> dict | None:
+    """The row linked to a provider recharge id, if any."""
+    rows = _rows(db.execute("SELECT * FROM recharges WHERE provider_id = ?", (provider_id,)))
+    return rows[0] if rows else None
+
+
+def list_rows(db: Database, *, status: str | None = None, limit: int | None = None) -> list[dict]:
+    """Rows newest first, optionally of one status."""
+    sql = "SELECT * FROM recharges"
+    params: list[Any] = []
+    if status:
+        sql += " WHERE status = ?"
+        params.append(status.upper())
+    sql += " ORDER BY COALESCE(provider_created_at, submitted_at) DESC, local_id DESC"
+    if limit:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return _rows(db.execute(sql, params))
+
+
+def open_intents(db: Database, *, mobile_number: str, amount: Decimal | None = None,
+                 client_reference: str | None = None) -> list[dict]:
+    """INTENT/UNKNOWN rows for a number (and amount / client_reference), newest first."""
+    sql = "SELECT * FROM recharges WHERE mobile_number = ? AND status IN ('INTENT', 'UNKNOWN')"
+    params: list[Any] = [mobile_number]
+    if amount is not None:
+        sql += " AND amount_cents = ?"
+        params.append(cents(amount))
+    if client_reference:
+        sql += " AND client_reference = ?"
+        params.append(client_reference)
+    return _rows(db.execute(sql + " ORDER BY local_id DESC", params))
+
+
+def poll_candidates(db: Database) -> list[dict]:
+    """PROCESSING rows the poller reads: the provider id is known."""
+    return _rows(db.execute(
+        "SELECT local_id, provider_id, reference_number, COALESCE(provider_created_at, submitted_at) AS created_at, "
+        "last_polled_at, escalated_at, payable_cents, currency FROM recharges "
+        "WHERE status = 'PROCESSING' AND provider_id IS NOT NULL"))
+
+
+def day_counts(db: Database, from_day: date, to_day: date) -> dict[date, int]:
+    """How many recharges partnerkit knows per provider creation day (UTC), to estimate list pages."""
+    cursor = db.execute(
+        "SELECT substr(provider_created_at, 1, 10) AS day, count(*) FROM recharges "
+        "WHERE provider_created_at >= ? AND provider_created_at < ? GROUP BY day",
+        (from_day.isoformat(), (to_day + timedelta(days=1)).isoformat()))
+    return {date.fromisoformat(day): count for day, count in cursor.fetchall()}
+
+
+def mark_polled(db: Database, polled: Iterable[tuple[int, datetime]], at: datetime) -> None:
+    """Record that rows were read at `at`, with their next due time."""
+    with transaction(db) as conn:
+        conn.executemany("UPDATE recharges SET last_polled_at = ?, next_poll_at = "
+                         "CASE WHEN status = 'PROCESSING' THEN ? END WHERE local_id = ?",
+                         [(iso(at), iso(next_at), local_id) for local_id, next_at in polled])
+
+
+def mark_escalated(db: Database, local_id: int, at: datetime) -> bool:
+    """Flag a stuck PROCESSING row once; True if this call set the flag."""
+    with transaction(db) as conn:
+        cursor = conn.execute("UPDATE recharges SET escalated_at = ?, row_updated_at = ? "
+                              "WHERE local_id = ? AND escalated_at IS NULL AND status = 'PROCESSING'",
+                              (iso(at), iso(at), local_id))
+        return cursor.rowcount == 1
