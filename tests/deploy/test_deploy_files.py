@@ -1,0 +1,85 @@
+"""deploy/: each file checked as far as this machine allows (systemd-analyze, nginx parser, YAML)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import crossplane
+import pytest
+import yaml
+
+from partnerkit.config import ENV_NAMES
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
+
+
+def test_env_example_lists_every_variable_and_nothing_else():
+    names = set(re.findall(r"^(PARTNERKIT_[A-Z_]+)=", (DEPLOY / "partnerkit.env.example").read_text(), re.M))
+    assert names == set(ENV_NAMES.values())
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_systemd_units_verify(unit, tmp_path):
+    # systemd-analyze checks that ExecStart exists: point it at this checkout's console script.
+    script = Path(sys.executable).with_name("partnerkit")
+    copy = tmp_path / unit.name
+    copy.write_text(unit.read_text().replace("/opt/partnerkit/.venv/bin/partnerkit", str(script)))
+    result = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr.lower(), result.stderr
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_units_run_as_a_non_root_user_with_hardening(unit):
+    text = unit.read_text()
+    for line in ("User=partnerkit", "NoNewPrivileges=yes", "ProtectSystem=strict", "Restart=on-failure",
+                 "EnvironmentFile=/etc/partnerkit/partnerkit.env", "UMask=0077"):
+        assert line in text, f"{unit.name} lacks {line}"
+
+
+def test_nginx_site_parses_with_body_limit_and_tls(tmp_path):
+    main = tmp_path / "nginx.conf"
+    main.write_text(f"events {{}}\nhttp {{\n    include {DEPLOY / 'nginx' / 'partnerkit.conf'};\n}}\n")
+    parsed = crossplane.parse(str(main), check_ctx=True, check_args=True)
+    assert parsed["status"] == "ok", parsed["errors"]
+    text = (DEPLOY / "nginx" / "partnerkit.conf").read_text()
+    assert "client_max_body_size 1m;" in text
+    assert "listen 443 ssl;" in text
+    assert "$http_x_signature" not in text and "$http_x_service_webhook_token" not in text
+
+
+def test_compose_runs_receiver_and_worker_on_one_volume_behind_nginx():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert set(services) == {"receiver", "worker", "nginx"}
+    assert services["receiver"]["command"][:2] == ["partnerkit", "serve"]
+    assert services["worker"]["command"] == ["partnerkit", "worker"]
+    for name in ("receiver", "worker"):
+        assert "partnerkit-data:/var/lib/partnerkit" in services[name]["volumes"]
+        assert services[name]["cap_drop"] == ["ALL"]
+    assert "partnerkit-data" in compose["volumes"]
+    assert services["nginx"]["ports"] == ["443:443"]
+
+
+@pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(["docker", "compose", "version"],
+                    capture_output=True).returncode != 0, reason="docker compose is not installed here")
+def test_docker_compose_config_accepts_the_file(tmp_path):
+    # env_file must exist for `config`; use an empty one beside a copy of the file.
+    (tmp_path / "partnerkit.env").write_text("")
+    (tmp_path / "compose.yaml").write_text((DEPLOY / "compose.yaml").read_text())
+    result = subprocess.run(["docker", "compose", "-f", str(tmp_path / "compose.yaml"), "config", "--quiet"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_dockerfile_is_slim_non_root_with_healthcheck():
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim" in text
+    assert "USER partnerkit" in text
+    assert "HEALTHCHECK" in text and "/readyz" in text
