@@ -1,0 +1,142 @@
+"""Ledger store: wallet transactions, quarantined records, wallet snapshots and sync state.
+
+Rows arrive as tuples from `reconcile.ledger` (integer paise, ISO UTC text); writes are
+`executemany` over iterables so a day of a million rows is never held twice in memory.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Iterable
+
+from partnerkit.store.db import Database, transaction
+
+TRANSACTION_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
+                       "created_at", "balance_after_cents", "raw", "synced_at")
+
+_UPSERT_TRANSACTION = f"""
+INSERT INTO transactions ({', '.join(TRANSACTION_COLUMNS)}) VALUES ({', '.join('?' * len(TRANSACTION_COLUMNS))})
+ON CONFLICT(id) DO UPDATE SET
+    type = excluded.type, amount_cents = excluded.amount_cents, order_id = excluded.order_id,
+    reference_number = excluded.reference_number, recharge_id = excluded.recharge_id,
+    currency = excluded.currency, created_at = excluded.created_at,
+    balance_after_cents = excluded.balance_after_cents, raw = excluded.raw, synced_at = excluded.synced_at
+"""
+
+# Indexes that a bulk load drops first and builds once at the end (cheaper than maintaining them).
+BULK_INDEXES = {
+    "transactions_created": "CREATE INDEX IF NOT EXISTS transactions_created ON transactions(created_at)",
+    "transactions_recharge": "CREATE INDEX IF NOT EXISTS transactions_recharge ON transactions(recharge_id)"
+                             " WHERE recharge_id IS NOT NULL",
+    "transactions_reference": "CREATE INDEX IF NOT EXISTS transactions_reference ON transactions(reference_number)"
+                              " WHERE reference_number IS NOT NULL",
+    "transactions_order": "CREATE INDEX IF NOT EXISTS transactions_order ON transactions(order_id)"
+                          " WHERE order_id IS NOT NULL",
+}
+
+
+def _in_transaction(db: Database, work) -> int:
+    if db.conn.in_transaction:
+        return work(db.conn)
+    with transaction(db) as conn:
+        return work(conn)
+
+
+def upsert_transactions(db: Database, rows: Iterable[tuple]) -> int:
+    """Insert or refresh transactions (tuples in TRANSACTION_COLUMNS order); return how many."""
+    def work(conn: sqlite3.Connection) -> int:
+        before = conn.total_changes
+        conn.executemany(_UPSERT_TRANSACTION, rows)
+        return conn.total_changes - before
+    return _in_transaction(db, work)
+
+
+def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], seen_at: str) -> int:
+    """Keep unreadable records: (key, reason, raw JSON, day or None); re-seen ones are refreshed."""
+    def work(conn: sqlite3.Connection) -> int:
+        before = conn.total_changes
+        conn.executemany(
+            "INSERT INTO transaction_quarantine (key, reason, raw, day, first_seen_at, last_seen_at)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET reason = excluded.reason,"
+            " last_seen_at = excluded.last_seen_at, day = COALESCE(excluded.day, transaction_quarantine.day)",
+            ((k, reason, raw, day, seen_at, seen_at) for k, reason, raw, day in items))
+        return conn.total_changes - before
+    return _in_transaction(db, work)
+
+
+def quarantined(db: Database, day: str | None = None) -> list[dict]:
+    """Quarantined records (of one day, when given, counting those whose day is unknown)."""
+    sql = "SELECT key, reason, raw, day, first_seen_at, last_seen_at FROM transaction_quarantine"
+    params: tuple = ()
+    if day is not None:
+        sql += " WHERE day = ? OR day IS NULL"
+        params = (day,)
+    cols = ("key", "reason", "raw", "day", "first_seen_at", "last_seen_at")
+    return [dict(zip(cols, r)) for r in db.execute(sql + " ORDER BY first_seen_at, key", params).fetchall()]
+
+
+def record_wallet_snapshots(db: Database, snapshots: Iterable[tuple[str, str, str, int, str | None]]) -> int:
+    """Store wallet balances: (taken_at, wallet_id, currency, balance_cents, raw JSON)."""
+    def work(conn: sqlite3.Connection) -> int:
+        before = conn.total_changes
+        conn.executemany("INSERT OR IGNORE INTO wallet_snapshots (taken_at, wallet_id, currency, balance_cents, raw)"
+                         " VALUES (?, ?, ?, ?, ?)", snapshots)
+        return conn.total_changes - before
+    return _in_transaction(db, work)
+
+
+def wallet_snapshots(db: Database) -> list[dict]:
+    """Every wallet snapshot, oldest first."""
+    cols = ("taken_at", "wallet_id", "currency", "balance_cents")
+    rows = db.execute(f"SELECT {', '.join(cols)} FROM wallet_snapshots ORDER BY taken_at, wallet_id, currency")
+    return [dict(zip(cols, r)) for r in rows.fetchall()]
+
+
+def get_watermark(db: Database, entity: str) -> str | None:
+    """The last day (YYYY-MM-DD) an entity was synced through, or None before the first run."""
+    row = db.execute("SELECT watermark FROM sync_state WHERE entity = ?", (entity,)).fetchone()
+    return row[0] if row else None
+
+
+def record_sync(db: Database, entity: str, *, from_day: str, to_day: str, started_at: str, count: int,
+                days: Iterable[str], advance_to: str | None) -> None:
+    """After a complete sync: mark the days covered and move the watermark forward (never back)."""
+    def work(conn: sqlite3.Connection) -> int:
+        conn.executemany("INSERT INTO sync_coverage (entity, day, synced_at) VALUES (?, ?, ?)"
+                         " ON CONFLICT(entity, day) DO UPDATE SET synced_at = excluded.synced_at",
+                         ((entity, d, started_at) for d in days))
+        if advance_to is not None:
+            conn.execute("INSERT INTO sync_state (entity, watermark, last_run_at, last_count) VALUES (?, ?, ?, ?)"
+                         " ON CONFLICT(entity) DO UPDATE SET watermark = max(sync_state.watermark, excluded.watermark),"
+                         " last_run_at = excluded.last_run_at, last_count = excluded.last_count",
+                         (entity, advance_to, started_at, count))
+        return 0
+    _in_transaction(db, work)
+
+
+def coverage(db: Database, entity: str, day: str) -> str | None:
+    """When the latest complete sync of `entity` for `day` started, or None."""
+    row = db.execute("SELECT synced_at FROM sync_coverage WHERE entity = ? AND day = ?", (entity, day)).fetchone()
+    return row[0] if row else None
+
+
+def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str) -> None:
+    """Note that a sync found these recharges in the provider's list at `seen_at`."""
+    def work(conn: sqlite3.Connection) -> int:
+        conn.executemany("INSERT INTO recharge_seen (provider_id, seen_at) VALUES (?, ?)"
+                         " ON CONFLICT(provider_id) DO UPDATE SET seen_at = excluded.seen_at",
+                         ((pid, seen_at) for pid in provider_ids))
+        return 0
+    _in_transaction(db, work)
+
+
+def drop_bulk_indexes(db: Database) -> None:
+    """Drop the secondary transaction indexes before a bulk load."""
+    for name in BULK_INDEXES:
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+
+
+def create_bulk_indexes(db: Database) -> None:
+    """Build the secondary transaction indexes (again) after a bulk load."""
+    for sql in BULK_INDEXES.values():
+        db.execute(sql)
