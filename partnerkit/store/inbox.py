@@ -1,0 +1,130 @@
+"""The webhook inbox: one row per dedup key, written together with its effects in one transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from sqlite_utils import Database
+
+from partnerkit.errors import StorageError
+from partnerkit.money import cents
+from partnerkit.store import jobs, orders
+from partnerkit.store.db import transaction
+from partnerkit.store.jobs import stamp
+
+RETENTION = timedelta(days=30)  # dedup keys live at least this long (a manual retry comes late)
+ACCEPTED, DUPLICATE, IGNORED = "accepted", "duplicate", "ignored"
+
+
+class EventLike(Protocol):
+    """What the inbox needs of a normalised event (receiver.envelope.Event)."""
+
+    event_id: str
+    event_type: str | None
+    order_id: int | None
+    status: str | None
+    occurred_at: datetime | None
+    amount: Any
+    delivered_quantity: int | None
+    quantity: int | None
+    quarantine: str | None
+    is_test: bool
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What happened to one delivery: accepted, duplicate or ignored, and whether a fetch was queued."""
+
+    outcome: str
+    order_status: str | None = None
+    fetch_queued: bool = False
+
+
+def record(db: Database, event: EventLike, body: bytes, *, now: datetime, request_id: str | None = None,
+           webhook_id: str | None = None) -> Recorded:
+    """Insert the event under its dedup key and apply it to its order, all in one transaction."""
+    state = "quarantined" if event.quarantine else ("test" if event.is_test else "processed")
+    with transaction(db) as conn:
+        cursor = conn.execute(
+            """INSERT INTO inbox (dedup_key, event_type, order_id, status, occurred_at, state, reason,
+                                  webhook_id, request_id, received_at, last_seen_at, body)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dedup_key) DO NOTHING""",
+            (event.event_id, event.event_type, event.order_id, event.status,
+             stamp(event.occurred_at) if event.occurred_at else None, state, event.quarantine, webhook_id,
+             request_id, stamp(now), stamp(now), body))
+        if cursor.rowcount == 0:
+            conn.execute("UPDATE inbox SET duplicate_count = duplicate_count + 1, last_seen_at = ? WHERE dedup_key = ?",
+                         (stamp(now), event.event_id))
+            return Recorded(DUPLICATE)
+        if event.quarantine:
+            return Recorded(IGNORED)
+        if event.is_test or event.order_id is None:
+            return Recorded(ACCEPTED)
+        status, _ = orders.apply(
+            conn, event.order_id, event.status, now=now, source="webhook", occurred_at=event.occurred_at,
+            delivered_quantity=event.delivered_quantity, quantity=event.quantity,
+            amount_cents=cents(event.amount) if event.amount is not None else None)
+        queued = False
+        if event.status in orders.DELIVERING:
+            # Queued even when a stale event does not move the order: the fetch job reads the
+            # detail and stores only vouchers it has not stored yet.
+            expected = event.delivered_quantity if event.status == "PARTIALLY_DELIVERED" else event.quantity
+            jobs.queue(conn, event.order_id, now=now, expected_status=event.status, expected_count=expected)
+            queued = True
+        return Recorded(ACCEPTED, status, queued)
+
+
+def listing(db: Database, *, limit: int = 100, state: str | None = None, order_id: int | None = None) -> list[dict]:
+    """Received events, newest first, with the order's latest voucher fetch job."""
+    clauses, args = [], []
+    if state:
+        clauses.append("i.state = ?")
+        args.append(state)
+    if order_id is not None:
+        clauses.append("i.order_id = ?")
+        args.append(order_id)
+    where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+    cursor = db.execute(
+        f"""SELECT i.dedup_key, i.event_type, i.order_id, i.status, i.state, i.reason, i.duplicate_count,
+                   i.occurred_at, i.received_at, i.last_seen_at, i.request_id, i.webhook_id
+            FROM inbox i {where} ORDER BY i.id DESC LIMIT ?""", (*args, limit))
+    names = [c[0] for c in cursor.description]
+    rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+    latest = jobs.latest_for_orders(db, sorted({r["order_id"] for r in rows if r["order_id"] is not None}))
+    for row in rows:
+        job = latest.get(row["order_id"]) or {}
+        row["job_state"] = job.get("state")
+        row["job_attempts"] = job.get("attempts")
+        row["job_reason"] = job.get("last_error")
+    return rows
+
+
+def counts(db: Database) -> dict[str, int]:
+    """Inbox rows by state, and the total of duplicate deliveries."""
+    result = dict(db.execute("SELECT state, COUNT(*) FROM inbox GROUP BY state").fetchall())
+    result["duplicates"] = db.execute("SELECT COALESCE(SUM(duplicate_count), 0) FROM inbox").fetchone()[0]
+    return result
+
+
+def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION) -> int:
+    """Delete inbox rows last seen before `now - keep` (never less than 30 days); return how many."""
+    keep = max(keep, RETENTION)
+    with transaction(db) as conn:
+        return conn.execute("DELETE FROM inbox WHERE last_seen_at < ?", (stamp(now - keep),)).rowcount
+
+
+def probe_write(db: Database) -> None:
+    """Take the write lock and write one row, then roll it back (the readiness probe)."""
+    conn = db.conn
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT INTO counters (name, value) VALUES ('readyz.probe', 0) "
+                         "ON CONFLICT (name) DO UPDATE SET value = value + 1")
+        finally:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        raise StorageError(f"database is not writable: {exc}") from exc

@@ -1,0 +1,125 @@
+"""The job queue (voucher fetches) and shared counters.
+
+One pending job per (kind, order) is a partial unique index, so queueing twice is a no-op
+that may only make the job due sooner. Workers claim due jobs under a lease: a job whose
+worker died becomes claimable again when its lease expires. `generation` changes whenever
+the job is re-queued, so a worker finishing an older generation re-arms it instead of closing it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqlite_utils import Database
+
+from partnerkit.store.db import transaction
+
+VOUCHER_FETCH = "voucher_fetch"
+
+
+def stamp(moment: datetime) -> str:
+    """Fixed-width UTC text (microseconds always present), so stored times sort as text."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job."""
+
+    id: int
+    kind: str
+    order_id: int
+    expected_status: str | None
+    expected_count: int | None
+    generation: int
+    attempts: int
+
+
+def queue(conn: sqlite3.Connection, order_id: int, *, now: datetime, expected_status: str | None,
+          expected_count: int | None, kind: str = VOUCHER_FETCH) -> None:
+    """Queue (or refresh) the pending job for an order, inside the caller's transaction."""
+    at = stamp(now)
+    conn.execute(
+        """INSERT INTO jobs (kind, order_id, state, expected_status, expected_count, next_run_at,
+                             created_at, updated_at)
+           VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)
+           ON CONFLICT (kind, order_id) WHERE state = 'pending' DO UPDATE SET
+               expected_status = COALESCE(excluded.expected_status, expected_status),
+               expected_count = MAX(COALESCE(excluded.expected_count, 0), COALESCE(expected_count, 0)),
+               generation = generation + 1,
+               attempts = 0,
+               next_run_at = MIN(next_run_at, excluded.next_run_at),
+               updated_at = excluded.updated_at""",
+        (kind, order_id, expected_status, expected_count, at, at, at))
+
+
+def claim(db: Database, *, owner: str, now: datetime, lease_until: datetime, limit: int,
+          kind: str = VOUCHER_FETCH) -> list[Job]:
+    """Lease up to `limit` due pending jobs to `owner`; no other owner gets them until the lease ends."""
+    at = stamp(now)
+    with transaction(db) as conn:
+        rows = conn.execute(
+            """SELECT id, kind, order_id, expected_status, expected_count, generation, attempts FROM jobs
+               WHERE kind = ? AND state = 'pending' AND next_run_at <= ?
+                 AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
+               ORDER BY next_run_at LIMIT ?""", (kind, at, at, limit)).fetchall()
+        for row in rows:
+            conn.execute("UPDATE jobs SET lease_owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ?",
+                         (owner, stamp(lease_until), at, row[0]))
+    return [Job(*row) for row in rows]
+
+
+def finish(conn: sqlite3.Connection, job: Job, *, now: datetime, state: str, error: str | None = None) -> bool:
+    """Close a claimed job as done or dead; if it was re-queued meanwhile, re-arm it instead."""
+    at = stamp(now)
+    cursor = conn.execute(
+        """UPDATE jobs SET state = ?, last_error = ?, attempts = attempts + 1, lease_owner = NULL,
+                          lease_expires_at = NULL, updated_at = ?
+           WHERE id = ? AND generation = ? AND state = 'pending'""", (state, error, at, job.id, job.generation))
+    if cursor.rowcount:
+        return True
+    release(conn, job, now=now, next_run_at=now, error=error, count_attempt=False)
+    return False
+
+
+def release(conn: sqlite3.Connection, job: Job, *, now: datetime, next_run_at: datetime, error: str | None,
+            count_attempt: bool = True) -> None:
+    """Give a claimed job back, due again at `next_run_at` (a re-queue meanwhile keeps its earlier time)."""
+    conn.execute(
+        """UPDATE jobs SET attempts = attempts + ?, last_error = ?, lease_owner = NULL, lease_expires_at = NULL,
+                          next_run_at = CASE WHEN generation = ? THEN ? ELSE MIN(next_run_at, ?) END,
+                          updated_at = ?
+           WHERE id = ? AND state = 'pending'""",
+        (1 if count_attempt else 0, error, job.generation, stamp(next_run_at), stamp(next_run_at),
+         stamp(now), job.id))
+
+
+def latest_for_orders(db: Database, order_ids: list[int], kind: str = VOUCHER_FETCH) -> dict[int, dict]:
+    """The newest job of each order: state, attempts, last_error, next_run_at."""
+    if not order_ids:
+        return {}
+    marks = ", ".join("?" * len(order_ids))
+    cursor = db.execute(
+        f"""SELECT order_id, state, attempts, last_error, next_run_at FROM jobs
+            WHERE kind = ? AND order_id IN ({marks}) ORDER BY id""", (kind, *order_ids))
+    return {row[0]: {"state": row[1], "attempts": row[2], "last_error": row[3], "next_run_at": row[4]}
+            for row in cursor.fetchall()}
+
+
+def counts_by_state(db: Database, kind: str = VOUCHER_FETCH) -> dict[str, int]:
+    """How many jobs are pending, done and dead."""
+    return dict(db.execute("SELECT state, COUNT(*) FROM jobs WHERE kind = ? GROUP BY state", (kind,)).fetchall())
+
+
+def bump(conn: sqlite3.Connection, name: str, by: int = 1) -> None:
+    """Add to a shared counter, inside the caller's transaction."""
+    conn.execute("INSERT INTO counters (name, value) VALUES (?, ?) "
+                 "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value", (name, by))
+
+
+def counters(db: Database, prefix: str = "") -> dict[str, int]:
+    """Shared counters whose name starts with `prefix`."""
+    return dict(db.execute("SELECT name, value FROM counters WHERE name LIKE ? ORDER BY name",
+                           (prefix.replace("%", "") + "%",)).fetchall())

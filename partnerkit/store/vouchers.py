@@ -1,0 +1,56 @@
+"""Stored vouchers: codes, PINs and claim URLs as ciphertext, one row per (order, fingerprint)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlite_utils import Database
+
+from partnerkit.store.jobs import stamp
+
+
+@dataclass(frozen=True)
+class SealedVoucher:
+    """A voucher ready to store: secrets already encrypted, fingerprint already computed."""
+
+    fingerprint: str
+    card_number: bytes | None
+    pin_code: bytes | None
+    claim_url: bytes | None
+    voucher_reference_number: str | None
+    expires_at: str | None
+
+
+def add(conn: sqlite3.Connection, order_id: int, vouchers: list[SealedVoucher], *, now: datetime) -> int:
+    """Store the vouchers not stored yet (inside the caller's transaction); return how many were new."""
+    added = 0
+    for v in vouchers:
+        cursor = conn.execute(
+            """INSERT INTO vouchers (order_id, fingerprint, card_number, pin_code, claim_url,
+                                     voucher_reference_number, expires_at, stored_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (order_id, fingerprint) DO NOTHING""",
+            (order_id, v.fingerprint, v.card_number, v.pin_code, v.claim_url, v.voucher_reference_number,
+             v.expires_at, stamp(now)))
+        added += cursor.rowcount
+    return added
+
+
+def count(conn: sqlite3.Connection | Database, order_id: int) -> int:
+    """How many vouchers are stored for an order."""
+    return conn.execute("SELECT COUNT(*) FROM vouchers WHERE order_id = ?", (order_id,)).fetchone()[0]
+
+
+def for_order(db: Database, order_id: int) -> list[dict]:
+    """The stored (still encrypted) vouchers of an order, oldest first."""
+    cursor = db.execute(
+        """SELECT id, order_id, card_number, pin_code, claim_url, voucher_reference_number, expires_at, stored_at
+           FROM vouchers WHERE order_id = ? ORDER BY id""", (order_id,))
+    names = [c[0] for c in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def total(db: Database) -> int:
+    """How many vouchers are stored in all."""
+    return db.execute("SELECT COUNT(*) FROM vouchers").fetchone()[0]

@@ -1,0 +1,40 @@
+"""Webhook signing tokens saved by `partnerkit webhooks register`, encrypted, bound to their id."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from sqlite_utils import Database
+
+from partnerkit.store.db import transaction
+from partnerkit.store.jobs import stamp
+
+
+def save(db: Database, webhook_id: str, sealed_token: bytes, *, now: datetime, name: str | None = None,
+         url: str | None = None, events: list[str] | None = None) -> None:
+    """Save (or replace) the encrypted token of one webhook configuration."""
+    with transaction(db) as conn:
+        conn.execute(
+            """INSERT INTO webhook_tokens (webhook_id, token, name, url, events, created_at)
+               VALUES (?, ?, ?, ?, ?, ?)
+               ON CONFLICT (webhook_id) DO UPDATE SET token = excluded.token, name = excluded.name,
+                   url = excluded.url, events = excluded.events, created_at = excluded.created_at""",
+            (webhook_id, sealed_token, name, url, json.dumps(events) if events is not None else None, stamp(now)))
+
+
+def sealed(db: Database) -> list[tuple[str, bytes]]:
+    """Every saved (webhook_id, encrypted token)."""
+    return [(row[0], bytes(row[1])) for row in db.execute("SELECT webhook_id, token FROM webhook_tokens ORDER BY webhook_id")]
+
+
+def listing(db: Database) -> list[dict]:
+    """Saved webhooks without their tokens."""
+    cursor = db.execute("SELECT webhook_id, name, url, events, created_at FROM webhook_tokens ORDER BY webhook_id")
+    return [{"webhook_id": r[0], "name": r[1], "url": r[2], "events": json.loads(r[3]) if r[3] else None,
+             "created_at": r[4]} for r in cursor.fetchall()]
+
+
+def count(db: Database) -> int:
+    """How many tokens are saved."""
+    return db.execute("SELECT COUNT(*) FROM webhook_tokens").fetchone()[0]

@@ -1,0 +1,38 @@
+"""GET /healthz (process up), /readyz (database writable), /metrics (Prometheus text)."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, Response, current_app, jsonify
+
+from partnerkit.errors import StorageError
+from partnerkit.store import inbox
+
+bp = Blueprint("health", __name__)
+log = logging.getLogger(__name__)
+
+
+@bp.get("/healthz")
+def healthz():
+    """The process is up and serving."""
+    return jsonify(status="ok")
+
+
+@bp.get("/readyz")
+def readyz():
+    """The database takes a write lock and a write (rolled back): events can be stored."""
+    rx = current_app.extensions["partnerkit_receiver"]
+    try:
+        inbox.probe_write(rx.db())
+    except StorageError as exc:
+        log.warning("not ready: %s", exc)
+        return jsonify(status="unavailable", reason="database not writable"), 503
+    return jsonify(status="ready")
+
+
+@bp.get("/metrics")
+def metrics():
+    """Prometheus text; unauthenticated by design, so it carries counts only, never secrets."""
+    rx = current_app.extensions["partnerkit_receiver"]
+    return Response(rx.metrics.render(), mimetype="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,87 @@
+"""Prometheus metrics for the receiver.
+
+Request counters live in prometheus_client; under gunicorn, `partnerkit serve` sets
+PROMETHEUS_MULTIPROC_DIR to a private directory, so every worker writes its own files and a
+scrape (answered by any worker) sums them. What other processes do (the worker's voucher
+fetches, the API budget) is read from the database at scrape time, so it needs no mmap files.
+Nothing secret is ever a label: reasons and outcomes are fixed words.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from partnerkit.store import Database
+from partnerkit.store import inbox, jobs
+
+ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class DatabaseCollector(Collector):
+    """Voucher fetch outcomes, job states and the API budget, read from the shared database."""
+
+    def __init__(self, db: Callable[[], Database], budget: Callable[[Database], int | None]) -> None:
+        self._db = db
+        self._budget = budget
+
+    def collect(self) -> Iterator:
+        db = self._db()
+        outcomes = CounterMetricFamily("partnerkit_voucher_fetches", "Voucher fetch attempts by outcome",
+                                       labels=["outcome"])
+        for name, value in jobs.counters(db, "voucher_fetch.").items():
+            outcomes.add_metric([name.split(".", 1)[1]], value)
+        yield outcomes
+        states = GaugeMetricFamily("partnerkit_voucher_fetch_jobs", "Voucher fetch jobs by state", labels=["state"])
+        for state in ("pending", "done", "dead"):
+            states.add_metric([state], jobs.counts_by_state(db).get(state, 0))
+        yield states
+        stored = GaugeMetricFamily("partnerkit_inbox_events", "Inbox rows by state", labels=["state"])
+        for state, value in inbox.counts(db).items():
+            stored.add_metric([state], value)
+        yield stored
+        remaining = self._budget(db)
+        if remaining is not None:
+            yield GaugeMetricFamily("partnerkit_api_budget_remaining", "Provider requests left in the current hour",
+                                    value=remaining)
+
+
+class Metrics:
+    """The receiver's counters and histogram, in a registry of their own (no global state)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events = Counter("partnerkit_webhook_events", "Verified deliveries by outcome "
+                              "(accepted, duplicate, ignored, unavailable)", ["outcome"], registry=self.registry)
+        self.rejected = Counter("partnerkit_webhook_rejected", "Deliveries refused before parsing, by reason",
+                                ["reason"], registry=self.registry)
+        self.ack_seconds = Histogram("partnerkit_webhook_ack_seconds", "Time from request to 2xx acknowledgement",
+                                     buckets=ACK_BUCKETS, registry=self.registry)
+        self._db_collector: DatabaseCollector | None = None
+
+    def attach_database(self, db: Callable[[], Database], budget: Callable[[Database], int | None]) -> None:
+        """Add the database-derived metrics to every scrape."""
+        self._db_collector = DatabaseCollector(db, budget)
+        if not multiprocess_dir():
+            self.registry.register(self._db_collector)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition, summed over every gunicorn worker when multiprocess."""
+        if multiprocess_dir():
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+            if self._db_collector is not None:
+                registry.register(self._db_collector)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+
+def multiprocess_dir() -> str | None:
+    """PROMETHEUS_MULTIPROC_DIR, when set (by `partnerkit serve`)."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None

@@ -1,0 +1,80 @@
+"""Webhook signatures: pure `sign()` and `verify()`, no framework import.
+
+The document ("Events > Signature"): signed_content = X-Timestamp + "." + raw body, and
+X-Signature = hex HMAC-SHA256 of signed_content keyed with the webhook token. Verification
+works on the raw bytes, never on re-serialised JSON. Each failed check raises
+`VerificationError` with its own `reason`, in the order of DESIGN.md's receiver contract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from typing import Iterable, Mapping
+
+from partnerkit.config import WebhookToken
+from partnerkit.errors import VerificationError
+
+DEFAULT_TOLERANCE_S = 300  # "Receivers reject a request whose timestamp is more than 5 minutes old."
+_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
+_HEX_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sign(token: str, timestamp: int | str, body: bytes) -> str:
+    """Hex HMAC-SHA256 of `timestamp + "." + body` under `token` (the provider's rule)."""
+    message = str(timestamp).encode("ascii") + b"." + body
+    return hmac.new(token.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def candidate_tokens(tokens: Iterable[WebhookToken], webhook_id: str | None) -> list[str]:
+    """Tokens to try: those bound to `webhook_id` if any are, else the unbound ones."""
+    tokens = list(tokens)
+    bound = [t.token for t in tokens if webhook_id is not None and t.webhook_id == webhook_id]
+    return bound or [t.token for t in tokens if t.webhook_id is None]
+
+
+def _parse_signature(value: str) -> str:
+    text = value.strip()
+    if text[:7].lower() == "sha256=":
+        text = text[7:]
+    text = text.lower()
+    if not _HEX_SHA256.match(text):
+        raise VerificationError("malformed_signature", "X-Signature is not 64 hex digits")
+    return text
+
+
+def verify(headers: Mapping[str, str], body: bytes, tokens: Iterable[WebhookToken], *,
+           now: float, tolerance_s: int = DEFAULT_TOLERANCE_S) -> str:
+    """Check one delivery; return the token that signed it or raise VerificationError(reason)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    timestamp = lowered.get("x-timestamp")
+    signature = lowered.get("x-signature")
+    if not timestamp:
+        raise VerificationError("missing_timestamp", "X-Timestamp header is missing")
+    if not signature:
+        raise VerificationError("missing_signature", "X-Signature header is missing")
+    timestamp = timestamp.strip()
+    if not _TIMESTAMP.match(timestamp):
+        raise VerificationError("malformed_timestamp", "X-Timestamp is not Unix seconds")
+    # Old and future timestamps alike; exactly `tolerance_s` away still passes.
+    if abs(now - int(timestamp)) > tolerance_s:
+        raise VerificationError("timestamp_out_of_tolerance", "X-Timestamp is outside the tolerance")
+    expected = _parse_signature(signature)
+    candidates = candidate_tokens(tokens, lowered.get("x-webhook-id"))
+    if not candidates:
+        raise VerificationError("no_token", "no accepted token for this X-Webhook-ID")
+    matched = None
+    for token in candidates:  # try every candidate: rotation keeps two tokens live
+        if hmac.compare_digest(sign(token, timestamp, body), expected):
+            matched = token
+    if matched is None:
+        raise VerificationError("signature_mismatch", "X-Signature does not match any accepted token")
+    # X-SERVICE-WEBHOOK-TOKEN is a quick check the document offers; it is checked only after
+    # the signature, so the header alone never authenticates anything.
+    service_token = lowered.get("x-service-webhook-token")
+    if service_token is not None:
+        given = service_token.strip().encode("utf-8")
+        if not any([hmac.compare_digest(given, t.encode("utf-8")) for t in candidates]):
+            raise VerificationError("service_token_mismatch", "X-SERVICE-WEBHOOK-TOKEN is not an accepted token")
+    return matched

@@ -1,0 +1,35 @@
+"""Accepted webhook tokens: the configured ones plus those saved by `partnerkit webhooks register`."""
+
+from __future__ import annotations
+
+from partnerkit.config import Config, ConfigError, WebhookToken
+from partnerkit.crypto import Cipher
+from partnerkit.store import Database
+from partnerkit.store import webhook_tokens
+
+TOKEN_CONTEXT = b"webhook_token"  # binds a saved token's ciphertext to its purpose
+
+
+def saved_tokens(db: Database, cipher: Cipher) -> tuple[WebhookToken, ...]:
+    """Decrypt the tokens saved in the database, each bound to its webhook id."""
+    return tuple(WebhookToken(cipher.decrypt(sealed, context=TOKEN_CONTEXT + b":" + wid.encode()), wid)
+                 for wid, sealed in webhook_tokens.sealed(db))
+
+
+def accepted_tokens(config: Config, db: Database, cipher: Cipher) -> tuple[WebhookToken, ...]:
+    """Every token the receiver accepts now: configuration first, then the database."""
+    return tuple(config.webhook_tokens) + saved_tokens(db, cipher)
+
+
+def require_tokens(config: Config, db: Database, cipher: Cipher) -> tuple[WebhookToken, ...]:
+    """Accepted tokens, or ConfigError: a receiver with no token would have to fail open."""
+    tokens = accepted_tokens(config, db, cipher)
+    if not tokens:
+        raise ConfigError("no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
+                          "`partnerkit webhooks register`; the receiver refuses to start without one")
+    return tokens
+
+
+def seal_token(cipher: Cipher, webhook_id: str, token: str) -> bytes:
+    """Encrypt a token for `webhook_tokens.save`."""
+    return cipher.encrypt(token, context=TOKEN_CONTEXT + b":" + webhook_id.encode())  # type: ignore[return-value]

@@ -1,0 +1,72 @@
+"""Fixtures: a real SQLite file per test, the Flask app and test client, signed requests."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+
+from partnerkit.config import Config, WebhookToken
+from partnerkit.store import open_db
+from receiver.app import create_app
+from receiver.signature import sign
+
+TOKEN = "whsec_test_token_one"
+OTHER_TOKEN = "whsec_test_token_two"
+VOUCHER_KEY = "dGVzdC12b3VjaGVyLWtleS0zMi1ieXRlcy1sb25nISE"  # base64 of 32 bytes, tests only
+
+
+@pytest.fixture
+def config(tmp_path) -> Config:
+    return Config(db_path=tmp_path / "pk.db", webhook_tokens=(WebhookToken(TOKEN),), voucher_key=VOUCHER_KEY,
+                  api_base_url="http://127.0.0.1:9", api_key="k", api_secret="s", log_level="WARNING")
+
+
+@pytest.fixture
+def app(config):
+    app = create_app(config)
+    app.config["TESTING"] = True
+    return app
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def db(config, app):
+    database = open_db(config.db_path)
+    yield database
+    database.conn.close()
+
+
+def signed_headers(body: bytes, *, token: str = TOKEN, timestamp: int | None = None, **extra: str) -> dict:
+    """Headers of a delivery signed by the document's rule."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    headers = {"Content-Type": "application/json", "X-Timestamp": str(ts), "X-Signature": sign(token, ts, body)}
+    headers.update({k.replace("_", "-"): v for k, v in extra.items()})
+    return headers
+
+
+def envelope(event_id: str = "evt_1", event_type: str = "order.delivered", order_id: int = 101,
+             status: str = "DELIVERED", quantity: int = 2, delivered: int | None = None,
+             created_at: str = "2024-05-01T10:00:00Z") -> bytes:
+    """A body in the document's main envelope form."""
+    data = {"id": order_id, "reference_code": "REF-1", "status": status, "sub_status": "",
+            "product_name": "Gift Card", "denomination": "500.00", "quantity": quantity, "amount": "1000.00",
+            "delivered_quantity": quantity if delivered is None else delivered, "delivered_on": None,
+            "created_at": created_at}
+    return json.dumps({"event_id": event_id, "event_type": event_type, "created_at": created_at,
+                       "data": data}).encode()
+
+
+def post(client, body: bytes, path: str = "/webhooks/partner", **kwargs):
+    """POST a correctly signed delivery."""
+    return client.post(path, data=body, headers=signed_headers(body, **kwargs))
+
+
+def with_tokens(config: Config, *tokens: WebhookToken) -> Config:
+    return replace(config, webhook_tokens=tuple(tokens))
