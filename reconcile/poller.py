@@ -1,0 +1,163 @@
+"""One poll pass: read due PROCESSING recharges back from the provider and store what changed.
+
+The plan (`reconcile.polling.plan`) decides what to read; this module only does the I/O. It uses
+the client under the "poller" budget purpose with `wait=False` and a reserve (`keep_free`) so the
+receiver's voucher fetches always find room: when the poller's share is used up the pass simply
+ends (BudgetExhausted is an outcome here, not an error). Never resubmit to resolve: a PROCESSING
+recharge is only ever read (States and transitions: Recharge).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from partnerkit.config import Config
+from partnerkit.errors import BudgetExhausted, NotFound, RateLimited
+from partnerkit.money import from_cents
+from partnerkit.store import Database
+from partnerkit.store import recharges as store
+from partnerkit.timeutil import parse_ts, utcnow
+from reconcile.polling import DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, SingleRead, plan
+
+log = logging.getLogger("reconcile.poller")
+
+MAX_CALLS_PER_PASS = 20  # a pass every 5 s never needs more; bounds a pass if the estimate is off
+EXTRA_PAGES = 2  # pages beyond the plan's estimate a list walk may take before leaving the rest due
+
+
+@dataclass
+class PollSummary:
+    """What one pass did; logged as the job's outcome."""
+
+    candidates: int = 0
+    due: int = 0
+    read: int = 0
+    settled: int = 0
+    calls: int = 0
+    list_calls: int = 0
+    single_calls: int = 0
+    deferred: int = 0
+    escalated: list[str] = field(default_factory=list)
+    budget_exhausted: bool = False
+    not_found: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for the job log line."""
+        return dict(vars(self))
+
+
+def poller_keep_free(config: Config) -> int:
+    """Requests per hour the poller leaves to others: the part of the budget outside its share."""
+    return max(0, config.hourly_budget - math.floor(config.hourly_budget * config.poller_budget_share))
+
+
+def _items(rows: list[dict]) -> list[PollItem]:
+    return [PollItem(r["local_id"], r["provider_id"], parse_ts(r["created_at"]),  # type: ignore[arg-type]
+                     parse_ts(r["last_polled_at"]), parse_ts(r["escalated_at"])) for r in rows]
+
+
+def poll_once(config: Config, db: Database, client: Any, now: datetime | None = None, *,
+              schedule: PollSchedule = DEFAULT_SCHEDULE, max_calls: int = MAX_CALLS_PER_PASS) -> PollSummary:
+    """Read the due PROCESSING recharges (list endpoint first), store changes, escalate stuck ones."""
+    now = now or utcnow()
+    summary = PollSummary()
+    items = _items(store.poll_candidates(db))
+    summary.candidates = len(items)
+    if not items:
+        return summary
+    first = min(i.created_at for i in items).date()
+    counts = store.day_counts(db, first, now.date())
+    the_plan = plan(now, items, max_calls, schedule=schedule, day_counts=counts)
+    summary.due, summary.deferred = len(the_plan.due), len(the_plan.deferred)
+    budgeted = client.with_budget("poller", wait=False, keep_free=poller_keep_free(config))
+    read: set[int] = set()  # local ids read in this pass (due or not: any fresh read resets the clock)
+    known = {i.provider_id: i.local_id for i in items}
+    try:
+        for step in the_plan.reads:
+            if isinstance(step, ListRead):
+                missing = _walk_list(db, budgeted, step, now, summary, read, known)
+                # An item the walk did not show (other time zone, deleted): read it by id now.
+                for item in missing:
+                    _read_single(db, budgeted, item, now, summary, read)
+            else:
+                _read_single(db, budgeted, step.item, now, summary, read)
+    except (BudgetExhausted, RateLimited) as exc:
+        summary.budget_exhausted = True
+        log.info("poll pass ended early: %s", exc)
+    finally:
+        marks = [(i.local_id, schedule.next_read_at(i.created_at, now)) for i in items if i.local_id in read]
+        store.mark_polled(db, marks, now)
+    summary.read = len(marks)
+    _escalate(db, the_plan.escalate, now, summary)
+    return summary
+
+
+def _walk_list(db: Database, client: Any, step: ListRead, now: datetime, summary: PollSummary,
+               read: set[int], known: dict[int, int]) -> list[PollItem]:
+    """Page through the list (newest first) until every item of `step` is seen; return the unseen."""
+    wanted = {i.provider_id: i for i in step.items}
+    floor = step.min_provider_id
+    page = 1
+    while True:
+        result = client.list_recharges(page=page, limit=DEFAULT_SCHEDULE.list_limit,
+                                       from_date=step.from_day.isoformat(), to_date=step.to_day.isoformat())
+        summary.calls += 1
+        summary.list_calls += 1
+        records = list(result.items)
+        # Only recharges partnerkit already holds are updated here; the sync adds the others.
+        outcome = store.upsert_from_provider(db, records, now, insert_unknown=False)
+        summary.settled += len(outcome.settled)
+        for record in records:
+            wanted.pop(int(record.id), None)
+            if int(record.id) in known:
+                read.add(known[int(record.id)])
+        if not wanted or not result.has_more or not records or int(records[-1].id) < floor:
+            break
+        if page >= step.estimated_pages + EXTRA_PAGES:
+            break
+        page += 1
+    return list(wanted.values())
+
+
+def _read_single(db: Database, client: Any, item: PollItem, now: datetime, summary: PollSummary,
+                 read: set[int]) -> None:
+    summary.calls += 1
+    summary.single_calls += 1
+    try:
+        record = client.get_recharge(item.provider_id)
+    except NotFound:
+        # The provider no longer shows it; reconciliation reports unknown_to_provider. Keep reading
+        # it on the slow schedule rather than guessing an outcome.
+        summary.not_found.append(item.provider_id)
+        read.add(item.local_id)
+        log.warning("recharge %s not found at the provider while PROCESSING locally", item.provider_id)
+        return
+    outcome = store.upsert_from_provider(db, [record], now, insert_unknown=False)
+    summary.settled += len(outcome.settled)
+    read.add(item.local_id)
+
+
+def _escalate(db: Database, candidates: tuple[PollItem, ...], now: datetime, summary: PollSummary) -> None:
+    """Limits, recommended polling: beyond 30 min, escalate to support with the reference_number."""
+    if not candidates:
+        return
+    from partnerkit.store.drifts import open_drift  # reconciliation's store; imported where used
+
+    for item in candidates:
+        row = store.get(db, item.local_id)
+        if row is None or row["status"] != "PROCESSING" or row["escalated_at"]:
+            continue  # settled by this pass's reads
+        reference = row["reference_number"] or str(row["provider_id"])
+        # Drift first, flag second: a crash in between re-records the same drift (stable id), never loses it.
+        open_drift(db, kind="stuck_processing", subject="recharge", reference=reference,
+                   expected=None, actual=from_cents(row["payable_cents"]), currency=row["currency"] or "INR",
+                   detected_at=now)
+        if store.mark_escalated(db, item.local_id, now):
+            summary.escalated.append(reference)
+            log.warning("recharge %s still PROCESSING after 30 minutes: escalate to support with reference_number %s",
+                        row["provider_id"], reference, extra={"reference_number": reference,
+                                                               "recharge_id": row["provider_id"]})

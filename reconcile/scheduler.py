@@ -1,0 +1,196 @@
+"""The worker: APScheduler 3.x in UTC, the job table of `reconcile.worker_jobs`, one lease per DB.
+
+Only one worker may run jobs against a database. It holds the lease "worker" in the `locks` table
+(acquired in BEGIN IMMEDIATE, renewed every LEASE_RENEW_S, released on exit); a second worker waits
+for it (or exits, with --once or --no-wait) with a message naming the holder. A crashed holder stops
+renewing and its lease expires after LEASE_TTL_S. The worker refuses to start inside a gunicorn
+process: forked web workers would each run every job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from datetime import timedelta, timezone
+from typing import Any, Callable, Sequence
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from partnerkit.config import Config
+from partnerkit.errors import PartnerKitError
+from partnerkit.store import Database, open_db
+from partnerkit.store import locks
+from partnerkit.timeutil import iso, utcnow
+from reconcile.worker_jobs import JOBS, JobRunner, JobSpec
+
+log = logging.getLogger("reconcile.worker")
+
+LEASE_NAME = "worker"
+LEASE_TTL_S = 30.0
+LEASE_RENEW_S = 10.0
+LEASE_POLL_S = 5.0  # how often a standby worker retries the lease
+
+
+class WorkerBusy(PartnerKitError):
+    """Another worker holds the lease on this database."""
+
+
+class WorkerRefused(PartnerKitError):
+    """The worker must not start here (inside gunicorn)."""
+
+
+def refuse_inside_gunicorn() -> None:
+    """Raise WorkerRefused in a gunicorn process: every forked web worker would run every job."""
+    if "gunicorn" in sys.modules or "gunicorn" in os.path.basename(sys.argv[0] if sys.argv else ""):
+        raise WorkerRefused("the worker is never started inside gunicorn; run `partnerkit worker` as its own process")
+
+
+class WorkerLease:
+    """This process's claim on the database's worker lease."""
+
+    def __init__(self, db: Database, *, name: str = LEASE_NAME, ttl_s: float = LEASE_TTL_S,
+                 holder: str | None = None) -> None:
+        self.db = db
+        self.name = name
+        self.ttl_s = ttl_s
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.held = False
+        self.lost = threading.Event()
+
+    def try_acquire(self) -> locks.Lease:
+        """Take the lease if free or expired; the returned Lease says who holds it."""
+        lease = locks.acquire(self.db, self.name, self.holder, self.ttl_s)
+        self.held = lease.acquired
+        return lease
+
+    def acquire(self, *, wait: bool, stop: threading.Event | None = None, poll_s: float = LEASE_POLL_S) -> None:
+        """Take the lease, waiting for it if asked; WorkerBusy (naming the holder) otherwise."""
+        announced = False
+        while True:
+            lease = self.try_acquire()
+            if lease.acquired:
+                log.info("worker lease acquired by %s", self.holder, extra={"holder": self.holder})
+                return
+            message = (f"another worker ({lease.holder}) holds the lease on this database until "
+                       f"{iso(lease.expires_at)}; jobs are never run twice")
+            if not wait:
+                raise WorkerBusy(message + "; not starting (if that worker crashed, its lease expires "
+                                 f"within {int(self.ttl_s)} s)")
+            if not announced:
+                log.warning("%s; standing by until it is released or expires", message)
+                announced = True
+            if stop is not None and stop.wait(poll_s):
+                raise WorkerBusy("stopped while waiting for the worker lease")
+            if stop is None:
+                threading.Event().wait(poll_s)
+
+    def renew(self) -> bool:
+        """Extend the lease; on loss set `lost` so the worker stops."""
+        try:
+            ok = self.held and locks.renew(self.db, self.name, self.holder, self.ttl_s)
+        except PartnerKitError as exc:  # a locked DB for a moment is not a loss; the TTL has room
+            log.warning("worker lease renewal failed: %s", exc)
+            return self.held
+        if not ok and self.held:
+            self.held = False
+            self.lost.set()
+            log.error("worker lease lost (another worker took it over); stopping")
+        return ok
+
+    def release(self) -> None:
+        """Give the lease back (only ours)."""
+        if self.held:
+            locks.release(self.db, self.name, self.holder)
+            self.held = False
+            log.info("worker lease released by %s", self.holder)
+
+
+def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: Sequence[JobSpec] = JOBS,
+                    client_factory: Callable[[Config, Database, str], Any] | None = None) -> BackgroundScheduler:
+    """A configured, not yet started scheduler: every job of the table, plus the lease renewal."""
+    # coalesce=True: runs missed while the process was paused or a job was slow collapse into one
+    # run, not a burst (every job reads current state, so one run catches up all of them).
+    # max_instances=1: a job never overlaps itself (twice the API calls, the same rows contended).
+    # misfire_grace_time per job (see JOBS): short for the 3-5 s pollers, long for the hourly check.
+    scheduler = BackgroundScheduler(
+        timezone=timezone.utc,
+        executors={"default": ThreadPoolExecutor(max_workers=max(2, len(jobs))),
+                   "lease": ThreadPoolExecutor(max_workers=1)},
+        job_defaults={"coalesce": True, "max_instances": 1},
+    )
+    may_run = (lambda: lease.held) if lease is not None else (lambda: True)
+    start = utcnow()
+    for offset, spec in enumerate(jobs):
+        runner = JobRunner(config, spec, may_run=may_run, client_factory=client_factory)
+        scheduler.add_job(runner, IntervalTrigger(seconds=spec.every_s, timezone=timezone.utc), id=spec.id,
+                          name=spec.id, misfire_grace_time=spec.misfire_grace_s, coalesce=True, max_instances=1,
+                          next_run_time=start + timedelta(milliseconds=200 * offset), replace_existing=True)
+    if lease is not None:
+        scheduler.add_job(lease.renew, IntervalTrigger(seconds=LEASE_RENEW_S, timezone=timezone.utc),
+                          id="renew-lease", name="renew-lease", executor="lease", misfire_grace_time=int(LEASE_RENEW_S),
+                          coalesce=True, max_instances=1)
+    return scheduler
+
+
+def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
+             client_factory: Callable[[Config, Database, str], Any] | None = None) -> list[dict[str, Any]]:
+    """One pass of every job, in table order, ignoring intervals, under the lease (for cron and tests)."""
+    db = open_db(config.db_path)
+    lease = WorkerLease(db)
+    try:
+        lease.acquire(wait=False)
+        results = []
+        for spec in jobs:
+            runner = JobRunner(config, spec, may_run=lambda: lease.held, client_factory=client_factory)
+            try:
+                results.append(runner())
+            finally:
+                runner.close()
+            lease.renew()
+        return results
+    finally:
+        lease.release()
+        db.conn.close()
+
+
+def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.Event | None = None,
+               jobs: Sequence[JobSpec] = JOBS,
+               client_factory: Callable[[Config, Database, str], Any] | None = None) -> int:
+    """Run the scheduler until SIGTERM/SIGINT (or `stop`); return the process exit code."""
+    refuse_inside_gunicorn()
+    stop = stop or threading.Event()
+    _install_signal_handlers(stop)
+    db = open_db(config.db_path)
+    lease = WorkerLease(db)
+    try:
+        lease.acquire(wait=wait_for_lease, stop=stop)
+        scheduler = build_scheduler(config, lease=lease, jobs=jobs, client_factory=client_factory)
+        scheduler.start()
+        log.info("worker started with jobs %s", ", ".join(s.id for s in jobs), extra={"holder": lease.holder})
+        while not stop.is_set() and not lease.lost.is_set():
+            stop.wait(1.0)
+        log.info("worker stopping: waiting for running jobs")
+        scheduler.shutdown(wait=True)  # let a running job finish its transaction
+        return 1 if lease.lost.is_set() else 0
+    finally:
+        lease.release()
+        db.conn.close()
+
+
+def _install_signal_handlers(stop: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may install handlers; the caller owns `stop` then
+
+    def handle(signum: int, _frame: Any) -> None:
+        log.info("worker received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)

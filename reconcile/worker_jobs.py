@@ -1,0 +1,132 @@
+"""The worker's one job table, and the wrapper that runs a job and logs one line about it.
+
+Every job is a function `f(config, db, client)` named by dotted path and imported only when the
+worker starts, so a part that is not installed is reported by job id instead of breaking the
+import of the worker. Each job gets its own database connection and client (jobs run in threads;
+SQLite transactions must not share a connection).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from partnerkit.config import Config
+from partnerkit.errors import BudgetExhausted, PartnerKitError, RateLimited
+from partnerkit.store import Database, open_db
+
+log = logging.getLogger("reconcile.worker")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One scheduled job: id, target 'module:function', interval and misfire grace in seconds."""
+
+    id: str
+    target: str
+    every_s: float
+    misfire_grace_s: int
+    purpose: str
+
+    def __post_init__(self) -> None:
+        if ":" not in self.target:
+            raise ValueError(f"job {self.id}: target must be 'module:function', got {self.target!r}")
+        if self.every_s <= 0 or self.misfire_grace_s <= 0:
+            raise ValueError(f"job {self.id}: every_s and misfire_grace_s must be positive")
+
+
+# Misfire grace: frequent jobs skip a run that is late by more than about one interval (the next
+# one is seconds away and reads the same state); the hourly report check is kept even when late.
+JOBS: tuple[JobSpec, ...] = (
+    JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller"),
+    JobSpec("fetch-vouchers", "partnerkit.vouchers:run_voucher_fetches", 3, 3, "vouchers"),
+    JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up"),
+    JobSpec("sync-recent", "reconcile.jobs:sync_recent", 900, 300, "sync"),
+    JobSpec("nightly-report", "reconcile.jobs:nightly", 3600, 3600, "report"),
+)
+
+
+class JobUnavailable(PartnerKitError):
+    """A job's function cannot be imported (its part is missing or broken)."""
+
+
+def resolve(spec: JobSpec) -> Callable[..., Any]:
+    """Import the job's function; JobUnavailable names the job and the reason."""
+    module_name, _, attr = spec.target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise JobUnavailable(f"job {spec.id}: cannot import {module_name} ({exc})") from exc
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise JobUnavailable(f"job {spec.id}: {module_name} has no function {attr}")
+    return func
+
+
+def _result(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool, dict, list)):
+        return value
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+class JobRunner:
+    """Runs one job: its own connection and client, one structured log line per run, never raises."""
+
+    def __init__(self, config: Config, spec: JobSpec, *, may_run: Callable[[], bool] = lambda: True,
+                 client_factory: Callable[[Config, Database, str], Any] | None = None) -> None:
+        self.config = config
+        self.spec = spec
+        self.may_run = may_run
+        self._client_factory = client_factory or default_client
+        self._db: Database | None = None
+        self._client: Any = None
+        self._func: Callable[..., Any] | None = None
+
+    def close(self) -> None:
+        """Close this job's connection."""
+        if self._db is not None:
+            self._db.conn.close()
+            self._db = None
+
+    def __call__(self) -> dict[str, Any]:
+        """Run the job once; return (and log) its outcome."""
+        started = time.monotonic()
+        outcome, result = "ok", None
+        if not self.may_run():
+            outcome, result = "skipped", "the worker lease is not held"
+        else:
+            try:
+                if self._func is None:
+                    self._func = resolve(self.spec)
+                if self._db is None:
+                    self._db = open_db(self.config.db_path)
+                if self._client is None:
+                    self._client = self._client_factory(self.config, self._db, self.spec.purpose)
+                result = _result(self._func(self.config, self._db, self._client))
+            except JobUnavailable as exc:
+                outcome, result = "unavailable", str(exc)
+            except (BudgetExhausted, RateLimited) as exc:
+                outcome, result = "budget_exhausted", str(exc)
+            except Exception as exc:  # a job must never kill the scheduler; the log line says what broke
+                outcome, result = "error", f"{type(exc).__name__}: {exc}"
+                log.debug("job %s failed", self.spec.id, exc_info=True)
+        record = {"job": self.spec.id, "outcome": outcome, "duration_ms": round((time.monotonic() - started) * 1000),
+                  "result": result}
+        level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted") else logging.ERROR
+        log.log(level, "job %s %s", self.spec.id, outcome, extra=record)
+        return record
+
+
+def default_client(config: Config, db: Database, purpose: str) -> Any:
+    """A PartnerClient for one job; never waits for budget inside a scheduler thread."""
+    from partnerkit.client import PartnerClient
+
+    return PartnerClient(config, db, purpose=purpose, wait_for_budget=False)
