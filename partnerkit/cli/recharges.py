@@ -1,0 +1,143 @@
+"""`partnerkit recharges submit|list|show|locate`: recharges through partnerkit, and the local copy.
+
+Exit codes of `submit` and `locate`: 0 when the provider's outcome is known and not FAILED
+(SUCCESS, PROCESSING, REVERSED), 1 for FAILED or any error, 3 when the outcome is UNKNOWN (run
+`recharges locate` later; never resubmit with a new key).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+from partnerkit.money import from_cents
+from partnerkit.store import recharges as store
+
+EXIT_UNKNOWN = 3
+TABLE_COLUMNS = ["local_id", "id", "reference_number", "status", "mobile_number", "face", "payable", "created_at"]
+# JSON field names follow the document's Recharge record; partnerkit's own fields come after.
+VIEW_FIELDS = ["id", "reference_number", "status", "sub_status", "mobile_number", "operator_id", "operator",
+               "amount", "face", "discount", "payable", "currency", "vendor_recharge_id", "operator_txn_id",
+               "failure_reason", "client_reference", "created_at", "updated_at", "local_id", "origin",
+               "idempotency_key", "submitted_at", "settled_at", "last_polled_at", "next_poll_at", "escalated_at",
+               "last_error"]
+
+
+def recharge_view(row: dict) -> dict[str, Any]:
+    """A stored row in the document's field names, money as Decimal (printed with 2 decimals)."""
+    view = {
+        "id": row["provider_id"], "reference_number": row["reference_number"], "status": row["status"],
+        "sub_status": row["sub_status"], "mobile_number": row["mobile_number"], "operator_id": row["operator_id"],
+        "operator": row["operator"], "amount": from_cents(row["amount_cents"]), "face": from_cents(row["face_cents"]),
+        "discount": from_cents(row["discount_cents"]), "payable": from_cents(row["payable_cents"]),
+        "currency": row["currency"], "vendor_recharge_id": row["vendor_recharge_id"],
+        "operator_txn_id": row["operator_txn_id"], "failure_reason": row["failure_reason"],
+        "client_reference": row["client_reference"], "created_at": row["provider_created_at"],
+        "updated_at": row["updated_at"], "local_id": row["local_id"], "origin": row["origin"],
+        "idempotency_key": row["idempotency_key"], "submitted_at": row["submitted_at"],
+        "settled_at": row["settled_at"], "last_polled_at": row["last_polled_at"],
+        "next_poll_at": row["next_poll_at"], "escalated_at": row["escalated_at"], "last_error": row["last_error"],
+    }
+    return {name: view[name] for name in VIEW_FIELDS}
+
+
+def _client(app: AppContext) -> Any:
+    from partnerkit.client import PartnerClient
+
+    config = app.config.require("api_base_url", "api_key", "api_secret")
+    return PartnerClient(config, app.db, purpose="cli")
+
+
+def _finish(outcome: Any, fmt: str) -> None:
+    """Print the outcome row, the message on stderr, and exit with the documented code."""
+    if outcome.row:
+        emit([recharge_view(outcome.row)], TABLE_COLUMNS, fmt, json_value=recharge_view(outcome.row))
+    click.echo(outcome.message, err=True)
+    if outcome.status in ("UNKNOWN", "INTENT"):
+        sys.exit(EXIT_UNKNOWN)
+    if outcome.status == "FAILED":
+        sys.exit(1)
+
+
+@click.group("recharges")
+def recharges_group() -> None:
+    """Submit recharges (intent first, never resent blindly), list and show the local copy, locate after a timeout."""
+
+
+@recharges_group.command("submit")
+@click.option("--mobile", "mobile_number", required=True, help="10 digits, no +91, spaces or dashes.")
+@click.option("--operator-id", type=int, required=True, help="Numeric operator id (not the display name).")
+@click.option("--amount", required=True, help="Face value in whole rupees, e.g. 199.")
+@click.option("--client-reference", help="Your reference, echoed on every read (generated when omitted).")
+@click.option("--circle-id", type=int, help="Only when the operator needs a circle.")
+@click.option("--postpaid", "is_postpaid", is_flag=True, default=None, help="Pay a postpaid bill (default: prepaid).")
+@click.option("--special", "is_special", is_flag=True, default=None, help="Special recharge (operators that support it).")
+@click.option("--nickname", help="Label for the vendor: letters and digits, at most 40.")
+@click.option("--force", is_flag=True, help="Bypass the provider's duplicate guard: a deliberate repeat.")
+@click.option("--idempotency-key", help="Reuse a key (8-256 characters) to replay an earlier submit.")
+@format_option
+@pass_app
+def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
+    """Submit a recharge: the intent is recorded before anything is sent."""
+    from reconcile.recharges import submit
+
+    outcome = submit(app.config, app.db, _client(app), **fields)
+    _finish(outcome, fmt)
+
+
+@recharges_group.command("list")
+@click.option("--status", type=click.Choice(["INTENT", "UNKNOWN", "PROCESSING", "SUCCESS", "FAILED", "REVERSED"],
+                                            case_sensitive=False), help="Only this status.")
+@click.option("--limit", type=click.IntRange(1), default=None, help="At most this many, newest first.")
+@format_option
+@pass_app
+def list_command(app: AppContext, fmt: str, status: str | None, limit: int | None) -> None:
+    """Recharges partnerkit knows, newest first."""
+    views = [recharge_view(r) for r in store.list_rows(app.db, status=status, limit=limit)]
+    emit(views, TABLE_COLUMNS, fmt, empty_message="no recharges")
+
+
+@recharges_group.command("show")
+@click.argument("key")
+@format_option
+@pass_app
+def show_command(app: AppContext, fmt: str, key: str) -> None:
+    """One recharge by provider id, reference_number or local id."""
+    row = store.find(app.db, key)
+    if row is None:
+        raise click.ClickException(f"no recharge with id, reference_number or local id {key!r}")
+    view = recharge_view(row)
+    rows = [{"field": name, "value": value} for name, value in view.items()]
+    emit(rows, ["field", "value"], fmt, json_value=view)
+
+
+@recharges_group.command("locate")
+@click.option("--local-id", type=int, help="A local recharge (e.g. UNKNOWN after a timeout).")
+@click.option("--mobile", "mobile_number", help="Number searched when there is no local id.")
+@click.option("--amount", help="Face value in whole rupees, with --mobile.")
+@click.option("--client-reference", help="Match this client_reference, with --mobile.")
+@format_option
+@pass_app
+def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_number: str | None,
+                   amount: str | None, client_reference: str | None) -> None:
+    """Run the document's after-timeout search: same Idempotency-Key, then client_reference, then face and time."""
+    from reconcile.recharges import locate
+
+    if local_id is None and not (mobile_number and amount):
+        raise click.UsageError("give --local-id N, or --mobile M --amount A [--client-reference R]")
+    if local_id is not None and (mobile_number or amount or client_reference):
+        raise click.UsageError("--local-id cannot be combined with --mobile/--amount/--client-reference")
+    outcome = locate(app.config, app.db, _client(app), local_id=local_id, mobile_number=mobile_number,
+                     amount=amount, client_reference=client_reference)
+    if outcome.status == "NOT_RECORDED":
+        click.echo(outcome.message, err=True)
+        return
+    _finish(outcome, fmt)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(recharges_group)

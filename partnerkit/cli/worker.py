@@ -1,0 +1,35 @@
+"""`partnerkit worker [--once]`: the APScheduler worker, or one pass of every job for cron."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+
+
+@click.command("worker")
+@click.option("--once", is_flag=True, help="Run one pass of every job, ignoring intervals, and exit (for cron).")
+@click.option("--no-wait", is_flag=True, help="Exit instead of standing by when another worker holds the lease.")
+@format_option
+@pass_app
+def worker_command(app: AppContext, fmt: str, once: bool, no_wait: bool) -> None:
+    """Poll recharges, fetch vouchers, sync and report on schedule; one worker per database."""
+    from partnerkit.logs import configure_logging
+    from reconcile.scheduler import run_once, run_worker
+
+    config = app.config.require("api_base_url", "api_key", "api_secret")
+    configure_logging(config)
+    if once:
+        results = run_once(config)
+        emit(results, ["job", "outcome", "duration_ms", "result"], fmt)
+        if any(r["outcome"] in ("error", "unavailable") for r in results):
+            sys.exit(1)
+        return
+    sys.exit(run_worker(config, wait_for_lease=not no_wait))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(worker_command)
