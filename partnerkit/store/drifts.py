@@ -204,3 +204,10 @@ def audit_trail(db: Database, ident: str) -> list[dict]:
     rows = db.execute("SELECT seq, drift_id, action, resolution, note, by, at FROM drift_audit"
                       " WHERE drift_id = ? ORDER BY seq", (ident,)).fetchall()
     return [dict(zip(("seq", "drift_id", "action", "resolution", "note", "by", "at"), r)) for r in rows]
+
+
+def open_days(db: Database, *, since: str, before: str) -> list[str]:
+    """Report days in [since, before) that still have pending or escalated drifts."""
+    rows = db.execute("SELECT DISTINCT report_date FROM drifts WHERE report_date >= ? AND report_date < ?"
+                      " AND resolution != 'resolved' ORDER BY 1", (since, before)).fetchall()
+    return [r[0] for r in rows]

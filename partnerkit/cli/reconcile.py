@@ -1,0 +1,140 @@
+"""`partnerkit reconcile`, `report` and `drifts`: the nightly reconciliation and finance's workflow."""
+
+from __future__ import annotations
+
+import getpass
+from datetime import date
+from pathlib import Path
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+from partnerkit.store import drifts as drift_store
+from partnerkit.timeutil import parse_day, utcnow
+
+DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
+                 "resolution", "resolution_by", "resolution_note")
+
+
+def _day(ctx: click.Context, param: click.Parameter, value: str) -> date:
+    try:
+        return parse_day(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _client(app: AppContext):
+    from partnerkit.client import PartnerClient
+
+    app.config.require("api_base_url", "api_key", "api_secret")
+    return PartnerClient(app.config, app.db, purpose="reconcile")
+
+
+@click.command("reconcile")
+@click.option("--date", "day", required=True, callback=_day, help="The UTC day, YYYY-MM-DD.")
+@pass_app
+def reconcile_command(app: AppContext, day: date) -> None:
+    """Sync one UTC day from the provider, match it, and write its report."""
+    from reconcile.jobs import reconcile_day
+
+    report = reconcile_day(app.config, app.db, _client(app), day)
+    s = report["summary"]
+    click.echo(f"{report['date']}: {s['recharges_total']} recharges, {s['orders_total']} orders, "
+               f"{s['transactions_total']} transactions; {s['matched']} matched, {s['drifted']} drifted, "
+               f"{s['unmatched']} unmatched, {len(report['drifts'])} drifts; report in {app.config.report_dir}",
+               err=True)
+
+
+@click.command("report")
+@click.option("--date", "day", required=True, callback=_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE instead of stdout.")
+@pass_app
+def report_command(app: AppContext, day: date, fmt_name: str, output: Path | None) -> None:
+    """The day's report (the stored one with current resolutions; matched from the store if none)."""
+    from reconcile.jobs import current_report, report_day, write_atomic
+    from reconcile.report import render
+
+    report = current_report(app.db, day)
+    if report is None:
+        click.echo(f"no stored report for {day}; matching it from the local store (no sync)", err=True)
+        report = report_day(app.config, app.db, day)
+    text = render(report, fmt_name)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_atomic(output, text)
+        click.echo(f"wrote {output}", err=True)
+
+
+@click.group("drifts")
+def drifts_group() -> None:
+    """Finance's workflow: list drifts, resolve or escalate them (every change is audited)."""
+
+
+def _row(d: drift_store.Drift) -> dict:
+    row = {c: getattr(d, c) for c in DRIFT_COLUMNS}
+    if d.measure == "count":  # voucher counts print as whole numbers, money as 2 decimals
+        row["expected"], row["actual"] = (None if v is None else str(v) for v in (d.expected, d.actual))
+    return row
+
+
+@drifts_group.command("list")
+@click.option("--kind", type=click.Choice(drift_store.KINDS), help="Only this drift kind.")
+@click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS), help="Only this resolution.")
+@click.option("--date", "day", callback=lambda c, p, v: None if v is None else _day(c, p, v),
+              help="Only drifts of this report day.")
+@format_option
+@pass_app
+def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: date | None, fmt: str) -> None:
+    """List drifts, newest day first."""
+    found = drift_store.list_drifts(app.db, kind=kind, resolution=resolution,
+                                    report_date=None if day is None else day.isoformat())
+    emit([_row(d) for d in found], DRIFT_COLUMNS, fmt, empty_message="no drifts match")
+
+
+def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
+    drift = drift_store.set_resolution(app.db, ident, resolution, note=note, by=by or getpass.getuser(),
+                                       at=utcnow().replace(microsecond=0))
+    click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
+
+
+_note = click.option("--note", required=True, help="Why (kept in the audit trail).")
+_by = click.option("--by", help="Who (default: the OS user).")
+
+
+@drifts_group.command("resolve")
+@click.argument("ident", metavar="ID")
+@_note
+@_by
+@pass_app
+def drifts_resolve(app: AppContext, ident: str, note: str, by: str | None) -> None:
+    """Mark a drift resolved."""
+    _change(app, ident, "resolved", note, by)
+
+
+@drifts_group.command("escalate")
+@click.argument("ident", metavar="ID")
+@_note
+@_by
+@pass_app
+def drifts_escalate(app: AppContext, ident: str, note: str, by: str | None) -> None:
+    """Mark a drift escalated (to the provider's support, with its reference)."""
+    _change(app, ident, "escalated", note, by)
+
+
+@drifts_group.command("history")
+@click.argument("ident", metavar="ID")
+@format_option
+@pass_app
+def drifts_history(app: AppContext, ident: str, fmt: str) -> None:
+    """The audit trail of one drift, oldest first."""
+    drift_store.get_drift(app.db, ident)
+    emit(drift_store.audit_trail(app.db, ident), ("seq", "action", "resolution", "note", "by", "at"), fmt)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(reconcile_command)
+    group.add_command(report_command)
+    group.add_command(drifts_group)

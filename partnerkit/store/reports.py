@@ -1,0 +1,33 @@
+"""Stored daily reports: one row per UTC date, the report JSON as generated (latest run wins)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from partnerkit.store.db import Database, transaction
+
+
+def save_report(db: Database, report: dict[str, Any]) -> None:
+    """Keep a day's report (replacing an earlier run of the same date)."""
+    with transaction(db) as conn:
+        conn.execute("INSERT INTO reports (date, generated_at, body) VALUES (?, ?, ?)"
+                     " ON CONFLICT(date) DO UPDATE SET generated_at = excluded.generated_at, body = excluded.body",
+                     (report["date"], report["generated_at"], json.dumps(report)))
+
+
+def get_report(db: Database, day: str) -> dict[str, Any] | None:
+    """The stored report of a date, or None."""
+    row = db.execute("SELECT body FROM reports WHERE date = ?", (day,)).fetchone()
+    return json.loads(row[0]) if row else None
+
+
+def last_report_date(db: Database) -> str | None:
+    """The latest date that has a report, or None before the first."""
+    return db.execute("SELECT MAX(date) FROM reports").fetchone()[0]
+
+
+def report_dates(db: Database) -> list[str]:
+    """Every date with a stored report, oldest first."""
+    return [r[0] for r in db.execute("SELECT date FROM reports ORDER BY date").fetchall()]
+

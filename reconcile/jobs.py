@@ -1,0 +1,110 @@
+"""Reconciliation jobs: the incremental sync and the nightly report (with catch-up after downtime).
+
+The scheduler calls `sync_recent` every few minutes and `nightly` every hour or so; both are
+idempotent, so a missed, doubled or crashed run is repaired by the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from partnerkit.store import drifts as drift_store
+from partnerkit.store import ledger as ledger_store
+from partnerkit.store import reports as report_store
+from partnerkit.timeutil import utcnow
+from reconcile import report as report_mod
+from reconcile.matcher import match_day
+from reconcile.sync import SyncSummary, incremental_start, sync_range
+
+log = logging.getLogger(__name__)
+
+MAX_CATCH_UP_DAYS = 31  # after a longer outage, older nights need `partnerkit reconcile --date`
+RECHECK_DAYS = 7  # earlier days with open drifts are matched again (a late refund resolves them)
+
+
+def report_filename(day: str, fmt_name: str) -> str:
+    """partnerkit-report-YYYY-MM-DD.{json,csv,html}."""
+    return f"partnerkit-report-{day}.{fmt_name}"
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write a file so readers see the old or the new content, never half (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_report_files(report_dir: Path, report: dict[str, Any]) -> list[Path]:
+    """Write the report as JSON, CSV and HTML into report_dir."""
+    return [write_atomic(Path(report_dir) / report_filename(report["date"], f), report_mod.render(report, f))
+            for f in ("json", "csv", "html")]
+
+
+def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None) -> dict[str, Any]:
+    """Match one day from the store (no network), keep the report in the DB and as files."""
+    now = (now or utcnow()).replace(microsecond=0)
+    result = match_day(db, day, now=now)
+    report = report_mod.build_report(result, drift_store.list_drifts(db, report_date=day.isoformat()),
+                                     generated_at=now, quarantined=ledger_store.quarantined(db, day.isoformat()))
+    report_store.save_report(db, report)
+    write_report_files(config.report_dir, report)
+    return report
+
+
+def reconcile_day(config: Any, db: Any, client: Any, day: date, *, now: datetime | None = None) -> dict[str, Any]:
+    """Sync one UTC day (every page), match it and write its report."""
+    now = (now or utcnow()).replace(microsecond=0)
+    sync_range(config, db, client, day, day, now=now)
+    return report_day(config, db, day, now=now)
+
+
+def current_report(db: Any, day: date) -> dict[str, Any] | None:
+    """The stored report of a day with its drift table brought up to date (finance's resolutions)."""
+    stored = report_store.get_report(db, day.isoformat())
+    if stored is None:
+        return None
+    return report_mod.with_drifts(stored, drift_store.list_drifts(db, report_date=day.isoformat()))
+
+
+def sync_recent(config: Any, db: Any, client: Any, now: datetime | None = None) -> SyncSummary:
+    """Incremental sync from the watermark (less the lookback) through today."""
+    now = (now or utcnow()).replace(microsecond=0)
+    return sync_range(config, db, client, incremental_start(db, now.date()), now.date(), now=now)
+
+
+def due_dates(last_reported: str | None, now: datetime, due_hour: int) -> list[date]:
+    """The nights whose report is due at `now`: from the one after the last report to the latest due."""
+    latest = now.date() - timedelta(days=1 if now.hour >= due_hour else 2)
+    if last_reported is None:
+        return [latest]
+    first = max(date.fromisoformat(last_reported) + timedelta(days=1), latest - timedelta(days=MAX_CATCH_UP_DAYS - 1))
+    return [first + timedelta(days=n) for n in range((latest - first).days + 1)]
+
+
+def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones)."""
+    now = (now or utcnow()).replace(microsecond=0)
+    days = due_dates(report_store.last_report_date(db), now, config.due_hour_utc)
+    if not days:
+        return []
+    log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
+    sync_range(config, db, client, days[0], days[-1], now=now)
+    reports = [report_day(config, db, d, now=now) for d in days]
+    since = (days[0] - timedelta(days=RECHECK_DAYS)).isoformat()
+    for earlier in drift_store.open_days(db, since=since, before=days[0].isoformat()):
+        report_day(config, db, date.fromisoformat(earlier), now=now)
+    return reports

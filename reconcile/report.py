@@ -1,0 +1,147 @@
+"""The daily report: one dict (the JSON contract), rendered as JSON, CSV (the drift table) or HTML.
+
+Every function here is pure: the report is built from a MatchResult and the day's drifts, and
+each rendering is a function of the report alone, so a stored report renders the same way later.
+Money is a 2-decimal string everywhere in the output.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Iterable, Mapping
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from partnerkit.money import fmt
+from partnerkit.store.drifts import RESOLUTIONS, Drift
+from partnerkit.timeutil import iso
+
+DRIFT_FIELDS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
+                "resolution", "resolution_note", "resolution_by", "resolution_at", "detail")
+CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 180, 28
+
+
+def _amount(value: Decimal | int | None, measure: str) -> str | None:
+    if value is None:
+        return None
+    return str(value) if measure == "count" else fmt(value)  # type: ignore[arg-type]
+
+
+def drift_entry(drift: Drift) -> dict[str, Any]:
+    """A drift as it appears in the report (expected/actual as strings: money 2 decimals, counts whole)."""
+    return {
+        "id": drift.id, "kind": drift.kind, "subject": drift.subject, "reference": drift.reference,
+        "expected": _amount(drift.expected, drift.measure), "actual": _amount(drift.actual, drift.measure),
+        "currency": drift.currency, "detected_at": drift.detected_at, "resolution": drift.resolution,
+        "resolution_note": drift.resolution_note, "resolution_by": drift.resolution_by,
+        "resolution_at": drift.resolution_at, "detail": drift.detail,
+    }
+
+
+def _money_map(values: Mapping[str, Decimal]) -> dict[str, str]:
+    return {currency or "?": fmt(amount) for currency, amount in sorted(values.items())}  # type: ignore[misc]
+
+
+def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime,
+                 quarantined: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts."""
+    bad = [{"key": q["key"], "reason": q["reason"], "raw": q["raw"]} for q in quarantined]
+    report = {
+        "date": result.day.isoformat(),
+        "generated_at": iso(generated_at),
+        "summary": {
+            "recharges_total": result.recharges_total,
+            "orders_total": result.orders_total,
+            "transactions_total": result.transactions_total,
+            "matched": result.matched,
+            "drifted": result.drifted,
+            "unmatched": result.unmatched,
+            "quarantined": len(bad),
+            "conversions": len(result.conversions),
+            "spend": _money_map(result.spend),
+            "refunds": _money_map(result.refunds),
+        },
+        "drifts": [],
+        "counts_by_status": {"recharges": dict(result.recharge_status), "orders": dict(result.order_status),
+                             "drifts": {}},
+        "spend_by_hour": {c or "?": [fmt(v) for v in hours] for c, hours in sorted(result.spend_by_hour.items())},
+        "conversions": [{**c, "order_amount": fmt(c["order_amount"]), "debited": fmt(c["debited"])}
+                        for c in result.conversions],
+        "quarantined": bad,
+    }
+    return with_drifts(report, drifts)
+
+
+def with_drifts(report: dict[str, Any], drifts: Iterable[Drift]) -> dict[str, Any]:
+    """The report with its drift table (and drift counts) taken from the drifts' current state."""
+    entries = sorted((drift_entry(d) for d in drifts), key=lambda e: (e["kind"], e["reference"], e["id"]))
+    counts = {r: sum(1 for e in entries if e["resolution"] == r) for r in RESOLUTIONS}
+    by_kind: dict[str, int] = {}
+    for e in entries:
+        by_kind[e["kind"]] = by_kind.get(e["kind"], 0) + 1
+    summary = {**report["summary"], "drifts_by_kind": dict(sorted(by_kind.items()))}
+    return {**report, "summary": summary, "drifts": entries,
+            "counts_by_status": {**report["counts_by_status"], "drifts": counts}}
+
+
+def render_json(report: Mapping[str, Any]) -> str:
+    """The report as JSON text (stable key order as built, 2-space indent)."""
+    return json.dumps(report, indent=2) + "\n"
+
+
+def render_csv(report: Mapping[str, Any]) -> str:
+    """The drift table as CSV, one row per drift, columns DRIFT_FIELDS."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(DRIFT_FIELDS)
+    for entry in report["drifts"]:
+        writer.writerow(["" if entry.get(f) is None else entry[f] for f in DRIFT_FIELDS])
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One hour's bar of the spend chart, in SVG user units."""
+
+    hour: int
+    x: float
+    y: float
+    width: float
+    height: float
+    value: str
+
+
+def chart_bars(hours: list[str]) -> tuple[list[Bar], str]:
+    """Bars for 24 hourly spend figures, scaled to the largest; returns (bars, the scale's top value)."""
+    values = [Decimal(v) for v in hours]
+    top = max(values, default=Decimal(0)) or Decimal(1)
+    plot_h = CHART_HEIGHT - 2 * CHART_PAD
+    slot = (CHART_WIDTH - 2 * CHART_PAD) / 24
+    bars = []
+    for hour, value in enumerate(values):
+        height = float(value / top) * plot_h
+        bars.append(Bar(hour, round(CHART_PAD + hour * slot + 2, 1), round(CHART_PAD + plot_h - height, 1),
+                        round(slot - 4, 1), round(height, 1), fmt(value) or "0.00"))
+    return bars, fmt(max(values, default=Decimal(0))) or "0.00"
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """One self-contained page (inline CSS, inline SVG, no script, no external resource)."""
+    env = Environment(loader=PackageLoader("reconcile", "templates"), autoescape=select_autoescape(default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    charts = [(currency, *chart_bars(hours)) for currency, hours in report.get("spend_by_hour", {}).items()]
+    return env.get_template("report.html.j2").render(
+        r=report, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD)
+
+
+RENDERERS = {"json": render_json, "csv": render_csv, "html": render_html}
+
+
+def render(report: Mapping[str, Any], fmt_name: str) -> str:
+    """Render the report in one of RENDERERS' formats."""
+    return RENDERERS[fmt_name](report)
