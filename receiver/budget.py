@@ -1,4 +1,4 @@
-"""The API budget left, for /metrics (read from the client's shared budget store when present)."""
+"""The API budget left, for /metrics (read from the client's shared budget store)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,13 @@ log = logging.getLogger(__name__)
 
 
 def remaining_budget(config: Config, db: Database) -> int | None:
-    """Requests left in the current hour for this API key, or None if it cannot be told."""
-    try:
-        from partnerkit.store import budget
-    except ImportError:
-        return None
-    reader = getattr(budget, "remaining", None)
-    if reader is None:
+    """Requests left in the sliding hour for this API key ("general" class), or None if unknown."""
+    if not config.api_key:
         return None
     try:
-        return int(reader(db, config))
-    except Exception:  # metrics must never break a scrape
+        from partnerkit.store.budget import GENERAL, Budget
+
+        return int(Budget.from_config(config, db).usage()[GENERAL]["remaining"])
+    except Exception:  # a scrape must never fail because the budget cannot be read
         log.debug("budget not readable", exc_info=True)
         return None

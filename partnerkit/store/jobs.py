@@ -49,7 +49,6 @@ def queue(conn: sqlite3.Connection, order_id: int, *, now: datetime, expected_st
                expected_status = COALESCE(excluded.expected_status, expected_status),
                expected_count = MAX(COALESCE(excluded.expected_count, 0), COALESCE(expected_count, 0)),
                generation = generation + 1,
-               attempts = 0,
                next_run_at = MIN(next_run_at, excluded.next_run_at),
                updated_at = excluded.updated_at""",
         (kind, order_id, expected_status, expected_count, at, at, at))
@@ -123,3 +122,20 @@ def counters(db: Database, prefix: str = "") -> dict[str, int]:
     """Shared counters whose name starts with `prefix`."""
     return dict(db.execute("SELECT name, value FROM counters WHERE name LIKE ? ORDER BY name",
                            (prefix.replace("%", "") + "%",)).fetchall())
+
+
+def queue_if_idle(conn: sqlite3.Connection, order_id: int, *, now: datetime, expected_status: str | None,
+                  expected_count: int | None, kind: str = VOUCHER_FETCH) -> bool:
+    """Queue a job unless one is pending or one died for this same expectation; True if queued."""
+    dead = conn.execute(
+        """SELECT 1 FROM jobs WHERE kind = ? AND order_id = ? AND state = 'dead'
+           AND expected_status IS ? AND COALESCE(expected_count, -1) >= COALESCE(?, -1)""",
+        (kind, order_id, expected_status, expected_count)).fetchone()
+    if dead:
+        return False  # a parked job is visible in `events list`; a new status re-arms it
+    at = stamp(now)
+    cursor = conn.execute(
+        """INSERT INTO jobs (kind, order_id, state, expected_status, expected_count, next_run_at, created_at, updated_at)
+           VALUES (?, ?, 'pending', ?, ?, ?, ?, ?) ON CONFLICT (kind, order_id) WHERE state = 'pending' DO NOTHING""",
+        (kind, order_id, expected_status, expected_count, at, at, at))
+    return cursor.rowcount == 1

@@ -1,0 +1,270 @@
+"""Voucher fetches and the order sync, run by the worker (never inside a webhook request).
+
+`run_voucher_fetches` claims due fetch jobs under a lease, reads GET /api/v1/orders/{id} through
+the shared budget, stores each voucher once (encrypted, keyed by a fingerprint) and retries with
+backoff until the detail shows what the event announced. `catch_up_orders` walks the order list
+(newest first) and repairs orders whose status changed without a webhook reaching us.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from partnerkit import errors
+from partnerkit.config import Config
+from partnerkit.crypto import Cipher, load_cipher
+from partnerkit.money import cents
+from partnerkit.store import Database, jobs, orders, vouchers
+from partnerkit.store.db import transaction
+from partnerkit.store.jobs import Job, stamp
+from partnerkit.store.vouchers import SealedVoucher
+from partnerkit.timeutil import iso, parse_ts, utcnow
+
+log = logging.getLogger(__name__)
+SYNC_WATERMARK = "orders.catch_up.since"
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """How often and how long a voucher fetch is retried."""
+
+    max_attempts: int = 8
+    not_found_attempts: int = 3  # a 404 right after an event may be the provider's replication lag
+    base_s: float = 10.0  # the document: "Order polling: no faster than every 10 seconds"
+    cap_s: float = 900.0
+    lease_s: float = 120.0  # longer than one read with the client's own retries
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds before retry number `attempt` (1-based); never less than Retry-After."""
+        return max(min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1)), retry_after or 0.0)
+
+
+@dataclass
+class FetchSummary:
+    """What one run of `run_voucher_fetches` did."""
+
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    deferred: int = 0
+    vouchers_added: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _text(value: Any) -> str | None:
+    """A voucher field as text; the client's MISSING sentinel and None are both "absent"."""
+    return None if value is None or not isinstance(value, (str, int)) else str(value)
+
+
+def seal(cipher: Cipher, order_id: int, voucher: Any) -> SealedVoucher:
+    """Encrypt a client Voucher's secrets, bound to its order and field; fingerprint its code."""
+    code, pin, url = _text(voucher.card_number), _text(getattr(voucher, "pin_code", None)), _text(getattr(voucher, "claim_url", None))
+    reference = _text(getattr(voucher, "voucher_reference_number", None))
+    expires = getattr(voucher, "expires_at", None)
+    identity = code or reference or url or repr(sorted((getattr(voucher, "raw", None) or {}).items()))
+    ctx = f"voucher:{order_id}:".encode()
+    return SealedVoucher(
+        fingerprint=cipher.fingerprint(str(order_id), identity),
+        card_number=cipher.encrypt(code, context=ctx + b"card_number"),
+        pin_code=cipher.encrypt(pin, context=ctx + b"pin_code"),
+        claim_url=cipher.encrypt(url, context=ctx + b"claim_url"),
+        voucher_reference_number=reference,
+        expires_at=iso(expires) if isinstance(expires, datetime) else _text(expires))
+
+
+def unseal(cipher: Cipher, row: dict) -> dict:
+    """A stored voucher row with its secrets decrypted (for `partnerkit vouchers --reveal` only)."""
+    ctx = f"voucher:{row['order_id']}:".encode()
+    return {**row, **{name: cipher.decrypt(row[name], context=ctx + name.encode())
+                      for name in ("card_number", "pin_code", "claim_url")}}
+
+
+def _detail_fields(detail: Any) -> dict:
+    return {"reference_code": detail.reference_code, "transaction_id": detail.transaction_id,
+            "product_id": detail.product_id, "quantity": detail.quantity,
+            "amount_cents": cents(detail.amount), "denomination_cents": cents(detail.denomination),
+            "placed_at": stamp(detail.placed_at) if isinstance(detail.placed_at, datetime) else None}
+
+
+def _verdict(job: Job, detail: Any) -> tuple[str, str | None]:
+    """("done" | "retry", reason) for a detail read: does it show what the event announced?"""
+    status = (detail.status or "").upper()
+    if status in ("FAILED", "CANCELLED"):
+        return "done", f"order is {status}: no vouchers to fetch"
+    expected = job.expected_status or "DELIVERED"
+    if status not in orders.DELIVERING or orders.RANK.get(status, 0) < orders.RANK.get(expected, 0):
+        return "retry", f"detail shows {status or 'no status'}, event announced {expected}"
+    want = job.expected_count or 0
+    if status == "DELIVERED":
+        want = max(want, detail.quantity or 0)
+    if len(detail.vouchers) < want:
+        return "retry", f"detail shows {len(detail.vouchers)} of {want} vouchers"
+    return "done", None
+
+
+def _settle(db: Database, job: Job, policy: FetchPolicy, *, now: datetime, outcome: str, reason: str,
+            retry_after: float | None = None, give_up_after: int | None = None) -> str:
+    """Record a failed attempt: back off, or park the job as dead after its attempts."""
+    attempt = job.attempts + 1
+    limit = give_up_after or policy.max_attempts
+    with transaction(db) as conn:
+        jobs.bump(conn, f"voucher_fetch.{outcome}")
+        if attempt >= limit:
+            jobs.finish(conn, job, now=now, state="dead", error=f"gave up after {attempt} attempts: {reason}")
+            return "dead"
+        jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=policy.delay(attempt, retry_after)),
+                     error=reason)
+    return "retried"
+
+
+def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPolicy, now: datetime,
+               summary: FetchSummary) -> str:
+    try:
+        detail = api.get_order(job.order_id)
+    except errors.BudgetExhausted as exc:
+        with transaction(db) as conn:  # nothing was sent: not an attempt
+            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=exc.retry_after or 30),
+                         error="waiting for API budget", count_attempt=False)
+        return "deferred"
+    except errors.RateLimited as exc:
+        return _settle(db, job, policy, now=now, outcome="rate_limited", reason=str(exc), retry_after=exc.retry_after)
+    except errors.NotFound as exc:
+        return _settle(db, job, policy, now=now, outcome="not_found", reason=str(exc),
+                       give_up_after=policy.not_found_attempts)
+    except errors.ServerError as exc:
+        return _settle(db, job, policy, now=now, outcome="server_error", reason=str(exc), retry_after=exc.retry_after)
+    except (errors.TransportError, errors.MalformedResponse) as exc:
+        return _settle(db, job, policy, now=now, outcome="network_error", reason=str(exc))
+    except errors.ApiStatusError as exc:  # 400/401/403: retrying unchanged will not help
+        return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
+    sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
+    verdict, reason = _verdict(job, detail)
+    with transaction(db) as conn:
+        added = vouchers.add(conn, job.order_id, sealed, now=now)
+        status = (detail.status or "").upper()
+        orders.apply(conn, job.order_id, status, now=now, source="detail",
+                     delivered_quantity=len(detail.vouchers) if status in orders.DELIVERING else None,
+                     **_detail_fields(detail))
+    summary.vouchers_added += added
+    if verdict == "retry":
+        return _settle(db, job, policy, now=now, outcome="not_ready", reason=reason or "")
+    with transaction(db) as conn:
+        jobs.bump(conn, "voucher_fetch.stored")
+        jobs.finish(conn, job, now=now, state="done", error=reason)
+    log.info("vouchers stored", extra={"order_id": job.order_id, "added": added, "job_id": job.id})
+    return "done"
+
+
+def run_voucher_fetches(config: Config, db: Database, client: Any, *, now: datetime | None = None, limit: int = 20,
+                        policy: FetchPolicy = FetchPolicy(), cipher: Cipher | None = None) -> FetchSummary:
+    """Run the due voucher fetch jobs once (the worker calls this every few seconds)."""
+    cipher = cipher or load_cipher(config)
+    api = client.with_budget("voucher_fetch", wait=False) if hasattr(client, "with_budget") else client
+    started = now or utcnow()
+    claimed = jobs.claim(db, owner=_owner(), now=started, lease_until=started + timedelta(seconds=policy.lease_s),
+                         limit=limit)
+    summary = FetchSummary(claimed=len(claimed))
+    for index, job in enumerate(claimed):
+        moment = now or utcnow()
+        result = _fetch_one(db, api, cipher, job, policy, moment, summary)
+        summary.outcomes[result] = summary.outcomes.get(result, 0) + 1
+        if result == "deferred":  # no budget: hand the rest back untouched
+            with transaction(db) as conn:
+                for rest in claimed[index + 1:]:
+                    jobs.release(conn, rest, now=moment, next_run_at=moment, error=None, count_attempt=False)
+            summary.deferred += len(claimed) - index
+            break
+        if result == "dead":
+            log.warning("voucher fetch parked", extra={"order_id": job.order_id, "job_id": job.id})
+        setattr(summary, result, getattr(summary, result) + 1)
+    return summary
+
+
+@dataclass
+class SyncSummary:
+    """What one run of `catch_up_orders` did."""
+
+    pages: int = 0
+    seen: int = 0
+    updated: int = 0
+    fetches_queued: int = 0
+    stopped: str = "end of list"
+    since: str | None = None
+
+
+def _status_of(summary_item: Any) -> str:
+    return str(summary_item.status or "").upper()  # the list shows lower-case values
+
+
+def catch_up_orders(config: Config, db: Database, client: Any, since: datetime | None = None, *,
+                    now: datetime | None = None, max_pages: int = 20, page_size: int = 100,
+                    max_lookback: timedelta = timedelta(days=2)) -> SyncSummary:
+    """Walk the order list newest first down to `since` (else the stored watermark); repair local state."""
+    now = now or utcnow()
+    floor = now - max_lookback
+    if since is None:
+        stored = orders.get_meta(db, SYNC_WATERMARK)
+        since = parse_ts(stored) if stored else now - timedelta(days=1)
+    since = max(since, floor)
+    api = client.with_budget("order_sync", wait=False) if hasattr(client, "with_budget") else client
+    summary = SyncSummary(since=iso(since))
+    oldest_open: datetime | None = None
+    page_number = 0
+    while page_number < max_pages:
+        page_number += 1
+        try:
+            page = api.list_orders(page=page_number, limit=page_size)
+        except errors.BudgetExhausted:
+            summary.stopped = "budget"
+            return summary
+        summary.pages += 1
+        items = [o for o in page.items if o.placed_at is None or o.placed_at >= since]
+        local = orders.statuses(db, [o.id for o in items])
+        with transaction(db) as conn:
+            for order in items:
+                summary.seen += 1
+                status = _status_of(order)
+                if status not in orders.FINAL and order.placed_at is not None:
+                    oldest_open = min(oldest_open or order.placed_at, order.placed_at)
+                if local.get(order.id) != status:
+                    _, moved = orders.apply(
+                        conn, order.id, status, now=now, source="sync", reference_code=order.reference_code,
+                        transaction_id=order.transaction_id, product_id=order.product_id,
+                        product_name=_text(order.product_name), currency=_text(order.currency),
+                        denomination_cents=cents(order.denomination), quantity=order.quantity,
+                        amount_cents=cents(order.amount), email=_text(order.email),
+                        placed_at=stamp(order.placed_at) if order.placed_at else None)
+                    summary.updated += int(moved or order.id not in local)
+                stored = vouchers.count(conn, order.id) if status in orders.DELIVERING else 0
+                # A partial delivery is re-read only when its status is news (the list has no counts).
+                missing = stored < (order.quantity or 1) if status == "DELIVERED" else (
+                    status == "PARTIALLY_DELIVERED" and (local.get(order.id) != status or stored == 0))
+                if missing:
+                    expected = order.quantity if status == "DELIVERED" else None
+                    summary.fetches_queued += jobs.queue_if_idle(conn, order.id, now=now, expected_status=status,
+                                                                 expected_count=expected)
+        if len(items) < len(page.items):
+            summary.stopped = "reached since"
+            break
+        if not page.has_more:
+            break
+    else:
+        summary.stopped = "max pages"
+    # Next time, start from the oldest order that may still change (never older than the floor).
+    local_open = orders.oldest_open_placed_at(db)
+    marks = [m for m in (oldest_open, parse_ts(local_open) if local_open else None) if m is not None]
+    watermark = max(min(marks) if marks else now - timedelta(minutes=5), floor)
+    with transaction(db) as conn:
+        orders.set_meta(conn, SYNC_WATERMARK, stamp(watermark), now=now)
+    return summary
