@@ -1,11 +1,14 @@
 """partnerkit's one exception tree.
 
     PartnerKitError
-    ├── ApiError                      anything that went wrong talking to the provider
-    │   ├── TransportError            no HTTP answer (connection refused, reset, DNS)
+    ├── ApiError                      anything that went wrong talking to the provider; a write's
+    │   │                             error carries `idempotency_key` (re-use it to locate/replay)
+    │   ├── TransportError            no HTTP answer (connection refused, reset, DNS);
+    │   │   │                         `request_sent` is False only when nothing can have arrived
     │   │   └── ApiTimeout            no answer in time; for a write the outcome is UNKNOWN
     │   ├── BudgetExhausted           the local, shared request budget has no room (nothing sent)
-    │   ├── MalformedResponse         an answer that is not what the document describes
+    │   ├── MalformedResponse         an answer that is not what the document describes; `field`
+    │   │                             names the offending field (callers quarantine the record)
     │   └── ApiStatusError            an HTTP error status; carries status, code, message,
     │       │                         retryable, retry_after, trace_id, body
     │       ├── BadRequest (400)
@@ -45,6 +48,9 @@ class ApiError(PartnerKitError):
 
     retryable: bool = False
     retry_after: float | None = None
+    # Set by the client on every error raised for a keyed write (order create, recharge submit):
+    # the caller re-uses it to replay or locate the request, never a new key.
+    idempotency_key: str | None = None
 
 
 class TransportError(ApiError):
@@ -52,10 +58,12 @@ class TransportError(ApiError):
 
     retryable = True
 
-    def __init__(self, message: str, *, method: str = "", path: str = "") -> None:
+    def __init__(self, message: str, *, method: str = "", path: str = "", request_sent: bool = True) -> None:
         super().__init__(message)
         self.method = method
         self.path = path
+        # False only when the connection was never established: a write cannot have arrived.
+        self.request_sent = request_sent
 
 
 class ApiTimeout(TransportError):
@@ -76,10 +84,22 @@ class BudgetExhausted(ApiError):
 class MalformedResponse(ApiError):
     """The provider answered, but not in a shape the document describes."""
 
-    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: Any = None,
+        field: str | None = None,
+        method: str = "",
+        path: str = "",
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
+        self.field = field
+        self.method = method
+        self.path = path
 
 
 class ApiStatusError(ApiError):

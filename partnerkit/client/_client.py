@@ -1,0 +1,372 @@
+"""PartnerClient: one method per endpoint of the Partner API document (Endpoints)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from contextlib import contextmanager
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, Callable, Iterator, Mapping
+
+import requests
+
+from partnerkit import timeutil
+from partnerkit.client._http import RetryPolicy, Spend, Transport
+from partnerkit.client._pagination import iterate, page_from_headers
+from partnerkit.client._records import (
+    ChargeQuote, DeliveryStats, OrderCreated, OrderDetail, OrderSummary, Page, Recharge, SubmitResult,
+    Webhook, WebhookCreated, WebhookDelivery,
+)
+from partnerkit.errors import ApiError, MalformedResponse
+from partnerkit.store.budget import GENERAL, ORDER_CREATE, Budget
+
+API = "/api/v1"
+# Limits: Idempotency-Key length 8 to 256 characters (order creation, recharge submit).
+_KEY_MIN, _KEY_MAX = 8, 256
+_VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
+
+
+def new_idempotency_key() -> str:
+    """A fresh Idempotency-Key: uuid4 hex, 32 characters."""
+    return uuid.uuid4().hex
+
+
+def check_idempotency_key(key: str | None) -> str:
+    """The key to send: generated when None; ValueError unless 8-256 visible ASCII characters."""
+    if key is None:
+        return new_idempotency_key()
+    if not isinstance(key, str) or not _KEY_MIN <= len(key) <= _KEY_MAX:
+        raise ValueError(f"Idempotency-Key must be {_KEY_MIN} to {_KEY_MAX} characters (Limits)")
+    if not _VISIBLE_ASCII.match(key):
+        raise ValueError("Idempotency-Key must be visible ASCII without spaces (it is sent as a header)")
+    return key
+
+
+@contextmanager
+def _keyed(key: str) -> Iterator[None]:
+    """Attach the Idempotency-Key to any ApiError raised inside, so the caller can replay or locate."""
+    try:
+        yield
+    except ApiError as exc:
+        exc.idempotency_key = key
+        raise
+
+
+def _id(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def _day(value: date | str | None, what: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        value = value.date()
+    if isinstance(value, date):
+        return value.isoformat()
+    if not isinstance(value, str) or len(value) != 10:
+        raise ValueError(f"{what} must be YYYY-MM-DD, got {value!r}")
+    return timeutil.parse_day(value).isoformat()
+
+
+def _limit(value: int, high: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValueError(f"{what} must be 1 to {high} (Limits), got {value!r}")
+    return value
+
+
+def _amount(value: int | Decimal | str) -> int | Decimal | str:
+    if isinstance(value, float) or isinstance(value, bool):
+        raise TypeError("amounts are int, Decimal or str, never float")
+    return value
+
+
+def _unwrap(body: Any, *keys: str) -> Any:
+    """The payload inside {success, data: {...}} / {data: ...} envelopes, or the body itself."""
+    if isinstance(body, dict) and "data" in body and ("success" in body or set(body) == {"data"}):
+        body = body["data"]
+    for key in keys:
+        if isinstance(body, dict) and key in body:
+            return body[key]
+    return body
+
+
+def _items(body: Any, record: Callable[[Any], Any] | None, *keys: str) -> tuple[list, tuple[MalformedResponse, ...]]:
+    raw_items = _unwrap(body, *keys)
+    if not isinstance(raw_items, list):
+        raise MalformedResponse(f"expected a JSON array of records, got {type(raw_items).__name__}", body=body)
+    if record is None:
+        return list(raw_items), ()
+    items, bad = [], []
+    for raw in raw_items:
+        try:
+            items.append(record(raw))
+        except MalformedResponse as exc:
+            bad.append(exc)
+    return items, tuple(bad)
+
+
+class PartnerClient:
+    """The Partner API client. Build one per process from the Config; pass the shared DB."""
+
+    def __init__(
+        self,
+        config,
+        db=None,
+        *,
+        session: requests.Session | None = None,
+        purpose: str = "default",
+        wait_for_budget: bool = True,
+        keep_free: int = 0,
+        max_wait: float = 60.0,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        config.require("api_base_url", "api_key", "api_secret")
+        budget = Budget.from_config(config, db)
+        self._transport = Transport(
+            base_url=config.api_base_url, api_key=config.api_key, api_secret=config.api_secret, budget=budget,
+            session=session, timeout=config.http_timeout_s if timeout is None else timeout, retry=retry, sleep=sleep,
+        )
+        self._spend = Spend(purpose, wait_for_budget, max_wait, keep_free)
+
+    def __repr__(self) -> str:
+        return f"PartnerClient(base_url={self._transport.base_url!r}, purpose={self._spend.purpose!r})"
+
+    @property
+    def budget(self) -> Budget:
+        """The shared request budget this client spends (usage() for metrics)."""
+        return self._transport.budget
+
+    def with_budget(self, purpose: str, *, wait: bool, keep_free: int = 0, max_wait: float | None = None) -> "PartnerClient":
+        """A client sharing session and budget that spends under another purpose, wait mode and reserve."""
+        view = object.__new__(PartnerClient)
+        view._transport = self._transport
+        view._spend = Spend(purpose, wait, self._spend.max_wait if max_wait is None else max_wait, keep_free)
+        return view
+
+    def close(self) -> None:
+        """Close the HTTP session."""
+        self._transport.session.close()
+
+    def __enter__(self) -> "PartnerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any):
+        return self._transport.request(method, API + path, spend=self._spend, **kwargs)
+
+    def _page(self, path: str, record, params: dict, *keys: str) -> Page:
+        resp = self._call("GET", path, params=params)
+        items, bad = _items(resp.body, record, *keys)
+        return page_from_headers(items, resp.headers, page=params.get("page") or 1, limit=params.get("limit"), malformed=bad)
+
+    # --- Recharges -------------------------------------------------------------------------
+
+    def preview_recharge(self, operator_id: int, amount: int | Decimal | str) -> ChargeQuote:
+        """POST /recharge/charges: quote face, discount and payable; nothing is placed."""
+        resp = self._call("POST", "/recharge/charges", body={"operator_id": operator_id, "amount": _amount(amount)})
+        return ChargeQuote.from_payload(_unwrap(resp.body))
+
+    def submit_recharge(
+        self,
+        *,
+        mobile_number: str,
+        operator_id: int,
+        amount: int | Decimal | str,
+        idempotency_key: str | None = None,
+        circle_id: int | None = None,
+        is_postpaid: bool | None = None,
+        is_special: bool | None = None,
+        country_code: str | None = None,
+        nickname: str | None = None,
+        client_reference: str | None = None,
+        force: bool = False,
+    ) -> SubmitResult:
+        """POST /recharges: 200 final or 202 PROCESSING; never re-sent after an ambiguous failure."""
+        key = check_idempotency_key(idempotency_key)
+        body: dict[str, Any] = {"mobile_number": mobile_number, "operator_id": operator_id, "amount": _amount(amount)}
+        optional = {"circle_id": circle_id, "is_postpaid": is_postpaid, "is_special": is_special,
+                    "country_code": country_code, "nickname": nickname, "client_reference": client_reference}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        if force:
+            body["force"] = True  # bypasses the duplicate guard: only for a deliberate repeat
+        with _keyed(key):
+            resp = self._call("POST", "/recharges", body=body, idempotency_key=key)
+            return SubmitResult(resp.status, Recharge.from_payload(_unwrap(resp.body)), key)
+
+    def get_recharge(self, recharge_id: int) -> Recharge:
+        """GET /recharges/:id (another client's recharge is 404 as well)."""
+        resp = self._call("GET", f"/recharges/{_id(recharge_id, 'recharge id')}")
+        return Recharge.from_payload(_unwrap(resp.body))
+
+    def list_recharges(
+        self,
+        *,
+        page: int = 1,
+        limit: int | None = None,
+        page_size: int | None = None,
+        status: str | None = None,
+        search: str | None = None,
+        from_date: date | str | None = None,
+        to_date: date | str | None = None,
+    ) -> Page[Recharge]:
+        """GET /recharges, newest first; page_size is the document's alias of limit (sent as limit)."""
+        if limit is not None and page_size is not None and limit != page_size:
+            raise ValueError("give limit or its alias page_size, not two different values")
+        size = _limit(limit or page_size or 50, 10000, "limit")
+        params = {"page": _id(page, "page"), "limit": size, "status": status, "search": search,
+                  "from_date": _day(from_date, "from_date"), "to_date": _day(to_date, "to_date")}
+        return self._page("/recharges", Recharge.from_payload, params, "recharges")
+
+    def iter_recharges(self, *, limit: int = 1000, on_malformed=None, **filters: Any) -> Iterator[Recharge]:
+        """Every recharge matching the filters, walking all pages."""
+        return iterate(lambda n: self.list_recharges(page=n, limit=limit, **filters), on_malformed=on_malformed)
+
+    def list_operators(self, **params: Any) -> Any:
+        """GET /recharge/operators: the source of operator_id values (shape not shown; raw JSON)."""
+        return self._call("GET", "/recharge/operators", params=params).body
+
+    # --- Orders ----------------------------------------------------------------------------
+
+    def create_order(
+        self,
+        *,
+        product_id: int,
+        denomination: int | Decimal | str,
+        quantity: int,
+        wallet_id: int | None = None,
+        ref: str | None = None,
+        email: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> OrderCreated:
+        """POST /orders (own budget: 100 per minute); vouchers come back only when fulfilled at once."""
+        key = check_idempotency_key(idempotency_key)
+        body: dict[str, Any] = {"product_id": product_id, "denomination": _amount(denomination), "quantity": quantity}
+        body.update({k: v for k, v in {"wallet_id": wallet_id, "ref": ref, "email": email}.items() if v is not None})
+        with _keyed(key):
+            resp = self._call("POST", "/orders", body=body, idempotency_key=key, budget_class=ORDER_CREATE)
+            return OrderCreated.from_payload(_unwrap(resp.body), idempotency_key=key)
+
+    def list_orders(self, *, page: int = 1, limit: int = 10, status: str | None = None, product_id: int | None = None) -> Page[OrderSummary]:
+        """GET /orders (status filter is case-insensitive)."""
+        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status, "product_id": product_id}
+        return self._page("/orders", OrderSummary.from_payload, params, "orders")
+
+    def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[OrderSummary]:
+        """Every order matching the filters, walking all pages."""
+        return iterate(lambda n: self.list_orders(page=n, limit=limit, **filters), on_malformed=on_malformed)
+
+    def get_order(self, order_id: int) -> OrderDetail:
+        """GET /orders/{id}: vouchers decrypted only for DELIVERED / PARTIALLY_DELIVERED."""
+        resp = self._call("GET", f"/orders/{_id(order_id, 'order id')}")
+        return OrderDetail.from_payload(_unwrap(resp.body))
+
+    # --- Catalog, wallets, transactions (shapes not shown: raw JSON) -------------------------
+
+    def list_categories(self) -> Any:
+        """GET /categories."""
+        return self._call("GET", "/categories").body
+
+    def list_products(self, currency: str | None = None, country: str | None = None, **params: Any) -> Any:
+        """GET /products, filterable by currency and country."""
+        return self._call("GET", "/products", params={"currency": currency, "country": country, **params}).body
+
+    def get_product(self, product_id: int) -> Any:
+        """GET /products/{product_id}."""
+        return self._call("GET", f"/products/{_id(product_id, 'product id')}").body
+
+    def list_wallets(self) -> Any:
+        """GET /wallets: balances across settlement currencies."""
+        return self._call("GET", "/wallets").body
+
+    def list_transactions(
+        self,
+        *,
+        page: int = 1,
+        limit: int = 50,
+        from_date: date | str | None = None,
+        to_date: date | str | None = None,
+        order_id: int | None = None,
+        type: str | None = None,
+        **params: Any,
+    ) -> Page[dict]:
+        """GET /transactions as raw dicts (shape not shown; reconciliation maps them)."""
+        query = {"page": _id(page, "page"), "limit": _limit(limit, 10000, "limit"), "from_date": _day(from_date, "from_date"),
+                 "to_date": _day(to_date, "to_date"), "order_id": order_id, "type": type, **params}
+        return self._page("/transactions", None, query, "transactions", "items")
+
+    def iter_transactions(self, *, limit: int = 100, **filters: Any) -> Iterator[dict]:
+        """Every transaction matching the filters, walking all pages."""
+        return iterate(lambda n: self.list_transactions(page=n, limit=limit, **filters))
+
+    # --- Webhooks ----------------------------------------------------------------------------
+
+    def list_webhooks(self) -> list[Webhook]:
+        """GET /webhooks."""
+        items, bad = _items(self._call("GET", "/webhooks").body, Webhook.from_payload, "webhooks")
+        if bad:
+            raise bad[0]
+        return items
+
+    def create_webhook(self, *, name: str, url: str, events: list[str], credential_id: int | None = None, **extra: Any) -> WebhookCreated:
+        """POST /webhooks: the signing token is returned only here, once."""
+        body = {"name": name, "url": url, "events": list(events), **extra}
+        if credential_id is not None:
+            body["credential_id"] = credential_id
+        return WebhookCreated.from_payload(_unwrap(self._call("POST", "/webhooks", body=body).body, "webhook"))
+
+    def get_webhook(self, webhook_id: int) -> Webhook:
+        """GET /webhooks/:id."""
+        return Webhook.from_payload(_unwrap(self._call("GET", f"/webhooks/{_id(webhook_id, 'webhook id')}").body, "webhook"))
+
+    def update_webhook(self, webhook_id: int, **fields: Any) -> Any:
+        """PUT /webhooks/:id with any of name, url, events, is_active (response shape not shown: raw)."""
+        if not fields:
+            raise ValueError("update_webhook needs at least one of name, url, events, is_active")
+        return self._call("PUT", f"/webhooks/{_id(webhook_id, 'webhook id')}", body=fields).body
+
+    def delete_webhook(self, webhook_id: int) -> Any:
+        """DELETE /webhooks/:id (response shape not shown: raw, None if empty)."""
+        return self._call("DELETE", f"/webhooks/{_id(webhook_id, 'webhook id')}").body
+
+    def test_webhook(self, webhook_id: int) -> Any:
+        """POST /webhooks/:id/test: trigger a test delivery (response shape not shown: raw)."""
+        return self._call("POST", f"/webhooks/{_id(webhook_id, 'webhook id')}/test").body
+
+    def list_deliveries(
+        self,
+        *,
+        page: int = 1,
+        limit: int = 20,
+        status: str | None = None,
+        event_type: str | None = None,
+        order_id: int | None = None,
+        webhook_url_id: int | None = None,
+    ) -> Page[WebhookDelivery]:
+        """GET /webhooks/deliveries: body {success, data: {deliveries}}, header X-Page-Size."""
+        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status,
+                  "event_type": event_type, "order_id": order_id, "webhook_url_id": webhook_url_id}
+        return self._page("/webhooks/deliveries", WebhookDelivery.from_payload, params, "deliveries")
+
+    def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[WebhookDelivery]:
+        """Every delivery matching the filters, walking all pages."""
+        return iterate(lambda n: self.list_deliveries(page=n, limit=limit, **filters), on_malformed=on_malformed)
+
+    def delivery_stats(self) -> DeliveryStats:
+        """GET /webhooks/deliveries/stats."""
+        return DeliveryStats.from_payload(_unwrap(self._call("GET", "/webhooks/deliveries/stats").body, "stats"))
+
+    def get_delivery(self, delivery_id: int) -> WebhookDelivery:
+        """GET /webhooks/deliveries/:id: one delivery with payload and response body (in .raw)."""
+        body = self._call("GET", f"/webhooks/deliveries/{_id(delivery_id, 'delivery id')}").body
+        return WebhookDelivery.from_payload(_unwrap(body, "delivery"))
+
+    def retry_delivery(self, delivery_id: int) -> Mapping[str, Any]:
+        """POST /webhooks/deliveries/:id/retry: re-queue a failed delivery; returns {message, delivery_id}."""
+        return _unwrap(self._call("POST", f"/webhooks/deliveries/{_id(delivery_id, 'delivery id')}/retry").body)

@@ -1,0 +1,245 @@
+"""Transport: one request with budget, signing, timeouts and the retry rules.
+
+Retries are a small loop here rather than urllib3's Retry: every attempt must first take a
+request from the shared SQLite budget (and a 429 must block the class for every process), and
+urllib3 retries inside the adapter where the budget cannot be consulted between attempts. The
+adapter is therefore mounted with retries off, and requests' exceptions are converted to
+partnerkit's tree once, here, with `raise ... from exc`.
+
+Which failures are retried (decision, see docs/client.md):
+- GET: 429 (after Retry-After), 5xx and connection errors, up to RetryPolicy.max_attempts.
+- POST/PUT/DELETE: only when the failure proves nothing was processed: the connection was
+  never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
+  A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
+  (Errors, "Recharge submit": 500 -> "check for a created recharge before re-sending").
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+
+from partnerkit import errors, money
+from partnerkit.client._errors import error_from_response
+from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
+from partnerkit.store.budget import Budget
+
+log = logging.getLogger("partnerkit.client")
+
+USER_AGENT = "partnerkit/0.1 (+requests)"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter: attempt n waits min(cap, base * 2**(n-1)), partly randomised."""
+
+    max_attempts: int = 4
+    base: float = 0.5
+    cap: float = 8.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("RetryPolicy.max_attempts must be at least 1")
+        if self.base < 0 or self.cap < self.base:
+            raise ValueError("RetryPolicy needs 0 <= base <= cap")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("RetryPolicy.jitter is a fraction between 0 and 1")
+
+    def interval(self, attempt: int, retry_after: float | None = None, rand: float | None = None) -> float:
+        """Seconds to wait after failed attempt `attempt` (1-based); never less than Retry-After."""
+        backoff = min(self.cap, self.base * (2 ** max(0, attempt - 1)))
+        r = random.random() if rand is None else rand
+        delay = backoff * (1.0 - self.jitter + self.jitter * r)
+        return max(delay, retry_after or 0.0)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """How one client view spends the budget: purpose label, waiting, and the reserve it leaves."""
+
+    purpose: str = "default"
+    wait: bool = True
+    max_wait: float = 60.0
+    keep_free: int = 0
+
+
+@dataclass(frozen=True)
+class Response:
+    """A successful answer: status, headers and the body parsed with Decimal money (None if empty)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: Any
+
+
+def _new_session() -> requests.Session:
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0, raise_on_status=False))
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session
+
+
+def _never_reached_server(exc: requests.RequestException) -> bool:
+    """True when the connection was never established, so the request cannot have arrived."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return True
+    if not isinstance(exc, requests.exceptions.ConnectionError):
+        return False
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError,
+                              urllib3.exceptions.NameResolutionError, ConnectionRefusedError)):
+            return True
+        reason = getattr(cause, "reason", None)
+        cause = reason if isinstance(reason, BaseException) else (cause.args[0] if cause.args and isinstance(cause.args[0], BaseException) else cause.__cause__)
+    return False
+
+
+def _transport_error(exc: requests.RequestException, method: str, path: str) -> errors.TransportError:
+    unsent = _never_reached_server(exc)
+    if isinstance(exc, requests.exceptions.Timeout):
+        what = "connect timed out" if unsent else "no answer within the timeout (outcome unknown)"
+        return errors.ApiTimeout(f"{method} {path}: {what}", method=method, path=path, request_sent=not unsent)
+    what = "connection failed before sending" if unsent else f"connection error ({type(exc).__name__})"
+    return errors.TransportError(f"{method} {path}: {what}", method=method, path=path, request_sent=not unsent)
+
+
+def _rate_headers(headers: Mapping[str, str]) -> dict[str, Any]:
+    def number(name: str) -> float | None:
+        try:
+            return float(headers[name]) if name in headers else None
+        except ValueError:
+            return None
+    limit, remaining, reset = (number(f"X-RateLimit-{n}") for n in ("Limit", "Remaining", "Reset"))
+    return {"limit": None if limit is None else int(limit), "remaining": None if remaining is None else int(remaining), "reset": reset}
+
+
+class Transport:
+    """Sends requests for a PartnerClient: budget first, then headers, signature, retries."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        api_secret: str,
+        budget: Budget,
+        session: requests.Session | None = None,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._api_secret = api_secret
+        self.budget = budget
+        self.session = session or _new_session()
+        self.timeout = (timeout, timeout)  # connect, read
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"Transport(base_url={self.base_url!r})"
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep between attempts (injectable for tests)."""
+        (self._sleep or time.sleep)(seconds)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        spend: Spend,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        idempotency_key: str | None = None,
+        budget_class: str = "general",
+    ) -> Response:
+        """Send one logical request (maybe several attempts) and return its 2xx Response."""
+        method = method.upper()
+        url = self.base_url + path
+        signed = method in SIGNED_METHODS
+        if signed and params:
+            raise ValueError(f"{method} {path}: writes never carry a query string (the signed path has none)")
+        # Serialize once: these exact bytes are signed and sent on every attempt.
+        content = encode_body({} if body is None else body) if method in ("POST", "PUT") else (encode_body(body) if body is not None else b"")
+        headers = {"X-API-Key": self._api_key, "X-API-Secret": self._api_secret, "Accept": "application/json", "User-Agent": USER_AGENT}
+        if content:
+            headers["Content-Type"] = "application/json"
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        clean_params = {k: v for k, v in (params or {}).items() if v is not None}
+        attempt = 0
+        while True:
+            attempt += 1
+            ticket = self.budget.acquire(budget_class, purpose=spend.purpose, wait=spend.wait,
+                                         max_wait=spend.max_wait, keep_free=spend.keep_free)
+            if signed:
+                headers.update(signature_headers(self._api_secret, method, urlsplit(url).path, content))
+            log.debug("%s %s attempt %d", method, path, attempt)
+            try:
+                resp = self.session.request(method, url, params=clean_params or None, data=content or None,
+                                            headers=headers, timeout=self.timeout, allow_redirects=False)
+            except requests.RequestException as exc:
+                err = _transport_error(exc, method, path)
+                if attempt < self.retry.max_attempts and (not signed or not err.request_sent):
+                    log.info("%s %s: %s; retrying", method, path, err)
+                    self.sleep(self.retry.interval(attempt))
+                    continue
+                raise err from exc
+            self.budget.observe(ticket, **_rate_headers(resp.headers))
+            if 200 <= resp.status_code < 300:
+                return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
+            err = self._status_error(resp, method, path)
+            if err.status == 429:
+                self.budget.block(budget_class, err.retry_after)
+            if not self._should_retry(err, signed, attempt, spend):
+                raise err
+            log.info("%s %s: HTTP %d; retrying (attempt %d)", method, path, err.status, attempt)
+            self.sleep(self.retry.interval(attempt, err.retry_after))
+
+    def _should_retry(self, err: errors.ApiStatusError, signed: bool, attempt: int, spend: Spend) -> bool:
+        if attempt >= self.retry.max_attempts:
+            return False
+        if err.retry_after is not None and err.retry_after > spend.max_wait:
+            return False
+        if err.status == 429:
+            # The class is now blocked for every process; a caller that will not wait for
+            # budget gets the RateLimited error at once instead of sleeping here.
+            return spend.wait
+        if err.status >= 500:
+            # A write is re-sent only on a 503 with Retry-After: the provider says it did nothing.
+            return not signed or (err.status == 503 and err.retry_after is not None)
+        return False
+
+    @staticmethod
+    def _status_error(resp: requests.Response, method: str, path: str) -> errors.ApiStatusError:
+        if 300 <= resp.status_code < 400:
+            # Redirects are never followed: they would carry X-API-Secret to another address.
+            return errors.ApiStatusError(f"unexpected redirect (HTTP {resp.status_code})", status=resp.status_code,
+                                         trace_id=resp.headers.get("X-Trace-ID"), method=method, path=path)
+        return error_from_response(resp.status_code, resp.content, resp.headers, method=method, path=path,
+                                   reason=resp.reason or "")
+
+    @staticmethod
+    def _parse(resp: requests.Response, method: str, path: str) -> Any:
+        if not resp.content or not resp.content.strip():
+            return None
+        try:
+            return money.loads(resp.content)
+        except ValueError as exc:
+            raise errors.MalformedResponse(f"{method} {path}: HTTP {resp.status_code} body is not JSON",
+                                           status=resp.status_code, body=resp.text[:2000],
+                                           method=method, path=path) from exc

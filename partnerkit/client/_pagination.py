@@ -1,0 +1,85 @@
+"""Pagination: build a Page from the headers, and walk every page.
+
+Recharge list: X-Page, X-Per-Page, X-Total-Count, X-Total-Pages, X-Has-More. Order list: the
+same without X-Has-More. Delivery list: X-Page-Size instead of X-Per-Page. Any of them may be
+missing: then a short or empty page ends the walk.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+from partnerkit.client._records import Page
+from partnerkit.errors import MalformedResponse
+
+T = TypeVar("T")
+
+
+def _header_int(headers: Mapping[str, str], *names: str) -> int | None:
+    for name in names:
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return int(value.strip())
+            except ValueError:
+                return None  # a garbled header is treated as absent, never trusted
+    return None
+
+
+def page_from_headers(items: list[T], headers: Mapping[str, str], *, page: int, limit: int | None,
+                      malformed: tuple = ()) -> Page[T]:
+    """A Page whose has_more trusts X-Has-More, then X-Total-Pages/Count, then a full page."""
+    number = _header_int(headers, "X-Page") or page
+    per_page = _header_int(headers, "X-Per-Page", "X-Page-Size")
+    total_count = _header_int(headers, "X-Total-Count")
+    total_pages = _header_int(headers, "X-Total-Pages")
+    size = per_page or limit
+    flag = (headers.get("X-Has-More") or "").strip().lower()
+    count = len(items) + len(malformed)
+    if not count:
+        has_more = False  # an empty page ends the walk, whatever the headers claim
+    elif flag in ("true", "1", "yes"):
+        has_more = True
+    elif flag in ("false", "0", "no"):
+        has_more = False
+    elif total_pages is not None:
+        has_more = number < total_pages
+    elif total_count is not None and size:
+        has_more = number * size < total_count
+    else:
+        has_more = size is not None and count >= size
+    if has_more and size is not None and count < size:
+        has_more = False  # a short page is the last one
+    return Page(items, number, per_page, total_count, total_pages, has_more, tuple(malformed))
+
+
+def iterate(
+    fetch: Callable[[int], Page[T]],
+    *,
+    start: int = 1,
+    on_malformed: Callable[[MalformedResponse], None] | None = None,
+    max_pages: int = 100_000,
+) -> Iterator[T]:
+    """Yield every item of every page from `start`, skipping ids already seen on earlier pages.
+
+    A record that fails to parse is passed to `on_malformed` (to quarantine it); without one,
+    its MalformedResponse is raised, so a bad record is never skipped silently.
+    """
+    seen: set[Any] = set()
+    number = start
+    for _ in range(max_pages):
+        current = fetch(number)
+        for bad in current.malformed:
+            if on_malformed is None:
+                raise bad
+            on_malformed(bad)
+        for item in current.items:
+            key = getattr(item, "id", None) if not isinstance(item, dict) else item.get("id")
+            if key is not None:
+                if key in seen:
+                    continue  # new rows arriving at the head shift older ones onto the next page
+                seen.add(key)
+            yield item
+        if not current.has_more:
+            return
+        number = current.page + 1

@@ -1,0 +1,486 @@
+"""Typed, frozen records for the document's resources (Resources and their fields).
+
+Every record keeps the payload as received in `.raw` (unknown fields included, never a crash).
+Money is Decimal (JSON numbers parsed with parse_float=Decimal, or 2-decimal strings), times are
+aware UTC datetimes. An optional field the provider omitted is `MISSING`; one it sent as null is
+None. A field of the wrong type raises MalformedResponse naming `Record.field`, so callers can
+quarantine that one record. `raw` is excluded from repr: it may hold voucher codes and tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Callable, Generic, TypeVar
+
+from partnerkit import money, timeutil
+from partnerkit.errors import MalformedResponse
+
+T = TypeVar("T")
+
+
+class _Missing:
+    """The type of MISSING: a field the provider left out of the payload (not null)."""
+
+    _instance = None
+
+    def __new__(cls) -> "_Missing":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+# Recharge, "States and transitions": legacy stored values that mean SUCCESS.
+LEGACY_SUCCESS = frozenset({"DELIVERED", "RECHARGED"})
+RECHARGE_FINAL = frozenset({"SUCCESS", "FAILED", "REVERSED"}) | LEGACY_SUCCESS
+
+
+class _Reader:
+    """Reads one payload's fields, raising MalformedResponse that names `Record.field`."""
+
+    def __init__(self, raw: Any, record: str) -> None:
+        if not isinstance(raw, dict):
+            raise MalformedResponse(f"{record}: expected a JSON object, got {type(raw).__name__}", body=raw, field=record)
+        self.raw = raw
+        self.record = record
+
+    def _bad(self, name: str, why: str) -> MalformedResponse:
+        return MalformedResponse(f"{self.record}.{name}: {why}", body=self.raw, field=name)
+
+    def _get(self, name: str, required: bool, nullable: bool) -> Any:
+        if name not in self.raw:
+            if required:
+                raise self._bad(name, "missing")
+            return MISSING
+        value = self.raw[name]
+        if value is None and not nullable:
+            raise self._bad(name, "is null")
+        return value
+
+    def _typed(self, name: str, required: bool, nullable: bool, convert: Callable[[Any], Any]) -> Any:
+        value = self._get(name, required, nullable)
+        if value is MISSING or value is None:
+            return value
+        try:
+            return convert(value)
+        except (TypeError, ValueError) as exc:  # MoneyError is a ValueError
+            raise self._bad(name, str(exc)) from None
+
+    def int(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
+        def convert(value: Any) -> int:
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise TypeError(f"expected an integer, got {value!r}")
+            return int(value)
+        return self._typed(name, required, nullable, convert)
+
+    def str(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
+        def convert(value: Any) -> str:
+            if not isinstance(value, str):
+                raise TypeError(f"expected a string, got {type(value).__name__}")
+            return value
+        return self._typed(name, required, nullable, convert)
+
+    def upper(self, name: str, **kwargs: Any) -> Any:
+        value = self.str(name, **kwargs)
+        return value.upper() if isinstance(value, str) else value
+
+    def bool(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
+        def convert(value: Any) -> bool:
+            if not isinstance(value, bool):
+                raise TypeError(f"expected true or false, got {value!r}")
+            return value
+        return self._typed(name, required, nullable, convert)
+
+    def money(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
+        return self._typed(name, required, nullable, lambda v: money.to_decimal(v, field=name, strict=True))
+
+    def ts(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
+        return self._typed(name, required, nullable, lambda v: timeutil.parse_ts(v, field=name))
+
+    def obj(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
+        def convert(value: Any) -> dict:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected an object, got {type(value).__name__}")
+            return value
+        return self._typed(name, required, nullable, convert)
+
+    def strings(self, name: str, *, required: bool = True) -> Any:
+        def convert(value: Any) -> tuple[str, ...]:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise TypeError("expected an array of strings")
+            return tuple(value)
+        return self._typed(name, required, False, convert)
+
+    def vouchers(self, name: str = "vouchers") -> tuple["Voucher", ...]:
+        value = self._get(name, False, True)
+        if value is MISSING or value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self._bad(name, "expected an array")
+        return tuple(Voucher.from_payload(item) for item in value)
+
+
+def _mask(value: Any) -> str:
+    if not isinstance(value, str):
+        return repr(value)
+    return "'***'" if len(value) <= 4 else f"'***{value[-2:]}'"
+
+
+@dataclass(frozen=True)
+class ChargeQuote:
+    """Charge quote: what a recharge would cost (nothing placed, no price lock)."""
+
+    face: Decimal
+    discount_pct: Decimal
+    discount: Decimal
+    payable: Decimal
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "ChargeQuote":
+        r = _Reader(raw, cls.__name__)
+        return cls(r.money("face"), r.money("discount_pct"), r.money("discount"), r.money("payable"), raw)
+
+
+@dataclass(frozen=True)
+class Recharge:
+    """A recharge as read (detail, list item) or as answered by submit (then operator_id is set)."""
+
+    id: int
+    reference_number: str
+    status: str
+    mobile_number: str
+    face: Decimal
+    discount: Decimal
+    payable: Decimal
+    created_at: datetime
+    sub_status: Any = MISSING
+    country_code: Any = MISSING
+    operator: Any = MISSING  # display name; never feed it back into submit (use operator_id)
+    operator_id: Any = MISSING  # submit response only
+    circle: Any = MISSING
+    is_prepaid: Any = MISSING
+    currency: Any = MISSING
+    vendor_recharge_id: Any = MISSING
+    operator_txn_id: Any = MISSING
+    failure_reason: Any = MISSING
+    client_reference: Any = MISSING
+    updated_at: Any = MISSING
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "Recharge":
+        r = _Reader(raw, cls.__name__)
+        optional = {name: r.str(name, required=False, nullable=True) for name in (
+            "sub_status", "country_code", "operator", "circle", "currency", "vendor_recharge_id",
+            "operator_txn_id", "failure_reason", "client_reference")}
+        return cls(
+            id=r.int("id"),
+            reference_number=r.str("reference_number"),
+            status=r.upper("status"),
+            mobile_number=r.str("mobile_number"),
+            face=r.money("face"),
+            discount=r.money("discount"),
+            payable=r.money("payable"),
+            created_at=r.ts("created_at"),
+            operator_id=r.int("operator_id", required=False, nullable=True),
+            is_prepaid=r.bool("is_prepaid", required=False, nullable=True),
+            updated_at=r.ts("updated_at", required=False, nullable=True),
+            raw=raw,
+            **optional,
+        )
+
+    @property
+    def normalized_status(self) -> str:
+        """status with the legacy DELIVERED / RECHARGED read as SUCCESS."""
+        return "SUCCESS" if self.status in LEGACY_SUCCESS else self.status
+
+    @property
+    def is_final(self) -> bool:
+        """SUCCESS (or legacy), FAILED and REVERSED are final; PROCESSING is not."""
+        return self.status in RECHARGE_FINAL
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """A recharge submit's answer: 200 (final) or 202 (PROCESSING, poll it), and the key used."""
+
+    http_status: int
+    recharge: Recharge
+    idempotency_key: str
+
+    @property
+    def accepted(self) -> bool:
+        """202: accepted but not settled; resolve it by reading, never by resubmitting."""
+        return self.http_status == 202
+
+
+@dataclass(frozen=True)
+class Voucher:
+    """One voucher; repr masks card_number and pin_code so a code never reaches a log."""
+
+    card_number: Any
+    expires_at: datetime | None
+    pin_code: Any = MISSING
+    claim_url: Any = MISSING
+    voucher_reference_number: Any = MISSING
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "Voucher":
+        r = _Reader(raw, cls.__name__)
+        return cls(
+            card_number=r.str("card_number", nullable=True),
+            expires_at=r.ts("expires_at", nullable=True),
+            pin_code=r.str("pin_code", required=False, nullable=True),
+            claim_url=r.str("claim_url", required=False, nullable=True),
+            voucher_reference_number=r.str("voucher_reference_number", required=False, nullable=True),
+            raw=raw,
+        )
+
+    def __repr__(self) -> str:
+        return (f"Voucher(card_number={_mask(self.card_number)}, pin_code={_mask(self.pin_code)}, "
+                f"voucher_reference_number={self.voucher_reference_number!r}, expires_at={self.expires_at!r})")
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
+class OrderCreated:
+    """Order (create response): money as JSON numbers; vouchers only when fulfilled at once."""
+
+    id: int
+    ref: str
+    transaction_id: int
+    amount: Decimal
+    product_id: int
+    denomination: Decimal
+    quantity: int
+    discount: Decimal
+    status: str
+    placed_at: datetime
+    vouchers: tuple[Voucher, ...] = ()
+    idempotency_key: str | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any, idempotency_key: str | None = None) -> "OrderCreated":
+        r = _Reader(raw, cls.__name__)
+        return cls(
+            id=r.int("id"), ref=r.str("ref"), transaction_id=r.int("transaction_id"), amount=r.money("amount"),
+            product_id=r.int("product_id"), denomination=r.money("denomination"), quantity=r.int("quantity"),
+            discount=r.money("discount"), status=r.upper("status"), placed_at=r.ts("placed_at"),
+            vouchers=r.vouchers(), idempotency_key=idempotency_key, raw=raw,
+        )
+
+
+@dataclass(frozen=True)
+class Mobile:
+    """Order list item's mobile object."""
+
+    mobile_country_code: Any
+    mobile_number: Any
+
+
+@dataclass(frozen=True)
+class OrderSummary:
+    """Order (list item); status upper-cased for comparison, raw keeps the lower-case value."""
+
+    id: int
+    reference_code: str
+    transaction_id: int
+    product_id: int
+    denomination: Decimal
+    quantity: int
+    amount: Decimal
+    status: str
+    placed_at: datetime
+    product_name: Any = MISSING
+    currency: Any = MISSING
+    email: Any = MISSING
+    mobile: Any = MISSING
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "OrderSummary":
+        r = _Reader(raw, cls.__name__)
+        mobile = r.obj("mobile", required=False, nullable=True)
+        if isinstance(mobile, dict):
+            m = _Reader(mobile, f"{cls.__name__}.mobile")
+            mobile = Mobile(m.str("mobile_country_code", required=False, nullable=True),
+                            m.str("mobile_number", required=False, nullable=True))
+        return cls(
+            id=r.int("id"), reference_code=r.str("reference_code"), transaction_id=r.int("transaction_id"),
+            product_id=r.int("product_id"), denomination=r.money("denomination"), quantity=r.int("quantity"),
+            amount=r.money("amount"), status=r.upper("status"), placed_at=r.ts("placed_at"),
+            product_name=r.str("product_name", required=False, nullable=True),
+            currency=r.str("currency", required=False, nullable=True),
+            email=r.str("email", required=False, nullable=True), mobile=mobile, raw=raw,
+        )
+
+
+@dataclass(frozen=True)
+class OrderDetail:
+    """Order (detail): vouchers are populated only for DELIVERED and PARTIALLY_DELIVERED."""
+
+    id: int
+    reference_code: str
+    transaction_id: int
+    amount: Decimal
+    product_id: int
+    denomination: Decimal
+    quantity: int
+    discount: Any
+    status: str
+    placed_at: datetime
+    vouchers: tuple[Voucher, ...] = ()
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "OrderDetail":
+        r = _Reader(raw, cls.__name__)
+        return cls(
+            id=r.int("id"), reference_code=r.str("reference_code"), transaction_id=r.int("transaction_id"),
+            amount=r.money("amount"), product_id=r.int("product_id"), denomination=r.money("denomination"),
+            quantity=r.int("quantity"), discount=r.money("discount", required=False, nullable=True),
+            status=r.upper("status"), placed_at=r.ts("placed_at"), vouchers=r.vouchers(), raw=raw,
+        )
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook configuration as listed, read or updated (shape beyond create: not shown)."""
+
+    id: int
+    name: Any = MISSING
+    url: Any = MISSING
+    events: Any = MISSING
+    is_active: Any = MISSING
+    created_at: Any = MISSING
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "Webhook":
+        r = _Reader(raw, cls.__name__)
+        return cls(
+            id=r.int("id"), name=r.str("name", required=False, nullable=True),
+            url=r.str("url", required=False, nullable=True), events=r.strings("events", required=False),
+            is_active=r.bool("is_active", required=False, nullable=True),
+            created_at=r.ts("created_at", required=False, nullable=True), raw=raw,
+        )
+
+
+@dataclass(frozen=True)
+class WebhookCreated:
+    """Webhook configuration (create response); `token` is returned only once and masked in repr."""
+
+    id: int
+    name: str
+    url: str
+    token: str = field(repr=False)
+    events: tuple[str, ...]
+    is_active: Any = MISSING
+    created_at: Any = MISSING
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "WebhookCreated":
+        r = _Reader(raw, cls.__name__)
+        return cls(
+            id=r.int("id"), name=r.str("name"), url=r.str("url"), token=r.str("token"),
+            events=r.strings("events"), is_active=r.bool("is_active", required=False, nullable=True),
+            created_at=r.ts("created_at", required=False, nullable=True), raw=raw,
+        )
+
+    def __repr__(self) -> str:
+        return (f"WebhookCreated(id={self.id!r}, name={self.name!r}, url={self.url!r}, token='***', "
+                f"events={self.events!r}, is_active={self.is_active!r})")
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """Webhook delivery record (as listed); the detail keeps more in `.raw`."""
+
+    id: int
+    status: str
+    webhook_url_id: Any = MISSING
+    order_id: Any = MISSING
+    event_type: Any = MISSING
+    event_id: Any = MISSING
+    payload: Any = MISSING
+    attempt_count: Any = MISSING
+    max_attempts: Any = MISSING
+    response_status: Any = MISSING
+    response_time_ms: Any = MISSING
+    delivered_at: Any = MISSING
+    created_at: Any = MISSING
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "WebhookDelivery":
+        r = _Reader(raw, cls.__name__)
+        ints = {n: r.int(n, required=False, nullable=True) for n in (
+            "webhook_url_id", "order_id", "attempt_count", "max_attempts", "response_status", "response_time_ms")}
+        return cls(
+            id=r.int("id"), status=r.str("status"), event_type=r.str("event_type", required=False, nullable=True),
+            event_id=r.str("event_id", required=False, nullable=True),
+            payload=r.obj("payload", required=False, nullable=True),
+            delivered_at=r.ts("delivered_at", required=False, nullable=True),
+            created_at=r.ts("created_at", required=False, nullable=True), raw=raw, **ints,
+        )
+
+
+@dataclass(frozen=True)
+class DeliveryStats:
+    """Aggregate delivery statistics (the `data` object of the stats response)."""
+
+    total_count: int
+    pending_count: int
+    delivered_count: int
+    failed_count: int
+    last_24h_total: int
+    last_24h_delivered: int
+    last_24h_failed: int
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_payload(cls, raw: Any) -> "DeliveryStats":
+        r = _Reader(raw, cls.__name__)
+        names = ("total_count", "pending_count", "delivered_count", "failed_count",
+                 "last_24h_total", "last_24h_delivered", "last_24h_failed")
+        return cls(**{n: r.int(n) for n in names}, raw=raw)
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list: items plus what the pagination headers said (None when absent)."""
+
+    items: list[T]
+    page: int
+    per_page: int | None
+    total_count: int | None
+    total_pages: int | None
+    has_more: bool
+    # Items that failed to parse (MalformedResponse with .field and .body = the raw item),
+    # kept apart so one bad record never hides the rest of the page: callers quarantine them.
+    malformed: tuple[MalformedResponse, ...] = ()
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)

@@ -1,0 +1,261 @@
+"""The persistent request budget shared by every process using one database and API key.
+
+Limits (the document's Limits table): class "general", 1000 requests per hour per key, shared
+by every endpoint without a dedicated allowance (recharges, order reads, catalog, webhooks);
+class "order_create", 100 per minute for POST /api/v1/orders only.
+
+The window is SLIDING (a log of send times): in any window-long interval we send at most the
+limit, which stays inside the provider's limit whether the provider counts fixed or sliding
+windows. Every acquisition runs inside BEGIN IMMEDIATE, so two processes can never both take
+the last request. The provider's X-RateLimit-* headers can only tighten the local view, and a
+429 blocks the class for everybody until Retry-After has passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from partnerkit.errors import BudgetExhausted
+from partnerkit.store.db import Database, open_db, transaction
+
+GENERAL = "general"
+ORDER_CREATE = "order_create"
+DEFAULT_BLOCK_S = 60.0  # a 429 without Retry-After or X-RateLimit-Reset blocks this long
+_EPOCH_THRESHOLD = 1_000_000_000  # an X-RateLimit-Reset above this is a unix time, else seconds
+
+
+@dataclass(frozen=True)
+class Limit:
+    """At most `limit` requests in any `window_s` seconds."""
+
+    limit: int
+    window_s: float
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One request's claim on the budget; pass it back to `observe()` with the response headers."""
+
+    id: int
+    budget_class: str
+    at: float
+
+
+@dataclass(frozen=True)
+class ProviderView:
+    """What the provider last said about a class: remaining until a moment, and any 429 block."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    until: float | None = None
+    blocked_until: float | None = None
+
+
+def key_hash(api_key: str) -> str:
+    """The budget rows' key: SHA-256 hex of the API key (the key itself is never stored)."""
+    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def wait_needed(
+    *,
+    now: float,
+    limit: Limit,
+    sent: Sequence[float],
+    provider: ProviderView,
+    keep_free: int = 0,
+) -> float:
+    """Seconds until one more request fits (0.0: send now); `sent` are in-window send times, oldest first."""
+    waits = [0.0]
+    if provider.blocked_until is not None and now < provider.blocked_until:
+        waits.append(provider.blocked_until - now)
+    cap = limit.limit if provider.limit is None else min(limit.limit, provider.limit)
+    local_remaining = cap - len(sent)
+    if local_remaining <= keep_free:
+        # The (k)th oldest send must leave the window for remaining to exceed keep_free.
+        k = keep_free - local_remaining  # 0-based index into sent
+        waits.append(sent[k] + limit.window_s - now if k < len(sent) else limit.window_s)
+    if provider.remaining is not None and provider.until is not None and now < provider.until:
+        if provider.remaining <= keep_free:
+            waits.append(provider.until - now)
+    return max(0.0, max(waits))
+
+
+class Budget:
+    """The shared request budget of one API key in one database (see the module docstring)."""
+
+    def __init__(
+        self,
+        db: Database,
+        api_key: str,
+        *,
+        limits: Mapping[str, Limit] | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._key = key_hash(api_key)
+        self._limits = dict(limits or {GENERAL: Limit(1000, 3600.0), ORDER_CREATE: Limit(100, 60.0)})
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()  # one connection, many threads: one transaction at a time
+
+    @classmethod
+    def from_config(cls, config, db: Database | None = None, **kwargs) -> "Budget":
+        """The budget for config.api_key; with db=None an in-memory one (this process only)."""
+        limits = {GENERAL: Limit(config.hourly_budget, 3600.0), ORDER_CREATE: Limit(config.order_budget_per_minute, 60.0)}
+        return cls(db if db is not None else open_db(":memory:"), config.api_key, limits=limits, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Budget(limits={self._limits!r})"
+
+    def _now(self) -> float:
+        return self._clock() if self._clock else time.time()
+
+    def limit(self, budget_class: str) -> Limit:
+        """The configured limit of a class; ValueError for an unknown class."""
+        try:
+            return self._limits[budget_class]
+        except KeyError:
+            raise ValueError(f"unknown budget class {budget_class!r}; known: {sorted(self._limits)}") from None
+
+    def acquire(
+        self,
+        budget_class: str = GENERAL,
+        *,
+        purpose: str = "default",
+        wait: bool = True,
+        max_wait: float = 60.0,
+        keep_free: int = 0,
+    ) -> Ticket:
+        """Take one request from the class, waiting up to max_wait if `wait`, else BudgetExhausted."""
+        limit = self.limit(budget_class)
+        if keep_free < 0:
+            raise ValueError("keep_free must be 0 or more")
+        deadline = self._now() + max_wait
+        while True:
+            ticket, needed = self._try_acquire(budget_class, limit, purpose, keep_free)
+            if ticket is not None:
+                return ticket
+            remaining_wait = deadline - self._now()
+            if not wait or needed > remaining_wait:
+                raise BudgetExhausted(
+                    f"request budget {budget_class!r} has no room for {purpose!r}; retry in {needed:.1f}s",
+                    retry_after=needed,
+                    budget_class=budget_class,
+                )
+            (self._sleep or time.sleep)(max(needed, 0.01))
+
+    def _try_acquire(self, budget_class: str, limit: Limit, purpose: str, keep_free: int) -> tuple[Ticket | None, float]:
+        with self._lock, transaction(self._db) as conn:
+            now = self._now()
+            conn.execute(
+                "DELETE FROM budget_events WHERE key_hash = ? AND class = ? AND at <= ?",
+                (self._key, budget_class, now - limit.window_s),
+            )
+            sent = [row[0] for row in conn.execute(
+                "SELECT at FROM budget_events WHERE key_hash = ? AND class = ? AND at > ? ORDER BY at",
+                (self._key, budget_class, now - limit.window_s),
+            )]
+            provider = self._provider_view(conn, budget_class)
+            needed = wait_needed(now=now, limit=limit, sent=sent, provider=provider, keep_free=keep_free)
+            if needed > 0:
+                return None, needed
+            cursor = conn.execute(
+                "INSERT INTO budget_events (key_hash, class, purpose, at) VALUES (?, ?, ?, ?)",
+                (self._key, budget_class, purpose, now),
+            )
+            return Ticket(cursor.lastrowid, budget_class, now), 0.0
+
+    def _provider_view(self, conn, budget_class: str) -> ProviderView:
+        row = conn.execute(
+            "SELECT provider_limit, provider_remaining, provider_after_id, provider_until, blocked_until"
+            " FROM budget_state WHERE key_hash = ? AND class = ?",
+            (self._key, budget_class),
+        ).fetchone()
+        if row is None:
+            return ProviderView()
+        provider_limit, remaining, after_id, until, blocked_until = row
+        if remaining is not None:
+            # Requests sent after the one whose response reported `remaining` are spent too
+            # (some may already be counted by the provider: subtracting them is conservative).
+            (later,) = conn.execute(
+                "SELECT COUNT(*) FROM budget_events WHERE key_hash = ? AND class = ? AND id > ?",
+                (self._key, budget_class, after_id or 0),
+            ).fetchone()
+            remaining -= later
+        return ProviderView(provider_limit, remaining, until, blocked_until)
+
+    def observe(self, ticket: Ticket, *, limit: int | None = None, remaining: int | None = None, reset: float | None = None) -> None:
+        """Record X-RateLimit-Limit/Remaining/Reset seen on the response to `ticket`'s request."""
+        if limit is None and remaining is None:
+            return
+        now = self._now()
+        window = self.limit(ticket.budget_class).window_s
+        if reset is None:
+            until = now + window  # no reset given: trust the figure for a whole window
+        elif reset > _EPOCH_THRESHOLD:
+            until = float(reset)
+        else:
+            until = now + float(reset)
+        with self._lock, transaction(self._db) as conn:
+            conn.execute(
+                "INSERT INTO budget_state (key_hash, class, provider_limit, provider_remaining, provider_after_id,"
+                " provider_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (key_hash, class) DO UPDATE SET"
+                "  provider_limit = COALESCE(excluded.provider_limit, provider_limit),"
+                "  provider_remaining = excluded.provider_remaining,"
+                "  provider_after_id = excluded.provider_after_id,"
+                "  provider_until = excluded.provider_until,"
+                "  updated_at = excluded.updated_at"
+                # An older request's answer (overtaken by a newer one) must not overwrite a newer figure.
+                " WHERE provider_after_id IS NULL OR excluded.provider_after_id >= provider_after_id",
+                (self._key, ticket.budget_class, limit, remaining, ticket.id, until, now),
+            )
+
+    def block(self, budget_class: str, retry_after: float | None) -> float:
+        """A 429: no process sends in this class until retry_after seconds from now; returns the moment."""
+        self.limit(budget_class)
+        now = self._now()
+        until = now + (DEFAULT_BLOCK_S if retry_after is None else max(0.0, retry_after))
+        with self._lock, transaction(self._db) as conn:
+            conn.execute(
+                "INSERT INTO budget_state (key_hash, class, blocked_until, updated_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (key_hash, class) DO UPDATE SET"
+                "  blocked_until = MAX(COALESCE(blocked_until, 0), excluded.blocked_until),"
+                "  updated_at = excluded.updated_at",
+                (self._key, budget_class, until, now),
+            )
+        return until
+
+    def usage(self) -> dict[str, dict]:
+        """Per class: limit, used, remaining (after provider tightening), blocked_until, used by purpose."""
+        report: dict[str, dict] = {}
+        now = self._now()
+        with self._lock, transaction(self._db) as conn:
+            for budget_class, limit in self._limits.items():
+                rows = conn.execute(
+                    "SELECT purpose, COUNT(*) FROM budget_events WHERE key_hash = ? AND class = ? AND at > ?"
+                    " GROUP BY purpose ORDER BY purpose",
+                    (self._key, budget_class, now - limit.window_s),
+                ).fetchall()
+                by_purpose = {purpose: count for purpose, count in rows}
+                used = sum(by_purpose.values())
+                provider = self._provider_view(conn, budget_class)
+                cap = limit.limit if provider.limit is None else min(limit.limit, provider.limit)
+                remaining = cap - used
+                if provider.remaining is not None and provider.until is not None and now < provider.until:
+                    remaining = min(remaining, provider.remaining)
+                blocked = provider.blocked_until if provider.blocked_until and provider.blocked_until > now else None
+                report[budget_class] = {
+                    "limit": cap,
+                    "window_s": limit.window_s,
+                    "used": used,
+                    "remaining": max(0, remaining),
+                    "blocked_until": blocked,
+                    "by_purpose": by_purpose,
+                }
+        return report

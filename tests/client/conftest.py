@@ -1,0 +1,41 @@
+"""Fixtures: a real loopback HTTP server (pytest-httpserver), a migrated SQLite file, a client."""
+
+from __future__ import annotations
+
+import pytest
+
+from partnerkit.client import PartnerClient
+from partnerkit.config import Config
+from partnerkit.store import open_db
+
+from client_payloads import API_KEY, API_SECRET, FAST
+
+
+@pytest.fixture
+def config(httpserver, tmp_path) -> Config:
+    return Config(
+        db_path=tmp_path / "partnerkit.db",
+        api_base_url=httpserver.url_for("/").rstrip("/"),
+        api_key=API_KEY,
+        api_secret=API_SECRET,
+        http_timeout_s=2.0,
+    )
+
+
+@pytest.fixture
+def db(config):
+    database = open_db(config.db_path)
+    yield database
+    database.conn.close()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    """Every back-off sleep the client asked for (instead of sleeping)."""
+    return []
+
+
+@pytest.fixture
+def client(config, db, sleeps) -> PartnerClient:
+    with PartnerClient(config, db, retry=FAST, sleep=sleeps.append) as c:
+        yield c
