@@ -64,9 +64,11 @@ def normalise_status(status: str | None) -> tuple[str, str | None]:
 
 
 def provider_fields(record: Any) -> dict[str, Any]:
-    """The document's recharge fields of a client dataclass or raw dict, with Decimal money and datetimes."""
+    """The document's recharge fields of a client record (read from its `.raw` payload) or a raw dict."""
     raw = _get(record, "raw")
-    if raw is None and isinstance(record, Mapping):
+    if isinstance(raw, Mapping):
+        record = raw  # the payload as received: omitted optional fields are simply absent
+    elif isinstance(record, Mapping):
         raw = dict(record)
     recharge_id = _get(record, "id")
     return {
