@@ -1,0 +1,123 @@
+"""The one transaction alias mapping (DESIGN.md: id | transaction_id; type | transaction_type; ...)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+
+from reconcile.ledger import Quarantined, Transaction, map_transaction, split, to_row
+
+BASE = {"id": "T1", "amount": "-98.00", "created_at": "2025-03-14T10:00:00Z"}
+WHEN = datetime(2025, 3, 14, 10, tzinfo=timezone.utc)
+
+
+def read(**changes) -> Transaction:
+    record = {**BASE, **changes}
+    for key in [k for k, v in changes.items() if v is DROP]:
+        record.pop(key)
+    result = map_transaction(record)
+    assert isinstance(result, Transaction), result
+    return result
+
+
+DROP = object()
+
+
+@pytest.mark.parametrize("record, field, expected", [
+    ({"id": "T1"}, "id", "T1"),
+    ({"id": DROP, "transaction_id": 77}, "id", "77"),
+    ({"type": "recharge"}, "type", "RECHARGE"),
+    ({"transaction_type": "Order"}, "type", "ORDER"),
+    ({"order_id": 12}, "order_id", 12),
+    ({"order_id": "12"}, "order_id", 12),
+    ({"reference_number": "RCH1"}, "reference_number", "RCH1"),
+    ({"reference": "RCH2"}, "reference_number", "RCH2"),
+    ({"recharge_reference": "RCH3"}, "reference_number", "RCH3"),
+    ({"recharge_id": 5}, "recharge_id", 5),
+    ({"recharge_id": "5"}, "recharge_id", 5),
+    ({"currency": "inr"}, "currency", "INR"),
+    ({"created_at": DROP, "timestamp": "2025-03-14T10:00:00+00:00"}, "created_at", WHEN),
+    ({"created_at": "2025-03-14T15:30:00+05:30"}, "created_at", WHEN),
+    ({"balance_after": "901.50"}, "balance_after", Decimal("901.50")),
+    ({"balance_after": Decimal("7")}, "balance_after", Decimal("7")),
+    ({}, "balance_after", None),
+], ids=lambda v: repr(v)[:40])
+def test_every_alias_is_read(record, field, expected):
+    assert getattr(read(**record), field) == expected
+
+
+def test_keys_are_case_insensitive():
+    tx = map_transaction({"ID": "T9", "Amount": "5.00", "Transaction_Type": "refund", "CREATED_AT": "2025-03-14T10:00:00Z"})
+    assert (tx.id, tx.amount, tx.type) == ("T9", Decimal("5.00"), "REFUND")
+
+
+@pytest.mark.parametrize("amount, direction_key, direction, expected", [
+    ("-98.00", None, None, Decimal("-98.00")),          # signed string
+    (Decimal("-98.5"), None, None, Decimal("-98.5")),   # signed number (parsed with parse_float=Decimal)
+    (-98, None, None, Decimal("-98")),                   # integer
+    ("98.00", None, None, Decimal("98.00")),             # signed positive: a credit
+    ("98.00", "direction", "DEBIT", Decimal("-98.00")),  # unsigned + direction
+    (Decimal("98.00"), "direction", "credit", Decimal("98.00")),
+    ("98.00", "entry_type", "DEBIT", Decimal("-98.00")),
+    ("-98.00", "entry_type", "DEBIT", Decimal("-98.00")),  # signed and direction agree
+    ("98.00", "entry_type", "CREDIT", Decimal("98.00")),
+])
+def test_amount_forms(amount, direction_key, direction, expected):
+    record = {"amount": amount}
+    if direction_key:
+        record[direction_key] = direction
+    tx = read(**record)
+    assert tx.amount == expected
+    assert tx.is_debit == (expected < 0)
+
+
+@pytest.mark.parametrize("record, reason", [
+    ({"id": DROP}, "no id"),
+    ({"amount": DROP}, "no amount"),
+    ({"amount": "12.345"}, "more than 2 decimal places"),
+    ({"amount": "ten"}, "not an amount"),
+    ({"amount": 1.5}, "float"),
+    ({"amount": True}, "expected an amount"),
+    ({"amount": "5.00", "direction": "SIDEWAYS"}, "DEBIT or CREDIT"),
+    ({"amount": "-5.00", "direction": "CREDIT"}, "negative amount marked CREDIT"),
+    ({"created_at": DROP}, "no created_at"),
+    ({"created_at": "yesterday"}, "not an ISO 8601"),
+    ({"order_id": "abc"}, "order_id is not an integer"),
+    ({"recharge_id": 1.0}, "recharge_id is not an integer"),
+    ({"balance_after": "1.001"}, "more than 2 decimal places"),
+    ({"id": "T1", "transaction_id": "T2"}, "disagree"),
+], ids=lambda v: repr(v)[:40])
+def test_unfit_records_are_quarantined_with_the_reason(record, reason):
+    raw = {**BASE, **record}
+    for key in [k for k, v in record.items() if v is DROP]:
+        raw.pop(key)
+    result = map_transaction(raw)
+    assert isinstance(result, Quarantined)
+    assert reason in result.reason
+    assert result.raw == raw
+
+
+@pytest.mark.parametrize("raw", [None, "T1,-98.00", ["T1"], 7])
+def test_a_record_that_is_not_an_object_is_quarantined_not_a_crash(raw):
+    assert isinstance(map_transaction(raw), Quarantined)
+
+
+def test_quarantine_key_is_stable_for_the_same_record():
+    first = map_transaction({"foo": 1, "bar": Decimal("2.50")})
+    again = map_transaction({"bar": Decimal("2.50"), "foo": 1})
+    assert first.key == again.key and len(first.key) == 64
+
+
+def test_store_row_is_integer_paise_and_utc_text():
+    tx = read(amount="-98.05", balance_after="1.10", created_at="2025-03-14T15:30:00+05:30")
+    row = to_row(tx, {"x": 1}, "2025-03-15T00:00:00Z")
+    assert row[2] == -9805 and row[8] == 110
+    assert row[7] == "2025-03-14T10:00:00Z"
+
+
+def test_split_keeps_good_rows_and_quarantines_the_rest():
+    rows, bad = split([BASE, {"nothing": "here"}, {**BASE, "id": "T2"}], "2025-03-15T00:00:00Z")
+    assert [r[0] for r in rows] == ["T1", "T2"]
+    assert [q.reason for q in bad] == ["no id (id | transaction_id)"]

@@ -1,0 +1,332 @@
+"""Each matching rule and each drift kind, from store fixtures (rows inserted through the store functions)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from decimal import Decimal
+
+import pytest
+
+from conftest import DAY, at
+from partnerkit.store.drifts import audit_trail, drift_id, get_drift, list_drifts, open_drift, set_resolution
+from reconcile.matcher import match_day
+
+NEXT = DAY + timedelta(days=1)
+RUN = at(2, day=NEXT)
+
+
+def run(db, now=RUN):
+    return match_day(db, DAY, now=now)
+
+
+def found(db) -> set[tuple[str, str, str]]:
+    """(kind, subject, reference) of the drifts currently open for the day."""
+    return {(d.kind, d.subject, d.reference) for d in list_drifts(db, report_date=DAY.isoformat())
+            if d.resolution != "resolved"}
+
+
+def one(db, kind):
+    matches = [d for d in list_drifts(db, kind=kind) if d.resolution != "resolved"]
+    assert len(matches) == 1, matches
+    return matches[0]
+
+
+# --- recharges: matched against payable, never face ------------------------------------------
+
+@pytest.mark.parametrize("status", ["SUCCESS", "PROCESSING"])
+def test_spend_recharge_with_one_debit_of_payable_matches(db, ledger, status):
+    rc = ledger.recharge(status, payable="98.00", face="100.00")
+    ledger.debit_recharge(rc)
+    result = run(db, now=at(10, 10))  # within 30 minutes: not stuck
+    assert found(db) == set()
+    assert (result.matched, result.drifted, result.spend) == (1, 0, {"INR": Decimal("98.00")})
+
+
+def test_legacy_delivered_is_stored_as_success_and_is_spend(db, ledger):
+    rc = ledger.recharge("DELIVERED")
+    ledger.debit_recharge(rc)
+    assert run(db).recharge_status == {"SUCCESS": 1}
+    assert found(db) == set()
+
+
+def test_debit_of_face_instead_of_payable_is_amount_mismatch(db, ledger):
+    rc = ledger.recharge(payable="98.00", face="100.00")
+    ledger.debit_recharge(rc, amount="100.00")
+    run(db)
+    d = one(db, "amount_mismatch")
+    assert (d.subject, d.reference, d.expected, d.actual, d.currency) == ("recharge", rc["reference_number"],
+                                                                          Decimal("98.00"), Decimal("100.00"), "INR")
+
+
+def test_spend_recharge_without_debit_is_missing_debit(db, ledger):
+    rc = ledger.recharge()
+    run(db)
+    d = one(db, "missing_debit")
+    assert (d.reference, d.expected, d.actual) == (rc["reference_number"], Decimal("98.00"), Decimal("0.00"))
+
+
+def test_two_debits_for_one_recharge_is_duplicate_debit(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    run(db)
+    assert one(db, "duplicate_debit").actual == Decimal("196.00")
+
+
+def test_debit_linked_by_reference_only_counts(db, ledger):
+    rc = ledger.recharge()
+    ledger.tx("-98.00", type="RECHARGE", reference="%s" % rc["reference_number"])
+    run(db)
+    assert found(db) == set()
+
+
+@pytest.mark.parametrize("status", ["FAILED", "REVERSED"])
+def test_credited_back_recharge_with_debit_and_credit_is_net_zero(db, ledger, status):
+    rc = ledger.recharge(status)
+    ledger.debit_recharge(rc)
+    ledger.credit_recharge(rc, minute=5)
+    result = run(db)
+    assert found(db) == set()
+    assert result.spend == {"INR": Decimal("98.00")} and result.refunds == {"INR": Decimal("98.00")}
+
+
+@pytest.mark.parametrize("status", ["FAILED", "REVERSED"])
+def test_credited_back_recharge_without_credit_is_missing_refund(db, ledger, status):
+    rc = ledger.recharge(status)
+    ledger.debit_recharge(rc)
+    run(db)
+    d = one(db, "missing_refund")
+    assert (d.reference, d.expected, d.actual) == (rc["reference_number"], Decimal("98.00"), Decimal("0.00"))
+
+
+def test_failed_recharge_without_any_debit_is_missing_debit(db, ledger):
+    ledger.recharge("FAILED")
+    run(db)
+    assert one(db, "missing_debit")
+
+
+def test_credit_on_a_successful_recharge_is_unexpected_refund(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.credit_recharge(rc)
+    run(db)
+    d = one(db, "unexpected_refund")
+    assert (d.expected, d.actual) == (Decimal("0.00"), Decimal("98.00"))
+
+
+def test_credit_larger_than_the_debit_is_unexpected_refund(db, ledger):
+    rc = ledger.recharge("FAILED")
+    ledger.debit_recharge(rc)
+    ledger.credit_recharge(rc, amount="150.00")
+    run(db)
+    assert one(db, "unexpected_refund").actual == Decimal("150.00")
+
+
+def test_processing_after_thirty_minutes_is_stuck_processing_with_its_reference(db, ledger):
+    rc = ledger.recharge("PROCESSING", hour=10)
+    ledger.debit_recharge(rc)
+    run(db, now=at(10, 29))
+    assert found(db) == set()
+    run(db, now=at(10, 31))
+    assert one(db, "stuck_processing").reference == rc["reference_number"]
+
+
+def test_poller_and_matcher_record_the_same_stuck_processing_drift(db, ledger):
+    rc = ledger.recharge("PROCESSING", hour=10)
+    ledger.debit_recharge(rc)
+    ident = open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+                       expected=Decimal("98.00"), actual=None, currency="INR", detected_at=at(10, 31))
+    assert get_drift(db, ident).report_date == DAY.isoformat()
+    run(db)
+    assert [d.id for d in list_drifts(db, kind="stuck_processing")] == [ident]
+
+
+def test_provider_only_recharge_is_unknown_to_partner(db, ledger):
+    rc = ledger.recharge(origin="provider")
+    ledger.debit_recharge(rc)
+    run(db)
+    d = one(db, "unknown_to_partner")
+    assert (d.reference, d.expected, d.actual) == (rc["reference_number"], None, Decimal("98.00"))
+
+
+def test_recharge_missing_from_the_days_complete_sync_is_unknown_to_provider(db, ledger):
+    listed, missing = ledger.recharge(), ledger.recharge()
+    for rc in (listed, missing):
+        ledger.debit_recharge(rc)
+    key = ledger.intent()
+    ledger.synced([listed])
+    run(db)
+    assert {d.reference for d in list_drifts(db, kind="unknown_to_provider")} == {missing["reference_number"], key}
+
+
+def test_absence_means_nothing_before_a_complete_sync_after_the_day(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.synced([], when=at(23))  # a sync during the day: the recharge may not exist yet
+    run(db)
+    assert found(db) == set()
+
+
+# --- orders ----------------------------------------------------------------------------------
+
+def test_order_matches_the_order_transaction_named_by_its_transaction_id(db, ledger):
+    oid = ledger.order(amount="500.00")
+    ledger.debit_order(oid, "500.00")
+    assert run(db).matched == 1 and found(db) == set()
+
+
+def test_order_without_its_named_transaction_is_missing_debit(db, ledger):
+    oid = ledger.order()
+    ledger.tx("-500.00", type="ORDER")  # an unlinked debit elsewhere
+    run(db)
+    assert one(db, "missing_debit").reference == str(oid)
+
+
+def test_order_debited_another_amount_is_amount_mismatch(db, ledger):
+    oid = ledger.order(amount="500.00")
+    ledger.debit_order(oid, "450.00")
+    run(db)
+    d = one(db, "amount_mismatch")
+    assert (d.subject, d.reference, d.expected, d.actual) == ("order", str(oid), Decimal("500.00"), Decimal("450.00"))
+
+
+def test_wallet_in_another_currency_is_a_conversion_not_a_mismatch(db, ledger):
+    oid = ledger.order(amount="6.00", currency="USD")
+    ledger.debit_order(oid, "510.00", currency="INR")
+    result = run(db)
+    assert found(db) == set()
+    assert result.conversions == [{"order_id": oid, "transaction_id": str(oid + 500_000), "order_currency": "USD",
+                                   "order_amount": Decimal("6.00"), "wallet_currency": "INR",
+                                   "debited": Decimal("510.00")}]
+
+
+def test_second_debit_for_an_order_is_duplicate_debit(db, ledger):
+    oid = ledger.order()
+    ledger.debit_order(oid, "500.00")
+    ledger.tx("-500.00", type="ORDER", order_id=oid)
+    run(db)
+    assert one(db, "duplicate_debit").actual == Decimal("1000.00")
+
+
+@pytest.mark.parametrize("status", ["FAILED", "CANCELLED"])
+def test_failed_or_cancelled_order_must_be_refunded(db, ledger, status):
+    refunded, unrefunded = ledger.order(status), ledger.order(status)
+    for oid in (refunded, unrefunded):
+        ledger.debit_order(oid, "500.00")
+    ledger.tx("500.00", type="REFUND", order_id=refunded)
+    run(db)
+    assert found(db) == {("missing_refund", "order", str(unrefunded))}
+
+
+def test_refund_of_a_delivered_order_is_unexpected_refund(db, ledger):
+    oid = ledger.order()
+    ledger.debit_order(oid, "500.00")
+    ledger.tx("500.00", type="REFUND", order_id=oid)
+    run(db)
+    assert one(db, "unexpected_refund").reference == str(oid)
+
+
+def test_delivered_order_with_fewer_vouchers_than_quantity_is_voucher_shortfall(db, ledger):
+    oid = ledger.order(quantity=3, vouchers=2)
+    ledger.debit_order(oid, "500.00")
+    run(db)
+    d = one(db, "voucher_shortfall")
+    assert (d.reference, d.expected, d.actual, d.measure) == (str(oid), 3, 2, "count")
+
+
+def test_partially_delivered_counts_against_the_delivered_quantity(db, ledger):
+    fine = ledger.order("PARTIALLY_DELIVERED", quantity=5, vouchers=2, delivered_quantity=2)
+    short = ledger.order("PARTIALLY_DELIVERED", quantity=5, vouchers=0)
+    for oid in (fine, short):
+        ledger.debit_order(oid, "500.00")
+    run(db)
+    assert found(db) == {("voucher_shortfall", "order", str(short))}
+
+
+# --- transactions and the wallet ----------------------------------------------------------------
+
+def test_transaction_linked_to_nothing_is_orphan_but_a_top_up_is_not(db, ledger):
+    orphan = ledger.tx("-12.00", type="RECHARGE", reference_number="NOT-OURS")
+    ledger.tx("1000.00", type="TOPUP")
+    result = run(db)
+    assert found(db) == {("orphan_transaction", "transaction", orphan)}
+    assert result.unmatched == 1
+
+
+def test_balance_after_must_chain_by_the_amounts(db, ledger):
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", hour=1)
+    ledger.tx("-100.00", type="TOPUP", balance_after="900.00", hour=2)
+    broken = ledger.tx("-100.00", type="TOPUP", balance_after="850.00", hour=3)
+    ledger.tx("-50.00", type="TOPUP", balance_after="800.00", hour=4)
+    run(db)
+    d = one(db, "balance_discontinuity")
+    assert (d.subject, d.reference, d.expected, d.actual) == ("wallet", broken, Decimal("800.00"), Decimal("850.00"))
+
+
+def test_first_transaction_of_the_day_chains_from_the_previous_day(db, ledger):
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=1), hour=23)
+    first = ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)
+    run(db)
+    assert found(db) == {("balance_discontinuity", "wallet", first)}
+
+
+# --- stable ids, resolutions, automatic resolution ---------------------------------------------
+
+def test_drift_ids_are_derived_from_kind_subject_and_reference(db, ledger):
+    rc = ledger.recharge()
+    run(db)
+    assert one(db, "missing_debit").id == drift_id("missing_debit", "recharge", rc["reference_number"])
+    assert drift_id("missing_debit", "recharge", "R1").startswith("d_") and len(drift_id("a", "b", "c")) == 18
+
+
+def test_rerun_gives_the_same_drifts_and_keeps_resolutions(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc, amount="100.00")
+    ledger.recharge()
+    first = run(db)
+    d = one(db, "amount_mismatch")
+    set_resolution(db, d.id, "escalated", note="ticket 42", by="asha", at=RUN)
+    second = run(db, now=RUN + timedelta(hours=1))
+    assert first.detected_ids == second.detected_ids
+    again = get_drift(db, d.id)
+    assert (again.resolution, again.resolution_note, again.resolution_by) == ("escalated", "ticket 42", "asha")
+    assert again.detected_at == d.detected_at
+    assert [a["action"] for a in audit_trail(db, d.id)] == ["detected", "escalated"]
+
+
+def test_late_refund_resolves_the_drift_automatically(db, ledger):
+    rc = ledger.recharge("FAILED")
+    ledger.debit_recharge(rc)
+    run(db)
+    d = one(db, "missing_refund")
+    ledger.credit_recharge(rc, day=DAY + timedelta(days=2))  # the refund arrives two days later
+    result = run(db, now=RUN + timedelta(days=2))
+    assert result.changes["auto_resolved"] == 1
+    resolved = get_drift(db, d.id)
+    assert resolved.resolution == "resolved" and resolved.resolution_by == "partnerkit"
+    assert resolved.resolution_note == f"no longer detected on {DAY.isoformat()} run"
+    assert audit_trail(db, d.id)[-1]["action"] == "auto_resolved"
+
+
+def test_an_automatically_resolved_drift_that_comes_back_is_reopened(db, ledger):
+    rc = ledger.recharge()
+    tid = ledger.debit_recharge(rc, amount="100.00")
+    run(db)
+    ident = one(db, "amount_mismatch").id
+    ledger.debit_recharge(rc, id=tid)  # the provider corrects the record: same id, payable
+    run(db)
+    assert get_drift(db, ident).resolution == "resolved"
+    ledger.debit_recharge(rc, amount="100.00", id=tid)
+    run(db)
+    assert get_drift(db, ident).resolution == "pending"
+    assert [a["action"] for a in audit_trail(db, ident)] == ["detected", "auto_resolved", "reopened"]
+
+
+def test_finance_resolution_is_not_reopened_by_a_rerun(db, ledger):
+    ledger.recharge()
+    run(db)
+    d = one(db, "missing_debit")
+    set_resolution(db, d.id, "resolved", note="paid by cheque", by="finance", at=RUN)
+    run(db, now=RUN + timedelta(hours=1))
+    assert get_drift(db, d.id).resolution == "resolved"
+    assert get_drift(db, d.id).resolution_by == "finance"
