@@ -103,11 +103,11 @@ def _day_of(raw: Any) -> str | None:
     return None
 
 
-def sync_orders(config: Any, db: Any, client: Any, first: date) -> Any:
+def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime) -> Any:
     """Orders through the receiver's one order sync (partnerkit.vouchers.catch_up_orders)."""
     from partnerkit.vouchers import catch_up_orders  # the receiver owns the order sync
 
-    return catch_up_orders(config, db, client, since=datetime.combine(first, time(0), tzinfo=timezone.utc))
+    return catch_up_orders(config, db, client, since=datetime.combine(first, time(0), tzinfo=timezone.utc), now=now)
 
 
 def wallet_rows(body: Any, taken_at: str) -> list[tuple[str, str, str, int, str]]:
@@ -148,7 +148,7 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now)
     if orders:
         try:
-            summary.orders = sync_orders(config, db, client, first)
+            summary.orders = sync_orders(config, db, client, first, now=now)
         except ImportError as exc:  # the receiver's order sync is not installed in this build
             summary.errors.append(f"order sync unavailable: {exc}")
             log.warning("order sync unavailable: %s", exc)

@@ -1,0 +1,168 @@
+"""Syncs (every page, idempotent, incremental, quarantine) and the nightly trigger with catch-up (freezegun)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+from freezegun import freeze_time
+
+from partnerkit.config import load_config
+from partnerkit.store import ledger as ledger_store
+from partnerkit.store import recharges as recharge_store
+from partnerkit.store import reports as report_store
+from partnerkit.store.drifts import list_drifts
+from reconcile.jobs import due_dates, nightly, sync_recent
+
+
+class FakeProvider:
+    """An in-memory provider: recharges and transactions filtered by day, read page by page."""
+
+    def __init__(self):
+        self.recharges: list[dict] = []
+        self.transactions: list[dict] = []
+        self.calls: list[tuple] = []
+
+    def add_day(self, day: date, n: int = 3, bad: int = 0) -> None:
+        for i in range(n):
+            rid = len(self.recharges) + 1
+            when = f"{day.isoformat()}T{10 + i:02d}:00:00Z"
+            self.recharges.append({"id": rid, "reference_number": f"RCH{rid}", "status": "SUCCESS",
+                                   "mobile_number": "9800000000", "face": Decimal("100.00"),
+                                   "discount": Decimal("2.00"), "payable": Decimal("98.00"), "currency": "INR",
+                                   "created_at": when})
+            self.transactions.append({"transaction_id": 9000 + rid, "Type": "RECHARGE", "amount": "98.00",
+                                      "entry_type": "DEBIT", "recharge_id": rid, "currency": "INR",
+                                      "timestamp": when})
+        for i in range(bad):
+            self.transactions.append({"what": "is this", "created_at": f"{day.isoformat()}T12:00:0{i}Z"})
+
+    @staticmethod
+    def _in(record: dict, from_date, to_date) -> bool:
+        when = str(record.get("created_at") or record.get("timestamp"))[:10]
+        return from_date.isoformat() <= when <= to_date.isoformat()
+
+    def iter_recharges(self, *, from_date, to_date, limit):
+        self.calls.append(("recharges", from_date, to_date))
+        return iter([r for r in self.recharges if self._in(r, from_date, to_date)])
+
+    def iter_transactions(self, *, from_date, to_date, limit):
+        self.calls.append(("transactions", from_date, to_date))
+        return iter([t for t in self.transactions if self._in(t, from_date, to_date)])
+
+    def list_orders(self, *, page, limit):
+        return SimpleNamespace(items=[], has_more=False)
+
+    def list_wallets(self):
+        return {"wallets": [{"id": 1, "currency": "INR", "balance": "1000.00"}]}
+
+
+@pytest.fixture
+def config(db_path, tmp_path):
+    return load_config(environ={"PARTNERKIT_DB": str(db_path), "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports"),
+                                "PARTNERKIT_DUE_HOUR_UTC": "1"})
+
+
+@pytest.fixture
+def provider(db):
+    """Four days of recharges partnerkit submitted itself (origin 'partner'), with their debits."""
+    fake = FakeProvider()
+    for day in (date(2025, 3, 10), date(2025, 3, 11), date(2025, 3, 12), date(2025, 3, 13)):
+        fake.add_day(day)
+    for record in fake.recharges:
+        when = datetime.fromisoformat(record["created_at"].replace("Z", "+00:00"))
+        local = recharge_store.record_intent(db, idempotency_key=f"key-{record['id']}-0000", mobile_number="9800000000",
+                                             operator_id=1, amount=record["face"], client_reference=f"cr{record['id']}",
+                                             submitted_at=when)
+        recharge_store.record_response(db, local, record, status="SUCCESS", seen_at=when)
+    return fake
+
+
+@pytest.mark.parametrize("last, now, expected", [
+    (None, "2025-03-14T00:59", ["2025-03-12"]),
+    (None, "2025-03-14T01:00", ["2025-03-13"]),
+    ("2025-03-13", "2025-03-14T05:00", []),
+    ("2025-03-12", "2025-03-14T00:30", []),
+    ("2025-03-10", "2025-03-14T01:00", ["2025-03-11", "2025-03-12", "2025-03-13"]),
+])
+def test_due_dates(last, now, expected):
+    moment = datetime.fromisoformat(now).replace(tzinfo=timezone.utc)
+    assert [d.isoformat() for d in due_dates(last, moment, 1)] == expected
+
+
+def test_nightly_reports_the_previous_day_at_the_due_hour_only(config, db, provider):
+    with freeze_time("2025-03-14T00:59:00Z"):
+        first = nightly(config, db, provider)
+    assert [r["date"] for r in first] == ["2025-03-12"]
+    with freeze_time("2025-03-14T00:59:30Z"):
+        assert nightly(config, db, provider) == []
+    with freeze_time("2025-03-14T01:00:00Z"):
+        reports = nightly(config, db, provider)
+    assert [r["date"] for r in reports] == ["2025-03-13"]
+    assert reports[0]["summary"]["recharges_total"] == 3 and reports[0]["summary"]["matched"] == 3
+    assert (config.report_dir / "partnerkit-report-2025-03-13.html").exists()
+
+
+def test_nightly_catches_up_every_missed_night(config, db, provider):
+    with freeze_time("2025-03-11T01:00:00Z"):
+        assert [r["date"] for r in nightly(config, db, provider)] == ["2025-03-10"]
+    with freeze_time("2025-03-14T02:30:00Z"):  # the box was down for two nights
+        caught_up = nightly(config, db, provider)
+    assert [r["date"] for r in caught_up] == ["2025-03-11", "2025-03-12", "2025-03-13"]
+    assert report_store.report_dates(db) == ["2025-03-10", "2025-03-11", "2025-03-12", "2025-03-13"]
+    assert ("recharges", date(2025, 3, 11), date(2025, 3, 13)) in provider.calls  # one sync for the gap
+
+
+def test_rerunning_a_date_gives_the_same_drifts(config, db, provider):
+    provider.transactions.pop()  # 2025-03-13's last recharge loses its debit
+    with freeze_time("2025-03-14T01:00:00Z"):
+        first = nightly(config, db, provider)[0]
+    db.execute("DELETE FROM reports")  # force the same night again
+    with freeze_time("2025-03-14T03:00:00Z"):
+        again = nightly(config, db, provider)[0]
+    assert [d["id"] for d in first["drifts"]] == [d["id"] for d in again["drifts"]]
+    assert [d["kind"] for d in again["drifts"]] == ["missing_debit"]
+    assert first["drifts"][0]["detected_at"] == again["drifts"][0]["detected_at"]
+
+
+def test_unreadable_transactions_are_quarantined_and_reported(config, db, provider):
+    provider.add_day(date(2025, 3, 13), n=0, bad=2)
+    with freeze_time("2025-03-14T01:00:00Z"):
+        report = nightly(config, db, provider)[0]
+    assert report["summary"]["quarantined"] == 2
+    assert {q["reason"] for q in report["quarantined"]} == {"no id (id | transaction_id)"}
+    assert report["summary"]["transactions_total"] == 3
+
+
+def test_sync_is_idempotent_and_incremental_after_the_first_run(config, db, provider):
+    count = lambda: db.execute("SELECT COUNT(*) FROM transactions").fetchone()[0]  # noqa: E731
+    with freeze_time("2025-03-13T12:00:00Z"):
+        sync_recent(config, db, provider)  # first run: today only
+        assert count() == 3
+        sync_recent(config, db, provider)  # then from the watermark (2025-03-12, the last complete day)
+        assert count() == 6
+        sync_recent(config, db, provider)
+        assert count() == 6
+    assert ledger_store.get_watermark(db, "recharges") == "2025-03-12"
+    provider.calls.clear()
+    with freeze_time("2025-03-14T12:00:00Z"):
+        summary = sync_recent(config, db, provider)
+    assert ("recharges", date(2025, 3, 12), date(2025, 3, 14)) in provider.calls
+    assert summary.wallets == 1 and summary.recharges == 6
+    assert ledger_store.get_watermark(db, "transactions") == "2025-03-13"
+
+
+def test_late_refund_found_by_a_later_night_resolves_the_earlier_drift(config, db, provider):
+    provider.recharges[-1]["status"] = "FAILED"  # 2025-03-13: debited, not yet credited back
+    with freeze_time("2025-03-14T01:00:00Z"):
+        nightly(config, db, provider)
+    [drift] = list_drifts(db, kind="missing_refund")
+    provider.transactions.append({"id": "late-1", "amount": "98.00", "direction": "CREDIT", "recharge_id": 12,
+                                  "currency": "INR", "created_at": "2025-03-15T09:00:00Z"})
+    with freeze_time("2025-03-16T01:00:00Z"):
+        nightly(config, db, provider)
+    [after] = list_drifts(db, kind="missing_refund")
+    assert after.id == drift.id and after.resolution == "resolved"
+    assert after.resolution_note == "no longer detected on 2025-03-13 run"

@@ -1,0 +1,107 @@
+"""The report: JSON contract fields and money strings, CSV columns, HTML self-contained with an SVG chart."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from datetime import timedelta
+
+import pytest
+
+from conftest import DAY, at
+from partnerkit.config import load_config
+from partnerkit.store.drifts import set_resolution
+from reconcile.jobs import current_report, report_day, report_filename
+from reconcile.report import DRIFT_FIELDS, chart_bars, render_csv, render_html, render_json
+
+MONEY = re.compile(r"^-?\d+\.\d{2}$")
+RUN = at(2, day=DAY + timedelta(days=1))
+
+
+@pytest.fixture
+def config(db_path, tmp_path):
+    return load_config(environ={"PARTNERKIT_DB": str(db_path), "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports")})
+
+
+@pytest.fixture
+def report(db, ledger, config):
+    good = ledger.recharge(payable="98.50")
+    ledger.debit_recharge(good, hour=9)
+    failed = ledger.recharge("FAILED")
+    ledger.debit_recharge(failed, hour=14)
+    ledger.recharge()  # missing_debit
+    ledger.tx("-12.00", id="<img src=http://evil.example/x>", type="RECHARGE", hour=14)  # orphan, hostile id
+    oid = ledger.order(amount="6.00", currency="USD")
+    ledger.debit_order(oid, "510.00")
+    ledger.quarantine("no amount")
+    return report_day(config, db, DAY, now=RUN)
+
+
+def test_json_has_the_contract_fields(report):
+    assert {"date", "generated_at", "summary", "drifts", "counts_by_status"} <= set(report)
+    assert report["date"] == "2025-03-14" and report["generated_at"] == "2025-03-15T02:00:00Z"
+    summary = report["summary"]
+    for key in ("recharges_total", "orders_total", "transactions_total", "matched", "drifted", "unmatched"):
+        assert isinstance(summary[key], int), key
+    assert (summary["recharges_total"], summary["orders_total"], summary["transactions_total"]) == (3, 1, 4)
+    assert (summary["matched"], summary["drifted"], summary["unmatched"]) == (2, 2, 1)
+    assert summary["spend"] == {"INR": "718.50"} and summary["refunds"] == {"INR": "0.00"}
+    assert summary["quarantined"] == 1 and summary["conversions"] == 1
+    assert report["counts_by_status"]["recharges"] == {"FAILED": 1, "SUCCESS": 2}
+    assert report["counts_by_status"]["drifts"] == {"pending": 3, "resolved": 0, "escalated": 0}
+
+
+def test_drifts_carry_every_field_with_money_as_two_decimal_strings(report):
+    kinds = {d["kind"] for d in report["drifts"]}
+    assert kinds == {"missing_debit", "missing_refund", "orphan_transaction"}
+    for drift in report["drifts"]:
+        assert set(DRIFT_FIELDS) <= set(drift)
+        assert drift["resolution"] == "pending" and drift["id"].startswith("d_")
+        for key in ("expected", "actual"):
+            assert drift[key] is None or MONEY.match(drift[key]), drift
+    assert all(MONEY.match(v) for hours in report["spend_by_hour"].values() for v in hours)
+    assert report["spend_by_hour"]["INR"][14] == "110.00"
+
+
+def test_json_round_trips_and_is_written_as_files(report, config):
+    assert json.loads(render_json(report)) == report
+    names = sorted(p.name for p in config.report_dir.iterdir())
+    assert names == [report_filename("2025-03-14", f) for f in ("csv", "html", "json")]
+    assert json.loads((config.report_dir / report_filename("2025-03-14", "json")).read_text()) == report
+
+
+def test_csv_is_the_drift_table(report):
+    rows = list(csv.reader(io.StringIO(render_csv(report))))
+    assert tuple(rows[0]) == DRIFT_FIELDS
+    assert len(rows) == 1 + len(report["drifts"])
+    assert {r[1] for r in rows[1:]} == {"missing_debit", "missing_refund", "orphan_transaction"}
+
+
+def test_html_is_self_contained_with_an_svg_chart(report):
+    page = render_html(report)
+    assert "<svg" in page and "<rect" in page and "@media print" in page
+    assert not re.search(r"""<[^>]*\s(src|href)\s*=\s*["']?(https?:)?//""", page, re.I)
+    assert "<script" not in page.lower() and "<link" not in page.lower()
+    assert "&lt;img src=http://evil.example/x&gt;" in page  # escaped, never markup
+    for drift in report["drifts"]:
+        assert drift["id"] in page
+    assert "718.50" in page
+
+
+def test_stored_report_shows_finance_resolutions_later(db, report):
+    ident = report["drifts"][0]["id"]
+    set_resolution(db, ident, "escalated", note="ticket 7", by="asha", at=RUN)
+    again = current_report(db, DAY)
+    entry = next(d for d in again["drifts"] if d["id"] == ident)
+    assert (entry["resolution"], entry["resolution_note"], entry["resolution_by"]) == ("escalated", "ticket 7", "asha")
+    assert again["counts_by_status"]["drifts"]["escalated"] == 1
+
+
+def test_chart_bars_scale_to_the_largest_hour():
+    hours = ["0.00"] * 24
+    hours[3], hours[4] = "50.00", "100.00"
+    bars, top = chart_bars(hours)
+    assert top == "100.00" and len(bars) == 24
+    assert bars[4].height == 2 * bars[3].height and bars[0].height == 0
