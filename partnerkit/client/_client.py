@@ -219,7 +219,7 @@ class PartnerClient:
         """GET /recharges, newest first; page_size is the document's alias of limit (sent as limit)."""
         if limit is not None and page_size is not None and limit != page_size:
             raise ValueError("give limit or its alias page_size, not two different values")
-        size = _limit(limit or page_size or 50, 10000, "limit")
+        size = _limit(limit if limit is not None else page_size if page_size is not None else 50, 10000, "limit")
         params = {"page": _id(page, "page"), "limit": size, "status": status, "search": search,
                   "from_date": _day(from_date, "from_date"), "to_date": _day(to_date, "to_date")}
         return self._page("/recharges", Recharge.from_payload, params, "recharges")

@@ -13,6 +13,10 @@ API_SECRET = "sk_test_secret_0001"
 FAST = RetryPolicy(max_attempts=4, base=0.01, cap=0.05, jitter=0.5)
 
 
+# Money here is int: json.dumps would turn 97.5 into a float on the Python side. The exact
+# 2-decimal cases (99.10) are written as raw JSON text in the tests that check them.
+
+
 def recharge(**overrides) -> dict:
     payload = {
         "id": 101,
@@ -23,9 +27,9 @@ def recharge(**overrides) -> dict:
         "country_code": "IN",
         "operator": "Airtel",
         "is_prepaid": True,
-        "face": 100.00,
-        "discount": 2.50,
-        "payable": 97.50,
+        "face": 100,
+        "discount": 2,
+        "payable": 98,
         "currency": "INR",
         "operator_txn_id": "OTX-1",
         "created_at": "2024-05-01T10:00:00Z",
@@ -42,9 +46,9 @@ def submit_response(**overrides) -> dict:
         "sub_status": "SENT_TO_VENDOR",
         "mobile_number": "9876543210",
         "operator_id": 1,
-        "face": 100.00,
-        "discount": 2.50,
-        "payable": 97.50,
+        "face": 100,
+        "discount": 2,
+        "payable": 98,
         "created_at": "2024-05-01T10:00:00Z",
     }
     payload.update(overrides)
@@ -53,8 +57,8 @@ def submit_response(**overrides) -> dict:
 
 def order_created(**overrides) -> dict:
     payload = {
-        "id": 7001, "ref": "my-ref-1", "transaction_id": 9001, "amount": 99.10, "product_id": 7,
-        "denomination": 50.00, "quantity": 2, "discount": 0.90, "status": "DELIVERED",
+        "id": 7001, "ref": "my-ref-1", "transaction_id": 9001, "amount": 99, "product_id": 7,
+        "denomination": 50, "quantity": 2, "discount": 1, "status": "DELIVERED",
         "placed_at": "2024-05-01T10:00:00Z",
         "vouchers": [
             {"card_number": "CARD-SECRET-1234", "pin_code": "PIN-9876", "claim_url": None,

@@ -1,0 +1,176 @@
+"""The persistent request budget (Limits): shared across processes, tightened by the provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+from werkzeug import Response
+
+from partnerkit.client import PartnerClient
+from partnerkit.errors import BudgetExhausted
+from partnerkit.store import open_db
+from partnerkit.store.budget import GENERAL, ORDER_CREATE, Budget, Limit, ProviderView, key_hash, wait_needed
+
+import client_payloads as p
+
+SMALL = {GENERAL: Limit(5, 3600.0), ORDER_CREATE: Limit(2, 60.0)}
+
+
+@pytest.fixture
+def budget(db):
+    return Budget(db, "the-api-key", limits=SMALL)
+
+
+def test_wait_needed_is_a_pure_sliding_window():
+    limit = Limit(3, 60.0)
+    assert wait_needed(now=100.0, limit=limit, sent=[50.0, 60.0], provider=ProviderView()) == 0.0
+    assert wait_needed(now=100.0, limit=limit, sent=[50.0, 60.0, 70.0], provider=ProviderView()) == 10.0
+    assert wait_needed(now=100.0, limit=limit, sent=[50.0, 60.0], provider=ProviderView(), keep_free=1) == 10.0
+    assert wait_needed(now=100.0, limit=limit, sent=[], provider=ProviderView(blocked_until=104.0)) == 4.0
+    assert wait_needed(now=100.0, limit=limit, sent=[], provider=ProviderView(remaining=0, until=130.0)) == 30.0
+
+
+@freeze_time("2024-05-01 10:00:00")
+def test_exhausted_without_waiting_then_room_after_the_window(budget):
+    for _ in range(5):
+        budget.acquire(purpose="sync", wait=False)
+    with pytest.raises(BudgetExhausted) as info:
+        budget.acquire(purpose="sync", wait=False)
+    assert info.value.retry_after == 3600.0 and info.value.budget_class == GENERAL
+    with freeze_time("2024-05-01 11:00:01"):
+        assert budget.acquire(wait=False).budget_class == GENERAL
+
+
+def test_classes_are_separate_and_usage_counts_per_purpose(budget):
+    budget.acquire(purpose="poller", wait=False)
+    budget.acquire(purpose="voucher_fetch", wait=False)
+    budget.acquire(purpose="voucher_fetch", wait=False)
+    budget.acquire(ORDER_CREATE, purpose="cli", wait=False)
+    usage = budget.usage()
+    assert usage[GENERAL]["used"] == 3 and usage[GENERAL]["remaining"] == 2 and usage[GENERAL]["limit"] == 5
+    assert usage[GENERAL]["by_purpose"] == {"poller": 1, "voucher_fetch": 2}
+    assert usage[ORDER_CREATE] | {"by_purpose": None} == {"limit": 2, "window_s": 60.0, "used": 1, "remaining": 1,
+                                                            "blocked_until": None, "by_purpose": None}
+
+
+def test_keep_free_reserve_leaves_room_for_others(budget):
+    for _ in range(3):
+        budget.acquire(purpose="poller", wait=False, keep_free=2)
+    with pytest.raises(BudgetExhausted):
+        budget.acquire(purpose="poller", wait=False, keep_free=2)  # 2 remain: not more than keep_free
+    budget.acquire(purpose="voucher_fetch", wait=False)
+    budget.acquire(purpose="voucher_fetch", wait=False)
+    with pytest.raises(BudgetExhausted):
+        budget.acquire(purpose="voucher_fetch", wait=False)
+
+
+def test_waiting_caller_sleeps_until_room(db):
+    now = [1000.0]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    budget = Budget(db, "k", limits={GENERAL: Limit(1, 10.0)}, clock=lambda: now[0], sleep=sleep)
+    budget.acquire(wait=True)
+    budget.acquire(wait=True, max_wait=30)
+    assert slept == [10.0]
+    with pytest.raises(BudgetExhausted):
+        budget.acquire(wait=True, max_wait=5)  # the wait needed (10 s) is over max_wait: no sleeping
+    assert slept == [10.0]
+
+
+def test_rows_are_keyed_by_a_hash_never_the_key(budget, db):
+    budget.acquire(wait=False)
+    budget.block(GENERAL, 1)
+    rows = db.execute("SELECT key_hash FROM budget_events UNION SELECT key_hash FROM budget_state").fetchall()
+    assert rows == [(key_hash("the-api-key"),)]
+    assert "the-api-key" not in repr(budget)
+
+
+def test_provider_remaining_tightens_the_budget(client, httpserver):
+    remaining = iter(["2", "1", "0"])
+
+    def handler(request):
+        return Response("[]", content_type="application/json",
+                        headers={"X-RateLimit-Limit": "1000", "X-RateLimit-Remaining": next(remaining), "X-RateLimit-Reset": "120"})
+
+    httpserver.expect_request("/api/v1/wallets").respond_with_handler(handler)
+    client.list_wallets()
+    usage = client.budget.usage()[GENERAL]
+    assert usage["used"] == 1 and usage["remaining"] == 2  # we thought 999; the provider says 2
+    poller = client.with_budget("poller", wait=False)
+    poller.list_wallets()
+    poller.list_wallets()
+    assert len(httpserver.log) == 3
+    with pytest.raises(BudgetExhausted) as info:
+        poller.list_wallets()
+    assert 100 < info.value.retry_after <= 120 and len(httpserver.log) == 3
+
+
+def test_requests_sent_after_the_observed_one_are_subtracted(budget):
+    first = budget.acquire(wait=False)
+    budget.acquire(wait=False)  # sent by another process before the first answer arrived
+    budget.observe(first, remaining=2)
+    assert budget.usage()[GENERAL]["remaining"] == 1
+
+
+def test_provider_figure_never_loosens(client, httpserver, config, db):
+    budget = Budget.from_config(config.__class__(**{**config.__dict__, "hourly_budget": 3}), db)
+    ticket = budget.acquire(wait=False)
+    budget.observe(ticket, limit=1000, remaining=999, reset=None)
+    assert budget.usage()[GENERAL]["remaining"] == 2
+
+
+def test_provider_lower_limit_is_believed(budget):
+    ticket = budget.acquire(wait=False)
+    budget.observe(ticket, limit=2, remaining=None)
+    assert budget.usage()[GENERAL]["limit"] == 2 and budget.usage()[GENERAL]["remaining"] == 1
+
+
+def test_keep_free_against_the_provider_figure(client, httpserver):
+    httpserver.expect_request("/api/v1/wallets").respond_with_json([], headers={"X-RateLimit-Remaining": "3"})
+    client.list_wallets()
+    low = client.with_budget("poller", wait=False, keep_free=3)
+    with pytest.raises(BudgetExhausted):
+        low.list_wallets()
+    client.list_wallets()  # a normal caller may still spend the reserve
+    assert len(httpserver.log) == 2
+
+
+def test_429_block_is_seen_by_another_process_budget(config, db):
+    Budget.from_config(config, db).block(GENERAL, 20)
+    other = Budget.from_config(config, open_db(config.db_path))
+    with pytest.raises(BudgetExhausted) as info:
+        other.acquire(wait=False)
+    assert 19 < info.value.retry_after <= 20
+
+
+def test_in_memory_budget_when_no_db_is_given(config):
+    client = PartnerClient(config)
+    assert client.budget.usage()[GENERAL]["limit"] == 1000 and not Path(config.db_path).exists()
+
+
+def test_two_processes_share_one_budget(httpserver, tmp_path):
+    httpserver.expect_request("/api/v1/wallets").respond_with_json([])
+    db_path = tmp_path / "shared.db"
+    open_db(db_path).conn.close()  # migrate once up front (migrations are also safe concurrently)
+    worker = Path(__file__).with_name("budget_worker.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, str(worker), str(db_path), httpserver.url_for("/").rstrip("/"), "40", "50"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True) for _ in range(2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    assert sum(r["ok"] for r in results) == 50
+    assert sum(r["exhausted"] for r in results) == 30
+    assert len(httpserver.log) == 50

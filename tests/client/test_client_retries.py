@@ -1,0 +1,144 @@
+"""Timeouts and retries (docs/client.md): GETs retried, writes only when nothing was processed."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from werkzeug import Response
+
+from partnerkit import errors
+from partnerkit.client import PartnerClient, RetryPolicy
+
+import client_payloads as p
+from client_payloads import FAST
+
+
+def _json(status, body="{}", headers=None):
+    return Response(body, status=status, headers=headers or {}, content_type="application/json")
+
+
+def test_get_retried_on_500_then_succeeds(client, httpserver, sleeps):
+    httpserver.expect_ordered_request("/api/v1/recharges/101").respond_with_response(_json(500, ""))
+    httpserver.expect_ordered_request("/api/v1/recharges/101").respond_with_json(p.recharge())
+    assert client.get_recharge(101).id == 101
+    assert len(httpserver.log) == 2 and len(sleeps) == 1
+    assert client.budget.usage()["general"]["used"] == 2  # each retry consumes budget
+
+
+def test_get_gives_up_after_max_attempts(client, httpserver, sleeps):
+    httpserver.expect_request("/api/v1/orders/1").respond_with_json({"error": "internal_error", "message": "Failed to retrieve order"}, status=500)
+    with pytest.raises(errors.ServerError, match="Failed to retrieve order"):
+        client.get_order(1)
+    assert len(httpserver.log) == FAST.max_attempts == 4
+    assert sleeps == sorted(sleeps)  # exponential (jitter keeps each within its step here)
+
+
+def test_429_retry_after_is_honoured_in_real_time(config, db, httpserver):
+    httpserver.expect_ordered_request("/api/v1/orders").respond_with_response(
+        _json(429, '{"error":"rate_limit_exceeded","message":"Too many requests. Please try again later."}', {"Retry-After": "1"}))
+    httpserver.expect_ordered_request("/api/v1/orders").respond_with_json([p.order_summary()])
+    client = PartnerClient(config, db, retry=FAST)
+    started = time.monotonic()
+    page = client.list_orders()
+    elapsed = time.monotonic() - started
+    assert [o.id for o in page] == [7001]
+    assert 1.0 <= elapsed < 1.8
+    assert len(httpserver.log) == 2
+
+
+def test_429_blocks_the_class_for_a_caller_that_will_not_wait(client, httpserver, db, config):
+    httpserver.expect_request("/api/v1/orders").respond_with_response(
+        _json(429, '{"error":"rate_limit_exceeded","message":"Too many requests."}', {"Retry-After": "30"}))
+    poller = client.with_budget("poller", wait=False)
+    with pytest.raises(errors.RateLimited) as info:
+        poller.list_orders()
+    assert info.value.retry_after == 30.0 and len(httpserver.log) == 1
+    # The block is persisted: another client on the same DB gets BudgetExhausted, nothing sent.
+    other = PartnerClient(config, db, wait_for_budget=False)
+    with pytest.raises(errors.BudgetExhausted) as blocked:
+        other.get_recharge(1)
+    assert 29 <= blocked.value.retry_after <= 30 and len(httpserver.log) == 1
+
+
+def _slow(delay):
+    def handler(request):
+        time.sleep(delay)
+        return _json(200, p.as_json(p.submit_response()))
+    return handler
+
+
+def test_submit_is_not_resent_after_a_timeout(config, db, httpserver):
+    httpserver.expect_request("/api/v1/recharges", method="POST").respond_with_handler(_slow(0.6))
+    client = PartnerClient(config, db, retry=FAST, timeout=0.2, sleep=lambda s: None)
+    with pytest.raises(errors.ApiTimeout) as info:
+        client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100, idempotency_key="key-timeout-1")
+    time.sleep(0.5)  # let the server finish the slow request before counting
+    assert len(httpserver.log) == 1
+    assert info.value.idempotency_key == "key-timeout-1" and info.value.request_sent is True
+
+
+def test_submit_is_not_resent_after_a_500(client, httpserver, sleeps):
+    httpserver.expect_request("/api/v1/recharges", method="POST").respond_with_json({"error": {"message": "boom"}}, status=500)
+    with pytest.raises(errors.ServerError) as info:
+        client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100)
+    assert len(httpserver.log) == 1 and sleeps == []
+    assert len(info.value.idempotency_key) == 32
+
+
+def test_write_retried_on_503_with_retry_after_with_the_same_key_and_body(client, httpserver, sleeps):
+    httpserver.expect_ordered_request("/api/v1/recharges", method="POST").respond_with_response(
+        _json(503, '{"error":{"message":"recharge is temporarily paused for this client"}}', {"Retry-After": "0"}))
+    httpserver.expect_ordered_request("/api/v1/recharges", method="POST").respond_with_json(p.submit_response(), status=202)
+    result = client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100)
+    (first, _), (second, _) = httpserver.log
+    assert first.headers["Idempotency-Key"] == second.headers["Idempotency-Key"] == result.idempotency_key
+    assert first.get_data() == second.get_data()
+    assert result.http_status == 202 and result.accepted and len(sleeps) == 1
+
+
+def test_write_not_retried_on_503_without_retry_after(client, httpserver):
+    httpserver.expect_request("/api/v1/recharges", method="POST").respond_with_json(
+        {"error": {"message": "recharge is temporarily unavailable"}}, status=503)
+    with pytest.raises(errors.RechargeUnavailable):
+        client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100)
+    assert len(httpserver.log) == 1
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_connection_refused_is_retried_even_for_a_write(config, db):
+    from dataclasses import replace
+    cfg = replace(config, api_base_url=f"http://127.0.0.1:{_closed_port()}")
+    sleeps = []
+    client = PartnerClient(cfg, db, retry=FAST, sleep=sleeps.append)
+    with pytest.raises(errors.TransportError) as info:
+        client.create_order(product_id=7, denomination=10, quantity=1, idempotency_key="order-key-0001")
+    assert info.value.request_sent is False and info.value.idempotency_key == "order-key-0001"
+    assert len(sleeps) == FAST.max_attempts - 1
+    assert client.budget.usage()["order_create"]["used"] == FAST.max_attempts
+
+
+def test_redirects_are_not_followed(client, httpserver):
+    httpserver.expect_request("/api/v1/wallets").respond_with_response(Response("", status=302, headers={"Location": "http://evil.example/"}))
+    with pytest.raises(errors.ApiStatusError, match="redirect"):
+        client.list_wallets()
+    assert len(httpserver.log) == 1
+
+
+@pytest.mark.parametrize("kwargs", [dict(max_attempts=0), dict(base=-1), dict(base=2, cap=1), dict(jitter=1.5)])
+def test_retry_policy_is_validated(kwargs):
+    with pytest.raises(ValueError):
+        RetryPolicy(**kwargs)
+
+
+def test_retry_policy_interval_is_pure_and_obeys_retry_after():
+    policy = RetryPolicy(max_attempts=4, base=0.5, cap=4.0, jitter=0.5)
+    assert [policy.interval(n, rand=1.0) for n in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert policy.interval(1, rand=0.0) == 0.25
+    assert policy.interval(1, retry_after=3.0, rand=1.0) == 3.0
