@@ -1,0 +1,52 @@
+"""`partnerkit events list|prune`: the webhook inbox, with each order's voucher fetch job."""
+
+from __future__ import annotations
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+from partnerkit.store import inbox
+from partnerkit.timeutil import utcnow
+
+COLUMNS = ["dedup_key", "event_type", "order_id", "status", "state", "duplicates", "received_at",
+           "job_state", "job_reason"]
+
+
+@click.group("events")
+def events_group() -> None:
+    """Received webhook events."""
+
+
+@events_group.command("list")
+@click.option("--state", type=click.Choice(["processed", "quarantined", "test"]), help="Only events in this state.")
+@click.option("--order-id", type=int, help="Only events of this order.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@format_option
+@pass_app
+def list_command(app: AppContext, state: str | None, order_id: int | None, limit: int, fmt: str) -> None:
+    """Received events, newest first: processed, quarantined (with reason) or test; duplicates seen;
+    the order's voucher fetch job and why it is waiting or parked."""
+    rows = inbox.listing(app.db, limit=limit, state=state, order_id=order_id)
+    for row in rows:
+        row["duplicates"] = row.pop("duplicate_count")
+        if row["state"] == "quarantined":
+            row["job_reason"] = row["reason"]
+    emit(rows, COLUMNS, fmt, empty_message="no events received yet")
+
+
+@events_group.command("prune")
+@click.option("--older-than-days", type=click.IntRange(30, 3650), default=30, show_default=True,
+              help="Delete inbox rows last seen more than this many days ago (never under 30: "
+                   "dedup keys must outlive the provider's manual retries).")
+@pass_app
+def prune_command(app: AppContext, older_than_days: int) -> None:
+    """Delete old inbox rows (dedup keys are kept at least 30 days)."""
+    from datetime import timedelta
+
+    deleted = inbox.prune(app.db, now=utcnow(), keep=timedelta(days=older_than_days))
+    click.echo(f"deleted {deleted} inbox rows older than {older_than_days} days", err=True)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(events_group)

@@ -1,0 +1,48 @@
+"""`partnerkit vouchers ORDER_ID [--reveal]`: stored vouchers, masked unless asked."""
+
+from __future__ import annotations
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+from partnerkit.crypto import load_cipher
+from partnerkit.store import orders
+from partnerkit.store import vouchers as voucher_store
+from partnerkit.vouchers import unseal
+
+COLUMNS = ["card_number", "pin_code", "claim_url", "voucher_reference_number", "expires_at"]
+
+
+def mask(value: str | None, visible: int = 4) -> str | None:
+    """`************1111`: enough to tell vouchers apart, not enough to redeem one."""
+    if value is None:
+        return None
+    return "*" * max(4, len(value) - visible) + value[-visible:] if len(value) > visible * 2 else "****"
+
+
+@click.command("vouchers")
+@click.argument("order_id", type=int)
+@click.option("--reveal", is_flag=True, help="Print codes, PINs and claim URLs in clear (they are secrets).")
+@format_option
+@pass_app
+def vouchers_command(app: AppContext, order_id: int, reveal: bool, fmt: str) -> None:
+    """Stored vouchers of one order (decrypted; masked unless --reveal)."""
+    rows = voucher_store.for_order(app.db, order_id)
+    if not rows and orders.get(app.db, order_id) is None:
+        raise click.ClickException(f"order {order_id} is not known locally (see `partnerkit orders list`)")
+    cipher = load_cipher(app.config)
+    shown = []
+    for row in rows:
+        clear = unseal(cipher, row)
+        if not reveal:
+            clear.update(card_number=mask(clear["card_number"]), pin_code="****" if clear["pin_code"] else None,
+                         claim_url="(hidden)" if clear["claim_url"] else None)
+        shown.append({c: clear[c] for c in COLUMNS})
+    if reveal and shown:
+        click.echo(f"revealing {len(shown)} voucher(s) of order {order_id}: treat this output as secret", err=True)
+    emit(shown, COLUMNS, fmt, empty_message=f"no vouchers stored for order {order_id} yet")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(vouchers_command)

@@ -1,0 +1,126 @@
+"""`partnerkit webhooks register|list|test|deliveries|stats|retry`: the provider's webhook endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+from partnerkit.crypto import load_cipher
+from partnerkit.store import webhook_tokens
+from partnerkit.timeutil import utcnow
+
+ORDER_EVENTS = ("order.created", "order.pending", "order.processing", "order.delivered",
+                "order.partially_delivered", "order.cancelled", "order.failed")
+DELIVERY_COLUMNS = ["id", "webhook_url_id", "order_id", "event_type", "event_id", "status", "attempt_count",
+                    "max_attempts", "response_status", "response_time_ms", "delivered_at", "created_at"]
+
+
+def _client(app: AppContext):
+    from partnerkit.client import PartnerClient
+
+    return PartnerClient(app.config, app.db, purpose="cli")
+
+
+def _plain(value: Any) -> Any:
+    """A client record field for output (the client's MISSING sentinel becomes empty)."""
+    return value if isinstance(value, (str, int, float, bool, list, tuple, dict)) or value is None else (
+        value.isoformat() if hasattr(value, "isoformat") else None)
+
+
+@click.group("webhooks")
+def webhooks_group() -> None:
+    """Webhook configurations and deliveries at the provider."""
+
+
+@webhooks_group.command("register")
+@click.option("--url", required=True, help="Your receiver's public HTTPS URL, ending in the webhook path.")
+@click.option("--name", default="partnerkit", show_default=True)
+@click.option("--events", "events", multiple=True, type=click.Choice(ORDER_EVENTS),
+              help="Event type to subscribe to (repeat; default: all order events).")
+@click.option("--credential-id", type=int, help="Sign with this API credential's signing secret.")
+@format_option
+@pass_app
+def register_command(app: AppContext, url: str, name: str, events: tuple[str, ...], credential_id: int | None,
+                     fmt: str) -> None:
+    """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver."""
+    from receiver.tokens import seal_token
+
+    created = _client(app).create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
+                                          credential_id=credential_id)
+    webhook_id = str(created.id)
+    webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
+                        now=utcnow(), name=created.name, url=created.url, events=list(created.events))
+    emit([{"id": created.id, "name": created.name, "url": created.url, "events": ",".join(created.events)}],
+         ["id", "name", "url", "events"], fmt)
+    click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
+               f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
+               "within seconds)", err=True)
+
+
+@webhooks_group.command("list")
+@format_option
+@pass_app
+def list_command(app: AppContext, fmt: str) -> None:
+    """Webhooks at the provider, and whether the receiver holds each one's token."""
+    saved = {row["webhook_id"] for row in webhook_tokens.listing(app.db)}
+    rows = [{"id": w.id, "name": _plain(w.name), "url": _plain(w.url),
+             "events": ",".join(w.events) if isinstance(w.events, (list, tuple)) else None,
+             "is_active": _plain(w.is_active), "created_at": _plain(w.created_at), "token_saved": str(w.id) in saved}
+            for w in _client(app).list_webhooks()]
+    emit(rows, ["id", "name", "url", "events", "is_active", "created_at", "token_saved"], fmt,
+         empty_message="no webhooks registered at the provider")
+
+
+@webhooks_group.command("test")
+@click.argument("webhook_id", type=int)
+@format_option
+@pass_app
+def test_command(app: AppContext, webhook_id: int, fmt: str) -> None:
+    """Ask the provider to send a test delivery (`events list` shows it with state test)."""
+    result = _client(app).test_webhook(webhook_id)
+    emit([{"webhook_id": webhook_id, "response": result}], ["webhook_id", "response"], fmt, json_value=result)
+
+
+@webhooks_group.command("deliveries")
+@click.option("--status", type=click.Choice(["pending", "delivered", "failed"]))
+@click.option("--event-type", type=click.Choice(ORDER_EVENTS))
+@click.option("--order-id", type=int)
+@click.option("--webhook-id", "webhook_url_id", type=int)
+@click.option("--page", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@format_option
+@pass_app
+def deliveries_command(app: AppContext, fmt: str, **filters: Any) -> None:
+    """Delivery attempts as the provider records them."""
+    page = _client(app).list_deliveries(**filters)
+    rows = [{c: _plain(getattr(d, c, None)) for c in DELIVERY_COLUMNS} for d in page.items]
+    emit(rows, DELIVERY_COLUMNS, fmt, empty_message="no deliveries")
+    if fmt == "table" and page.total_pages:
+        click.echo(f"page {page.page} of {page.total_pages} ({page.total_count} deliveries)", err=True)
+
+
+@webhooks_group.command("stats")
+@format_option
+@pass_app
+def stats_command(app: AppContext, fmt: str) -> None:
+    """Delivery statistics: totals and the last 24 hours."""
+    stats = _client(app).delivery_stats()
+    row = {k: v for k, v in vars(stats).items() if k != "raw"}
+    emit([row], list(row), fmt)
+
+
+@webhooks_group.command("retry")
+@click.argument("delivery_id", type=int)
+@pass_app
+def retry_command(app: AppContext, delivery_id: int) -> None:
+    """Re-queue a failed delivery (only while it has attempts left)."""
+    result = _client(app).retry_delivery(delivery_id)
+    message = result.get("message") if isinstance(result, dict) else None
+    click.echo(message or f"delivery {delivery_id} re-queued")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(webhooks_group)

@@ -1,0 +1,106 @@
+"""Serving under gunicorn: the options `partnerkit serve` uses, and the process it runs.
+
+`partnerkit serve` validates the configuration, then replaces itself with
+`python -m receiver.gunicorn_app --bind ... --workers N` so that PROMETHEUS_MULTIPROC_DIR is set
+before prometheus_client is first imported in the gunicorn master (workers inherit it by fork).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any, Callable
+
+from gunicorn.app.base import BaseApplication
+
+# Method and path only: never headers (signatures, tokens) and never the query string.
+ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
+DEFAULT_BIND = "127.0.0.1:8000"
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    """Tell prometheus_client a worker died, so its live gauges stop counting."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+def _on_exit(server: Any) -> None:
+    """Remove the private metrics directory `partnerkit serve` created."""
+    directory = os.environ.get("RECEIVER_METRICS_DIR_OWNED")
+    if directory and directory == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: str = "info") -> dict[str, Any]:
+    """The gunicorn settings of the receiver (the benchmark's bare app uses the same ones)."""
+    return {
+        "bind": bind,
+        "workers": workers,
+        "worker_class": "sync",
+        "timeout": 30,  # the document's receiver timeout; a request takes milliseconds
+        "graceful_timeout": 10,
+        "keepalive": 2,
+        "accesslog": "-",
+        "errorlog": "-",
+        "access_log_format": ACCESS_LOG_FORMAT,
+        "loglevel": log_level.lower(),
+        "proc_name": "partnerkit-receiver",
+        "control_socket_disable": True,  # gunicorn >= 25: one shared default path would collide
+        "preload_app": False,  # each worker builds its app (and its database connections) after fork
+        "child_exit": _child_exit,
+        "on_exit": _on_exit,
+    }
+
+
+class GunicornApplication(BaseApplication):
+    """Run a WSGI app factory under gunicorn with the given options (no command-line parsing)."""
+
+    def __init__(self, factory: Callable[[], Any], options: dict[str, Any]) -> None:
+        self.factory = factory
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            if key in self.cfg.settings:  # settings newer than the installed gunicorn are skipped
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self.factory()
+
+
+def private_metrics_dir() -> str:
+    """A fresh 0700 directory for prometheus_client's per-process files."""
+    return tempfile.mkdtemp(prefix="partnerkit-metrics-")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the gunicorn master (exec'd by `partnerkit serve`)."""
+    parser = argparse.ArgumentParser(prog="python -m receiver.gunicorn_app")
+    parser.add_argument("--bind", default=DEFAULT_BIND)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.environ["RECEIVER_METRICS_DIR_OWNED"] = private_metrics_dir()
+
+    from partnerkit.config import ConfigError, load_config
+    from receiver.app import create_app
+
+    try:
+        config = load_config(config_file=os.environ.get("PARTNERKIT_CONFIG") or None)
+        create_app(config)  # validate here, once, before any worker forks
+    except ConfigError as exc:
+        _on_exit(None)
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    GunicornApplication(lambda: create_app(config), gunicorn_options(args.bind, args.workers,
+                                                                     log_level=config.log_level)).run()
+
+
+if __name__ == "__main__":
+    main()

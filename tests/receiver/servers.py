@@ -1,0 +1,60 @@
+"""Real processes for end-to-end tests: `partnerkit serve` under gunicorn on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+PARTNERKIT = str(Path(sys.executable).with_name("partnerkit"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServedReceiver:
+    """`partnerkit serve --workers N` in a subprocess; output captured to a log file."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, workers: int = 2) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._env = {**{k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}, **env}
+        self._argv = [PARTNERKIT, "serve", "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers)]
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "ServedReceiver":
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(self._argv, env=self._env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"partnerkit serve exited: {self.log_path.read_text()}")
+            try:
+                if requests.get(self.base_url + "/healthz", timeout=0.5).status_code == 200:
+                    return self
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("partnerkit serve did not come up in 15 s")
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")

@@ -1,0 +1,100 @@
+"""The receiver's commands: events, orders, vouchers, webhooks (the provider faked by pytest-httpserver)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from partnerkit.cli import cli
+from partnerkit.config import config_as_env
+from receiver.app import create_app
+from tests.receiver.conftest import envelope, post
+from tests.receiver.test_vouchers import CODES, detail
+
+
+@pytest.fixture
+def env(config, httpserver):
+    return config_as_env(replace(config, api_base_url=httpserver.url_for("/").rstrip("/"), log_level="ERROR"))
+
+
+def run(env, *args):
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_events_list_shows_states_duplicates_and_jobs(client, env):
+    post(client, envelope("evt_a"))
+    post(client, envelope("evt_a"))
+    post(client, b"not json", X_Event_ID="evt_bad")
+    rows = json.loads(run(env, "events", "list", "--format", "json").stdout)
+    assert [(r["dedup_key"], r["state"], r["duplicates"], r["job_state"]) for r in rows] == [
+        ("evt_bad", "quarantined", 0, None), ("evt_a", "processed", 1, "pending")]
+    assert rows[0]["job_reason"] == "body is not JSON"
+    csv_out = run(env, "events", "list", "--format", "csv").stdout.splitlines()
+    assert csv_out[0].startswith("dedup_key,event_type,order_id") and len(csv_out) == 3
+    assert "evt_a" in run(env, "events", "list").stdout
+
+
+def test_orders_list_and_show(client, env):
+    post(client, envelope("e1", "order.partially_delivered", status="PARTIALLY_DELIVERED", quantity=4, delivered=1))
+    rows = json.loads(run(env, "orders", "list", "--format", "json").stdout)
+    assert rows[0]["id"] == 101 and rows[0]["status"] == "PARTIALLY_DELIVERED" and rows[0]["amount"] == "1000.00"
+    shown = json.loads(run(env, "orders", "show", "101", "--format", "json").stdout)
+    assert shown["job_state"] == "pending" and shown["events"][0]["dedup_key"] == "e1"
+    assert "PARTIALLY_DELIVERED" in run(env, "orders", "show", "101").stdout
+    missing = CliRunner().invoke(cli, ["orders", "show", "999"], env=env)
+    assert missing.exit_code == 1 and "not known locally" in missing.output
+
+
+def test_vouchers_masked_unless_revealed(client, config, env, httpserver):
+    from partnerkit.client import PartnerClient
+    from partnerkit.store import open_db
+    from partnerkit.vouchers import run_voucher_fetches
+
+    post(client, envelope())
+    httpserver.expect_request("/api/v1/orders/101").respond_with_json(detail())
+    api_config = replace(config, api_base_url=httpserver.url_for("/").rstrip("/"))
+    db = open_db(config.db_path)
+    run_voucher_fetches(api_config, db, PartnerClient(api_config, db))
+    masked = run(env, "vouchers", "101").stdout
+    assert CODES[0] not in masked and CODES[0][-4:] in masked and "PIN-0" not in masked
+    revealed = json.loads(run(env, "vouchers", "101", "--reveal", "--format", "json").stdout)
+    assert [v["card_number"] for v in revealed] == CODES[:2]
+    assert set(revealed[0]) == {"card_number", "pin_code", "claim_url", "voucher_reference_number", "expires_at"}
+
+
+def test_webhooks_register_saves_the_token_encrypted_and_the_receiver_accepts_it(config, env, httpserver):
+    httpserver.expect_request("/api/v1/webhooks", method="POST").respond_with_json(
+        {"id": 12, "name": "partnerkit", "url": "https://example.com/webhooks/partner", "token": "whsec_from_provider",
+         "events": ["order.delivered"], "is_active": True, "created_at": "2024-05-01T10:00:00Z"})
+    result = run(env, "webhooks", "register", "--url", "https://example.com/webhooks/partner",
+                 "--events", "order.delivered")
+    assert "12" in result.stdout and "receiver now accepts" in result.stderr
+    assert b"whsec_from_provider" not in config.db_path.read_bytes()
+    app = create_app(replace(config, webhook_tokens=()))  # starts on the saved token alone
+    assert post(app.test_client(), envelope(), token="whsec_from_provider", X_Webhook_ID="12").status_code == 200
+    assert post(app.test_client(), envelope("e2"), token="whsec_from_provider").status_code == 401
+
+
+def test_webhooks_deliveries_stats_retry(env, httpserver):
+    httpserver.expect_request("/api/v1/webhooks/deliveries/stats").respond_with_json(
+        {"success": True, "data": {"total_count": 3, "pending_count": 0, "delivered_count": 2, "failed_count": 1,
+                                   "last_24h_total": 3, "last_24h_delivered": 2, "last_24h_failed": 1}})
+    httpserver.expect_request("/api/v1/webhooks/deliveries").respond_with_json(
+        {"success": True, "data": {"deliveries": [{"id": 5, "webhook_url_id": 12, "order_id": 101,
+                                                   "event_type": "order.delivered", "event_id": "evt_1",
+                                                   "payload": {}, "status": "failed", "attempt_count": 5,
+                                                   "max_attempts": 5, "response_status": 503,
+                                                   "response_time_ms": 12, "delivered_at": None,
+                                                   "created_at": "2024-05-01T10:00:00Z"}]}},
+        headers={"X-Page": "1", "X-Total-Count": "1", "X-Total-Pages": "1", "X-Page-Size": "20"})
+    httpserver.expect_request("/api/v1/webhooks/deliveries/5/retry", method="POST").respond_with_json(
+        {"success": True, "data": {"message": "Delivery re-queued", "delivery_id": 5}})
+    assert json.loads(run(env, "webhooks", "stats", "--format", "json").stdout)[0]["failed_count"] == 1
+    rows = json.loads(run(env, "webhooks", "deliveries", "--status", "failed", "--format", "json").stdout)
+    assert rows[0]["id"] == 5 and rows[0]["response_status"] == 503
+    assert "re-queued" in run(env, "webhooks", "retry", "5").stdout

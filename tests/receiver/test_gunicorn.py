@@ -1,0 +1,67 @@
+"""The receiver under real gunicorn with two workers: dedup across processes, metrics, logs, start-up."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from partnerkit.store import open_db
+from tests.receiver.conftest import TOKEN, VOUCHER_KEY, envelope, signed_headers
+from tests.receiver.servers import PARTNERKIT, ServedReceiver
+
+
+def env_for(tmp_path, **extra):
+    return {"PARTNERKIT_DB": str(tmp_path / "pk.db"), "PARTNERKIT_WEBHOOK_TOKENS": TOKEN,
+            "PARTNERKIT_VOUCHER_KEY": VOUCHER_KEY, **extra}
+
+
+def test_same_event_to_two_workers_at_once_is_accepted_once(tmp_path):
+    events = 40
+    with ServedReceiver(env_for(tmp_path), tmp_path / "serve.log") as served:
+        url = served.base_url + "/webhooks/partner"
+        results: dict[str, list[str]] = {f"evt_{i}": [] for i in range(events)}
+
+        def deliver_twice(event_id: str) -> None:
+            body = envelope(event_id, order_id=int(event_id.split("_")[1]) + 1)
+            barrier = threading.Barrier(2)
+
+            def one() -> None:
+                session = requests.Session()  # a connection each: gunicorn hands them to either worker
+                barrier.wait()
+                response = session.post(url, data=body, headers=signed_headers(body, X_Request_ID=event_id), timeout=10)
+                assert response.status_code == 200
+                results[event_id].append(response.json()["status"])
+
+            pair = [threading.Thread(target=one) for _ in range(2)]
+            for t in pair:
+                t.start()
+            for t in pair:
+                t.join()
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(deliver_twice, results))
+        metrics = "".join(requests.get(served.base_url + "/metrics", timeout=5).text for _ in range(4))
+    log = served.log()
+    assert all(sorted(r) == ["accepted", "duplicate"] for r in results.values()), results
+    db = open_db(tmp_path / "pk.db")
+    assert db.execute("SELECT COUNT(*), SUM(duplicate_count) FROM inbox").fetchone() == (events, events)
+    assert db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'").fetchone() == (events,)
+    # Counters are summed over both workers whichever one answers the scrape.
+    assert metrics.count(f'partnerkit_webhook_events_total{{outcome="accepted"}} {float(events)}') == 4
+    assert metrics.count(f'partnerkit_webhook_events_total{{outcome="duplicate"}} {float(events)}') == 4
+    # Access and application logs: request and event ids, never a token or a signature.
+    assert '"POST /webhooks/partner" 200' in log and '"event_id": "evt_3"' in log
+    assert TOKEN not in log and not re.search(r"[0-9a-f]{64}", log)  # no token, no signature
+
+
+def test_serve_refuses_to_start_without_a_token(tmp_path):
+    env = {k: v for k, v in env_for(tmp_path).items() if k != "PARTNERKIT_WEBHOOK_TOKENS"}
+    result = subprocess.run([PARTNERKIT, "serve", "--bind", "127.0.0.1:1"], env=env, capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: no webhook token is accepted")
+    assert "Traceback" not in result.stderr
