@@ -115,7 +115,7 @@ def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, ope
                    client_reference, circle_id, is_postpaid, is_special, nickname, force, status,
                    submitted_at, row_updated_at)
                VALUES (?, 'partner', ?, ?, ?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?)""",
-            (idempotency_key, mobile_number, operator_id, cents(amount), client_reference, circle_id,
+            (idempotency_key, mobile_number, operator_id, cents(to_decimal(amount)), client_reference, circle_id,
              None if is_postpaid is None else int(is_postpaid), None if is_special is None else int(is_special),
              nickname, int(force), iso(submitted_at), iso(submitted_at)),
         )

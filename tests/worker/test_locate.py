@@ -1,0 +1,116 @@
+"""Locating a recharge after a submit timeout: same key, then client_reference, then face and time.
+
+Every test asserts the provider holds exactly one recharge for the number: partnerkit never
+re-sends with a new key on its own.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from partnerkit.errors import ApiTimeout
+from partnerkit.store import recharges as store
+from reconcile.recharges import locate, submit
+from tests.worker.conftest import SUBMIT, make_config, mobile
+
+
+def provider_count(server, number: str) -> int:
+    sb = server.sandbox
+    return sum(1 for rc in sb.recharges.values() if rc.mobile_number == number)
+
+
+class LostWrites:
+    """The real client, except that submits lose their answer: the first one reaches the provider
+    (when `first_arrives`), every later one times out without arriving."""
+
+    def __init__(self, real, *, first_arrives: bool = True) -> None:
+        self.real = real
+        self.first_arrives = first_arrives
+        self.submits = 0
+
+    def submit_recharge(self, **kwargs):
+        self.submits += 1
+        if self.submits == 1 and self.first_arrives:
+            self.real.submit_recharge(**kwargs)
+        raise ApiTimeout("POST /api/v1/recharges: no answer within the timeout (outcome unknown)")
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_timed_out_submit_is_located_by_its_key_without_a_second_recharge(server, tmp_path, wdb, stats):
+    """The provider answers after the client has given up; the same key replays the original."""
+    from partnerkit.client import PartnerClient
+    from partnerkit.client._http import RetryPolicy
+
+    number = mobile(5)
+    server.sandbox.settings.update({"response_delay_s": 2.0, "response_delay_numbers": [number]})
+    config = make_config(server, tmp_path, http_timeout_s="0.5")
+    with PartnerClient(config, wdb, retry=RetryPolicy(max_attempts=3)) as client:
+        outcome = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+    assert outcome.located_by == "idempotency_key" and outcome.status == "PROCESSING"
+    assert "answer was lost" in outcome.message
+    assert provider_count(server, number) == 1
+    assert stats.calls(SUBMIT) == 2  # the original and one replay under the same key, never a new key
+    row = store.get(wdb, outcome.local_id)
+    assert row["provider_id"] == outcome.recharge.id and row["status"] == "PROCESSING"
+
+
+def test_a_500_after_commit_is_located_by_its_key(config, wdb, client, server, stats):
+    number = mobile(9)  # sandbox: the recharge is created, the answer is a bare 500
+    outcome = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+    assert outcome.located_by == "idempotency_key"
+    assert provider_count(server, number) == 1 and stats.calls(SUBMIT) == 2
+
+
+def test_located_by_client_reference_when_the_key_replay_also_fails(config, wdb, client, server):
+    number = mobile(0)
+    outcome = submit(config, wdb, LostWrites(client), mobile_number=number, operator_id=1, amount=199,
+                     client_reference="order-4711")
+    assert outcome.located_by == "client_reference" and outcome.status == "SUCCESS"
+    assert store.get(wdb, outcome.local_id)["client_reference"] == "order-4711"
+    assert provider_count(server, number) == 1
+
+
+def test_located_by_face_and_time_when_no_client_reference_came_back(config, wdb, client, server):
+    number = mobile(5)
+    created = client.submit_recharge(mobile_number=number, operator_id=1, amount=199)  # no client_reference
+    local_id = store.record_intent(wdb, idempotency_key="pk-lost-key-0001", mobile_number=number, operator_id=1,
+                                   amount=created.recharge.face, client_reference="pk-never-arrived",
+                                   submitted_at=created.recharge.created_at)
+    store.mark_unknown(wdb, local_id, "timeout", created.recharge.created_at)
+    outcome = locate(config, wdb, LostWrites(client, first_arrives=False), local_id=local_id)
+    assert outcome.located_by == "face_and_time" and outcome.recharge.id == created.recharge.id
+    assert provider_count(server, number) == 1
+
+
+def test_nothing_found_stays_unknown_and_says_what_to_do(config, wdb, client, server):
+    number = mobile(5)
+    outcome = submit(config, wdb, LostWrites(client, first_arrives=False), mobile_number=number, operator_id=1,
+                     amount=199)
+    assert outcome.status == "UNKNOWN" and outcome.located_by is None
+    assert f"partnerkit recharges locate --local-id {outcome.local_id}" in outcome.message
+    assert "Do NOT submit it again with a new key" in outcome.message
+    assert provider_count(server, number) == 0
+    # Later, by hand: the same key is replayed; it cannot create a second recharge.
+    again = locate(config, wdb, client, local_id=outcome.local_id)
+    assert again.located_by == "idempotency_key" and provider_count(server, number) == 1
+    assert locate(config, wdb, client, local_id=outcome.local_id).located_by == "already_known"
+
+
+def test_manual_locate_by_number_and_amount_uses_the_open_intent(config, wdb, client, server):
+    number = mobile(0)
+    lost = submit(config, wdb, LostWrites(client), mobile_number=number, operator_id=1, amount=249,
+                  client_reference="shop-1")
+    assert lost.located_by == "client_reference"
+    # Without a local intent, locate only reports what the provider has.
+    other = mobile(0)
+    client.submit_recharge(mobile_number=other, operator_id=1, amount=99, client_reference="elsewhere")
+    report = locate(config, wdb, client, mobile_number=other, amount="99")
+    assert report.status == "NOT_RECORDED" and "1 matching recharge" in report.message
+    assert store.find(wdb, str(report.recharge.id)) is None
+
+
+def test_locate_refuses_an_unknown_local_id(config, wdb, client):
+    with pytest.raises(ValueError, match="no local recharge #99"):
+        locate(config, wdb, client, local_id=99)

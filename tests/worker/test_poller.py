@@ -1,0 +1,156 @@
+"""The poll pass against the sandbox: one list call settles many, single reads where cheaper,
+escalation after 30 minutes, the budget reserve, and never a resubmit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+from freezegun import freeze_time
+
+from partnerkit.store import recharges as store
+from partnerkit.timeutil import parse_ts, utcnow
+from reconcile.poller import poll_once, poller_keep_free
+from reconcile.recharges import submit
+from tests.worker.conftest import LIST, SINGLE, SUBMIT, make_config, mobile
+
+
+def processing(config, db, client, count: int, digit: int = 5) -> list[int]:
+    ids = []
+    for _ in range(count):
+        outcome = submit(config, db, client, mobile_number=mobile(digit), operator_id=1, amount=199)
+        assert outcome.status == "PROCESSING"
+        ids.append(outcome.local_id)
+    return ids
+
+
+def test_one_list_call_settles_many(server, config, wdb, client, stats):
+    server.sandbox.settings.update({"processing_delay_s": 8})
+    ids = processing(config, wdb, client, 20)
+    stats.mark()
+    server.advance(10)
+    summary = poll_once(config, wdb, client, now=server.clock.now())
+    assert (summary.due, summary.settled, summary.list_calls, summary.single_calls) == (20, 20, 1, 0)
+    assert stats.calls(LIST) == 1 and stats.calls(SINGLE) == 0 and stats.calls(SUBMIT) == 0
+    rows = [store.get(wdb, i) for i in ids]
+    assert {r["status"] for r in rows} == {"SUCCESS"}
+    assert all(r["settled_at"] and r["operator_txn_id"] and r["next_poll_at"] is None for r in rows)
+    # Nothing is PROCESSING any more: the next pass makes no call at all.
+    assert poll_once(config, wdb, client, now=server.clock.now() + timedelta(seconds=5)).calls == 0
+    assert stats.calls() == 1
+
+
+def test_nothing_due_means_no_call(server, config, wdb, client, stats):
+    processing(config, wdb, client, 3)
+    stats.mark()
+    summary = poll_once(config, wdb, client, now=server.clock.now() + timedelta(seconds=2))
+    assert summary.due == 0 and stats.calls() == 0
+
+
+def test_a_single_due_recharge_is_read_by_id(server, config, wdb, client, stats):
+    [local_id] = processing(config, wdb, client, 1, digit=6)
+    stats.mark()
+    server.advance(601)  # the fixture's processing delay: settles FAILED
+    summary = poll_once(config, wdb, client, now=server.clock.now())
+    assert (summary.single_calls, summary.list_calls) == (1, 0)
+    assert stats.calls(SINGLE) == 1 and stats.calls(LIST) == 0
+    row = store.get(wdb, local_id)
+    assert row["status"] == "FAILED" and row["failure_reason"]
+
+
+def test_still_processing_after_30_minutes_is_escalated_once_and_kept_on_5_minutes(server, config, wdb, client,
+                                                                                  stats):
+    [stuck] = processing(config, wdb, client, 1, digit=8)  # sandbox: never settles
+    reference = store.get(wdb, stuck)["reference_number"]
+    stats.mark()
+    reads_at: list[float] = []
+    escalations = []
+    for _ in range(int(41 * 60 / 5)):
+        server.advance(5)
+        before = stats.calls()
+        summary = poll_once(config, wdb, client, now=server.clock.now())
+        created = parse_ts(store.get(wdb, stuck)["provider_created_at"])
+        if stats.calls() > before:
+            reads_at.append(round((server.clock.now() - created).total_seconds(), 3))
+        escalations += summary.escalated
+    row = store.get(wdb, stuck)
+    assert escalations == [reference]
+    assert row["status"] == "PROCESSING" and row["escalated_at"]
+    escalated_age = (parse_ts(row["escalated_at"]) - parse_ts(row["provider_created_at"])).total_seconds()
+    assert 1800 <= escalated_age < 1810
+    drifts = wdb.execute("SELECT kind, subject, reference, resolution FROM drifts").fetchall()
+    assert drifts == [("stuck_processing", "recharge", reference, "pending")]
+    late = [age for age in reads_at if age > 1800]
+    assert [round(b - a) for a, b in zip(late, late[1:])] == [300] * (len(late) - 1) and len(late) >= 2
+    early = [age for age in reads_at if age <= 60]
+    assert [round(b - a) for a, b in zip(early, early[1:])] == [5] * (len(early) - 1)
+    assert stats.calls(SUBMIT) == 0
+
+
+def test_budget_reserve_leaves_room_for_voucher_fetches(server, tmp_path):
+    from partnerkit.client import PartnerClient
+    from partnerkit.store import open_db
+
+    config = make_config(server, tmp_path, hourly_budget="10", poller_budget_share="0.5")
+    assert poller_keep_free(config) == 5
+    db = open_db(config.db_path)
+    with PartnerClient(config, db, purpose="test", wait_for_budget=False) as client:
+        processing(config, db, client, 2)  # 2 of 10 used
+        for _ in range(3):
+            client.list_operators()        # 5 of 10 used: only the reserve is left
+        server.advance(30)
+        summary = poll_once(config, db, client, now=server.clock.now())
+        assert summary.budget_exhausted and summary.calls == 0 and summary.settled == 0
+        assert summary.read == 0  # nothing was read, so everything stays due
+        # The receiver's voucher fetches (no reserve) still find room.
+        fetcher = client.with_budget("vouchers", wait=False)
+        before = stats_total(server)
+        fetcher.list_operators()
+        assert stats_total(server) == before + 1
+        assert client.budget.usage()["general"]["by_purpose"].get("poller", 0) == 0
+
+
+def stats_total(server) -> int:
+    return sum(server.sandbox.calls.values())
+
+
+class FakeProvider:
+    """An in-memory provider for pure-logic checks of the pass (not the HTTP path)."""
+
+    def __init__(self, records):
+        self.records = {r["id"]: r for r in records}
+        self.calls = []
+
+    def with_budget(self, purpose, *, wait, keep_free=0):
+        self.calls.append(("with_budget", purpose, wait, keep_free))
+        return self
+
+    def list_recharges(self, **params):
+        self.calls.append(("list", params))
+        items = [SimpleNamespace(id=r["id"], raw=r) for r in sorted(self.records.values(), key=lambda r: -r["id"])]
+        return SimpleNamespace(items=items, has_more=False)
+
+    def get_recharge(self, recharge_id):
+        self.calls.append(("get", recharge_id))
+        return SimpleNamespace(id=recharge_id, raw=self.records[recharge_id])
+
+
+@freeze_time("2025-03-10 10:00:00")
+def test_the_pass_uses_now_from_the_clock_and_the_poller_budget_view(config, wdb):
+    created = utcnow() - timedelta(seconds=20)
+    records = []
+    for n in range(3):
+        local_id = store.record_intent(wdb, idempotency_key=f"pk-key-{n:04d}", mobile_number=f"981234567{n}",
+                                       operator_id=1, amount=199, client_reference=f"c{n}", submitted_at=created)
+        record = {"id": 500 + n, "reference_number": f"RCH{n}", "status": "PROCESSING", "mobile_number": f"981234567{n}",
+                  "face": 199, "discount": 0, "payable": 199, "client_reference": f"c{n}",
+                  "created_at": created.isoformat()}
+        store.record_response(wdb, local_id, record, status="PROCESSING", seen_at=created)
+        records.append(dict(record, status="SUCCESS", updated_at=utcnow().isoformat()))
+    provider = FakeProvider(records)
+    summary = poll_once(config, wdb, provider)
+    assert provider.calls[0] == ("with_budget", "poller", False, poller_keep_free(config))
+    assert [c[0] for c in provider.calls[1:]] == ["list"]
+    assert provider.calls[1][1]["from_date"] == "2025-03-09" and provider.calls[1][1]["limit"] == 10000
+    assert summary.settled == 3
+    assert {r["last_polled_at"] for r in store.list_rows(wdb)} == {"2025-03-10T10:00:00Z"}

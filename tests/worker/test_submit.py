@@ -1,0 +1,127 @@
+"""Recharge submit: validate first, intent before send, HTTP status before body, 409 names --force."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from werkzeug.wrappers import Response
+
+from partnerkit.errors import BadRequest
+from partnerkit.store import open_db
+from partnerkit.store import recharges as store
+from reconcile.recharges import DuplicateSubmit, RechargeInputError, status_from_answer, submit
+from tests.worker.conftest import config_for, mobile
+
+
+# Recharge submit response: "HTTP status carries meaning, read it before the body".
+@pytest.mark.parametrize("digit, http_status, status, final", [
+    (0, 200, "SUCCESS", True),
+    (4, 200, "FAILED", True),
+    (5, 202, "PROCESSING", False),
+])
+def test_submit_outcomes_follow_the_document_table(config, wdb, client, digit, http_status, status, final):
+    outcome = submit(config, wdb, client, mobile_number=mobile(digit), operator_id=1, amount="199")
+    row = store.get(wdb, outcome.local_id)
+    assert (outcome.status, outcome.http_status) == (status, http_status)
+    assert row["status"] == status and row["http_status"] == http_status
+    assert row["provider_id"] == outcome.recharge.id and row["reference_number"].startswith("RCH")
+    assert row["amount_cents"] == 19900 and row["face_cents"] == 19900
+    assert row["payable_cents"] == 19900 - row["discount_cents"]
+    assert row["client_reference"].startswith("pk-") and row["idempotency_key"].startswith("pk-")
+    assert (row["settled_at"] is not None) is final
+    if status == "FAILED":
+        assert row["failure_reason"] and "credited back" in outcome.message
+
+
+@pytest.mark.parametrize("http_status, body_status, stored", [
+    (200, "SUCCESS", "SUCCESS"), (200, "FAILED", "FAILED"), (200, "RECHARGED", "SUCCESS"),
+    (202, "PROCESSING", "PROCESSING"),
+    (202, "SUCCESS", "PROCESSING"),   # 202 means not settled, whatever the body says: poll it
+    (200, "PROCESSING", "PROCESSING"),
+])
+def test_http_status_is_read_before_the_body(http_status, body_status, stored):
+    assert status_from_answer(http_status, body_status) == stored
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"mobile_number": "+919876543210"}, "10 digits"),
+    ({"mobile_number": "98765 43210"}, "10 digits"),
+    ({"mobile_number": "987654321"}, "10 digits"),
+    ({"amount": "199.50"}, "whole number of rupees"),
+    ({"amount": "0"}, "greater than zero"),
+    ({"amount": "-5"}, "greater than zero"),
+    ({"amount": "ten"}, "whole rupees"),
+    ({"operator_id": 0}, "operator_id must be greater than zero"),
+    ({"nickname": "my phone!"}, "nickname"),
+    ({"nickname": "a" * 41}, "nickname"),
+    ({"idempotency_key": "short"}, "8 to 256"),
+])
+def test_local_validation_refuses_before_recording_or_sending(config, wdb, client, stats, fields, message):
+    base = {"mobile_number": mobile(0), "operator_id": 1, "amount": "199"}
+    with pytest.raises(RechargeInputError, match=message):
+        submit(config, wdb, client, **{**base, **fields})
+    assert store.list_rows(wdb) == [] and stats.calls() == 0
+
+
+def test_whole_rupees_written_with_decimals_are_accepted(config, wdb, client):
+    outcome = submit(config, wdb, client, mobile_number=mobile(0), operator_id=1, amount=Decimal("150.00"))
+    assert store.get(wdb, outcome.local_id)["face_cents"] == 15000
+
+
+def test_intent_is_committed_before_the_request_arrives(httpserver, tmp_path):
+    """The provider inspects partnerkit's database (another connection) when the submit arrives."""
+    from partnerkit.client import PartnerClient
+
+    config = config_for(httpserver.url_for("").rstrip("/"), "pk_test_key", "sk_test_secret_0123456789", tmp_path)
+    db = open_db(config.db_path)
+    seen: dict = {}
+
+    def provider(request):
+        body = json.loads(request.data)
+        probe = open_db(config.db_path)
+        seen["rows"] = store.list_rows(probe)
+        probe.conn.close()
+        seen["key"] = request.headers["Idempotency-Key"]
+        seen["client_reference"] = body["client_reference"]
+        answer = {"id": 7001, "reference_number": "RCH7001", "status": "PROCESSING", "sub_status": "PENDING",
+                  "mobile_number": body["mobile_number"], "operator_id": 1, "face": 199.00, "discount": 4.98,
+                  "payable": 194.02, "client_reference": body["client_reference"],
+                  "created_at": "2025-03-10T10:00:00Z"}
+        return Response(json.dumps(answer), status=202, content_type="application/json")
+
+    httpserver.expect_oneshot_request("/api/v1/recharges", method="POST").respond_with_handler(provider)
+    with PartnerClient(config, db) as client:
+        outcome = submit(config, db, client, mobile_number="9876543215", operator_id=1, amount=199)
+    [row] = seen["rows"]
+    assert row["status"] == "INTENT" and row["provider_id"] is None
+    assert row["idempotency_key"] == seen["key"] and row["client_reference"] == seen["client_reference"]
+    assert outcome.status == "PROCESSING" and store.get(db, outcome.local_id)["provider_id"] == 7001
+
+
+def test_an_interrupted_send_leaves_the_intent_unknown_not_lost(config, wdb):
+    class Killed:
+        def submit_recharge(self, **_):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        submit(config, wdb, Killed(), mobile_number=mobile(5), operator_id=1, amount=199)
+    [row] = store.list_rows(wdb)
+    assert row["status"] == "UNKNOWN" and row["idempotency_key"]
+
+
+def test_409_names_the_force_option_and_discards_the_intent(config, wdb, client):
+    number = mobile(0)
+    submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+    with pytest.raises(DuplicateSubmit, match="--force"):
+        submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+    assert [r["status"] for r in store.list_rows(wdb)] == ["SUCCESS"]
+    forced = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199, force=True)
+    assert forced.status == "SUCCESS" and store.get(wdb, forced.local_id)["force"] == 1
+
+
+def test_a_definite_refusal_discards_the_intent(config, wdb, client):
+    with pytest.raises(BadRequest, match="circle_id is required"):
+        submit(config, wdb, client, mobile_number=mobile(0), operator_id=3, amount=199)  # Vi needs a circle
+    assert store.list_rows(wdb) == []
