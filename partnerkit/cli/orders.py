@@ -9,7 +9,7 @@ import click
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
 from partnerkit.crypto import load_cipher
-from partnerkit.money import cents, from_cents
+from partnerkit.money import MoneyError, cents, from_cents, to_decimal
 from partnerkit.store import inbox, jobs, orders
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store.db import transaction
@@ -85,7 +85,13 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 def create_command(app: AppContext, product_id: int, denomination: str, quantity: int, ref: str | None,
                    email: str | None, idempotency_key: str | None, fmt: str) -> None:
     """Place a voucher order (wallet debited); vouchers delivered at once are stored encrypted."""
-    created = _client(app).create_order(product_id=product_id, denomination=denomination, quantity=quantity,
+    try:
+        amount = to_decimal(denomination, field="--denomination", strict=True)
+    except MoneyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--denomination") from exc
+    # The create body carries money as a JSON number (the document's create table).
+    value = int(amount) if amount == amount.to_integral_value() else amount
+    created = _client(app).create_order(product_id=product_id, denomination=value, quantity=quantity,
                                         ref=ref, email=email, idempotency_key=idempotency_key)
     now = utcnow()
     sealed = [seal(load_cipher(app.config), created.id, v) for v in created.vouchers]
