@@ -19,7 +19,7 @@ from partnerkit.client._records import (
     Webhook, WebhookCreated, WebhookDelivery,
 )
 from partnerkit.errors import ApiError, MalformedResponse
-from partnerkit.store.budget import GENERAL, ORDER_CREATE, Budget
+from partnerkit.store.budget import ORDER_CREATE, Budget
 
 API = "/api/v1"
 # Limits: Idempotency-Key length 8 to 256 characters (order creation, recharge submit).

@@ -12,130 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from partnerkit import money, timeutil
+from partnerkit.client._fields import MISSING, Reader, mask
 from partnerkit.errors import MalformedResponse
 
 T = TypeVar("T")
 
 
-class _Missing:
-    """The type of MISSING: a field the provider left out of the payload (not null)."""
-
-    _instance = None
-
-    def __new__(cls) -> "_Missing":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __reduce__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-
 # Recharge, "States and transitions": legacy stored values that mean SUCCESS.
 LEGACY_SUCCESS = frozenset({"DELIVERED", "RECHARGED"})
 RECHARGE_FINAL = frozenset({"SUCCESS", "FAILED", "REVERSED"}) | LEGACY_SUCCESS
 
-
-class _Reader:
-    """Reads one payload's fields, raising MalformedResponse that names `Record.field`."""
-
-    def __init__(self, raw: Any, record: str) -> None:
-        if not isinstance(raw, dict):
-            raise MalformedResponse(f"{record}: expected a JSON object, got {type(raw).__name__}", body=raw, field=record)
-        self.raw = raw
-        self.record = record
-
-    def _bad(self, name: str, why: str) -> MalformedResponse:
-        return MalformedResponse(f"{self.record}.{name}: {why}", body=self.raw, field=name)
-
-    def _get(self, name: str, required: bool, nullable: bool) -> Any:
-        if name not in self.raw:
-            if required:
-                raise self._bad(name, "missing")
-            return MISSING
-        value = self.raw[name]
-        if value is None and not nullable:
-            raise self._bad(name, "is null")
-        return value
-
-    def _typed(self, name: str, required: bool, nullable: bool, convert: Callable[[Any], Any]) -> Any:
-        value = self._get(name, required, nullable)
-        if value is MISSING or value is None:
-            return value
-        try:
-            return convert(value)
-        except (TypeError, ValueError) as exc:  # MoneyError is a ValueError
-            raise self._bad(name, str(exc)) from None
-
-    def int(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
-        def convert(value: Any) -> int:
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise TypeError(f"expected an integer, got {value!r}")
-            return int(value)
-        return self._typed(name, required, nullable, convert)
-
-    def str(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
-        def convert(value: Any) -> str:
-            if not isinstance(value, str):
-                raise TypeError(f"expected a string, got {type(value).__name__}")
-            return value
-        return self._typed(name, required, nullable, convert)
-
-    def upper(self, name: str, **kwargs: Any) -> Any:
-        value = self.str(name, **kwargs)
-        return value.upper() if isinstance(value, str) else value
-
-    def bool(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
-        def convert(value: Any) -> bool:
-            if not isinstance(value, bool):
-                raise TypeError(f"expected true or false, got {value!r}")
-            return value
-        return self._typed(name, required, nullable, convert)
-
-    def money(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
-        return self._typed(name, required, nullable, lambda v: money.to_decimal(v, field=name, strict=True))
-
-    def ts(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
-        return self._typed(name, required, nullable, lambda v: timeutil.parse_ts(v, field=name))
-
-    def obj(self, name: str, *, required: bool = True, nullable: bool = False) -> Any:
-        def convert(value: Any) -> dict:
-            if not isinstance(value, dict):
-                raise TypeError(f"expected an object, got {type(value).__name__}")
-            return value
-        return self._typed(name, required, nullable, convert)
-
-    def strings(self, name: str, *, required: bool = True) -> Any:
-        def convert(value: Any) -> tuple[str, ...]:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise TypeError("expected an array of strings")
-            return tuple(value)
-        return self._typed(name, required, False, convert)
-
-    def vouchers(self, name: str = "vouchers") -> tuple["Voucher", ...]:
-        value = self._get(name, False, True)
-        if value is MISSING or value is None:
-            return ()
-        if not isinstance(value, list):
-            raise self._bad(name, "expected an array")
-        return tuple(Voucher.from_payload(item) for item in value)
-
-
-def _mask(value: Any) -> str:
-    if not isinstance(value, str):
-        return repr(value)
-    return "'***'" if len(value) <= 4 else f"'***{value[-2:]}'"
+__all__ = ["MISSING", "ChargeQuote", "DeliveryStats", "Mobile", "OrderCreated", "OrderDetail", "OrderSummary",
+           "Page", "Recharge", "SubmitResult", "Voucher", "Webhook", "WebhookCreated", "WebhookDelivery"]
 
 
 @dataclass(frozen=True)
@@ -150,7 +40,7 @@ class ChargeQuote:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "ChargeQuote":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         return cls(r.money("face"), r.money("discount_pct"), r.money("discount"), r.money("payable"), raw)
 
 
@@ -182,7 +72,7 @@ class Recharge:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "Recharge":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         optional = {name: r.str(name, required=False, nullable=True) for name in (
             "sub_status", "country_code", "operator", "circle", "currency", "vendor_recharge_id",
             "operator_txn_id", "failure_reason", "client_reference")}
@@ -240,7 +130,7 @@ class Voucher:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "Voucher":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         return cls(
             card_number=r.str("card_number", nullable=True),
             expires_at=r.ts("expires_at", nullable=True),
@@ -251,7 +141,7 @@ class Voucher:
         )
 
     def __repr__(self) -> str:
-        return (f"Voucher(card_number={_mask(self.card_number)}, pin_code={_mask(self.pin_code)}, "
+        return (f"Voucher(card_number={mask(self.card_number)}, pin_code={mask(self.pin_code)}, "
                 f"voucher_reference_number={self.voucher_reference_number!r}, expires_at={self.expires_at!r})")
 
     __str__ = __repr__
@@ -277,12 +167,12 @@ class OrderCreated:
 
     @classmethod
     def from_payload(cls, raw: Any, idempotency_key: str | None = None) -> "OrderCreated":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         return cls(
             id=r.int("id"), ref=r.str("ref"), transaction_id=r.int("transaction_id"), amount=r.money("amount"),
             product_id=r.int("product_id"), denomination=r.money("denomination"), quantity=r.int("quantity"),
             discount=r.money("discount"), status=r.upper("status"), placed_at=r.ts("placed_at"),
-            vouchers=r.vouchers(), idempotency_key=idempotency_key, raw=raw,
+            vouchers=r.records("vouchers", Voucher.from_payload), idempotency_key=idempotency_key, raw=raw,
         )
 
 
@@ -315,10 +205,10 @@ class OrderSummary:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "OrderSummary":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         mobile = r.obj("mobile", required=False, nullable=True)
         if isinstance(mobile, dict):
-            m = _Reader(mobile, f"{cls.__name__}.mobile")
+            m = Reader(mobile, f"{cls.__name__}.mobile")
             mobile = Mobile(m.str("mobile_country_code", required=False, nullable=True),
                             m.str("mobile_number", required=False, nullable=True))
         return cls(
@@ -350,12 +240,12 @@ class OrderDetail:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "OrderDetail":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         return cls(
             id=r.int("id"), reference_code=r.str("reference_code"), transaction_id=r.int("transaction_id"),
             amount=r.money("amount"), product_id=r.int("product_id"), denomination=r.money("denomination"),
             quantity=r.int("quantity"), discount=r.money("discount", required=False, nullable=True),
-            status=r.upper("status"), placed_at=r.ts("placed_at"), vouchers=r.vouchers(), raw=raw,
+            status=r.upper("status"), placed_at=r.ts("placed_at"), vouchers=r.records("vouchers", Voucher.from_payload), raw=raw,
         )
 
 
@@ -373,7 +263,7 @@ class Webhook:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "Webhook":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         return cls(
             id=r.int("id"), name=r.str("name", required=False, nullable=True),
             url=r.str("url", required=False, nullable=True), events=r.strings("events", required=False),
@@ -397,7 +287,7 @@ class WebhookCreated:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "WebhookCreated":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         return cls(
             id=r.int("id"), name=r.str("name"), url=r.str("url"), token=r.str("token"),
             events=r.strings("events"), is_active=r.bool("is_active", required=False, nullable=True),
@@ -432,7 +322,7 @@ class WebhookDelivery:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "WebhookDelivery":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         ints = {n: r.int(n, required=False, nullable=True) for n in (
             "webhook_url_id", "order_id", "attempt_count", "max_attempts", "response_status", "response_time_ms")}
         return cls(
@@ -459,7 +349,7 @@ class DeliveryStats:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "DeliveryStats":
-        r = _Reader(raw, cls.__name__)
+        r = Reader(raw, cls.__name__)
         names = ("total_count", "pending_count", "delivered_count", "failed_count",
                  "last_24h_total", "last_24h_delivered", "last_24h_failed")
         return cls(**{n: r.int(n) for n in names}, raw=raw)

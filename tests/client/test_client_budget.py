@@ -17,7 +17,6 @@ from partnerkit.errors import BudgetExhausted
 from partnerkit.store import open_db
 from partnerkit.store.budget import GENERAL, ORDER_CREATE, Budget, Limit, ProviderView, key_hash, wait_needed
 
-import client_payloads as p
 
 SMALL = {GENERAL: Limit(5, 3600.0), ORDER_CREATE: Limit(2, 60.0)}
 
