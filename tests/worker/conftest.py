@@ -4,6 +4,7 @@ PartnerClient, and a migrated SQLite file in tmp_path."""
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
 import requests
@@ -72,8 +73,18 @@ def server():
     from sandbox import SandboxServer, SandboxSettings
 
     settings = SandboxSettings(speed=0, processing_delay_s=600, hourly_limit=100_000)
-    with SandboxServer(settings, background=False) as running:
+    running = SandboxServer(settings, background=False)
+    http = getattr(running, "_server", None)
+    if http is not None and getattr(running, "_thread", "absent") is None:
+        # Serve with a short shutdown poll: the default 0.5 s would be most of each test's time.
+        running._thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        running._thread.start()
+    else:
+        running.start()
+    try:
         yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,173 @@
+"""The worker: job table, scheduler settings, one pass with --once, the lease, clean shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timezone
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+
+from partnerkit.config import config_as_env
+from partnerkit.store import locks, open_db
+from reconcile.scheduler import (LEASE_NAME, WorkerBusy, WorkerLease, WorkerRefused, build_scheduler,
+                                 refuse_inside_gunicorn, run_once, run_worker)
+from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, JobUnavailable, resolve
+
+POLL = next(s for s in JOBS if s.id == "poll-recharges")
+ROOT = Path(__file__).resolve().parents[2]
+RUNS: list[tuple[str, float, float]] = []
+
+
+def slow_job(config, db, client):
+    """A test job that takes a while, to show runs never overlap."""
+    started = time.monotonic()
+    time.sleep(0.15)
+    RUNS.append(("slow", started, time.monotonic()))
+    return {"ok": True}
+
+
+def test_the_job_table_names_every_job_once():
+    assert [s.id for s in JOBS] == ["poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent",
+                                    "nightly-report"]
+    assert POLL.every_s == 5 and POLL.target == "reconcile.poller:poll_once"
+
+
+def test_scheduler_is_utc_with_explicit_ids_coalescing_and_single_instances(config, wdb):
+    lease = WorkerLease(wdb)
+    scheduler = build_scheduler(config, lease=lease)
+    jobs = {job.id: job for job in scheduler.get_jobs()}
+    assert set(jobs) == {s.id for s in JOBS} | {"renew-lease"}
+    assert scheduler.timezone == timezone.utc
+    for spec in JOBS:
+        job = jobs[spec.id]
+        assert job.coalesce is True and job.max_instances == 1
+        assert job.misfire_grace_time == spec.misfire_grace_s
+        assert job.trigger.interval.total_seconds() == spec.every_s
+        assert str(job.trigger.timezone) == "UTC"
+    assert jobs["renew-lease"].executor == "lease"
+
+
+def test_a_missing_part_is_reported_by_job_id():
+    spec = JobSpec("sync-recent", "reconcile.not_there:sync_recent", 900, 300, "sync")
+    with pytest.raises(JobUnavailable, match=r"job sync-recent: cannot import reconcile\.not_there"):
+        resolve(spec)
+    with pytest.raises(JobUnavailable, match="has no function nope"):
+        resolve(JobSpec("x", "reconcile.poller:nope", 1, 1, "x"))
+    with pytest.raises(ValueError, match="module:function"):
+        JobSpec("x", "reconcile.poller.poll_once", 1, 1, "x")
+
+
+def test_run_once_runs_each_job_once_and_logs_one_line_each(config, server, wdb, client, caplog):
+    from reconcile.recharges import submit
+    from tests.worker.conftest import mobile
+
+    server.sandbox.settings.update({"processing_delay_s": 1})
+    submit(config, wdb, client, mobile_number=mobile(5), operator_id=1, amount=199)
+    server.advance(10)  # settled at the provider
+    bogus = JobSpec("nightly-report", "reconcile.not_there:nightly", 3600, 3600, "report")
+    caplog.set_level("INFO", logger="reconcile.worker")
+    with freeze_time(server.clock.now(), tick=True):  # the worker's clock agrees with the provider's
+        results = run_once(config, jobs=(POLL, bogus))
+    assert [(r["job"], r["outcome"]) for r in results] == [("poll-recharges", "ok"), ("nightly-report", "unavailable")]
+    assert results[0]["result"]["settled"] == 1
+    assert "cannot import reconcile.not_there" in results[1]["result"]
+    lines = [r for r in caplog.records if r.name == "reconcile.worker" and getattr(r, "job", None)]
+    assert [(r.job, r.outcome) for r in lines] == [("poll-recharges", "ok"), ("nightly-report", "unavailable")]
+    assert all(isinstance(r.duration_ms, int) for r in lines)
+    assert locks.current(wdb, LEASE_NAME) is None  # released after the pass
+
+
+def test_a_job_that_raises_never_kills_the_scheduler(config):
+    def broken(config, db, client):
+        raise RuntimeError("boom")
+
+    runner = JobRunner(config, JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller"),
+                       client_factory=lambda *a: None)
+    runner._func = broken
+    assert runner()["outcome"] == "error" and "boom" in runner()["result"]
+    runner.close()
+
+
+def test_jobs_never_overlap_themselves(config):
+    RUNS.clear()
+    spec = JobSpec("slow", f"{__name__}:slow_job", 0.05, 1, "test")
+    scheduler = build_scheduler(config, jobs=(spec,), client_factory=lambda *a: None)
+    scheduler.start()
+    time.sleep(0.8)
+    scheduler.shutdown(wait=True)
+    assert len(RUNS) >= 3
+    for (_, _, end), (_, start, _) in zip(RUNS, RUNS[1:]):
+        assert start >= end
+
+
+def test_a_second_lease_holder_is_refused_until_the_first_releases_or_expires(wdb):
+    first, second = WorkerLease(wdb, holder="host-a:1", ttl_s=0.3), WorkerLease(wdb, holder="host-b:2", ttl_s=0.3)
+    first.acquire(wait=False)
+    with pytest.raises(WorkerBusy, match="another worker \\(host-a:1\\) holds the lease"):
+        second.acquire(wait=False)
+    time.sleep(0.4)  # host-a crashed: it stopped renewing
+    second.acquire(wait=False)
+    assert first.renew() is False and first.lost.is_set() and not first.held
+    first.release()  # a lost lease is never released on the new holder's behalf
+    assert locks.current(wdb, LEASE_NAME).holder == "host-b:2"
+    second.release()
+    assert locks.current(wdb, LEASE_NAME) is None
+
+
+def test_a_standby_worker_takes_over_when_the_lease_is_released(wdb):
+    first, second = WorkerLease(wdb, holder="a"), WorkerLease(wdb, holder="b")
+    first.acquire(wait=False)
+    stop = threading.Event()
+    taken = threading.Thread(target=lambda: second.acquire(wait=True, stop=stop, poll_s=0.05))
+    taken.start()
+    time.sleep(0.2)
+    assert not second.held
+    first.release()
+    taken.join(timeout=2)
+    assert second.held
+
+
+def test_the_worker_is_never_started_inside_gunicorn(monkeypatch, config):
+    monkeypatch.setitem(sys.modules, "gunicorn", object())
+    with pytest.raises(WorkerRefused, match="never started inside gunicorn"):
+        refuse_inside_gunicorn()
+    with pytest.raises(WorkerRefused):
+        run_worker(config, stop=threading.Event())
+
+
+def test_a_second_worker_process_does_not_run_jobs_twice(config, server):
+    """Two real processes on one database: the second refuses, the first stops cleanly on SIGTERM."""
+    env = {**os.environ, **config_as_env(config), "PYTHONPATH": str(ROOT)}
+    env.pop("PARTNERKIT_CONFIG", None)
+    cli = [sys.executable, "-m", "partnerkit"]
+    first = subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        db = open_db(config.db_path)
+        deadline = time.monotonic() + 20
+        while locks.current(db, LEASE_NAME) is None:
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline, "the first worker never took the lease"
+            time.sleep(0.1)
+        holder = locks.current(db, LEASE_NAME).holder
+        second = subprocess.run(cli + ["worker", "--once"], env=env, cwd=ROOT, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 1
+        assert f"another worker ({holder}) holds the lease" in second.stderr
+        assert "jobs are never run twice" in second.stderr
+        with pytest.raises(WorkerBusy):
+            run_once(config, jobs=(POLL,))
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+        assert locks.current(db, LEASE_NAME) is None  # released on the way out
+        db.conn.close()
+    finally:
+        if first.poll() is None:
+            first.kill()
