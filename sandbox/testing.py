@@ -38,6 +38,7 @@ class SandboxServer:
         """Start serving (and the background scheduler, unless background=False)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._server.serve_forever,
+                                            kwargs={"poll_interval": 0.05},
                                             name="sandbox-http", daemon=True)
             self._thread.start()
             if self._background:

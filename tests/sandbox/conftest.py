@@ -148,8 +148,11 @@ class Receiver:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.block_on_close = False
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/hook"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
+                                       kwargs={"poll_interval": 0.05})
         self.thread.start()
 
     def bodies(self) -> list[dict]:
