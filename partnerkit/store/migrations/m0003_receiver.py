@@ -21,7 +21,6 @@ STATEMENTS: tuple[str, ...] = (
         last_seen_at TEXT NOT NULL,
         body BLOB NOT NULL
     )""",
-    "CREATE INDEX inbox_received_at ON inbox (received_at)",
     "CREATE INDEX inbox_order_id ON inbox (order_id)",
     # Local order state: monotonic in status rank, fed by webhooks, the order sync and creates.
     """CREATE TABLE orders (

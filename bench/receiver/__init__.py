@@ -1,0 +1,1 @@
+"""Receiver benchmark: `partnerkit serve` vs a bare Flask app under the same gunicorn settings."""
