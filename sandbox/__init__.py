@@ -13,8 +13,12 @@ from .testing import SandboxServer
 __all__ = ["create_app", "SandboxSettings", "SandboxServer", "SandboxClock", "serve"]
 
 
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
 def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
-          allow_http_webhooks: bool = True, echo=print,
+          allow_http_webhooks: bool = True, echo=_print,
           settings: SandboxSettings | None = None) -> None:
     """Serve the sandbox until interrupted, printing base URL, credentials and new tokens."""
     settings = settings or SandboxSettings(speed=speed, allow_http_webhooks=allow_http_webhooks)
@@ -31,11 +35,9 @@ def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
         echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
              f"signing secret {c.signing_secret}  credential_id {c.credential_id}")
     echo("  control endpoints under /sandbox (stats, clock, settings); Ctrl-C to stop")
-    sb.start_background()
     try:
-        server._server.serve_forever()
+        server.serve_forever()
     except KeyboardInterrupt:
         echo("sandbox stopped")
     finally:
-        sb.stop_background()
-        server._server.server_close()
+        server.stop()

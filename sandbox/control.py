@@ -261,7 +261,8 @@ def plant_legacy():
         rc = Recharge(rid, me.key, f"RCH{created:%Y%m%d}{rid:08d}", status, "LEGACY",
                       str(body.get("mobile_number", "9800000000")), operator.id, operator.name,
                       None, True, price["face"], price["discount"], price["payable"], created,
-                      operator_txn_id=f"OPLEGACY{rid}", client_reference=body.get("client_reference"))
+                      operator_txn_id=f"OPLEGACY{rid}",
+                      client_reference=body.get("client_reference"))
         wallet = wallets.wallet_for(sb, me.key, "INR")
         if wallet is not None and body.get("with_transaction", True):
             rc.wallet_id = wallet.id

@@ -61,7 +61,8 @@ def error_body(err: ApiError, shape: str) -> dict:
     if shape == RECHARGE:
         return {"error": {"message": err.message}}
     if shape == ORDER_CREATE:
-        name = _ORDER_CREATE_NAMES.get(status, "BadRequest" if status < 500 else "InternalServerError")
+        fallback = "BadRequest" if status < 500 else "InternalServerError"
+        name = _ORDER_CREATE_NAMES.get(status, fallback)
         return {"error": name, "message": _ORDER_CREATE_FIXED.get(status, err.message)}
     if shape == ORDER_READ:
         code = _ORDER_READ_CODES.get(status, "internal_error" if status >= 500 else "bad_request")

@@ -76,7 +76,7 @@ def parse_preview(sb, body: dict) -> tuple[Operator, Decimal]:
 
 
 def quote(sb, client: Client, operator: Operator, face: Decimal) -> dict:
-    """Charge quote: discount = face * pct / 100 rounded to 2 decimals; payable = face - discount."""
+    """Charge quote: discount = face * pct / 100 to 2 decimals; payable = face - discount."""
     if "pricing" in sb.settings.faults:
         raise ApiError(500, "pricing could not be resolved", detail="fault 'pricing' is set")
     pct = client.recharge_discounts.get(operator.id, Decimal(0))
@@ -91,7 +91,8 @@ def _check_mobile(raw) -> str:
     if not isinstance(raw, str):
         raise ApiError(400, "invalid mobile number: must be a string of digits")
     if not (raw.isascii() and raw.isdigit()):
-        raise ApiError(400, "invalid mobile number: digits only, no country prefix, spaces or dashes")
+        raise ApiError(400, "invalid mobile number: digits only, "
+                            "no country prefix, spaces or dashes")
     if len(raw) != 10:
         raise ApiError(400, f"invalid mobile number: expected 10 digits, got {len(raw)}")
     return raw
@@ -165,7 +166,8 @@ def check_account(sb, client: Client) -> None:
         raise ApiError(503, "recharge is temporarily paused for this client")
 
 
-def recent_duplicate(sb, client: Client, mobile: str, face: Decimal, now: datetime) -> Recharge | None:
+def recent_duplicate(sb, client: Client, mobile: str, face: Decimal,
+                     now: datetime) -> Recharge | None:
     """Submit rule 1: the same (number, amount) from this client inside the guard window."""
     since = now - timedelta(seconds=sb.settings.duplicate_guard_window_s)
     for rid in reversed(sb.recharge_ids[client.key]):

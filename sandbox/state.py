@@ -12,7 +12,8 @@ from decimal import Decimal
 
 from . import orders, recharges, seed, wallets, webhooks
 from .clock import SandboxClock
-from .models import Client, Delivery, Operator, Order, Product, Recharge, Transaction, Wallet, Webhook
+from .models import (Client, Delivery, Operator, Order, Product, Recharge, Transaction, Wallet,
+                     Webhook)
 from .settings import SandboxSettings
 
 log = logging.getLogger("sandbox")

@@ -33,6 +33,7 @@ class SandboxServer:
         self.base_url = f"http://{host}:{self.port}"
         self._background = background
         self._thread: threading.Thread | None = None
+        self._serving = False
 
     def start(self) -> SandboxServer:
         """Start serving (and the background scheduler, unless background=False)."""
@@ -45,11 +46,22 @@ class SandboxServer:
                 self.sandbox.start_background()
         return self
 
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until stop() is called from another thread."""
+        if self._background:
+            self.sandbox.start_background()
+        self._serving = True
+        try:
+            self._server.serve_forever(poll_interval=0.05)
+        finally:
+            self._serving = False
+
     def stop(self) -> None:
         """Stop serving and the background scheduler."""
         self.sandbox.stop_background()
-        if self._thread is not None:
+        if self._thread is not None or self._serving:
             self._server.shutdown()
+        if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
         self._server.server_close()

@@ -88,7 +88,8 @@ def test_control_settle_without_refund_plants_missing_refund(alpha):
     assert r.json()["status"] == "FAILED"
     assert alpha.balance() == before
     assert [t["type"] for t in alpha.get(TXNS, {"recharge_id": rid}).json()] == ["RECHARGE"]
-    assert alpha.control("POST", f"/recharges/{rid}/settle", {"status": "SUCCESS"}).status_code == 409
+    again = alpha.control("POST", f"/recharges/{rid}/settle", {"status": "SUCCESS"})
+    assert again.status_code == 409
 
 
 def test_control_settle_with_refund(alpha):
@@ -197,9 +198,12 @@ def test_serve_prints_credentials_and_new_webhook_tokens(monkeypatch):
     assert any("pk_sandbox_alpha" in x and "sk_sandbox_alpha_" in x for x in lines)
     srv.sandbox.settings.require_signatures = False
     r = requests.post(srv.base_url + "/api/v1/webhooks",
-                      json={"name": "n", "url": "http://127.0.0.1:9/x", "events": ["order.created"]},
-                      headers={"X-API-Key": srv.clients[0].key, "X-API-Secret": srv.clients[0].secret})
+                      json={"name": "n", "url": "http://127.0.0.1:9/x",
+                            "events": ["order.created"]},
+                      headers={"X-API-Key": srv.clients[0].key,
+                               "X-API-Secret": srv.clients[0].secret})
     assert r.status_code == 201
     assert any(r.json()["token"] in x for x in lines)
-    srv._server.shutdown()
+    srv.stop()
     thread.join(5)
+    assert not thread.is_alive()

@@ -1,4 +1,4 @@
-"""Webhooks: configuration CRUD, signed deliveries, retry schedule, envelopes, chaos, deliveries API."""
+"""Webhooks: CRUD, signed deliveries, retry schedule, envelopes, chaos, the deliveries API."""
 from __future__ import annotations
 
 import hashlib
