@@ -174,7 +174,9 @@ class Transport:
         if signed and params:
             raise ValueError(f"{method} {path}: writes never carry a query string (the signed path has none)")
         # Serialize once: these exact bytes are signed and sent on every attempt.
-        content = encode_body({} if body is None else body) if method in ("POST", "PUT") else (encode_body(body) if body is not None else b"")
+        if method in ("POST", "PUT") and body is None:
+            body = {}  # a bodyless POST still sends a JSON object, signed as sent
+        content = b"" if body is None else encode_body(body)
         headers = {"X-API-Key": self._api_key, "X-API-Secret": self._api_secret, "Accept": "application/json", "User-Agent": USER_AGENT}
         if content:
             headers["Content-Type"] = "application/json"
