@@ -18,7 +18,7 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.store import reports as report_store
 from partnerkit.timeutil import utcnow
 from reconcile import report as report_mod
-from reconcile.matcher import match_day
+from reconcile.matcher import MatchResult, match_day
 from reconcile.sync import SyncSummary, incremental_start, sync_range
 
 log = logging.getLogger(__name__)
@@ -54,10 +54,11 @@ def write_report_files(report_dir: Path, report: dict[str, Any]) -> list[Path]:
             for f in ("json", "csv", "html")]
 
 
-def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None) -> dict[str, Any]:
-    """Match one day from the store (no network), keep the report in the DB and as files."""
+def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
+               result: MatchResult | None = None) -> dict[str, Any]:
+    """Match one day from the store (no network; or take `result`), keep the report in the DB and as files."""
     now = (now or utcnow()).replace(microsecond=0)
-    result = match_day(db, day, now=now)
+    result = result or match_day(db, day, now=now)
     report = report_mod.build_report(result, drift_store.list_drifts(db, report_date=day.isoformat()),
                                      generated_at=now, quarantined=ledger_store.quarantined(db, day.isoformat()))
     report_store.save_report(db, report)

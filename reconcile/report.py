@@ -24,6 +24,8 @@ from partnerkit.timeutil import iso
 DRIFT_FIELDS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
                 "resolution", "resolution_note", "resolution_by", "resolution_at", "detail")
 CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 180, 28
+HTML_DRIFT_ROWS = 2000  # an e-mailed page stays readable; JSON and CSV always carry every drift
+_OPEN_FIRST = {"pending": 0, "escalated": 1, "resolved": 2}
 
 
 def _amount(value: Decimal | int | None, measure: str) -> str | None:
@@ -135,8 +137,11 @@ def render_html(report: Mapping[str, Any]) -> str:
     env = Environment(loader=PackageLoader("reconcile", "templates"), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
     charts = [(currency, *chart_bars(hours)) for currency, hours in report.get("spend_by_hour", {}).items()]
+    drifts = report["drifts"]
+    shown = drifts if len(drifts) <= HTML_DRIFT_ROWS else sorted(
+        drifts, key=lambda d: _OPEN_FIRST.get(d["resolution"], 3))[:HTML_DRIFT_ROWS]
     return env.get_template("report.html.j2").render(
-        r=report, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD)
+        r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD)
 
 
 RENDERERS = {"json": render_json, "csv": render_csv, "html": render_html}

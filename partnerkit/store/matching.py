@@ -188,6 +188,7 @@ def build(conn: sqlite3.Connection, params: dict[str, Any]) -> None:
     drop(conn)
     for statement in _SETUP + _RULES:
         conn.execute(statement, {k: v for k, v in params.items() if f":{k}" in statement})
+    conn.execute("CREATE INDEX temp.m_candidate_subject ON m_candidate(subject, reference)")
 
 
 def drop(conn: sqlite3.Connection) -> None:
@@ -285,3 +286,28 @@ def day_summary(conn: sqlite3.Connection, wallet_types: str) -> dict[str, Any]:
         "detected_ids": [r[0] for r in conn.execute(
             "SELECT DISTINCT drift_id(kind, subject, reference) FROM m_candidate ORDER BY 1").fetchall()],
     }
+
+
+BULK_RECHARGE_COLUMNS = ("local_id", "idempotency_key", "provider_id", "reference_number", "origin", "mobile_number",
+                         "status", "face_cents", "discount_cents", "payable_cents", "currency", "submitted_at",
+                         "provider_created_at")
+
+
+def bulk_load_recharges(conn: sqlite3.Connection, rows: Any) -> None:
+    """Insert synthetic recharges (benchmarks only; production rows come from the worker's store)."""
+    conn.executemany(f"INSERT INTO recharges ({', '.join(BULK_RECHARGE_COLUMNS)})"
+                     f" VALUES ({', '.join('?' * len(BULK_RECHARGE_COLUMNS))})", rows)
+
+
+def bulk_load_transactions(conn: sqlite3.Connection, rows: Any) -> None:
+    """Insert transactions known to be new (benchmarks and first loads: no upsert bookkeeping)."""
+    conn.executemany("INSERT INTO transactions (id, type, amount_cents, order_id, reference_number, recharge_id,"
+                     " currency, created_at, balance_after_cents, raw, synced_at)"
+                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def bulk_load_orders(conn: sqlite3.Connection, orders: Any, vouchers: Any) -> None:
+    """Insert synthetic orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at, now) and vouchers."""
+    conn.executemany("INSERT INTO orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at,"
+                     " source, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'bench', ?8, ?8)", orders)
+    conn.executemany("INSERT INTO vouchers (order_id, fingerprint, stored_at) VALUES (?, ?, ?)", vouchers)

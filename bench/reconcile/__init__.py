@@ -1,0 +1,48 @@
+"""`python -m bench.reconcile [--sizes 100000,1000000]`: load, match and report synthetic days.
+
+Each size runs in a fresh interpreter (bench.reconcile.run) so its peak RSS is its own.
+Targets (issue 5): 1M recharges + 1M transactions in at most 10 s and 300 MB peak RSS, and the
+1M run at most 11 times the 100k run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def measure(size: int) -> dict:
+    """Run one size in a fresh subprocess and return its JSON measurements."""
+    out = subprocess.run([sys.executable, "-m", "bench.reconcile.run", str(size)], cwd=ROOT, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict]) -> str:
+    """The results as an aligned text table."""
+    base = rows[0]["total_s"] if rows else 1
+    lines = [f"{'size':>9} {'tx':>9} {'load s':>7} {'match s':>8} {'report s':>9} {'total s':>8} {'peak MB':>8} "
+             f"{'drifts':>7} {'x first':>8}"]
+    for r in rows:
+        lines.append(f"{r['size']:>9} {r['transactions']:>9} {r['load_s']:>7.2f} {r['match_s']:>8.2f} "
+                     f"{r['report_s']:>9.2f} {r['total_s']:>8.2f} {r['peak_mb']:>8.0f} {r['drifts']:>7} "
+                     f"{r['total_s'] / base:>8.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.reconcile", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000", help="comma-separated recharge counts")
+    args = parser.parse_args(argv)
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        rows.append(measure(size))
+        print(f"{size}: {rows[-1]['total_s']:.2f} s, {rows[-1]['peak_mb']:.0f} MB, "
+              f"drifts by kind {json.dumps(rows[-1]['kinds'])}", file=sys.stderr, flush=True)
+    print(table(rows))
+    return 0
