@@ -1,0 +1,96 @@
+"""A day on the sandbox (real HTTP) with every drift kind planted through its control endpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import requests
+
+from partnerkit.config import load_config
+from partnerkit.store import open_db
+from partnerkit.store.drifts import KINDS, set_resolution
+
+pytest.importorskip("sandbox.testing")
+
+from partnerkit.client import PartnerClient  # noqa: E402
+from reconcile.jobs import reconcile_day  # noqa: E402
+from reconcile.recharges import submit  # noqa: E402
+from sandbox.settings import SandboxSettings  # noqa: E402
+from sandbox.testing import SandboxServer  # noqa: E402
+
+YESTERDAY_10 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=10, minute=0, second=0, microsecond=0)
+
+
+@pytest.fixture
+def world(tmp_path):
+    """The sandbox with its clock at 10:00 yesterday, and partnerkit pointed at it."""
+    with SandboxServer(SandboxSettings(start=YESTERDAY_10, speed=1.0), background=False) as server:
+        alpha = server.clients[0]
+        config = load_config(environ={
+            "PARTNERKIT_DB": str(tmp_path / "pk.db"), "PARTNERKIT_API_BASE_URL": server.base_url,
+            "PARTNERKIT_API_KEY": alpha.key, "PARTNERKIT_API_SECRET": alpha.secret,
+            "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports")})
+        db = open_db(config.db_path)
+        yield server, config, db, PartnerClient(config, db)
+        db.conn.close()
+
+
+def control(server, method: str, path: str, **body) -> dict:
+    """Call a sandbox control endpoint (drift planting)."""
+    response = requests.request(method, f"{server.base_url}/sandbox{path}", json=body or None, timeout=10)
+    assert response.status_code < 300, response.text
+    return response.json()
+
+
+def test_every_drift_kind_on_the_sandbox_with_the_same_ids_on_a_rerun(world):
+    server, config, db, client = world
+    day = YESTERDAY_10.date()
+
+    def ours(mobile: str):
+        outcome = submit(config, db, client, mobile_number=mobile, operator_id=1, amount=100, force=True)
+        return outcome.recharge
+
+    def debit_of(recharge_id: int) -> dict:
+        txs = client.iter_transactions(from_date=day, to_date=day)
+        return next(t for t in txs if t.get("recharge_id") == recharge_id and t["direction"] == "DEBIT")
+
+    ours("9800000001")                                              # reconciles
+    gone_debit = ours("9800000002")                                 # missing_debit
+    control(server, "DELETE", f"/transactions/{debit_of(gone_debit.id)['id']}")
+    face_debit = ours("9800000003")                                 # amount_mismatch (+ balance_discontinuity)
+    control(server, "PATCH", f"/transactions/{debit_of(face_debit.id)['id']}", amount="100.00")
+    twice = ours("9800000010")                                      # duplicate_debit
+    control(server, "POST", "/transactions", type="RECHARGE", direction="DEBIT", amount=str(twice.payable),
+            recharge_id=twice.id, reference_number=twice.reference_number)
+    unrefunded = ours("9800000018")                                 # missing_refund
+    control(server, "POST", f"/recharges/{unrefunded.id}/settle", status="FAILED", refund=False)
+    credited = ours("9800000011")                                   # unexpected_refund
+    control(server, "POST", "/transactions", type="REFUND", direction="CREDIT", amount=str(credited.payable),
+            recharge_id=credited.id, reference_number=credited.reference_number)
+    control(server, "POST", "/transactions", type="RECHARGE", direction="DEBIT", amount="12.00",
+            reference_number="GHOST-1")                             # orphan_transaction
+    stuck = ours("9800000028")                                      # stuck_processing (never settles)
+    forgotten = ours("9800000012")                                  # unknown_to_provider
+    control(server, "DELETE", f"/recharges/{forgotten.id}")
+    client.submit_recharge(mobile_number="9800000013", operator_id=1, amount=100, force=True)  # unknown_to_partner
+    client.create_order(product_id=7, denomination=10, quantity=2)  # voucher_shortfall (vouchers never fetched)
+    control(server, "POST", "/transactions", type="TOPUP", direction="CREDIT", amount="500.00",
+            apply=False)                                            # balance_discontinuity
+    ours("9800000021")
+
+    first = reconcile_day(config, db, client, day)
+    kinds = {d["kind"] for d in first["drifts"]}
+    assert kinds == set(KINDS), set(KINDS) - kinds
+    references = {(d["kind"], d["reference"]) for d in first["drifts"]}
+    assert ("stuck_processing", stuck.reference_number) in references
+    assert ("missing_refund", unrefunded.reference_number) in references
+    assert ("unknown_to_provider", forgotten.reference_number) in references
+    assert ("orphan_transaction", "GHOST-1") not in references  # orphans are named by transaction id
+
+    escalated = next(d for d in first["drifts"] if d["kind"] == "duplicate_debit")
+    set_resolution(db, escalated["id"], "escalated", note="support ticket", by="finance", at=datetime.now(timezone.utc))
+    again = reconcile_day(config, db, client, day)
+    assert sorted(d["id"] for d in again["drifts"]) == sorted(d["id"] for d in first["drifts"])
+    assert next(d for d in again["drifts"] if d["id"] == escalated["id"])["resolution"] == "escalated"
+    assert again["summary"]["recharges_total"] == first["summary"]["recharges_total"] == 10
