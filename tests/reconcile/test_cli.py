@@ -1,0 +1,82 @@
+"""`partnerkit drifts list|resolve|escalate|history` and `partnerkit report` from the command line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import DAY, at
+from partnerkit.cli import cli
+from partnerkit.store.drifts import audit_trail, get_drift
+from reconcile.matcher import match_day
+
+
+@pytest.fixture
+def invoke(db_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("PARTNERKIT_DB", str(db_path))
+    monkeypatch.setenv("PARTNERKIT_REPORT_DIR", str(tmp_path / "reports"))
+    runner = CliRunner()
+    return lambda *args: runner.invoke(cli, list(args))
+
+
+@pytest.fixture
+def drift_ids(db, ledger):
+    ledger.recharge()                      # missing_debit
+    ledger.tx("-5.00", type="RECHARGE")    # orphan_transaction
+    match_day(db, DAY, now=at(2, day=DAY + timedelta(days=1)))
+    return [r[0] for r in db.execute("SELECT id FROM drifts ORDER BY kind")]
+
+
+def test_drifts_list_filters_by_kind_and_resolution(invoke, drift_ids):
+    result = invoke("drifts", "list", "--format", "json")
+    assert result.exit_code == 0 and len(json.loads(result.output)) == 2
+    only = json.loads(invoke("drifts", "list", "--kind", "orphan_transaction", "--format", "json").output)
+    assert [d["kind"] for d in only] == ["orphan_transaction"] and only[0]["actual"] == "-5.00"
+    assert json.loads(invoke("drifts", "list", "--resolution", "resolved", "--format", "json").output) == []
+
+
+def test_resolve_and_escalate_append_to_the_audit_trail(invoke, db, drift_ids):
+    first, second = drift_ids
+    assert invoke("drifts", "escalate", first, "--note", "sent to support", "--by", "asha").exit_code == 0
+    assert invoke("drifts", "resolve", first, "--note", "credited 16 March", "--by", "ravi").exit_code == 0
+    drift = get_drift(db, first)
+    assert (drift.resolution, drift.resolution_note, drift.resolution_by) == ("resolved", "credited 16 March", "ravi")
+    assert [(a["action"], a["by"]) for a in audit_trail(db, first)] == [
+        ("detected", "partnerkit"), ("escalated", "asha"), ("resolved", "ravi")]
+    history = invoke("drifts", "history", first, "--format", "csv")
+    assert [r["action"] for r in csv.DictReader(io.StringIO(history.output))] == ["detected", "escalated", "resolved"]
+    assert invoke("drifts", "resolve", second, "--note", "ok").exit_code == 0  # --by defaults to the OS user
+    assert get_drift(db, second).resolution_by
+
+
+def test_unknown_drift_id_is_a_one_line_error(invoke, drift_ids):
+    result = invoke("drifts", "resolve", "d_0000000000000000", "--note", "x")
+    assert result.exit_code == 1
+    assert result.output.strip().count("\n") == 0 and "no drift with id 'd_0000000000000000'" in result.output
+
+
+def test_note_is_required(invoke, drift_ids):
+    assert invoke("drifts", "escalate", drift_ids[0]).exit_code == 2
+
+
+@pytest.mark.parametrize("fmt, check", [
+    ("json", lambda text: json.loads(text)["date"] == "2025-03-14"),
+    ("csv", lambda text: text.startswith("id,kind,subject,reference,expected,actual")),
+    ("html", lambda text: "<svg" in text and text.startswith("<!DOCTYPE html>")),
+])
+def test_report_command_formats_and_output_file(invoke, drift_ids, tmp_path, fmt, check):
+    result = invoke("report", "--date", "2025-03-14", "--format", fmt)
+    assert result.exit_code == 0 and check(result.stdout)
+    target = tmp_path / f"out.{fmt}"
+    assert invoke("report", "--date", "2025-03-14", "--format", fmt, "--output", str(target)).exit_code == 0
+    assert check(target.read_text())
+
+
+def test_bad_date_is_refused(invoke):
+    result = invoke("report", "--date", "14/03/2025")
+    assert result.exit_code == 2 and "YYYY-MM-DD" in result.output
