@@ -117,7 +117,7 @@ def post(sb, attempt: Attempt) -> dict:
     try:
         response = requests.post(attempt.url, data=attempt.body, headers=headers,
                                  timeout=timeout, allow_redirects=False)
-    except requests.RequestException as exc:
+    except Exception as exc:   # any failure to deliver is a failed attempt, never a crash
         elapsed = int((time.monotonic() - started) * 1000)
         return {"ok": False, "status": None, "ms": elapsed, "body": None,
                 "error": f"{type(exc).__name__}: {exc}"[:300], "request_id": request_id}

@@ -6,7 +6,7 @@ import time
 import pytest
 import requests
 
-from conftest import hand_signature, make_settings
+from sandbox_helpers import hand_signature, make_settings
 
 # (method, path, expected 401 body) - each endpoint family in its own shape (Errors).
 UNAUTHORIZED_SHAPES = [
@@ -73,12 +73,15 @@ def test_signature_by_hand_is_pinned(alpha):
 @pytest.mark.parametrize("case,kwargs,reason", [
     ("wrong secret", {"secret": "sk_wrong"}, "does not match"),
     ("wrong path", {"path": "/recharge/charges"}, "does not match"),
-    ("stale by 6 minutes", {"ts": str(int(time.time()) - 360)}, "5-minute window"),
-    ("future by 6 minutes", {"ts": str(int(time.time()) + 360)}, "5-minute window"),
+    ("stale by 6 minutes", {"ts_offset": -360}, "5-minute window"),
+    ("future by 6 minutes", {"ts_offset": 360}, "5-minute window"),
     ("missing signature", {"drop": ("X-Signature",)}, "missing X-Signature"),
     ("garbage digest", {"sig": "00" * 32}, "does not match"),
 ])
 def test_bad_signatures_are_401(alpha, case, kwargs, reason):
+    kwargs = dict(kwargs)
+    if "ts_offset" in kwargs:             # computed now, not at collection time
+        kwargs["ts"] = str(int(time.time()) + kwargs.pop("ts_offset"))
     r = _signed_preview(alpha, **kwargs)
     assert r.status_code == 401, case
     assert r.json()["error"]["message"].startswith("invalid request signature")

@@ -137,4 +137,4 @@ def test_listing_thousands_is_fast(alpha, sb):
         r = alpha.get(LIST, {"status": "PROCESSING", "limit": 10000})
     elapsed = (time.monotonic() - started) / 5
     assert len(r.json()) == 2000 and r.headers["X-Total-Count"] == "2000"
-    assert elapsed < 0.5, f"one list of 2000 took {elapsed:.3f}s"
+    assert elapsed < 1.0, f"one list of 2000 took {elapsed:.3f}s"
