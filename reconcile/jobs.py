@@ -59,7 +59,7 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     """Match one day from the store (no network; or take `result`), keep the report in the DB and as files."""
     now = (now or utcnow()).replace(microsecond=0)
     result = result or match_day(db, day, now=now)
-    report = report_mod.build_report(result, drift_store.list_drifts(db, report_date=day.isoformat()),
+    report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
                                      generated_at=now, quarantined=ledger_store.quarantined(db, day.isoformat()))
     report_store.save_report(db, report)
     write_report_files(config.report_dir, report)

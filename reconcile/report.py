@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -34,14 +35,18 @@ def _amount(value: Decimal | int | None, measure: str) -> str | None:
     return str(value) if measure == "count" else fmt(value)  # type: ignore[arg-type]
 
 
+def _shared(value: str | None) -> str | None:
+    return None if value is None else sys.intern(value)  # repeated across many drifts: store once
+
+
 def drift_entry(drift: Drift) -> dict[str, Any]:
     """A drift as it appears in the report (expected/actual as strings: money 2 decimals, counts whole)."""
     return {
-        "id": drift.id, "kind": drift.kind, "subject": drift.subject, "reference": drift.reference,
+        "id": drift.id, "kind": _shared(drift.kind), "subject": _shared(drift.subject), "reference": drift.reference,
         "expected": _amount(drift.expected, drift.measure), "actual": _amount(drift.actual, drift.measure),
-        "currency": drift.currency, "detected_at": drift.detected_at, "resolution": drift.resolution,
-        "resolution_note": drift.resolution_note, "resolution_by": drift.resolution_by,
-        "resolution_at": drift.resolution_at, "detail": drift.detail,
+        "currency": _shared(drift.currency), "detected_at": _shared(drift.detected_at),
+        "resolution": _shared(drift.resolution), "resolution_note": drift.resolution_note,
+        "resolution_by": drift.resolution_by, "resolution_at": drift.resolution_at, "detail": _shared(drift.detail),
     }
 
 
@@ -92,8 +97,11 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift]) -> dict[str, An
 
 
 def render_json(report: Mapping[str, Any]) -> str:
-    """The report as JSON text (stable key order as built, 2-space indent)."""
-    return json.dumps(report, indent=2) + "\n"
+    """The report as JSON text: indented, one drift per line (fast for days with many drifts)."""
+    head = json.dumps({k: v for k, v in report.items() if k != "drifts"}, indent=2)
+    drifts = ",\n    ".join(json.dumps(d) for d in report["drifts"])
+    body = f'"drifts": [\n    {drifts}\n  ]' if drifts else '"drifts": []'
+    return f"{head[:-2]},\n  {body}\n}}\n" if len(head) > 2 else f"{{{body}}}\n"
 
 
 def render_csv(report: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ def load(db, n: int) -> None:
     orders: list = []
     vouchers: list = []
     with transaction(db) as conn:
+        deferred = matching.drop_secondary_indexes(conn, "recharges")
         matching.bulk_load_recharges(conn, synthetic.recharges(n))
         matching.bulk_load_transactions(conn, synthetic.transactions(n, orders, vouchers))
         matching.bulk_load_orders(conn, orders, vouchers)
@@ -36,6 +37,8 @@ def load(db, n: int) -> None:
                              started_at=synthetic.SYNCED_AT, count=n, days=[synthetic.DAY.isoformat()],
                              advance_to=synthetic.DAY.isoformat())
     ledger_store.create_bulk_indexes(db)
+    with transaction(db) as conn:
+        matching.rebuild_indexes(conn, deferred)
     db.execute("ANALYZE")
     db.execute("PRAGMA synchronous = NORMAL")
 

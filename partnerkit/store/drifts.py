@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Iterator
 
 from partnerkit.errors import PartnerKitError
 from partnerkit.money import cents, from_cents, to_decimal
@@ -170,6 +170,12 @@ def get_drift(db: Database, ident: str) -> Drift:
 def list_drifts(db: Database, *, kind: str | None = None, resolution: str | None = None,
                 report_date: str | None = None, ids: list[str] | None = None) -> list[Drift]:
     """Drifts, newest day first, filtered by kind, resolution, report day and/or ids."""
+    return list(iter_drifts(db, kind=kind, resolution=resolution, report_date=report_date, ids=ids))
+
+
+def iter_drifts(db: Database, *, kind: str | None = None, resolution: str | None = None,
+                report_date: str | None = None, ids: list[str] | None = None) -> Iterator[Drift]:
+    """Like list_drifts, one at a time (a day of 100k drifts is never held twice)."""
     where, params = [], []
     for column, value in (("kind", kind), ("resolution", resolution), ("report_date", report_date)):
         if value is not None:
@@ -179,9 +185,9 @@ def list_drifts(db: Database, *, kind: str | None = None, resolution: str | None
         where.append(f"id IN ({', '.join('?' * len(ids))})" if ids else "0")
         params.extend(ids)
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    rows = db.execute(f"SELECT {', '.join(COLUMNS)} FROM drifts {clause}"
-                      " ORDER BY report_date DESC, kind, reference", params).fetchall()
-    return [_from_row(r) for r in rows]
+    cursor = db.execute(f"SELECT {', '.join(COLUMNS)} FROM drifts {clause}"
+                        " ORDER BY report_date DESC, kind, reference", params)
+    return (_from_row(r) for r in cursor)
 
 
 def set_resolution(db: Database, ident: str, resolution: str, *, note: str, by: str,

@@ -253,10 +253,8 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict]:
 def day_summary(conn: sqlite3.Connection, wallet_types: str) -> dict[str, Any]:
     """Totals of the day from the temp tables (call after `build`, before `drop`)."""
     one = lambda sql, params=(): conn.execute(sql, params).fetchone()[0]  # noqa: E731
-    drifted_recharges = one("SELECT COUNT(*) FROM m_recharge r WHERE EXISTS"
-                            " (SELECT 1 FROM m_candidate c WHERE c.subject = 'recharge' AND c.reference = r.ref)")
-    drifted_orders = one("SELECT COUNT(*) FROM m_order o WHERE EXISTS"
-                         " (SELECT 1 FROM m_candidate c WHERE c.subject = 'order' AND c.reference = CAST(o.id AS TEXT))")
+    drifted = one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_candidate"
+                  " WHERE subject IN ('recharge', 'order'))")
     money = _rows(conn.execute(
         """SELECT COALESCE(currency, '') AS currency,
                   -SUM(MIN(amount_cents, 0)) AS spend_cents,
@@ -272,7 +270,7 @@ def day_summary(conn: sqlite3.Connection, wallet_types: str) -> dict[str, Any]:
         "recharges_total": one("SELECT COUNT(*) FROM m_recharge"),
         "orders_total": one("SELECT COUNT(*) FROM m_order"),
         "transactions_total": one("SELECT COUNT(*) FROM m_daytx"),
-        "drifted": drifted_recharges + drifted_orders,
+        "drifted": drifted,
         "unmatched": one("SELECT COUNT(*) FROM m_candidate WHERE kind = 'orphan_transaction'"),
         "recharge_status": dict(conn.execute("SELECT status, COUNT(*) FROM m_recharge GROUP BY 1 ORDER BY 1").fetchall()),
         "order_status": dict(conn.execute("SELECT status, COUNT(*) FROM m_order GROUP BY 1 ORDER BY 1").fetchall()),
@@ -311,3 +309,18 @@ def bulk_load_orders(conn: sqlite3.Connection, orders: Any, vouchers: Any) -> No
     conn.executemany("INSERT INTO orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at,"
                      " source, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'bench', ?8, ?8)", orders)
     conn.executemany("INSERT INTO vouchers (order_id, fingerprint, stored_at) VALUES (?, ?, ?)", vouchers)
+
+
+def drop_secondary_indexes(conn: sqlite3.Connection, table: str) -> list[str]:
+    """Drop a table's explicit (non-constraint) indexes before a bulk load; return their SQL to rebuild."""
+    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
+                        " AND sql IS NOT NULL", (table,)).fetchall()
+    for name, _ in rows:
+        conn.execute(f'DROP INDEX "{name}"')
+    return [sql for _, sql in rows]
+
+
+def rebuild_indexes(conn: sqlite3.Connection, statements: list[str]) -> None:
+    """Re-create indexes dropped by drop_secondary_indexes, exactly as they were defined."""
+    for sql in statements:
+        conn.execute(sql)

@@ -9,15 +9,16 @@ from partnerkit.store.db import Database, transaction
 
 
 def save_report(db: Database, report: dict[str, Any]) -> None:
-    """Keep a day's report (replacing an earlier run of the same date)."""
+    """Keep a day's report, replacing an earlier run; its drift table lives in `drifts`, not here."""
+    body = {k: v for k, v in report.items() if k != "drifts"}
     with transaction(db) as conn:
         conn.execute("INSERT INTO reports (date, generated_at, body) VALUES (?, ?, ?)"
                      " ON CONFLICT(date) DO UPDATE SET generated_at = excluded.generated_at, body = excluded.body",
-                     (report["date"], report["generated_at"], json.dumps(report)))
+                     (report["date"], report["generated_at"], json.dumps(body)))
 
 
 def get_report(db: Database, day: str) -> dict[str, Any] | None:
-    """The stored report of a date, or None."""
+    """The stored report of a date (without its drift table: see reconcile.jobs.current_report), or None."""
     row = db.execute("SELECT body FROM reports WHERE date = ?", (day,)).fetchone()
     return json.loads(row[0]) if row else None
 
