@@ -1,0 +1,107 @@
+"""Store helpers for reconciliation tests (a uniquely named module, safe beside other conftests): a day of recharges, orders and transactions, inserted
+through the owners' store functions (never raw SQL)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from itertools import count
+
+from partnerkit.store import orders as order_store
+from partnerkit.store import recharges as recharge_store
+from partnerkit.store import transaction
+from partnerkit.store import vouchers as voucher_store
+from partnerkit.store.ledger import mark_recharges_seen, quarantine, record_sync, upsert_transactions
+from reconcile.ledger import split
+
+DAY = date(2025, 3, 14)
+
+
+def at(hour: int, minute: int = 0, day: date = DAY) -> datetime:
+    """A UTC moment on the test day."""
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=timezone.utc)
+
+
+@dataclass
+class Ledger:
+    """Builds a day in the store: recharges (partner or provider origin), orders, vouchers, transactions."""
+
+    db: object
+    ids: count = field(default_factory=lambda: count(1000))
+    balance: dict = field(default_factory=dict)
+
+    def recharge(self, status: str = "SUCCESS", *, payable: str = "98.00", face: str = "100.00",
+                 origin: str = "partner", hour: int = 10, ref: str | None = None, day: date = DAY) -> dict:
+        """A recharge as partnerkit knows it; returns the provider record."""
+        rid = next(self.ids)
+        record = {"id": rid, "reference_number": ref or f"RCH{rid}", "status": status, "mobile_number": "9800000000",
+                  "face": Decimal(face), "discount": Decimal(face) - Decimal(payable), "payable": Decimal(payable),
+                  "currency": "INR", "created_at": at(hour, day=day).isoformat()}
+        if origin == "partner":
+            local = recharge_store.record_intent(
+                self.db, idempotency_key=f"key-{rid}-abcdef", mobile_number="9800000000", operator_id=1,
+                amount=Decimal(face), client_reference=f"cr-{rid}", submitted_at=at(hour, day=day))
+            recharge_store.record_response(self.db, local, record, status=status, seen_at=at(hour, day=day))
+        else:
+            recharge_store.upsert_from_provider(self.db, [record], at(hour, day=day))
+        return record
+
+    def intent(self, *, hour: int = 10, face: str = "50.00") -> str:
+        """A submit that never got an answer; returns its idempotency key."""
+        key = f"key-intent-{next(self.ids)}"
+        recharge_store.record_intent(self.db, idempotency_key=key, mobile_number="9811111111", operator_id=1,
+                                     amount=Decimal(face), client_reference="cr-intent", submitted_at=at(hour))
+        return key
+
+    def order(self, status: str = "DELIVERED", *, amount: str = "500.00", quantity: int = 1, currency: str = "INR",
+              vouchers: int | None = None, delivered_quantity: int | None = None, hour: int = 11,
+              transaction_id: int | None = None) -> int:
+        """An order with its stored vouchers (default: all of them when DELIVERED)."""
+        oid = next(self.ids)
+        with transaction(self.db) as conn:
+            order_store.apply(conn, oid, status, now=at(hour), source="test", delivered_quantity=delivered_quantity,
+                              currency=currency, quantity=quantity, amount_cents=int(Decimal(amount) * 100),
+                              transaction_id=transaction_id if transaction_id is not None else oid + 500_000,
+                              placed_at=at(hour).isoformat().replace("+00:00", "Z"))
+            n = (quantity if status == "DELIVERED" else 0) if vouchers is None else vouchers
+            voucher_store.add(conn, oid, [voucher_store.SealedVoucher(f"fp{oid}-{i}", b"x", None, None, None, None)
+                                          for i in range(n)], now=at(hour))
+        return oid
+
+    def tx(self, amount: str, *, hour: int = 10, minute: int = 1, day: date = DAY, **fields) -> str:
+        """A provider transaction record (signed amount), mapped and stored; returns its id."""
+        tid = str(fields.pop("id", next(self.ids) + 500_000))
+        currency = fields.get("currency", "INR")
+        record = {"id": tid, "amount": amount, "created_at": at(hour, minute, day).isoformat(), "currency": currency,
+                  **fields}
+        rows, bad = split([record], at(23))
+        assert not bad, bad
+        upsert_transactions(self.db, rows)
+        return tid
+
+    def debit_recharge(self, rc: dict, amount: str | None = None, **kw) -> str:
+        """The wallet debit of a recharge (by recharge_id and reference_number)."""
+        return self.tx(f"-{amount or rc['payable']}", type="RECHARGE", recharge_id=rc["id"],
+                       reference_number=rc["reference_number"], **kw)
+
+    def credit_recharge(self, rc: dict, amount: str | None = None, **kw) -> str:
+        """The credit back of a recharge."""
+        return self.tx(str(amount or rc["payable"]), type="REFUND", recharge_id=rc["id"],
+                       reference_number=rc["reference_number"], **kw)
+
+    def debit_order(self, oid: int, amount: str, currency: str = "INR", **kw) -> str:
+        """The ORDER transaction an order names by its transaction_id."""
+        return self.tx(f"-{amount}", id=str(oid + 500_000), type="ORDER", order_id=oid, currency=currency, **kw)
+
+    def synced(self, seen: list[dict], *, day: date = DAY, when: datetime | None = None) -> None:
+        """Record a complete recharge sync of `day` that listed `seen`."""
+        when = when or datetime(day.year, day.month, day.day + 1, 1, tzinfo=timezone.utc)
+        stamp = when.isoformat().replace("+00:00", "Z")
+        mark_recharges_seen(self.db, [r["id"] for r in seen], stamp)
+        record_sync(self.db, "recharges", from_day=day.isoformat(), to_day=day.isoformat(), started_at=stamp,
+                    count=len(seen), days=[day.isoformat()], advance_to=day.isoformat())
+
+    def quarantine(self, reason: str = "no amount") -> None:
+        """A record that fit no alias."""
+        quarantine(self.db, [("k" + str(next(self.ids)), reason, "{}", DAY.isoformat())], at(23).isoformat())
