@@ -8,8 +8,11 @@ list/detail money as 2-decimal strings. Responses are parsed with `parse_float=D
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+
+from partnerkit.timeutil import iso
 
 CENT = Decimal("0.01")
 
@@ -75,6 +78,8 @@ class DecimalEncoder(json.JSONEncoder):
     def default(self, o: Any) -> Any:
         if isinstance(o, Decimal):
             return fmt(o)
+        if isinstance(o, datetime):
+            return iso(o)
         if hasattr(o, "isoformat"):
             return o.isoformat()
         return super().default(o)

@@ -1,0 +1,25 @@
+"""`partnerkit status`: the operator's one-glance view."""
+
+from __future__ import annotations
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import emit, format_option
+
+
+@click.command("status")
+@format_option
+@pass_app
+def status_command(app: AppContext, fmt: str) -> None:
+    """Last webhook, voucher backlog and parked jobs, PROCESSING recharges, budget, last report, open drifts."""
+    from partnerkit.status import collect
+
+    status = collect(app.config, app.db)
+    rows = [{"item": key, "value": value} for key, value in status.items() if key != "attention"]
+    rows += [{"item": "attention", "value": line} for line in status["attention"] or ["nothing needs attention"]]
+    emit(rows, ["item", "value"], fmt, json_value=status)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(status_command)

@@ -1,0 +1,76 @@
+"""`partnerkit status`: what an operator needs at a glance, assembled from the store.
+
+Every figure comes from the shared database, so the command works beside a running receiver and
+worker without talking to either (or to the provider: it spends no API budget).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from partnerkit.config import Config
+from partnerkit.store import Database, drifts, inbox, jobs, recharges, reports
+from partnerkit.store.budget import Budget
+from partnerkit.timeutil import parse_ts, utcnow
+
+ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
+
+
+def _age_s(moment: str | None, now: datetime) -> int | None:
+    parsed = parse_ts(moment) if moment else None
+    return None if parsed is None else max(0, int((now - parsed).total_seconds()))
+
+
+def collect(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, Any]:
+    """The operator's view: webhooks, voucher jobs, PROCESSING recharges, budget, report, drifts."""
+    now = now or utcnow()
+    latest = inbox.listing(db, limit=1)
+    states = inbox.counts(db)
+    job_states = jobs.counts_by_state(db)
+    processing = recharges.list_rows(db, status="PROCESSING")
+    ages = sorted((a for a in (_age_s(r.get("provider_created_at") or r.get("submitted_at"), now) for r in processing)
+                   if a is not None), reverse=True)
+    unknown = recharges.list_rows(db, status="UNKNOWN")
+    budget = Budget.from_config(config, db).usage() if config.api_key else {}
+    open_drifts = drifts.list_drifts(db, resolution="pending")
+    escalated = drifts.list_drifts(db, resolution="escalated")
+    status: dict[str, Any] = {
+        "checked_at": now,
+        "last_webhook_at": latest[0]["received_at"] if latest else None,
+        "last_webhook_age_s": _age_s(latest[0]["received_at"], now) if latest else None,
+        "events_stored": sum(v for k, v in states.items() if k != "duplicates"),
+        "events_quarantined": states.get("quarantined", 0),
+        "duplicates_absorbed": states.get("duplicates", 0),
+        "voucher_fetch_backlog": job_states.get("pending", 0),
+        "voucher_fetch_parked": job_states.get("dead", 0),
+        "recharges_processing": len(processing),
+        "oldest_processing_age_s": ages[0] if ages else None,
+        "recharges_past_30_min": sum(1 for a in ages if a > ESCALATE_AFTER_S),
+        "recharges_unknown": len(unknown),
+        "budget_used_this_hour": budget.get("general", {}).get("used"),
+        "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
+        "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
+        "last_report_date": reports.last_report_date(db),
+        "open_drifts": len(open_drifts),
+        "escalated_drifts": len(escalated),
+    }
+    status["attention"] = attention(status)
+    return status
+
+
+def attention(status: dict[str, Any]) -> list[str]:
+    """Plain-language lines for what needs a person now (empty when all is well)."""
+    lines = []
+    if status["voucher_fetch_parked"]:
+        lines.append(f"{status['voucher_fetch_parked']} voucher fetch job(s) parked: see `partnerkit events list`")
+    if status["recharges_past_30_min"]:
+        lines.append(f"{status['recharges_past_30_min']} recharge(s) PROCESSING for over 30 minutes: escalate to "
+                     "support with their reference_number (`partnerkit recharges list --status PROCESSING`)")
+    if status["recharges_unknown"]:
+        lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome: run `partnerkit recharges locate`")
+    if status["open_drifts"]:
+        lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
+    if status["budget_remaining_this_hour"] == 0:
+        lines.append("the hourly API budget is used up; calls resume as the window slides")
+    return lines
