@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench soak sandbox clean
+.PHONY: demo test bench soak sandbox docs clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
@@ -31,6 +31,9 @@ soak: $(STAMP)
 
 sandbox: $(STAMP)
 	$(VENV)/bin/partnerkit sandbox
+
+docs: $(STAMP)
+	$(PY) -m partnerkit.cli._reference --write README.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
