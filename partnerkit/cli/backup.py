@@ -1,0 +1,28 @@
+"""`partnerkit backup FILE`: a consistent copy of the live database."""
+
+from __future__ import annotations
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+
+
+@click.command("backup")
+@click.argument("destination", type=click.Path(dir_okay=False, writable=True))
+@pass_app
+def backup_command(app: AppContext, destination: str) -> None:
+    """Copy the live database to FILE (mode 0600) with SQLite's online backup API; safe while running.
+
+    Back up the voucher key file (PARTNERKIT_DB + '.voucher.key') once as well, unless
+    PARTNERKIT_VOUCHER_KEY is set: without the key, stored voucher codes cannot be read.
+    """
+    from partnerkit.store.backup import backup
+
+    path = backup(app.db, destination)
+    click.echo(f"backed up {app.config.db_path} to {path}", err=True)
+    if not app.config.voucher_key:
+        click.echo(f"remember the voucher key file {app.config.key_file} (back it up once, keep it apart)", err=True)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(backup_command)
