@@ -1,0 +1,201 @@
+"""The demo's child processes: free loopback ports, start, wait until ready, stop (never an orphan).
+
+Each child runs in its own session, so it is the leader of its own process group: the gunicorn
+master and its forked workers share that group, and one `killpg` reaches all of them even after a
+worker has been re-parented. Ctrl-C in the terminal reaches only the demo, which then stops its
+children in order. Every group id is written to a pids file in the working directory, so a demo
+that was killed with SIGKILL is cleaned up by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import requests
+
+STOP_TIMEOUT_S = 10.0  # gunicorn's graceful_timeout; then SIGKILL
+OUR_COMMANDS = ("partnerkit", "receiver.gunicorn_app")  # what a stale pid must look like before we kill it
+
+
+class ProcessFailed(RuntimeError):
+    """A child exited early or never became ready; the message says which and where its log is."""
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    if Path("/proc/self").is_dir():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live pids whose process group is `pgid` (empty where /proc is unavailable)."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.getpgid(int(entry.name)) == pgid and alive(int(entry.name)):
+                members.append(int(entry.name))
+        except (ProcessLookupError, PermissionError, ValueError):
+            continue
+    return sorted(members)
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class PidsFile:
+    """`pids.json` in the working directory: every process group the demo started, by name."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.groups: dict[str, list[int]] = {}
+
+    def record(self, name: str, pids: list[int]) -> None:
+        known = self.groups.setdefault(name, [])
+        known.extend(p for p in pids if p not in known)
+        self.path.write_text(json.dumps(self.groups, indent=1) + "\n", encoding="utf-8")
+
+    def all_pids(self) -> list[int]:
+        return sorted({p for pids in self.groups.values() for p in pids})
+
+    @staticmethod
+    def kill_stale(path: Path) -> list[int]:
+        """Kill what a previous, killed demo left running (only processes that are still ours)."""
+        try:
+            groups = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        killed = []
+        for pid in sorted({p for pids in groups.values() for p in pids if isinstance(p, int)}):
+            if alive(pid) and any(c in _command_line(pid) for c in OUR_COMMANDS):
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        continue
+                killed.append(pid)
+        return killed
+
+
+class Child:
+    """One `partnerkit ...` subprocess in its own process group, output to a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path, pids: PidsFile,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.pids = pids
+        self.cwd = cwd
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def start(self) -> "Child":
+        """Start the process (appending to its log)."""
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, cwd=self.cwd, start_new_session=True)
+        self.pids.record(self.name, [self.process.pid])
+        return self
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check(self) -> None:
+        """Raise ProcessFailed if the process has exited."""
+        if self.process is not None and self.process.poll() is not None:
+            raise ProcessFailed(f"{self.name} exited with code {self.process.returncode}; "
+                                f"last line of {self.log_path}: {self.last_log_line()}")
+
+    def last_log_line(self) -> str:
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "(no log)"
+        return lines[-1][:300] if lines else "(empty log)"
+
+    def note_group(self) -> None:
+        """Record the group's current members (e.g. gunicorn's workers) in the pids file."""
+        if self.pid is not None:
+            self.pids.record(self.name, group_members(self.pid))
+
+    def wait_http(self, url: str, timeout_s: float, *, tick: Callable[[], None] = lambda: None) -> None:
+        """Wait until GET url answers 200; ProcessFailed on exit or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                if requests.get(url, timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            tick()
+            time.sleep(0.1)
+        raise ProcessFailed(f"{self.name} did not answer {url} within {timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM the whole group, wait, then SIGKILL whatever is left of it."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        members = group_members(pgid)
+        self.pids.record(self.name, members)
+        if self.process.poll() is None or members:
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and (self.process.poll() is None or group_members(pgid)):
+                time.sleep(0.05)
+            if self.process.poll() is None or group_members(pgid):
+                _signal_group(pgid, signal.SIGKILL)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            pass
+        for pid in members:  # a member that left the group (setsid) is still ours
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.process = None
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
