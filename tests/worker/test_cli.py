@@ -1,0 +1,85 @@
+"""`partnerkit recharges ...` and `partnerkit worker --once` through click, on the sandbox."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from partnerkit.cli import cli
+from partnerkit.config import config_as_env
+from tests.worker.conftest import mobile
+
+
+@pytest.fixture
+def run(config, monkeypatch):
+    for name, value in config_as_env(config).items():
+        monkeypatch.setenv(name, value)
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(cli, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def test_submit_prints_the_document_fields_with_money_as_strings(run):
+    result = run("recharges", "submit", "--mobile", mobile(5), "--operator-id", "1", "--amount", "199",
+                 "--client-reference", "shop-42", "--format", "json")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert body["status"] == "PROCESSING" and body["reference_number"].startswith("RCH")
+    assert body["face"] == "199.00" and body["payable"] == "194.02" and body["discount"] == "4.98"
+    assert body["client_reference"] == "shop-42" and isinstance(body["id"], int) and body["local_id"] == 1
+    assert "polls it until it settles" in result.stderr
+
+
+def test_list_and_show_by_local_id_provider_id_or_reference(run):
+    run("recharges", "submit", "--mobile", mobile(0), "--operator-id", "1", "--amount", "99")
+    listed = json.loads(run("recharges", "list", "--format", "json").stdout)
+    [row] = listed
+    for key in (str(row["local_id"]), str(row["id"]), row["reference_number"]):
+        shown = json.loads(run("recharges", "show", key, "--format", "json").stdout)
+        assert shown["id"] == row["id"] and shown["payable"] == row["payable"]
+    assert json.loads(run("recharges", "list", "--status", "FAILED", "--format", "json").stdout) == []
+    table = run("recharges", "list").stdout
+    assert table.splitlines()[0].split()[:4] == ["LOCAL_ID", "ID", "REFERENCE_NUMBER", "STATUS"]
+    csv = run("recharges", "show", str(row["id"]), "--format", "csv").stdout
+    assert csv.splitlines()[0] == "field,value" and f"payable,{row['payable']}" in csv and row["payable"] == "96.52"
+    missing = CliRunner().invoke(cli, ["recharges", "show", "nope"])
+    assert missing.exit_code == 1 and "no recharge with id" in missing.output
+
+
+def test_a_409_names_the_force_option_and_exits_non_zero(run):
+    number = mobile(0)
+    assert run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "50").exit_code == 0
+    again = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "50"])
+    assert again.exit_code == 1 and "--force" in again.output
+    forced = run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "50", "--force")
+    assert forced.exit_code == 0
+
+
+def test_failed_exits_1_and_a_bad_number_is_refused_locally(run):
+    failed = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", mobile(4), "--operator-id", "1",
+                                      "--amount", "10"])
+    assert failed.exit_code == 1 and "credited back" in failed.output
+    bad = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", "+91 98765", "--operator-id", "1",
+                                   "--amount", "10"])
+    assert bad.exit_code == 1 and "exactly 10 digits" in bad.output
+
+
+def test_locate_by_hand_needs_a_local_id_or_number_and_amount(run):
+    usage = CliRunner().invoke(cli, ["recharges", "locate", "--mobile", "9876543210"])
+    assert usage.exit_code == 2 and "--local-id N, or --mobile M --amount A" in usage.output
+    run("recharges", "submit", "--mobile", mobile(5), "--operator-id", "1", "--amount", "75")
+    known = run("recharges", "locate", "--local-id", "1", "--format", "json")
+    assert known.exit_code == 0 and json.loads(known.stdout)["status"] == "PROCESSING"
+
+
+def test_worker_once_runs_one_pass_and_reports_each_job(run):
+    result = CliRunner().invoke(cli, ["worker", "--once", "--format", "json"])
+    jobs = {r["job"]: r["outcome"] for r in json.loads(result.stdout)}
+    assert set(jobs) == {"poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent", "nightly-report"}
+    assert jobs["poll-recharges"] == "ok"
+    assert result.exit_code == (1 if {"error", "unavailable"} & set(jobs.values()) else 0)
