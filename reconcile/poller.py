@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from partnerkit.config import Config
-from partnerkit.errors import BudgetExhausted, NotFound, RateLimited
+from partnerkit.errors import BudgetExhausted, NotFound, PartnerKitError, RateLimited
 from partnerkit.money import from_cents
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
@@ -55,6 +55,18 @@ def poller_keep_free(config: Config) -> int:
     return max(0, config.hourly_budget - math.floor(config.hourly_budget * config.poller_budget_share))
 
 
+def _room(client: Any, keep_free: int, cap: int) -> int:
+    """Calls this pass may plan for: the shared budget's remaining room above the reserve, at most `cap`."""
+    usage = getattr(getattr(client, "budget", None), "usage", None)
+    if usage is None:
+        return cap  # a client without a readable budget: BudgetExhausted still ends the pass
+    try:
+        remaining = int(usage()["general"]["remaining"])
+    except (KeyError, TypeError, ValueError, PartnerKitError):
+        return cap
+    return max(0, min(cap, remaining - keep_free))
+
+
 def _items(rows: list[dict]) -> list[PollItem]:
     return [PollItem(r["local_id"], r["provider_id"], parse_ts(r["created_at"]),  # type: ignore[arg-type]
                      parse_ts(r["last_polled_at"]), parse_ts(r["escalated_at"])) for r in rows]
@@ -71,15 +83,17 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
         return summary
     first = min(i.created_at for i in items).date()
     counts = store.day_counts(db, first, now.date())
-    the_plan = plan(now, items, max_calls, schedule=schedule, day_counts=counts)
+    keep_free = poller_keep_free(config)
+    budgeted = client.with_budget("poller", wait=False, keep_free=keep_free)
+    the_plan = plan(now, items, _room(client, keep_free, max_calls), schedule=schedule, day_counts=counts)
     summary.due, summary.deferred = len(the_plan.due), len(the_plan.deferred)
-    budgeted = client.with_budget("poller", wait=False, keep_free=poller_keep_free(config))
+    summary.budget_exhausted = bool(the_plan.deferred)  # the poller's share has no room for them now
     read: set[int] = set()  # local ids read in this pass (due or not: any fresh read resets the clock)
     known = {i.provider_id: i.local_id for i in items}
     try:
         for step in the_plan.reads:
             if isinstance(step, ListRead):
-                missing = _walk_list(db, budgeted, step, now, summary, read, known)
+                missing = _walk_list(db, budgeted, step, now, summary, read, known, schedule.list_limit)
                 # An item the walk did not show (other time zone, deleted): read it by id now.
                 for item in missing:
                     _read_single(db, budgeted, item, now, summary, read)
@@ -97,13 +111,13 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
 
 
 def _walk_list(db: Database, client: Any, step: ListRead, now: datetime, summary: PollSummary,
-               read: set[int], known: dict[int, int]) -> list[PollItem]:
+               read: set[int], known: dict[int, int], limit: int) -> list[PollItem]:
     """Page through the list (newest first) until every item of `step` is seen; return the unseen."""
     wanted = {i.provider_id: i for i in step.items}
     floor = step.min_provider_id
     page = 1
     while True:
-        result = client.list_recharges(page=page, limit=DEFAULT_SCHEDULE.list_limit,
+        result = client.list_recharges(page=page, limit=limit,
                                        from_date=step.from_day.isoformat(), to_date=step.to_day.isoformat())
         summary.calls += 1
         summary.list_calls += 1

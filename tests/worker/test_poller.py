@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from freezegun import freeze_time
 
+from partnerkit.errors import BudgetExhausted
 from partnerkit.store import recharges as store
 from partnerkit.timeutil import parse_ts, utcnow
 from reconcile.poller import poll_once, poller_keep_free
@@ -100,7 +101,8 @@ def test_budget_reserve_leaves_room_for_voucher_fetches(server, tmp_path):
             client.list_operators()        # 5 of 10 used: only the reserve is left
         server.advance(30)
         summary = poll_once(config, db, client, now=server.clock.now())
-        assert summary.budget_exhausted and summary.calls == 0 and summary.settled == 0
+        assert summary.budget_exhausted and summary.deferred == 2
+        assert summary.calls == 0 and summary.settled == 0
         assert summary.read == 0  # nothing was read, so everything stays due
         # The receiver's voucher fetches (no reserve) still find room.
         fetcher = client.with_budget("vouchers", wait=False)
@@ -120,6 +122,7 @@ class FakeProvider:
     def __init__(self, records):
         self.records = {r["id"]: r for r in records}
         self.calls = []
+        self.exhausted = False
 
     def with_budget(self, purpose, *, wait, keep_free=0):
         self.calls.append(("with_budget", purpose, wait, keep_free))
@@ -127,6 +130,8 @@ class FakeProvider:
 
     def list_recharges(self, **params):
         self.calls.append(("list", params))
+        if self.exhausted:
+            raise BudgetExhausted("request budget 'general' has no room for 'poller'; retry in 12.0s")
         items = [SimpleNamespace(id=r["id"], raw=r) for r in sorted(self.records.values(), key=lambda r: -r["id"])]
         return SimpleNamespace(items=items, has_more=False)
 
@@ -135,8 +140,8 @@ class FakeProvider:
         return SimpleNamespace(id=recharge_id, raw=self.records[recharge_id])
 
 
-@freeze_time("2025-03-10 10:00:00")
-def test_the_pass_uses_now_from_the_clock_and_the_poller_budget_view(config, wdb):
+def three_processing(wdb):
+    """Three PROCESSING rows created 20 s ago, and the provider's SUCCESS records for them."""
     created = utcnow() - timedelta(seconds=20)
     records = []
     for n in range(3):
@@ -147,10 +152,25 @@ def test_the_pass_uses_now_from_the_clock_and_the_poller_budget_view(config, wdb
                   "created_at": created.isoformat()}
         store.record_response(wdb, local_id, record, status="PROCESSING", seen_at=created)
         records.append(dict(record, status="SUCCESS", updated_at=utcnow().isoformat()))
-    provider = FakeProvider(records)
+    return records
+
+
+@freeze_time("2025-03-10 10:00:00")
+def test_the_pass_uses_now_from_the_clock_and_the_poller_budget_view(config, wdb):
+    provider = FakeProvider(three_processing(wdb))
     summary = poll_once(config, wdb, provider)
     assert provider.calls[0] == ("with_budget", "poller", False, poller_keep_free(config))
     assert [c[0] for c in provider.calls[1:]] == ["list"]
     assert provider.calls[1][1]["from_date"] == "2025-03-09" and provider.calls[1][1]["limit"] == 10000
     assert summary.settled == 3
     assert {r["last_polled_at"] for r in store.list_rows(wdb)} == {"2025-03-10T10:00:00Z"}
+
+
+@freeze_time("2025-03-10 10:00:00")
+def test_budget_exhausted_mid_pass_ends_it_without_error(config, wdb):
+    provider = FakeProvider(three_processing(wdb))
+    provider.exhausted = True
+    summary = poll_once(config, wdb, provider)
+    assert summary.budget_exhausted and summary.read == 0 and summary.settled == 0
+    assert {r["status"] for r in store.list_rows(wdb)} == {"PROCESSING"}
+    assert {r["last_polled_at"] for r in store.list_rows(wdb)} == {None}  # still due next pass
