@@ -17,7 +17,8 @@ from typing import Any, Iterable, Iterator
 
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
-from partnerkit.store.recharges import upsert_from_provider
+from partnerkit.client._records import Recharge
+from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
 from partnerkit.timeutil import iso, utcnow
 from reconcile.ledger import canonical_json, split
 
@@ -60,6 +61,60 @@ def _complete_through(to_day: date, now: datetime) -> str:
     return min(to_day, now.date() - timedelta(days=1)).isoformat()
 
 
+def _unchanged(record: Any, known: dict[int, tuple[str, str | None]]) -> bool:
+    """True when the worker's upsert would leave this record's row as it is (so it need not see it).
+
+    Only for the client's `Recharge` records (validated by `Recharge.from_payload` at the boundary)
+    linked to a stored row: the same status and updated_at, or a stale PROCESSING read of a final row.
+    """
+    state = known.get(record.id)
+    if state is None:
+        return False
+    status = record.status
+    if status in LEGACY_SUCCESS:
+        status = "SUCCESS"
+    elif status not in FINAL and status != "PROCESSING":
+        return False  # let the worker's upsert refuse it as it always does
+    stored, updated_at = state
+    if stored in FINAL and status == "PROCESSING":
+        return True
+    updated = record.updated_at
+    return stored == status and updated_at == (iso(updated) if isinstance(updated, datetime) else None)
+
+
+def store_recharge_page(db: Any, batch: list[Any], now: datetime) -> tuple[set[int], int]:
+    """Store one page of the provider's recharge list; return (provider ids seen, rows inserted).
+
+    The page goes through the worker's `upsert_from_provider`, except the client records already
+    stored unchanged, which that upsert would skip anyway: they are found with one query per page
+    (`known_recharge_states`) instead of being mapped one by one. On a day partnerkit submitted
+    itself, that is nearly every record, so a large sync costs a read per page, not a write per row.
+    """
+    typed = [r.id for r in batch if isinstance(r, Recharge)]
+    known = ledger_store.known_recharge_states(db, typed) if typed else {}
+    seen: set[int] = set()
+    rest = []
+    for record in batch:
+        if isinstance(record, Recharge) and _unchanged(record, known):
+            seen.add(record.id)
+        else:
+            rest.append(record)
+    if not rest:
+        return seen, 0
+    result = upsert_from_provider(db, rest, now)
+    return seen | result.seen_provider_ids, result.inserted
+
+
+def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, int]:
+    """Map one page of transaction records (the one alias mapping) and store it; return (stored, quarantined)."""
+    rows, bad = split(batch, stamp)
+    ledger_store.upsert_transactions(db, rows)
+    if bad:
+        log.warning("quarantined %d transaction record(s): %s", len(bad), "; ".join(q.reason for q in bad[:5]))
+        ledger_store.quarantine(db, [(q.key, q.reason, canonical_json(q.raw), _day_of(q.raw)) for q in bad], stamp)
+    return len(rows), len(bad)
+
+
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new)."""
     stamp = iso(now)
@@ -67,10 +122,10 @@ def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: dateti
     records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE)
     for batch in _batches(records):
         # Records partnerkit never submitted are inserted by the worker's upsert with origin 'provider'.
-        result = upsert_from_provider(db, batch, now)
-        ledger_store.mark_recharges_seen(db, sorted(result.seen_provider_ids), stamp)
+        ids, inserted = store_recharge_page(db, batch, now)
+        ledger_store.mark_recharges_seen(db, sorted(ids), stamp)
         seen += len(batch)
-        new += result.inserted
+        new += inserted
     ledger_store.record_sync(db, "recharges", from_day=first.isoformat(), to_day=last.isoformat(), started_at=stamp,
                              count=seen, days=days_between(first, last), advance_to=_complete_through(last, now))
     return seen, new
@@ -81,13 +136,9 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     stamp = iso(now)
     stored = bad_count = 0
     for batch in _batches(client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE)):
-        rows, bad = split(batch, stamp)
-        ledger_store.upsert_transactions(db, rows)
-        if bad:
-            log.warning("quarantined %d transaction record(s): %s", len(bad), "; ".join(q.reason for q in bad[:5]))
-            ledger_store.quarantine(db, [(q.key, q.reason, canonical_json(q.raw), _day_of(q.raw)) for q in bad], stamp)
-        stored += len(rows)
-        bad_count += len(bad)
+        good, bad = store_transaction_page(db, batch, stamp)
+        stored += good
+        bad_count += bad
     ledger_store.record_sync(db, "transactions", from_day=first.isoformat(), to_day=last.isoformat(),
                              started_at=stamp, count=stored, days=days_between(first, last),
                              advance_to=_complete_through(last, now))

@@ -2,18 +2,29 @@
 
 Slots (i % 100) plant one drift kind each; every other record reconciles. No randomness: record i
 is a function of i, so two runs of one size load byte-identical days.
+
+Three sources, as in production:
+- `worker_rows`: the recharges partnerkit submitted during the day, as the worker's submit left
+  them in the store (written one at a time through the day, so not part of the timed load);
+- `provider_recharges` / `provider_transactions`: the provider's lists for the day, page by page,
+  as the client yields them (`Recharge` records, raw transaction dicts with Decimal money);
+- `orders`: the receiver's voucher orders of the day (synced by its own order sync).
 """
 
 from __future__ import annotations
 
 from datetime import date
+from decimal import Decimal
 from typing import Iterator
+
+from partnerkit.client._records import Recharge
 
 DAY = date(2025, 1, 15)
 SLOTS = {0: "missing_debit", 1: "amount_mismatch", 2: "duplicate_debit", 3: "missing_refund",
          4: "unexpected_refund", 5: "orphan_transaction", 6: "stuck_processing", 7: "unknown_to_provider",
          8: "unknown_to_partner", 9: "balance_discontinuity"}
 SYNCED_AT = "2025-01-16T01:00:00Z"
+SETTLED_LATE = f"{DAY.isoformat()}T23:59:59Z"  # slot 3: answered 202 PROCESSING, settled FAILED later
 
 
 def _times(n: int) -> list[str]:
@@ -27,26 +38,58 @@ def _price(i: int) -> tuple[int, int, int]:
     return face, discount, face - discount
 
 
-def recharges(n: int) -> Iterator[tuple]:
-    """Recharge rows in the worker's column order (partnerkit.store.matching.BULK_RECHARGE_COLUMNS)."""
+def _status(slot: int) -> str:
+    return "FAILED" if slot in (3, 10) else "PROCESSING" if slot == 6 else "SUCCESS"
+
+
+def worker_rows(n: int) -> Iterator[tuple]:
+    """Rows partnerkit's submits left (partnerkit.store.matching.BULK_RECHARGE_COLUMNS order)."""
     times = _times(n)
     for i in range(n):
         slot = i % 100
+        if slot == 8:
+            continue  # unknown_to_partner: submitted by someone else, partnerkit has no row
         face, discount, payable = _price(i)
-        status = "FAILED" if slot in (3, 10) else "PROCESSING" if slot == 6 else "SUCCESS"
-        provider_only = slot == 8
-        yield (i + 1, None if provider_only else f"k{i:09d}", i + 1, f"RCH{i + 1:09d}",
-               "provider" if provider_only else "partner", "9800000000", status, face, discount, payable, "INR",
-               None if provider_only else times[i], times[i])
+        status = "PROCESSING" if slot == 3 else _status(slot)
+        yield (i + 1, f"k{i:09d}", i + 1, f"RCH{i + 1:09d}", "partner", "9800000000", status, face, discount,
+               payable, "INR", times[i], times[i], times[i])
 
 
-def orders_of(n: int) -> int:
-    """How many voucher orders the day has beside its n recharges (1 per 100)."""
-    return n // 100
+def _money(paise: int) -> Decimal:
+    return Decimal(paise).scaleb(-2)
 
 
-def transactions(n: int, order_sink: list, voucher_sink: list) -> Iterator[tuple]:
-    """The day's wallet transactions in time order, balance_after chained (orders collected on the side)."""
+def provider_recharges(n: int, page: int) -> Iterator[list[Recharge]]:
+    """The provider's recharge list for the day, a page at a time (slot 7 is missing from it)."""
+    times = _times(n)
+    for first in range(0, n, page):
+        batch = []
+        for i in range(first, min(n, first + page)):
+            slot = i % 100
+            if slot == 7:
+                continue  # unknown_to_provider
+            face, discount, payable = _price(i)
+            raw = {"id": i + 1, "reference_number": f"RCH{i + 1:09d}", "status": _status(slot),
+                   "mobile_number": "9800000000", "face": _money(face), "discount": _money(discount),
+                   "payable": _money(payable), "currency": "INR", "created_at": times[i],
+                   "updated_at": SETTLED_LATE if slot == 3 else times[i]}
+            batch.append(Recharge.from_payload(raw))
+        yield batch
+
+
+def _tx(tid: int, kind: str, amount: int, order_id, ref, rid, when: str, balance: int) -> dict:
+    record = {"id": str(tid), "type": kind, "amount": _money(amount), "currency": "INR", "created_at": when,
+              "balance_after": _money(balance)}
+    if order_id is not None:
+        record["order_id"] = order_id
+    if ref is not None:
+        record["reference_number"] = ref
+    if rid is not None:
+        record["recharge_id"] = rid
+    return record
+
+
+def _transactions(n: int) -> Iterator[dict]:
     times = _times(n)
     balance = 10_000_000_000
     tid = 0
@@ -62,25 +105,43 @@ def transactions(n: int, order_sink: list, voucher_sink: list) -> Iterator[tuple
             if slot == 9:
                 balance += 100  # a one-rupee jump the amounts do not explain
             tid += 1
-            yield (str(tid), "RECHARGE", -amount, None, ref, rid, "INR", when, balance, None, SYNCED_AT)
+            yield _tx(tid, "RECHARGE", -amount, None, ref, rid, when, balance)
         if slot in (4, 10):  # credited back: an unexpected refund (SUCCESS) or the FAILED one's due credit
             balance += payable
             tid += 1
-            yield (str(tid), "REFUND", payable, None, ref, rid, "INR", when, balance, None, SYNCED_AT)
+            yield _tx(tid, "REFUND", payable, None, ref, rid, when, balance)
         if slot == 5:
             balance -= 1000
             tid += 1
-            yield (str(tid), "RECHARGE", -1000, None, f"GHOST{i}", None, "INR", when, balance, None, SYNCED_AT)
-        if slot == 50:  # one voucher order per 100 recharges; 1% of orders short of vouchers
-            oid = i // 100 + 1
+            yield _tx(tid, "RECHARGE", -1000, None, f"GHOST{i}", None, when, balance)
+        if slot == 50:  # one voucher order per 100 recharges
             balance -= 50000
             tid += 1
-            order_sink.append((oid, "DELIVERED", "INR", 1, 50000, tid, when, SYNCED_AT))
+            yield _tx(tid, "ORDER", -50000, i // 100 + 1, None, None, when, balance)
+
+
+def provider_transactions(n: int, page: int) -> Iterator[list[dict]]:
+    """The provider's transaction list for the day (raw dicts as the client yields them), a page at a time."""
+    records = _transactions(n)
+    while True:
+        batch = [r for _, r in zip(range(page), records)]
+        if not batch:
+            return
+        yield batch
+
+
+def orders(n: int) -> tuple[list[tuple], list[tuple]]:
+    """The day's voucher orders (one per 100 recharges; 1% of them short of vouchers) and their vouchers."""
+    times = _times(n)
+    rows, vouchers = [], []
+    tid = 0
+    for i in range(n):
+        slot = i % 100
+        tid += (0 if slot == 0 else 2 if slot == 2 else 1) + (slot in (4, 10)) + (slot == 5)
+        if slot == 50:
+            tid += 1
+            oid = i // 100 + 1
+            rows.append((oid, "DELIVERED", "INR", 1, 50000, tid, times[i], SYNCED_AT))
             if oid % 100 != 1:
-                voucher_sink.append((oid, f"fp{oid}", SYNCED_AT))
-            yield (str(tid), "ORDER", -50000, oid, None, None, "INR", when, balance, None, SYNCED_AT)
-
-
-def seen(n: int) -> Iterator[tuple[int, str]]:
-    """Provider ids the day's complete sync listed (all but the unknown_to_provider slot)."""
-    return ((i + 1, SYNCED_AT) for i in range(n) if i % 100 != 7)
+                vouchers.append((oid, f"fp{oid}", SYNCED_AT))
+    return rows, vouchers

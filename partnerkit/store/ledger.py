@@ -6,6 +6,7 @@ Rows arrive as tuples from `reconcile.ledger` (integer paise, ISO UTC text); wri
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Iterable
 
@@ -22,18 +23,6 @@ ON CONFLICT(id) DO UPDATE SET
     currency = excluded.currency, created_at = excluded.created_at,
     balance_after_cents = excluded.balance_after_cents, raw = excluded.raw, synced_at = excluded.synced_at
 """
-
-# Indexes that a bulk load drops first and builds once at the end (cheaper than maintaining them).
-BULK_INDEXES = {
-    "transactions_created": "CREATE INDEX IF NOT EXISTS transactions_created ON transactions(created_at)",
-    "transactions_recharge": "CREATE INDEX IF NOT EXISTS transactions_recharge ON transactions(recharge_id)"
-                             " WHERE recharge_id IS NOT NULL",
-    "transactions_reference": "CREATE INDEX IF NOT EXISTS transactions_reference ON transactions(reference_number)"
-                              " WHERE reference_number IS NOT NULL",
-    "transactions_order": "CREATE INDEX IF NOT EXISTS transactions_order ON transactions(order_id)"
-                          " WHERE order_id IS NOT NULL",
-}
-
 
 def _in_transaction(db: Database, work) -> int:
     if db.conn.in_transaction:
@@ -130,13 +119,8 @@ def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str)
     _in_transaction(db, work)
 
 
-def drop_bulk_indexes(db: Database) -> None:
-    """Drop the secondary transaction indexes before a bulk load."""
-    for name in BULK_INDEXES:
-        db.execute(f"DROP INDEX IF EXISTS {name}")
-
-
-def create_bulk_indexes(db: Database) -> None:
-    """Build the secondary transaction indexes (again) after a bulk load."""
-    for sql in BULK_INDEXES.values():
-        db.execute(sql)
+def known_recharge_states(db: Database, provider_ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
+    """(status, updated_at) of the stored recharges linked to these provider ids: one query per page."""
+    rows = db.execute("SELECT provider_id, status, updated_at FROM recharges"
+                      " WHERE provider_id IN (SELECT value FROM json_each(?))", (json.dumps(list(provider_ids)),))
+    return {pid: (status, updated) for pid, status, updated in rows}

@@ -288,11 +288,12 @@ def day_summary(conn: sqlite3.Connection, wallet_types: str) -> dict[str, Any]:
 
 BULK_RECHARGE_COLUMNS = ("local_id", "idempotency_key", "provider_id", "reference_number", "origin", "mobile_number",
                          "status", "face_cents", "discount_cents", "payable_cents", "currency", "submitted_at",
-                         "provider_created_at")
+                         "provider_created_at", "updated_at")
 
 
 def bulk_load_recharges(conn: sqlite3.Connection, rows: Any) -> None:
-    """Insert synthetic recharges (benchmarks only; production rows come from the worker's store)."""
+    """Insert synthetic recharges as the worker's submits left them (benchmarks only; production rows come from
+    reconcile.recharges one submit at a time)."""
     conn.executemany(f"INSERT INTO recharges ({', '.join(BULK_RECHARGE_COLUMNS)})"
                      f" VALUES ({', '.join('?' * len(BULK_RECHARGE_COLUMNS))})", rows)
 
@@ -309,18 +310,3 @@ def bulk_load_orders(conn: sqlite3.Connection, orders: Any, vouchers: Any) -> No
     conn.executemany("INSERT INTO orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at,"
                      " source, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'bench', ?8, ?8)", orders)
     conn.executemany("INSERT INTO vouchers (order_id, fingerprint, stored_at) VALUES (?, ?, ?)", vouchers)
-
-
-def drop_secondary_indexes(conn: sqlite3.Connection, table: str) -> list[str]:
-    """Drop a table's explicit (non-constraint) indexes before a bulk load; return their SQL to rebuild."""
-    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
-                        " AND sql IS NOT NULL", (table,)).fetchall()
-    for name, _ in rows:
-        conn.execute(f'DROP INDEX "{name}"')
-    return [sql for _, sql in rows]
-
-
-def rebuild_indexes(conn: sqlite3.Connection, statements: list[str]) -> None:
-    """Re-create indexes dropped by drop_secondary_indexes, exactly as they were defined."""
-    for sql in statements:
-        conn.execute(sql)
