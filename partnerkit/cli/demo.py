@@ -12,7 +12,7 @@ import click
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("var/demo"),
               show_default=True, help="Where the demo keeps its config, database, logs and reports "
                                       "(a previous demo's state there is removed first).")
-@click.option("--speed", type=click.FloatRange(min=5, max=1000), default=40.0, show_default=True,
+@click.option("--speed", type=click.FloatRange(min=10, max=1000), default=40.0, show_default=True,
               help="Sandbox clock speed once the day starts: 40 makes a minute of provider time pass in 1.5 s.")
 @click.option("--keep-running", is_flag=True,
               help="Leave the sandbox, receiver and worker up after the report, until Ctrl-C.")

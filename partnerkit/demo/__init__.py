@@ -72,7 +72,7 @@ def run_demo(workdir: Path = DEFAULT_WORKDIR, speed: float = DEFAULT_SPEED, keep
                     stack.close()
                     progress.step("stopped the worker, the receiver and the sandbox")
                 if log_stream is not None:
-                    log_stream.close()
+                    log_stream.flush()  # left open: the root logger's handler writes to it until exit
 
 
 def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> None:
@@ -83,6 +83,11 @@ def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> N
 
     from partnerkit.demo.script import ScriptedDay
 
+    progress.echo("partnerkit demo: the provider's sandbox, the receiver (gunicorn) and the worker on loopback, "
+                  "a scripted day of traffic, then the day's reconciliation.")
+    progress.echo(f"Working directory {display_path(stack.paths.workdir)} (a previous demo's state there was "
+                  "removed). Ctrl-C stops everything.")
+    progress.section("Setting up")
     stack.start_sandbox()
     config = stack.write_config()
     configure_logging(config, stream=log_stream)
@@ -106,6 +111,7 @@ def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> N
         day = ScriptedDay(stack, db, client, progress)
         outcome = day.run()
         watched = day.watch
+        progress.section("End of day")
         settled = len(watched.recharges)
         vouchers = sum(o.vouchers for o in watched.orders.values())
         progress.step(f"worker caught up: {settled} PROCESSING recharges settled, {vouchers} vouchers stored "
@@ -130,10 +136,13 @@ def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> N
                          reports[-1]["date"], keep_running)
         progress.blank()
         if keep_running:
-            progress.step(f"still running: sandbox {stack.sandbox_url} (key {stack.alpha.key}, secret "
+            progress.step(f"still running: sandbox {stack.sandbox_url} (public demo key {stack.alpha.key}, secret "
                           f"{stack.alpha.secret}), receiver {stack.receiver_url}; Ctrl-C stops everything")
-            while True:
-                stack.check_children()
-                time.sleep(1)
+            try:
+                while True:
+                    stack.check_children()
+                    time.sleep(1)
+            except Interrupted:
+                return  # the way --keep-running is meant to end: not a failure
     finally:
         db.conn.close()

@@ -39,6 +39,10 @@ class Progress:
     def blank(self) -> None:
         self.echo("")
 
+    def section(self, title: str) -> None:
+        self.echo("")
+        self.echo(title)
+
 
 def display_path(path: Path) -> str:
     """A path relative to the current directory when it is under it, else absolute."""

@@ -28,6 +28,7 @@ from partnerkit.timeutil import utcnow
 MARKER = ".partnerkit-demo"
 READY_TIMEOUT_S = 45.0  # gunicorn start on a busy 2-core machine
 COMMAND_TIMEOUT_S = 60.0
+ORDER_FULFILMENT_S = 160.0  # sandbox seconds
 SANDBOX_CLIENT = "alpha"  # the seeded client whose public demo credentials the demo uses
 # The sandbox clock starts this far behind real time: a PROCESSING recharge then looks a few seconds
 # old to the worker's poller (which ages recharges by the provider's created_at against its own clock).
@@ -118,8 +119,9 @@ class Stack:
 
         settings = sandbox.SandboxSettings(
             speed=1.0, start=utcnow() - CLOCK_LEAD_IN, allow_http_webhooks=True,
-            # Orders take about 4 real seconds to fulfil, so a partial delivery is seen before it completes.
-            order_fulfilment_delay_s=max(30.0, 4.0 * self.speed))
+            # D of the fulfilment script: 4 real seconds at the default speed, so a partial delivery
+            # is seen (and half its vouchers fetched) before the order completes at 2D.
+            order_fulfilment_delay_s=ORDER_FULFILMENT_S)
         self.sandbox = sandbox.SandboxServer(settings).start()
         self.alpha = next(c for c in self.sandbox.clients if c.name == SANDBOX_CLIENT)
 

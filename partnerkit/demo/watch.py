@@ -130,9 +130,9 @@ class Watcher:
         if complete:
             order.done = True
             path = " -> ".join(event_path(self.db, order.id) or order.seen)
-            stored = (f"{vouchers} vouchers stored encrypted" if order.expect == "DELIVERED"
-                      else "no vouchers to fetch")
-            self.progress.step(f"order {order.id} ({order.label}): {path} by webhook; {stored}")
+            stored = (f"{vouchers} of {order.quantity} vouchers stored encrypted" if order.expect == "DELIVERED"
+                      else "nothing to fetch")
+            self.progress.step(f"order {order.id}: webhooks received ({path}); {stored}")
 
     def _look_at_recharge(self, recharge: WatchedRecharge) -> None:
         row = recharge_store.get(self.db, recharge.local_id)

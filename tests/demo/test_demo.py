@@ -1,0 +1,143 @@
+"""`partnerkit demo` end to end, as a user runs it: a subprocess, its output, its files, its children.
+
+The demo runs with a fast sandbox clock here (the default is slower, to be read); each run still
+starts the real receiver (gunicorn) and worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from partnerkit.demo.processes import alive
+
+SPEED = "150"
+RUN_TIMEOUT_S = 90
+REPORT_LINE = re.compile(r"^\s+(HTML|CSV|JSON)\s+(\S+)\s*$", re.M)
+
+
+def demo_env() -> dict[str, str]:
+    """The user's environment with PARTNERKIT_* settings the demo must ignore (one is not even valid)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}
+    env.update(PARTNERKIT_DB="/nonexistent/dir/partnerkit.db", PARTNERKIT_API_KEY="not-the-demo-key",
+               PARTNERKIT_NOT_A_SETTING="1")
+    return env
+
+
+def demo_argv(workdir: Path) -> list[str]:
+    return [sys.executable, "-m", "partnerkit", "demo", "--workdir", str(workdir), "--speed", SPEED]
+
+
+def recorded_pids(workdir: Path) -> list[int]:
+    groups = json.loads((workdir / "pids.json").read_text())
+    return sorted({pid for pids in groups.values() for pid in pids})
+
+
+def assert_no_survivors(workdir: Path) -> None:
+    pids = recorded_pids(workdir)
+    assert len(pids) >= 2, pids  # at least the receiver and the worker were recorded
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if alive(p)] == []
+
+
+def revealed_codes(workdir: Path, order_id: int) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "partnerkit", "--config", str(workdir / "partnerkit.env"),
+                           "vouchers", str(order_id), "--reveal", "--format", "json"],
+                          capture_output=True, text=True, timeout=60, cwd=workdir,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")})
+    assert done.returncode == 0, done.stderr
+    return [v["card_number"] for v in json.loads(done.stdout)]
+
+
+def check_run(done: subprocess.CompletedProcess, cwd: Path, workdir: Path) -> None:
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "Reconciliation for" in out and "recharges" in out and "spend    INR" in out
+    assert "missing_refund" in out  # the planted drift
+    assert "HTTP 409" in out and "--force" in out  # the duplicate guard
+    assert re.search(r"delivered on attempt [2-9]", out)  # the provider's retries after the outage
+    reports = dict((kind, cwd / path) for kind, path in REPORT_LINE.findall(out))
+    assert set(reports) == {"HTML", "CSV", "JSON"}
+    for path in reports.values():
+        assert path.is_file() and path.stat().st_size > 0
+    report = json.loads(reports["JSON"].read_text())
+    assert "missing_refund" in report["summary"]["drifts_by_kind"]
+    assert "stopped the worker, the receiver and the sandbox" in out
+    assert_no_survivors(workdir)
+    secret_key = next(line.split("=", 1)[1] for line in (workdir / "partnerkit.env").read_text().splitlines()
+                      if line.startswith("PARTNERKIT_VOUCHER_KEY="))
+    assert secret_key not in out + done.stderr
+
+
+@pytest.mark.timeout(240)
+def test_demo_runs_end_to_end_twice_in_the_same_workdir(tmp_path: Path) -> None:
+    workdir = tmp_path / "var" / "demo"
+    first = subprocess.run(demo_argv(workdir), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                           env=demo_env(), cwd=tmp_path)
+    check_run(first, tmp_path, workdir)
+    codes = revealed_codes(workdir, 5001)
+    assert codes and not any(code in first.stdout for code in codes)  # masked: never printed
+
+    second = subprocess.run(demo_argv(workdir), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                            env=demo_env(), cwd=tmp_path)
+    check_run(second, tmp_path, workdir)
+
+
+def test_demo_refuses_a_workdir_it_did_not_make(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    done = subprocess.run(demo_argv(tmp_path), capture_output=True, text=True, timeout=60, env=demo_env())
+    assert done.returncode == 1
+    assert "was not made by `partnerkit demo`" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def _lines(process: subprocess.Popen) -> "queue.Queue[str]":
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum, after", [(signal.SIGINT, "worker: `partnerkit worker`"),
+                                           (signal.SIGTERM, "order 5003:")])
+def test_a_signal_during_the_demo_stops_every_child(tmp_path: Path, signum: int, after: str) -> None:
+    workdir = tmp_path / "demo"
+    process = subprocess.Popen(demo_argv(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=demo_env(), cwd=tmp_path)
+    try:
+        lines, seen = _lines(process), []
+        deadline = time.monotonic() + 60
+        while not any(after in line for line in seen):
+            assert time.monotonic() < deadline and process.poll() is None, "".join(seen)
+            try:
+                seen.append(lines.get(timeout=1))
+            except queue.Empty:
+                continue
+        pids = recorded_pids(workdir)
+        assert pids and all(alive(p) for p in pids)
+        process.send_signal(signum)
+        assert process.wait(timeout=30) == 128 + signum
+        assert "every process it started has been stopped" in process.stderr.read()  # type: ignore[union-attr]
+        assert_no_survivors(workdir)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
