@@ -91,7 +91,6 @@ def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> N
     stack.start_sandbox()
     config = stack.write_config()
     configure_logging(config, stream=log_stream)
-    logging.getLogger("sandbox").propagate = True
     progress.step(f"sandbox (the provider simulator) on {stack.sandbox_url}, client alpha with the public demo "
                   f"key {stack.alpha.key}")
     progress.detail(f"config: {display_path(stack.paths.env_file)}   logs: {display_path(stack.paths.logs)}/")
@@ -115,23 +114,23 @@ def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> N
         settled = len(watched.recharges)
         vouchers = sum(o.vouchers for o in watched.orders.values())
         progress.step(f"worker caught up: {settled} PROCESSING recharges settled, {vouchers} vouchers stored "
-                      f"for {sum(1 for o in watched.orders.values() if o.vouchers)} orders")
+                      f"for the {sum(1 for o in watched.orders.values() if o.vouchers)} delivered orders")
 
         reports = []
         for one_day in day.sandbox_days(outcome.first_day):
             progress.step(f"reconciling {one_day} (sync recharges, orders, transactions; match; report), as "
                           f"`partnerkit reconcile --date {one_day}` does")
             reports.append(reconcile_day(config, db, client, one_day))
-        kinds = {d["kind"] for r in reports for d in r["drifts"]}
-        if outcome.planted_kind not in kinds:
-            raise DemoError(f"reconciliation did not report the planted {outcome.planted_kind} for order "
-                            f"{outcome.planted_reference}")
+        planted = next((d["id"] for r in reports for d in r["drifts"]
+                        if d["kind"] == outcome.planted_kind and d["reference"] == str(outcome.planted_order)), None)
         for report in reports:
             progress.blank()
             paths = [config.report_dir / report_filename(report["date"], f) for f in ("html", "csv", "json")]
             print_report(progress.echo, report, paths)
-        planted = next((d["id"] for r in reports for d in r["drifts"] if d["kind"] == outcome.planted_kind), None)
         progress.blank()
+        if planted is None:
+            raise DemoError(f"reconciliation did not report the planted {outcome.planted_kind} for order "
+                            f"{outcome.planted_order}")
         print_next_steps(progress.echo, stack.paths.env_file, outcome.delivered_order, planted,
                          reports[-1]["date"], keep_running)
         progress.blank()
