@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from partnerkit.cli import cli
 from partnerkit.config import config_as_env
-from tests.worker.conftest import mobile
+from tests.worker.worker_helpers import mobile
 
 
 @pytest.fixture

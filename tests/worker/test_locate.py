@@ -11,7 +11,7 @@ import pytest
 from partnerkit.errors import ApiTimeout
 from partnerkit.store import recharges as store
 from reconcile.recharges import locate, submit
-from tests.worker.conftest import SUBMIT, make_config, mobile
+from tests.worker.worker_helpers import SUBMIT, make_config, mobile
 
 
 def provider_count(server, number: str) -> int:

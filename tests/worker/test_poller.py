@@ -13,7 +13,7 @@ from partnerkit.store import recharges as store
 from partnerkit.timeutil import parse_ts, utcnow
 from reconcile.poller import poll_once, poller_keep_free
 from reconcile.recharges import submit
-from tests.worker.conftest import LIST, SINGLE, SUBMIT, make_config, mobile
+from tests.worker.worker_helpers import LIST, SINGLE, SUBMIT, make_config, mobile
 
 
 def processing(config, db, client, count: int, digit: int = 5) -> list[int]:

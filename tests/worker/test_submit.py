@@ -12,7 +12,7 @@ from partnerkit.errors import BadRequest
 from partnerkit.store import open_db
 from partnerkit.store import recharges as store
 from reconcile.recharges import DuplicateSubmit, RechargeInputError, status_from_answer, submit
-from tests.worker.conftest import config_for, mobile
+from tests.worker.worker_helpers import config_for, mobile
 
 
 # Recharge submit response: "HTTP status carries meaning, read it before the body".

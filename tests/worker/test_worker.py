@@ -66,7 +66,7 @@ def test_a_missing_part_is_reported_by_job_id():
 
 def test_run_once_runs_each_job_once_and_logs_one_line_each(config, server, wdb, client, caplog):
     from reconcile.recharges import submit
-    from tests.worker.conftest import mobile
+    from tests.worker.worker_helpers import mobile
 
     server.sandbox.settings.update({"processing_delay_s": 1})
     submit(config, wdb, client, mobile_number=mobile(5), operator_id=1, amount=199)

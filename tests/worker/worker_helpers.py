@@ -1,0 +1,63 @@
+"""Helpers shared by the worker tests (a uniquely named module, safe beside other directories' conftests)."""
+
+from __future__ import annotations
+
+import itertools
+
+import requests
+
+from partnerkit.config import load_config
+
+_numbers = itertools.count(1)
+
+
+def mobile(last_digit: int) -> str:
+    """A fresh 10-digit number ending in `last_digit` (the sandbox scripts outcomes by it)."""
+    return f"98{next(_numbers):07d}{last_digit}"
+
+
+def make_config(server, tmp_path, **extra: str):
+    """A Config for the sandbox's first client; `extra` sets PARTNERKIT_* names (lower-case, no prefix)."""
+    client = server.clients[0]
+    return config_for(server.base_url, client.key, client.secret, tmp_path, **extra)
+
+
+def config_for(base_url: str, key: str, secret: str, tmp_path, **extra: str):
+    """A Config for any provider address and credentials, with the database in tmp_path."""
+    env = {
+        "PARTNERKIT_DB": str(tmp_path / "partnerkit.db"),
+        "PARTNERKIT_API_BASE_URL": base_url,
+        "PARTNERKIT_API_KEY": key,
+        "PARTNERKIT_API_SECRET": secret,
+        "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports"),
+    }
+    env.update({f"PARTNERKIT_{k.upper()}": str(v) for k, v in extra.items()})
+    return load_config(environ=env)
+
+
+class Stats:
+    """The sandbox's call counters (GET /sandbox/stats), as deltas from a mark."""
+
+    def __init__(self, server) -> None:
+        self.url = server.base_url + "/sandbox/stats"
+        self.mark()
+
+    def _now(self) -> dict:
+        return requests.get(self.url, timeout=5).json()
+
+    def mark(self) -> None:
+        self._base = self._now()
+
+    def calls(self, template: str | None = None) -> int:
+        now = self._now()
+        if template is None:
+            return now["total"] - self._base["total"]
+        return now["calls"].get(template, 0) - self._base["calls"].get(template, 0)
+
+    def rate_limited(self) -> int:
+        return self._now()["rate_limited"] - self._base["rate_limited"]
+
+
+LIST = "GET /api/v1/recharges"
+SINGLE = "GET /api/v1/recharges/:id"
+SUBMIT = "POST /api/v1/recharges"
