@@ -138,15 +138,16 @@ class Child:
     def check(self) -> None:
         """Raise ProcessFailed if the process has exited."""
         if self.process is not None and self.process.poll() is not None:
-            raise ProcessFailed(f"{self.name} exited with code {self.process.returncode}; "
-                                f"last line of {self.log_path}: {self.last_log_line()}")
+            code = self.process.returncode
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+            raise ProcessFailed(f"{self.name} {how}; last line of {self.log_path}: {self.last_log_line()}")
 
     def last_log_line(self) -> str:
         try:
             lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
             return "(no log)"
-        return lines[-1][:300] if lines else "(empty log)"
+        return lines[-1][:200] if lines else "(empty log)"
 
     def note_group(self) -> None:
         """Record the group's current members (e.g. gunicorn's workers) in the pids file."""

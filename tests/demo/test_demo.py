@@ -115,22 +115,44 @@ def _lines(process: subprocess.Popen) -> "queue.Queue[str]":
     return lines
 
 
+def _start_and_wait_for(workdir: Path, cwd: Path, after: str) -> subprocess.Popen:
+    process = subprocess.Popen(demo_argv(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=demo_env(), cwd=cwd)
+    lines, seen = _lines(process), []
+    deadline = time.monotonic() + 60
+    while not any(after in line for line in seen):
+        assert time.monotonic() < deadline and process.poll() is None, "".join(seen)
+        try:
+            seen.append(lines.get(timeout=1))
+        except queue.Empty:
+            continue
+    return process
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_worker_fails_the_demo_in_one_line_and_stops_the_rest(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    process = _start_and_wait_for(workdir, tmp_path, "order 5003:")
+    try:
+        worker = json.loads((workdir / "pids.json").read_text())["worker"][0]
+        os.kill(worker, signal.SIGKILL)
+        assert process.wait(timeout=60) == 1
+        errors = process.stderr.read().strip().splitlines()  # type: ignore[union-attr]
+        assert len(errors) == 1 and errors[0].startswith("Error: demo failed: worker was killed by SIGKILL")
+        assert_no_survivors(workdir)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum, after", [(signal.SIGINT, "worker: `partnerkit worker`"),
                                            (signal.SIGTERM, "order 5003:")])
 def test_a_signal_during_the_demo_stops_every_child(tmp_path: Path, signum: int, after: str) -> None:
     workdir = tmp_path / "demo"
-    process = subprocess.Popen(demo_argv(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=demo_env(), cwd=tmp_path)
+    process = _start_and_wait_for(workdir, tmp_path, after)
     try:
-        lines, seen = _lines(process), []
-        deadline = time.monotonic() + 60
-        while not any(after in line for line in seen):
-            assert time.monotonic() < deadline and process.poll() is None, "".join(seen)
-            try:
-                seen.append(lines.get(timeout=1))
-            except queue.Empty:
-                continue
         pids = recorded_pids(workdir)
         assert pids and all(alive(p) for p in pids)
         process.send_signal(signum)
