@@ -36,13 +36,10 @@ NOW = datetime(2025, 1, 16, 1, 0, tzinfo=timezone.utc)
 def setup(db, n: int) -> None:
     """The worker's rows of the day and the receiver's orders (untimed: not what a sync does)."""
     orders, vouchers = synthetic.orders(n)
-    default_cache = db.execute("PRAGMA cache_size").fetchone()[0]
-    db.execute("PRAGMA cache_size = -65536")  # the unique-index b-trees fit: setup only, restored below
     with transaction(db) as conn:
         matching.bulk_load_recharges(conn, synthetic.worker_rows(n))
         matching.bulk_load_orders(conn, orders, vouchers)
     db.execute("ANALYZE")
-    db.execute(f"PRAGMA cache_size = {int(default_cache)}")  # load and match run with the store's own setting
 
 
 def load(db, n: int) -> tuple[float, float]:
