@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench soak sandbox docs clean
+.PHONY: demo test bench soak sandbox docs screenshot clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
@@ -34,6 +34,11 @@ sandbox: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) -m partnerkit.cli._reference --write README.md
+
+# The report as finance sees it: headless Chromium (installed from Debian if missing) renders the
+# newest demo report at laptop width and printed; the images land in docs/.
+screenshot: $(STAMP)
+	$(PY) scripts/report_screenshot.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
