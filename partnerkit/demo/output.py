@@ -132,3 +132,6 @@ def print_next_steps(echo: Echo, env_file: Path, order_id: int | None, drift_id:
         lines.append(f"{base} webhooks deliveries")
     for line in lines:
         echo("  " + line)
+    overriding = sorted(k for k in os.environ if k.startswith("PARTNERKIT_") and k != "PARTNERKIT_CONFIG")
+    if overriding:  # the environment overrides a --config file; the demo itself ignored them
+        echo(f"  (your shell sets {', '.join(overriding)}, which would override --config: unset them first)")
