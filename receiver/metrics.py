@@ -62,6 +62,23 @@ class Metrics:
         self.ack_seconds = Histogram("partnerkit_webhook_ack_seconds", "Time from request to 2xx acknowledgement",
                                      buckets=ACK_BUCKETS, registry=self.registry)
         self._db_collector: DatabaseCollector | None = None
+        # Label children, looked up once: `labels()` takes a lock and builds a key per call.
+        self._outcomes: dict[str, object] = {}
+        self._reasons: dict[str, object] = {}
+
+    def outcome(self, name: str):
+        """The `events` counter child for one outcome (cached)."""
+        child = self._outcomes.get(name)
+        if child is None:
+            child = self._outcomes[name] = self.events.labels(name)
+        return child
+
+    def rejected_total(self, reason: str):
+        """The `rejected` counter child for one reason (cached)."""
+        child = self._reasons.get(reason)
+        if child is None:
+            child = self._reasons[reason] = self.rejected.labels(reason)
+        return child
 
     def attach_database(self, db: Callable[[], Database], budget: Callable[[Database], int | None]) -> None:
         """Add the database-derived metrics to every scrape."""

@@ -28,7 +28,8 @@ def config(tmp_path) -> Config:
 def app(config):
     app = create_app(config)
     app.config["TESTING"] = True
-    return app
+    yield app
+    app.extensions["partnerkit_receiver"].close()  # stop the WAL checkpoint thread
 
 
 @pytest.fixture

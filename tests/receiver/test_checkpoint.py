@@ -1,0 +1,71 @@
+"""WAL checkpoints run off the request path; the acknowledgements are constant bodies."""
+
+from __future__ import annotations
+
+import time
+
+from receiver.state import WAL_BACKSTOP_PAGES, Checkpointer
+from tests.receiver.conftest import envelope, post
+
+
+def test_request_connection_checkpoints_only_as_a_backstop(app, client):
+    assert post(client, envelope("evt_ck_1")).status_code == 200
+    rx = app.extensions["partnerkit_receiver"]
+    assert rx.db().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_BACKSTOP_PAGES
+    assert rx.db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    checkpointer = rx.checkpointer
+    assert checkpointer is not None and checkpointer.alive()
+    rx.close()
+    assert not checkpointer.alive()
+
+
+def test_background_thread_backfills_the_wal(app, client, config):
+    rx = app.extensions["partnerkit_receiver"]
+    rx.db()
+    rx.close()  # replace the default thread with a fast one, to observe it
+    checkpointer = Checkpointer(config.db_path, interval_s=0.01).start()
+    try:
+        for i in range(50):
+            assert post(client, envelope(f"evt_wal_{i}", order_id=1000 + i)).status_code == 200
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            last = checkpointer.last
+            if last is not None and last[1] > 0 and last[0] == 0 and last[1] == last[2]:
+                break
+            time.sleep(0.01)
+        busy, frames, checkpointed = checkpointer.last
+        assert busy == 0 and frames > 0 and checkpointed == frames  # every committed frame is in the db file
+    finally:
+        checkpointer.stop()
+    assert not checkpointer.alive()
+
+
+def test_checkpoint_thread_survives_an_error(tmp_path):
+    checkpointer = Checkpointer(tmp_path / "missing" / "dir" / "x.db", interval_s=0.01)
+    checkpointer.db_path = tmp_path  # a directory: every checkpoint attempt fails
+    checkpointer.start()
+    try:
+        time.sleep(0.1)
+        assert checkpointer.alive()
+    finally:
+        checkpointer.stop()
+
+
+def test_acknowledgements_are_constant_json(client, db):
+    body = envelope("evt_const")
+    first, second = post(client, body), post(client, body)
+    assert first.data == b'{"status":"accepted"}\n' and first.mimetype == "application/json"
+    assert second.data == b'{"status":"duplicate"}\n' and second.get_json() == {"status": "duplicate"}
+    garbage = post(client, b"not json")
+    assert garbage.get_json() == {"status": "ignored"}
+
+
+def test_metrics_count_through_cached_children(app, client):
+    post(client, envelope("evt_m1"))
+    post(client, envelope("evt_m1"))
+    client.post("/webhooks/partner", data=b"{}", headers={"X-Timestamp": "1"})
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'partnerkit_webhook_events_total{outcome="accepted"} 1.0' in text
+    assert 'partnerkit_webhook_events_total{outcome="duplicate"} 1.0' in text
+    assert 'partnerkit_webhook_rejected_total{reason="missing_signature"} 1.0' in text
+    assert "partnerkit_webhook_ack_seconds_count 2.0" in text
