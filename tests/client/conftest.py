@@ -8,7 +8,7 @@ from partnerkit.client import PartnerClient
 from partnerkit.config import Config
 from partnerkit.store import open_db
 
-from client_payloads import API_KEY, API_SECRET, FAST
+from tests.client.client_payloads import API_KEY, API_SECRET, FAST
 
 
 @pytest.fixture

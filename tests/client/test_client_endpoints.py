@@ -9,8 +9,8 @@ import pytest
 from partnerkit.client import DeliveryStats, PartnerClient, Webhook, WebhookCreated
 from partnerkit.config import Config, ConfigError
 
-import client_payloads as p
-from client_payloads import API_SECRET
+from tests.client import client_payloads as p
+from tests.client.client_payloads import API_SECRET
 
 WEBHOOK = {"id": 3, "name": "orders", "url": "https://partner.example/hook", "events": ["order.delivered"],
            "is_active": True, "created_at": "2024-05-01T10:00:00Z"}

@@ -171,5 +171,5 @@ def test_secret_never_in_error_text(client, httpserver):
     httpserver.expect_request("/api/v1/orders/1").respond_with_json({"error": "unauthorized", "message": "nope"}, status=401)
     with pytest.raises(errors.Unauthorized) as info:
         client.get_order(1)
-    from client_payloads import API_SECRET
+    from tests.client.client_payloads import API_SECRET
     assert API_SECRET not in str(info.value) and API_SECRET not in repr(info.value) and API_SECRET not in repr(client)

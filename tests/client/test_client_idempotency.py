@@ -6,7 +6,7 @@ import pytest
 
 from partnerkit import errors
 
-import client_payloads as p
+from tests.client import client_payloads as p
 
 
 def test_generated_when_not_given_and_returned(client, httpserver):

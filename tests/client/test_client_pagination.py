@@ -6,7 +6,7 @@ import pytest
 
 from partnerkit.client import page_from_headers
 
-import client_payloads as p
+from tests.client import client_payloads as p
 
 
 def _serve_recharges(httpserver, total, per_page, headers=True):

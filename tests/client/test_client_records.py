@@ -11,7 +11,7 @@ from werkzeug import Response
 from partnerkit.client import MISSING, OrderDetail, Recharge, Voucher, WebhookCreated
 from partnerkit.errors import MalformedResponse
 
-import client_payloads as p
+from tests.client import client_payloads as p
 
 
 def _raw(httpserver, path, text, status=200):

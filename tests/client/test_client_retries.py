@@ -11,8 +11,8 @@ from werkzeug import Response
 from partnerkit import errors
 from partnerkit.client import PartnerClient, RetryPolicy
 
-import client_payloads as p
-from client_payloads import FAST
+from tests.client import client_payloads as p
+from tests.client.client_payloads import FAST
 
 
 def _json(status, body="{}", headers=None):

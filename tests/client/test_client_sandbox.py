@@ -14,7 +14,7 @@ from partnerkit.store import open_db
 from sandbox.settings import SandboxSettings
 from sandbox.testing import SandboxServer
 
-from client_payloads import FAST
+from tests.client.client_payloads import FAST
 
 
 @pytest.fixture(scope="module")

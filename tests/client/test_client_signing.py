@@ -11,8 +11,8 @@ from freezegun import freeze_time
 
 from partnerkit.client import canonical_request, encode_body, sign_request, signature_headers
 
-import client_payloads as p
-from client_payloads import API_KEY, API_SECRET
+from tests.client import client_payloads as p
+from tests.client.client_payloads import API_KEY, API_SECRET
 
 BODY = b'{"operator_id":1,"amount":100}'
 # Computed once by hand from the document's rule; pins the wire format against refactors.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile_helpers import Ledger
+from tests.reconcile.reconcile_helpers import Ledger
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from click.testing import CliRunner
 
-from reconcile_helpers import DAY, at
+from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.cli import cli
 from partnerkit.store.drifts import audit_trail, get_drift
 from reconcile.matcher import match_day

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from reconcile_helpers import DAY, at
+from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.store.drifts import audit_trail, drift_id, get_drift, list_drifts, open_drift, set_resolution
 from reconcile.matcher import match_day
 

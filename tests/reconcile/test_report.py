@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from reconcile_helpers import DAY, at
+from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.config import load_config
 from partnerkit.store.drifts import set_resolution
 from reconcile.jobs import current_report, report_day, report_filename

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from sandbox import SandboxServer
-from sandbox_helpers import Api, Receiver, make_settings
+from tests.sandbox.sandbox_helpers import Api, Receiver, make_settings
 
 
 @pytest.fixture

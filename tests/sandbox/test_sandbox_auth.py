@@ -6,7 +6,7 @@ import time
 import pytest
 import requests
 
-from sandbox_helpers import hand_signature, make_settings
+from tests.sandbox.sandbox_helpers import hand_signature, make_settings
 
 # (method, path, expected 401 body) - each endpoint family in its own shape (Errors).
 UNAUTHORIZED_SHAPES = [

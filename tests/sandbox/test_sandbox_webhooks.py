@@ -300,10 +300,10 @@ def test_retry_is_refused_once_the_attempt_cap_is_used(alpha, server, receiver, 
 
 
 def test_background_thread_delivers_without_run_due(receiver):
-    from sandbox_helpers import make_settings
+    from tests.sandbox.sandbox_helpers import make_settings
     from sandbox import SandboxServer
     with SandboxServer(make_settings(speed=1.0, start=None), background=True) as srv:
-        from sandbox_helpers import Api
+        from tests.sandbox.sandbox_helpers import Api
         api = Api(srv, srv.clients[0])
         register(api, receiver.url, ["order.created"])
         api.order(product_id=7, denomination=10)
