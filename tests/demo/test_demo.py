@@ -61,6 +61,44 @@ def revealed_codes(workdir: Path, order_id: int) -> list[str]:
     return [v["card_number"] for v in json.loads(done.stdout)]
 
 
+def secrets_of_the_run(workdir: Path) -> dict[str, str]:
+    """Every secret the run handled: API secret, voucher key, webhook tokens, voucher codes and PINs."""
+    from partnerkit.config import load_config
+    from partnerkit.crypto import load_cipher
+    from partnerkit.store import open_db
+    from partnerkit.store import vouchers as stored_vouchers
+    from partnerkit.vouchers import unseal
+    from receiver.tokens import accepted_tokens
+
+    config = load_config(environ={}, config_file=workdir / "partnerkit.env")
+    cipher = load_cipher(config)
+    db = open_db(config.db_path)
+    found = {"api secret": config.api_secret, "voucher key": config.voucher_key}
+    tokens = accepted_tokens(config, db, cipher)  # configured ones and the one `webhooks register` saved
+    assert tokens
+    found.update({f"webhook token {i}": t.token for i, t in enumerate(tokens)})
+    order_ids = [row[0] for row in db.execute("SELECT DISTINCT order_id FROM vouchers")]
+    for order_id in order_ids:
+        for row in stored_vouchers.for_order(db, order_id):
+            plain = unseal(cipher, row)
+            found[f"order {order_id} voucher {row['id']} code"] = plain["card_number"]
+            found[f"order {order_id} voucher {row['id']} pin"] = plain["pin_code"]
+    db.conn.close()
+    return {name: value for name, value in found.items() if value}
+
+
+def assert_logs_carry_no_secret(done: subprocess.CompletedProcess, workdir: Path) -> None:
+    """The whole run's logs and output: no token, API secret, voucher key, voucher code or PIN."""
+    secrets = secrets_of_the_run(workdir)
+    assert sum(1 for name in secrets if name.endswith(" code")) >= 50  # the demo stored its vouchers
+    logs = sorted((workdir / "logs").glob("*.log"))
+    assert {p.name for p in logs} >= {"receiver.log", "worker.log"}
+    text = done.stdout + done.stderr + "".join(p.read_text(errors="replace") for p in logs)
+    assert "webhook" in text and len(text) > 10_000  # the logs are really there
+    leaked = [name for name, value in secrets.items() if value in text]
+    assert leaked == []
+
+
 def check_run(done: subprocess.CompletedProcess, cwd: Path, workdir: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
@@ -89,6 +127,7 @@ def test_demo_runs_end_to_end_twice_in_the_same_workdir(tmp_path: Path) -> None:
     check_run(first, tmp_path, workdir)
     codes = revealed_codes(workdir, 5001)
     assert codes and not any(code in first.stdout for code in codes)  # masked: never printed
+    assert_logs_carry_no_secret(first, workdir)
 
     second = subprocess.run(demo_argv(workdir), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                             env=demo_env(), cwd=tmp_path)
