@@ -237,15 +237,17 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
                 status = _status_of(order)
                 if status not in orders.FINAL and order.placed_at is not None:
                     oldest_open = min(oldest_open or order.placed_at, order.placed_at)
-                if local.get(order.id) != status:
-                    _, moved = orders.apply(
-                        conn, order.id, status, now=now, source="sync", reference_code=order.reference_code,
-                        transaction_id=order.transaction_id, product_id=order.product_id,
-                        product_name=_text(order.product_name), currency=_text(order.currency),
-                        denomination_cents=cents(order.denomination), quantity=order.quantity,
-                        amount_cents=cents(order.amount), email=_text(order.email),
-                        placed_at=stamp(order.placed_at) if order.placed_at else None)
-                    summary.updated += int(moved or order.id not in local)
+                # Always merge the list's fields, not only on a status change: an order known only
+                # from webhooks lacks placed_at, transaction_id and currency, without which it is
+                # never reconciled. apply() fills missing fields and never moves a status back.
+                _, moved = orders.apply(
+                    conn, order.id, status, now=now, source="sync", reference_code=order.reference_code,
+                    transaction_id=order.transaction_id, product_id=order.product_id,
+                    product_name=_text(order.product_name), currency=_text(order.currency),
+                    denomination_cents=cents(order.denomination), quantity=order.quantity,
+                    amount_cents=cents(order.amount), email=_text(order.email),
+                    placed_at=stamp(order.placed_at) if order.placed_at else None)
+                summary.updated += int(moved or order.id not in local)
                 stored = vouchers.count(conn, order.id) if status in orders.DELIVERING else 0
                 # A partial delivery is re-read only when its status is news (the list has no counts).
                 missing = stored < (order.quantity or 1) if status == "DELIVERED" else (
