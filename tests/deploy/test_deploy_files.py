@@ -83,3 +83,28 @@ def test_dockerfile_is_slim_non_root_with_healthcheck():
     assert "FROM python:3.11-slim" in text
     assert "USER partnerkit" in text
     assert "HEALTHCHECK" in text and "/readyz" in text
+
+
+def test_gunicorn_conf_loads_with_the_receivers_own_settings(monkeypatch):
+    from gunicorn.app.base import Application
+
+    from receiver.gunicorn_app import ACCESS_LOG_FORMAT
+
+    class Probe(Application):
+        def init(self, parser, opts, args):
+            return None
+
+        def load(self):
+            return None
+
+    monkeypatch.setenv("RECEIVER_WORKERS", "3")
+    monkeypatch.setattr(sys, "argv", ["gunicorn"])
+    probe = Probe()
+    probe.load_config_from_file(str(DEPLOY / "gunicorn.conf.py"))
+    cfg = probe.cfg
+    assert cfg.workers == 3
+    assert cfg.timeout == 30  # the document's receiver timeout
+    assert cfg.bind == ["127.0.0.1:8000"]
+    assert cfg.access_log_format == ACCESS_LOG_FORMAT
+    assert "%({" not in cfg.access_log_format  # no request or response header is ever logged
+    assert cfg.preload_app is False

@@ -1,0 +1,38 @@
+"""gunicorn settings for running the receiver with plain gunicorn instead of `partnerkit serve`:
+
+    PROMETHEUS_MULTIPROC_DIR=/run/partnerkit/metrics \
+    gunicorn -c deploy/gunicorn.conf.py 'receiver.app:create_app()'
+
+The values come from receiver.gunicorn_app.gunicorn_options(), the same function `partnerkit serve`
+uses, so the two ways of running the receiver cannot drift apart: sync workers, the document's
+30-second receiver timeout, graceful shutdown, and an access log of method, path, status, size
+and duration only (never headers such as X-Signature or X-SERVICE-WEBHOOK-TOKEN, never the query
+string). RECEIVER_BIND and RECEIVER_WORKERS override the bind address and worker count.
+PROMETHEUS_MULTIPROC_DIR must name an empty directory writable by the service so that /metrics sums
+every worker (partnerkit serve creates a private one itself).
+"""
+
+import os
+
+from receiver.gunicorn_app import gunicorn_options
+
+_options = gunicorn_options(
+    bind=os.environ.get("RECEIVER_BIND", "127.0.0.1:8000"),
+    workers=int(os.environ.get("RECEIVER_WORKERS", "2")),
+    log_level=os.environ.get("PARTNERKIT_LOG_LEVEL", "info"),
+)
+
+bind = _options["bind"]
+workers = _options["workers"]
+worker_class = _options["worker_class"]
+timeout = _options["timeout"]
+graceful_timeout = _options["graceful_timeout"]
+keepalive = _options["keepalive"]
+accesslog = _options["accesslog"]
+errorlog = _options["errorlog"]
+access_log_format = _options["access_log_format"]
+loglevel = _options["loglevel"]
+proc_name = _options["proc_name"]
+preload_app = _options["preload_app"]
+child_exit = _options["child_exit"]
+control_socket_disable = _options["control_socket_disable"]
