@@ -261,7 +261,7 @@ def _plan(shape: tuple) -> tuple[Callable[[Any], tuple], Callable[[dict], str] |
 
 _PLANS: dict[tuple, tuple | None] = {}
 _STAMPS: dict[str, str] = {}  # created_at text as received -> ISO UTC text (a day repeats its seconds)
-_CACHE_LIMIT = 100_000
+_CACHE_LIMIT = 4096  # a day's pages move forward in time: recent seconds are the ones that repeat
 _PAISE_LIMIT = 10 ** 17  # MONEY_LIMIT in paise
 
 
@@ -315,7 +315,7 @@ def fast_row(raw: Any, synced_at: str) -> tuple | None:
     try:
         plan = _PLANS[shape]
     except KeyError:
-        if len(_PLANS) >= _CACHE_LIMIT // 100:  # shapes from a misbehaving provider must not pile up
+        if len(_PLANS) >= 256:  # shapes from a misbehaving provider must not pile up
             _PLANS.clear()
         plan = _PLANS[shape] = _plan(shape)
     if plan is None:

@@ -28,6 +28,7 @@ BATCH = 1000
 LOOKBACK = timedelta(days=1)
 RECHARGE_PAGE = 1000  # the list allows up to 10000 (Limits); 1000 keeps each response small
 TRANSACTION_PAGE = 500
+UPSERT_GROUP = 1000  # records waiting for the worker's upsert (see RechargePages)
 
 
 @dataclass
@@ -61,6 +62,18 @@ def _complete_through(to_day: date, now: datetime) -> str:
     return min(to_day, now.date() - timedelta(days=1)).isoformat()
 
 
+_STAMPS: dict[datetime, str] = {}  # updated_at -> stored text; a day's recharges share their seconds
+
+
+def _stamp(moment: datetime) -> str:
+    text = _STAMPS.get(moment)
+    if text is None:
+        if len(_STAMPS) >= 4096:  # a day's pages move forward in time: recent seconds are the ones that repeat
+            _STAMPS.clear()
+        text = _STAMPS[moment] = iso(moment)  # type: ignore[assignment]
+    return text
+
+
 def _unchanged(record: Any, known: dict[int, tuple[str, str | None]]) -> bool:
     """True when the worker's upsert would leave this record's row as it is (so it need not see it).
 
@@ -78,8 +91,24 @@ def _unchanged(record: Any, known: dict[int, tuple[str, str | None]]) -> bool:
     stored, updated_at = state
     if stored in FINAL and status == "PROCESSING":
         return True
+    if stored != status:
+        return False
     updated = record.updated_at
-    return stored == status and updated_at == (iso(updated) if isinstance(updated, datetime) else None)
+    return updated_at == (_stamp(updated) if isinstance(updated, datetime) else None)
+
+
+def _partition(db: Any, batch: list[Any]) -> tuple[set[int], list[Any]]:
+    """(ids of the client records already stored unchanged, the records the worker's upsert must see)."""
+    typed = [r.id for r in batch if isinstance(r, Recharge)]
+    known = ledger_store.known_recharge_states(db, typed) if typed else {}
+    seen: set[int] = set()
+    rest = []
+    for record in batch:
+        if isinstance(record, Recharge) and _unchanged(record, known):
+            seen.add(record.id)
+        else:
+            rest.append(record)
+    return seen, rest
 
 
 def store_recharge_page(db: Any, batch: list[Any], now: datetime) -> tuple[set[int], int]:
@@ -90,19 +119,59 @@ def store_recharge_page(db: Any, batch: list[Any], now: datetime) -> tuple[set[i
     (`known_recharge_states`) instead of being mapped one by one. On a day partnerkit submitted
     itself, that is nearly every record, so a large sync costs a read per page, not a write per row.
     """
-    typed = [r.id for r in batch if isinstance(r, Recharge)]
-    known = ledger_store.known_recharge_states(db, typed) if typed else {}
-    seen: set[int] = set()
-    rest = []
-    for record in batch:
-        if isinstance(record, Recharge) and _unchanged(record, known):
-            seen.add(record.id)
-        else:
-            rest.append(record)
+    seen, rest = _partition(db, batch)
     if not rest:
         return seen, 0
     result = upsert_from_provider(db, rest, now)
     return seen | result.seen_provider_ids, result.inserted
+
+
+class RechargePages:
+    """A sync's recharge pages into the store: `store_recharge_page`, with the upserts grouped.
+
+    Each `upsert_from_provider` call is a transaction that rewrites every recharge index page its
+    records touch; a day's ~2% changed records spread one call over 20 records of every page, so
+    the same pages were committed a thousand times. Here the records that need the upsert wait
+    until UPSERT_GROUP are pending. A page that names a pending record (same id or reference), or
+    carries anything but client `Recharge` records, flushes first: every record is still judged
+    against the state the records before it left, as page by page. `close()` flushes the rest.
+    """
+
+    def __init__(self, db: Any, now: datetime) -> None:
+        self.db, self.now, self.stamp = db, now, iso(now)
+        self.pending: list[Any] = []
+        self.keys: set[Any] = set()
+        self.records = self.inserted = 0
+
+    def add(self, batch: list[Any]) -> None:
+        """Store one page (its unchanged records at once, the others with the next group)."""
+        self.records += len(batch)
+        if any(not isinstance(r, Recharge) or r.id in self.keys or r.reference_number in self.keys for r in batch):
+            self.flush()
+            if not all(isinstance(r, Recharge) for r in batch):
+                ids, inserted = store_recharge_page(self.db, batch, self.now)
+                ledger_store.mark_recharges_seen(self.db, sorted(ids), self.stamp)
+                self.inserted += inserted
+                return
+        seen, rest = _partition(self.db, batch)
+        ledger_store.mark_recharges_seen(self.db, sorted(seen), self.stamp)
+        self.pending += rest
+        self.keys.update(k for r in rest for k in (r.id, r.reference_number))
+        if len(self.pending) >= UPSERT_GROUP:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the pending records to the worker's upsert and note them seen."""
+        if self.pending:
+            result = upsert_from_provider(self.db, self.pending, self.now)
+            ledger_store.mark_recharges_seen(self.db, sorted(result.seen_provider_ids), self.stamp)
+            self.inserted += result.inserted
+            self.pending, self.keys = [], set()
+
+    def close(self) -> tuple[int, int]:
+        """Flush; return (records read, rows inserted)."""
+        self.flush()
+        return self.records, self.inserted
 
 
 def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, int]:
@@ -118,14 +187,10 @@ def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, 
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new)."""
     stamp = iso(now)
-    seen = new = 0
-    records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE)
-    for batch in _batches(records):
-        # Records partnerkit never submitted are inserted by the worker's upsert with origin 'provider'.
-        ids, inserted = store_recharge_page(db, batch, now)
-        ledger_store.mark_recharges_seen(db, sorted(ids), stamp)
-        seen += len(batch)
-        new += inserted
+    pages = RechargePages(db, now)
+    for batch in _batches(client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE)):
+        pages.add(batch)  # records partnerkit never submitted are inserted by the worker's upsert, origin 'provider'
+    seen, new = pages.close()
     ledger_store.record_sync(db, "recharges", from_day=first.isoformat(), to_day=last.isoformat(), started_at=stamp,
                              count=seen, days=days_between(first, last), advance_to=_complete_through(last, now))
     return seen, new

@@ -43,3 +43,35 @@ def test_page_stores_what_the_worker_upsert_stores(tmp_path):
     assert seen == expected.seen_provider_ids == {1, 2, 3, 4, 5}
     assert inserted == expected.inserted == 1
     assert _table(paged) == _table(plain)
+
+
+def _seen(db) -> list[tuple]:
+    return db.execute("SELECT provider_id, seen_at FROM recharge_seen ORDER BY provider_id").fetchall()
+
+
+def test_grouped_pages_store_what_page_by_page_stores(tmp_path, monkeypatch):
+    """RechargePages defers the upserts, yet ends with the same rows, seen marks and counts."""
+    from partnerkit.store.ledger import mark_recharges_seen
+    from reconcile import sync
+
+    monkeypatch.setattr(sync, "UPSERT_GROUP", 3)
+    start = [_record(n, "PROCESSING") for n in range(1, 9)]
+    pages = [[_record(1, "SUCCESS", "2025-01-15T10:01:00Z"), _record(2, "PROCESSING"), _record(9, "SUCCESS")],
+             [_record(1, "FAILED", "2025-01-15T10:02:00Z"),  # names a pending record: flushes first
+              _record(3, "SUCCESS", "2025-01-15T10:03:00Z"), _record(10, "DELIVERED")],
+             [_record(4, "PROCESSING"), _record(5, "REVERSED", None), _record(9, "SUCCESS")],
+             [_record(11, "FAILED")]]
+    plain, grouped = open_db(tmp_path / "plain.db"), open_db(tmp_path / "grouped.db")
+    for db in (plain, grouped):
+        upsert_from_provider(db, start, NOW)
+    inserted = 0
+    for page in pages:
+        ids, new = store_recharge_page(plain, page, LATER)
+        mark_recharges_seen(plain, sorted(ids), "2025-01-16T02:00:00Z")
+        inserted += new
+    writer = sync.RechargePages(grouped, LATER)
+    for page in pages:
+        writer.add(page)
+    assert writer.close() == (sum(map(len, pages)), inserted) == (10, 3)
+    assert _table(grouped) == _table(plain)
+    assert _seen(grouped) == _seen(plain)
