@@ -20,14 +20,17 @@ $(STAMP): $(PY) pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/partnerkit demo
 
+# The long fault runs are marked `slow` and left to `make soak`; everything else runs here.
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow"
 
 bench: $(STAMP)
 	$(PY) -m bench
 
+# The slow tests (long fault runs), then the soak benchmark's full run (about 4 minutes).
 soak: $(STAMP)
 	$(PY) -m pytest -m slow -p no:cacheprovider
+	$(PY) -m bench.soak
 
 sandbox: $(STAMP)
 	$(VENV)/bin/partnerkit sandbox

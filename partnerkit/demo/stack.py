@@ -141,8 +141,10 @@ class Stack:
 
     # ---- configuration --------------------------------------------------------------------------
 
-    def write_config(self) -> Config:
-        """The demo's .env file (0600: it holds the voucher key); returns the Config it gives."""
+    def write_config(self, extra: dict[str, str] | None = None) -> Config:
+        """The demo's .env file (0600: it holds the voucher key); returns the Config it gives.
+
+        `extra` adds settings (the soak benchmark adds a webhook token for its own load)."""
         values = {
             "PARTNERKIT_DB": str(self.paths.db),
             "PARTNERKIT_API_BASE_URL": self.sandbox_url,
@@ -151,6 +153,7 @@ class Stack:
             "PARTNERKIT_VOUCHER_KEY": secrets.token_urlsafe(32),
             "PARTNERKIT_REPORT_DIR": str(self.paths.reports),
             "PARTNERKIT_LOG_LEVEL": "INFO",
+            **(extra or {}),
         }
         lines = ["# written by `partnerkit demo`: the sandbox's public demo credentials (client alpha),",
                  "# a voucher key generated for this run, and paths under this directory.",
