@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from flask import Blueprint, request
 
-from . import orders, recharges, wallets
+from . import faults, orders, recharges, wallets
 from .errors import ApiError
 from .httputil import json_response, sandbox
 from .models import Recharge
@@ -49,11 +49,12 @@ def _when(raw) -> datetime | None:
 
 @bp.get("/stats")
 def stats():
-    """API calls per 'METHOD /path/template', their total, and how many were rate-limited."""
+    """API calls per 'METHOD /path/template', their total, rate-limited and faulted answers."""
     sb = sandbox()
     with sb.lock:
         return json_response({"calls": dict(sorted(sb.calls.items())),
-                              "total": sum(sb.calls.values()), "rate_limited": sb.rate_limited})
+                              "total": sum(sb.calls.values()), "rate_limited": sb.rate_limited,
+                              "faults_injected": dict(sorted(sb.faults_injected.items()))})
 
 
 @bp.post("/stats/reset")
@@ -63,7 +64,8 @@ def reset_stats():
     with sb.lock:
         sb.calls.clear()
         sb.rate_limited = 0
-    return json_response({"calls": {}, "total": 0, "rate_limited": 0})
+        sb.faults_injected.clear()
+    return json_response({"calls": {}, "total": 0, "rate_limited": 0, "faults_injected": {}})
 
 
 @bp.get("/clock")
@@ -106,12 +108,55 @@ def patch_settings():
         per_client = body.pop("clients", {}) or {}
         if "speed" in body:
             sb.clock.speed = float(body["speed"])
-        unknown = sb.settings.update(body)
+        try:
+            unknown = sb.settings.update(body)
+        except (TypeError, ValueError) as exc:
+            raise ApiError(400, f"invalid settings: {exc}") from exc
         if unknown:
             raise ApiError(400, f"unknown settings: {', '.join(unknown)}")
         for ref, changes in per_client.items():
             _patch_client(sb.client(ref), changes)
     return json_response(sb.settings.public())
+
+
+@bp.get("/faults")
+def list_faults():
+    """The faults switched on, name -> {scope, rate, seconds, fields, ids}."""
+    return json_response(sandbox().settings.public()["faults"])
+
+
+@bp.put("/faults/<name>")
+def put_fault(name: str):
+    """Switch one fault on (or change it), leaving the others as they are."""
+    sb = sandbox()
+    spec = _body()
+    with sb.lock:
+        try:
+            fault = faults.make(name, spec)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from exc
+        sb.settings.faults = {**sb.settings.faults, name: fault}
+        return json_response(sb.settings.public()["faults"])
+
+
+@bp.delete("/faults/<name>")
+def delete_fault(name: str):
+    """Switch one fault off (no error when it was off)."""
+    sb = sandbox()
+    if name not in faults.NAMES:
+        raise ApiError(404, f"unknown fault {name!r}")
+    with sb.lock:
+        sb.settings.faults = {k: v for k, v in sb.settings.faults.items() if k != name}
+        return json_response(sb.settings.public()["faults"])
+
+
+@bp.delete("/faults")
+def clear_faults():
+    """Switch every fault off."""
+    sb = sandbox()
+    with sb.lock:
+        sb.settings.faults = {}
+    return json_response({})
 
 
 @bp.get("/clients")

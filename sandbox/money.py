@@ -14,6 +14,10 @@ _MARK = "\x00"
 _MARKED = re.compile(r'"\\u0000(-?[0-9]+\.[0-9]+)"')
 
 
+class Unrounded(Decimal):
+    """A Decimal written to JSON exactly as it is, not rounded to cents (fault money_precision)."""
+
+
 class BadJSON(ValueError):
     """The request body is not valid JSON."""
 
@@ -66,6 +70,8 @@ def loads(raw: bytes | str):
 
 
 def _default(obj):
+    if isinstance(obj, Unrounded):
+        return _MARK + f"{obj:f}"
     if isinstance(obj, Decimal):
         return _MARK + f"{q2(obj):f}"
     if isinstance(obj, (set, frozenset, tuple)):

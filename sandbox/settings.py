@@ -5,6 +5,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
 
+from . import faults as _faults
+
 
 def _default_fx_rates() -> dict[tuple[str, str], Decimal]:
     return {("USD", "INR"): Decimal("83.25")}
@@ -36,24 +38,36 @@ class SandboxSettings:
     idempotency_ttl_s: int = 86400          # Limits: idempotency record lifetime 24 hours
     response_delay_s: float = 0             # real seconds added to recharge submit responses
     response_delay_numbers: tuple[str, ...] = ()  # restrict the delay to these numbers
-    faults: frozenset[str] = frozenset()    # "pricing", "order_create", "order_detail"
+    # name -> Fault (sandbox/faults.py); a set or list of names is accepted and normalised
+    faults: dict[str, _faults.Fault] = field(default_factory=dict)
     user_agent: str = "PartnerAPI-Webhooks/1.0 (partnerkit-sandbox)"
 
+    def __setattr__(self, name, value):
+        if name == "faults":            # every way in (constructor, update, assignment)
+            value = _faults.normalise(value)
+        super().__setattr__(name, value)
+
     def update(self, changes: dict) -> list[str]:
-        """Apply a partial update (from PATCH /sandbox/settings); return unknown keys."""
+        """Apply a partial update (from PATCH /sandbox/settings); return unknown keys.
+
+        Raises ValueError (nothing applied) when a value is invalid, e.g. an unknown fault.
+        """
         known = {f.name for f in fields(self)}
         unknown = [k for k in changes if k not in known]
+        converted = {}
         for key, value in changes.items():
             if key not in known:
                 continue
             if key == "faults":
-                value = frozenset(value or ())
+                value = _faults.normalise(value)
             elif key == "processing_delay_s" and isinstance(value, list):
                 value = (float(value[0]), float(value[1]))
             elif key in ("webhook_retry_delays_s", "response_delay_numbers"):
                 value = tuple(value)
             elif key == "fx_rates":
                 value = {tuple(k.split(":")): Decimal(str(v)) for k, v in value.items()}
+            converted[key] = value
+        for key, value in converted.items():
             setattr(self, key, value)
         return unknown
 
@@ -64,6 +78,8 @@ class SandboxSettings:
             value = getattr(self, f.name)
             if f.name == "fx_rates":
                 value = {f"{a}:{b}": str(r) for (a, b), r in value.items()}
+            elif f.name == "faults":
+                value = {name: fault.public() for name, fault in sorted(value.items())}
             elif isinstance(value, (frozenset, tuple)):
                 value = sorted(value) if isinstance(value, frozenset) else list(value)
             elif isinstance(value, datetime):

@@ -59,6 +59,8 @@ class Sandbox:
         self.order_timers: list[tuple[datetime, int]] = []
         self.calls: Counter[str] = Counter()
         self.rate_limited = 0
+        self.faults_injected: Counter[str] = Counter()
+        self.fault_rng = random.Random(f"faults:{self.settings.seed}")
         self.rate_windows: dict[tuple[str, str], tuple[float, int]] = {}
         self.webhook_listeners: list = []      # called as f(webhook, token) on creation
         self._thread: threading.Thread | None = None

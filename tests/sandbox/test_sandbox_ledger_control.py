@@ -73,7 +73,8 @@ def test_control_clock_and_settings(alpha, server):
     after = alpha.control("POST", "/clock/advance", {"seconds": 90}).json()
     assert datetime.fromisoformat(after["now"]) - before == timedelta(seconds=90)
     r = alpha.control("PATCH", "/settings", {"hourly_limit": 5, "faults": ["pricing"]})
-    assert r.json()["hourly_limit"] == 5 and r.json()["faults"] == ["pricing"]
+    assert r.json()["hourly_limit"] == 5
+    assert r.json()["faults"] == {"pricing": {"scope": ["all"], "rate": 1.0}}
     assert alpha.control("PATCH", "/settings", {"nope": 1}).status_code == 400
     alpha.control("PATCH", "/settings", {"clients": {"beta": {"paused": True}}})
     assert server.sandbox.clients["pk_sandbox_beta"].paused is True
