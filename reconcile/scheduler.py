@@ -3,8 +3,11 @@
 Only one worker may run jobs against a database. It holds the lease "worker" in the `locks` table
 (acquired in BEGIN IMMEDIATE, renewed every LEASE_RENEW_S, released on exit); a second worker waits
 for it (or exits, with --once or --no-wait) with a message naming the holder. A crashed holder stops
-renewing and its lease expires after LEASE_TTL_S. The worker refuses to start inside a gunicorn
-process: forked web workers would each run every job.
+renewing and its lease expires after LEASE_TTL_S; a worker restarted on the same host (same pid
+namespace) sees that the holder's process is gone and takes the lease over at once. A worker that
+takes the lease hands back the voucher fetch jobs its predecessor had claimed (a SIGKILL mid-fetch
+leaves them leased for minutes otherwise). The worker refuses to start inside a gunicorn process:
+forked web workers would each run every job.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import threading
 import uuid
 from datetime import timedelta, timezone
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -46,6 +50,56 @@ class WorkerRefused(PartnerKitError):
     """The worker must not start here (inside gunicorn)."""
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace id ("4026531836"), or "" where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    except OSError:
+        return ""
+
+
+def new_holder() -> str:
+    """A lease holder id: host:pid:pid-namespace:random (the namespace tells containers apart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_pid_namespace()}:{uuid.uuid4().hex[:8]}"
+
+
+def process_prefix() -> str:
+    """The "host:pid:" prefix this process puts on its lease and job-lease owner ids."""
+    return f"{socket.gethostname()}:{os.getpid()}:"
+
+
+def _process_exists(pid: int) -> bool:
+    """True while `pid` exists in this pid namespace and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def holder_is_gone(holder: str) -> bool:
+    """True only for a holder of this host and pid namespace whose process no longer exists.
+
+    Anything else (another host, another container, an id in an older format, a pid now reused by
+    some other process) counts as alive: the lease is then left to expire, never taken early.
+    """
+    parts = holder.split(":")
+    namespace = _pid_namespace()
+    if len(parts) != 4 or not namespace or parts[0] != socket.gethostname() or parts[2] != namespace:
+        return False
+    if not parts[1].isdigit() or int(parts[1]) == os.getpid():
+        return False
+    return not _process_exists(int(parts[1]))
+
+
 def refuse_inside_gunicorn() -> None:
     """Raise WorkerRefused in a gunicorn process: every forked web worker would run every job."""
     if "gunicorn" in sys.modules or "gunicorn" in os.path.basename(sys.argv[0] if sys.argv else ""):
@@ -60,15 +114,27 @@ class WorkerLease:
         self.db = db
         self.name = name
         self.ttl_s = ttl_s
-        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.holder = holder or new_holder()
         self.held = False
         self.lost = threading.Event()
 
     def try_acquire(self) -> locks.Lease:
-        """Take the lease if free or expired; the returned Lease says who holds it."""
+        """Take the lease if free, expired or held by a process that is gone; the Lease says who holds it."""
         lease = locks.acquire(self.db, self.name, self.holder, self.ttl_s)
+        if not lease.acquired and holder_is_gone(lease.holder):
+            log.warning("the worker lease holder %s is no longer running on this host; taking over", lease.holder)
+            lease = locks.acquire(self.db, self.name, self.holder, self.ttl_s, take_over_from=lease.holder)
         self.held = lease.acquired
+        if lease.acquired and lease.previous is not None:
+            self._recover_jobs(lease.previous)
         return lease
+
+    def _recover_jobs(self, previous: str) -> None:
+        """After taking over from another holder, hand back the job leases it left behind."""
+        recovered = locks.release_job_leases(self.db, keep_prefix=process_prefix())
+        if recovered:
+            log.warning("recovered %d job(s) claimed by the previous worker %s", recovered, previous,
+                        extra={"holder": self.holder, "recovered": recovered})
 
     def acquire(self, *, wait: bool, stop: threading.Event | None = None, poll_s: float = LEASE_POLL_S) -> None:
         """Take the lease, waiting for it if asked; WorkerBusy (naming the holder) otherwise."""

@@ -2,7 +2,12 @@
 
 A holder takes a lease with `acquire` (BEGIN IMMEDIATE, so two processes never both see it free),
 keeps it with `renew` well before `expires_at`, and gives it back with `release`. A holder that
-crashes simply stops renewing; after the TTL anyone may take the lease over.
+crashes simply stops renewing; after the TTL anyone may take the lease over (or at once, with
+`take_over_from`, when the caller knows that holder's process is gone).
+
+The voucher fetch jobs carry leases of their own (`jobs.lease_owner`, `lease_expires_at`), taken
+only by the worker that holds the "worker" lease. `release_job_leases` hands back the ones a
+previous worker left behind, so a worker killed mid-fetch does not hold its jobs until they expire.
 """
 
 from __future__ import annotations
@@ -23,22 +28,25 @@ class Lease:
     acquired_at: datetime
     expires_at: datetime
     acquired: bool  # True when the caller holds it
+    previous: str | None = None  # on acquisition: the other holder it was taken over from, if any
 
 
-def acquire(db: Database, name: str, holder: str, ttl_s: float, *, now: datetime | None = None) -> Lease:
-    """Take the lease if it is free, expired or already ours; otherwise report the current holder."""
+def acquire(db: Database, name: str, holder: str, ttl_s: float, *, now: datetime | None = None,
+            take_over_from: str | None = None) -> Lease:
+    """Take the lease if it is free, expired, already ours or held by `take_over_from`; else report the holder."""
     now = now or utcnow()
     expires = now + timedelta(seconds=ttl_s)
     with transaction(db) as conn:
         row = conn.execute("SELECT holder, acquired_at, expires_at FROM locks WHERE name = ?", (name,)).fetchone()
-        if row is not None and row[0] != holder and parse_ts(row[2]) > now:
+        if row is not None and row[0] not in (holder, take_over_from) and parse_ts(row[2]) > now:
             return Lease(name, row[0], parse_ts(row[1]), parse_ts(row[2]), acquired=False)  # type: ignore[arg-type]
         acquired_at = parse_ts(row[1]) if row is not None and row[0] == holder else now
         conn.execute("INSERT INTO locks (name, holder, acquired_at, expires_at) VALUES (?, ?, ?, ?) "
                      "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
                      "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
                      (name, holder, iso(acquired_at), iso(expires)))
-    return Lease(name, holder, acquired_at, expires, acquired=True)  # type: ignore[arg-type]
+    previous = row[0] if row is not None and row[0] != holder else None
+    return Lease(name, holder, acquired_at, expires, acquired=True, previous=previous)  # type: ignore[arg-type]
 
 
 def renew(db: Database, name: str, holder: str, ttl_s: float, *, now: datetime | None = None) -> bool:
@@ -55,6 +63,21 @@ def release(db: Database, name: str, holder: str) -> bool:
     with transaction(db) as conn:
         cursor = conn.execute("DELETE FROM locks WHERE name = ? AND holder = ?", (name, holder))
         return cursor.rowcount == 1
+
+
+def release_job_leases(db: Database, *, keep_prefix: str) -> int:
+    """Hand back every pending job's lease whose owner does not start with `keep_prefix`; return how many.
+
+    Only the holder of the "worker" lease claims jobs, so the caller (which has just acquired it)
+    knows any other job lease belongs to a worker that died or lost the lease; a job it was running
+    is re-run from its last committed state (vouchers are stored once by fingerprint).
+    """
+    with transaction(db) as conn:
+        cursor = conn.execute(
+            "UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL "
+            "WHERE state = 'pending' AND lease_owner IS NOT NULL AND substr(lease_owner, 1, ?) != ?",
+            (len(keep_prefix), keep_prefix))
+        return cursor.rowcount
 
 
 def current(db: Database, name: str) -> Lease | None:
