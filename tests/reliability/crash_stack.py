@@ -267,6 +267,10 @@ class CrashStack:
         wait_until(lambda: len(children(self.receiver.pid)) == workers, READY_TIMEOUT_S, 0.05, "gunicorn workers")
         return self.receiver
 
+    def get(self, path: str) -> requests.Response:
+        """GET a path of the receiver."""
+        return requests.get(self.receiver_url + path, timeout=30)
+
     def gunicorn_workers(self) -> list[int]:
         assert self.receiver is not None
         return children(self.receiver.pid)
