@@ -20,7 +20,7 @@ from partnerkit import errors
 from partnerkit.config import Config
 from partnerkit.crypto import Cipher, load_cipher
 from partnerkit.money import cents
-from partnerkit.store import Database, jobs, orders, vouchers
+from partnerkit.store import Database, jobs, orders, quarantine, vouchers
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
 from partnerkit.store.vouchers import SealedVoucher
@@ -39,6 +39,11 @@ class FetchPolicy:
     base_s: float = 10.0  # the document: "Order polling: no faster than every 10 seconds"
     cap_s: float = 900.0
     lease_s: float = 120.0  # longer than one read with the client's own retries
+    # A parked (dead) fetch is not stuck forever: the order catch-up re-arms it once it has been
+    # parked this long, for one more read each time, at most `revive_per_run` per catch-up run.
+    # Vouchers are what the partner paid for; an hourly read per parked order is cheap.
+    revive_after_s: float = 3600.0
+    revive_per_run: int = 5
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds before retry number `attempt` (1-based); never less than Retry-After."""
@@ -108,8 +113,12 @@ def _verdict(job: Job, detail: Any) -> tuple[str, str | None]:
     want = job.expected_count or 0
     if status == "DELIVERED":
         want = max(want, detail.quantity or 0)
+    bad = getattr(detail, "malformed", ())
     if len(detail.vouchers) < want:
-        return "retry", f"detail shows {len(detail.vouchers)} of {want} vouchers"
+        unreadable = f" ({len(bad)} unreadable: {bad[0]})" if bad else ""
+        return "retry", f"detail shows {len(detail.vouchers)} of {want} vouchers{unreadable}"
+    if bad:  # enough readable vouchers, yet some unreadable: keep reading until every one is stored
+        return "retry", f"{len(bad)} voucher(s) unreadable: {bad[0]}"
     return "done", None
 
 
@@ -144,12 +153,18 @@ def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPo
                        give_up_after=policy.not_found_attempts)
     except errors.ServerError as exc:
         return _settle(db, job, policy, now=now, outcome="server_error", reason=str(exc), retry_after=exc.retry_after)
-    except (errors.TransportError, errors.MalformedResponse) as exc:
+    except errors.TransportError as exc:
         return _settle(db, job, policy, now=now, outcome="network_error", reason=str(exc))
+    except errors.MalformedResponse as exc:  # the detail itself is unreadable: nothing stored from it
+        return _settle(db, job, policy, now=now, outcome="malformed",
+                       reason=f"order detail unreadable: {exc}")
     except errors.ApiStatusError as exc:  # 400/401/403: retrying unchanged will not help
         return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
     sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
     verdict, reason = _verdict(job, detail)
+    if detail.malformed:
+        log.warning("order detail with unreadable vouchers", extra={"order_id": job.order_id,
+                                                                     "unreadable": len(detail.malformed)})
     with transaction(db) as conn:
         added = vouchers.add(conn, job.order_id, sealed, now=now)
         status = (detail.status or "").upper()
@@ -158,7 +173,8 @@ def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPo
                      **_detail_fields(detail))
     summary.vouchers_added += added
     if verdict == "retry":
-        return _settle(db, job, policy, now=now, outcome="not_ready", reason=reason or "")
+        return _settle(db, job, policy, now=now, outcome="malformed" if detail.malformed else "not_ready",
+                       reason=reason or "")
     with transaction(db) as conn:
         jobs.bump(conn, "voucher_fetch.stored")
         jobs.finish(conn, job, now=now, state="done", error=reason)
@@ -201,16 +217,33 @@ class SyncSummary:
     fetches_queued: int = 0
     stopped: str = "end of list"
     since: str | None = None
+    quarantined: int = 0  # list records that could not be read (held with the reason)
+    fetches_revived: int = 0  # parked voucher fetches given one more try
 
 
 def _status_of(summary_item: Any) -> str:
     return str(summary_item.status or "").upper()  # the list shows lower-case values
 
 
+def revive_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = FetchPolicy()) -> list[int]:
+    """Re-arm voucher fetches parked for `policy.revive_after_s` (one more read each); their order ids."""
+    revived = jobs.revive_parked(db, now=now, parked_before=now - timedelta(seconds=policy.revive_after_s),
+                                 limit=policy.revive_per_run)
+    if revived:
+        log.info("parked voucher fetches re-armed", extra={"order_ids": revived})
+    return revived
+
+
 def catch_up_orders(config: Config, db: Database, client: Any, since: datetime | None = None, *,
                     now: datetime | None = None, max_pages: int = 20, page_size: int = 100,
-                    max_lookback: timedelta = timedelta(days=2)) -> SyncSummary:
-    """Walk the order list newest first down to `since` (else the stored watermark); repair local state."""
+                    max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy()) -> SyncSummary:
+    """Walk the order list newest first down to `since` (else the stored watermark); repair local state.
+
+    Also re-arms voucher fetches parked long enough (`revive_parked_fetches`): a parked fetch is
+    retried hourly by this job, never left dead forever. A list record that cannot be read is held
+    in quarantine with the reason and does not stop the others; the watermark then stays put, so
+    the record is listed again on the next run.
+    """
     now = now or utcnow()
     floor = now - max_lookback
     if since is None:
@@ -219,6 +252,7 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     since = max(since, floor)
     api = client.with_budget("order_sync", wait=False) if hasattr(client, "with_budget") else client
     summary = SyncSummary(since=iso(since))
+    summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))
     oldest_open: datetime | None = None
     page_number = 0
     while page_number < max_pages:
@@ -229,7 +263,15 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
             summary.stopped = "budget"
             return summary
         summary.pages += 1
+        unreadable = getattr(page, "malformed", ())
+        if unreadable:
+            summary.quarantined += len(unreadable)
+            quarantine.hold(db, "order", [(f"order record unreadable: {bad}", bad.body) for bad in unreadable],
+                            now=now)
+            log.warning("quarantined %d order record(s): %s", len(unreadable),
+                        "; ".join(str(bad) for bad in unreadable[:3]))
         items = [o for o in page.items if o.placed_at is None or o.placed_at >= since]
+        quarantine.release(db, "order", [o.id for o in items])
         local = orders.statuses(db, [o.id for o in items])
         with transaction(db) as conn:
             for order in items:
@@ -264,8 +306,11 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     else:
         summary.stopped = "max pages"
     # Next time, start from the oldest order that may still change (never older than the floor).
+    # An unreadable record's placed_at is unknown: keep the watermark where it was so it is listed again.
     local_open = orders.oldest_open_placed_at(db)
     marks = [m for m in (oldest_open, parse_ts(local_open) if local_open else None) if m is not None]
+    if summary.quarantined:
+        marks.append(since)
     watermark = max(min(marks) if marks else now - timedelta(minutes=5), floor)
     with transaction(db) as conn:
         orders.set_meta(conn, SYNC_WATERMARK, stamp(watermark), now=now)

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from partnerkit.config import Config
-from partnerkit.errors import BudgetExhausted, NotFound, PartnerKitError, RateLimited
+from partnerkit.errors import BudgetExhausted, MalformedResponse, NotFound, PartnerKitError, RateLimited
 from partnerkit.money import from_cents
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
@@ -44,6 +44,7 @@ class PollSummary:
     escalated: list[str] = field(default_factory=list)
     budget_exhausted: bool = False
     not_found: list[int] = field(default_factory=list)
+    quarantined: list[int] = field(default_factory=list)  # provider ids whose record could not be read
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the job log line."""
@@ -129,6 +130,13 @@ def _walk_list(db: Database, client: Any, step: ListRead, now: datetime, summary
             wanted.pop(int(record.id), None)
             if int(record.id) in known:
                 read.add(known[int(record.id)])
+        # A record the client could not read is quarantined, not a reason to stop: the good records
+        # of the page are stored above, and the bad one counts as read (due again on its schedule,
+        # never re-read in a tight loop).
+        bad = store.reject(db, [(_record_id(b), f"{store.UNREADABLE} {b}", b.body) for b in getattr(result, "malformed", ())], now)
+        for provider_id, _ in bad.rejected + outcome.rejected:
+            _quarantined(provider_id, summary, read, known)
+            wanted.pop(provider_id, None)  # type: ignore[arg-type]
         if not wanted or not result.has_more or not records or int(records[-1].id) < floor:
             break
         if page >= step.estimated_pages + EXTRA_PAGES:
@@ -150,9 +158,31 @@ def _read_single(db: Database, client: Any, item: PollItem, now: datetime, summa
         read.add(item.local_id)
         log.warning("recharge %s not found at the provider while PROCESSING locally", item.provider_id)
         return
+    except MalformedResponse as exc:
+        if exc.status is not None:
+            raise  # the whole answer is unreadable (not one record): the provider's fault ends the pass
+        store.reject(db, [(item.provider_id, f"{store.UNREADABLE} {exc}", exc.body)], now)
+        _quarantined(item.provider_id, summary, read, {item.provider_id: item.local_id})
+        return
     outcome = store.upsert_from_provider(db, [record], now, insert_unknown=False)
     summary.settled += len(outcome.settled)
+    for provider_id, _ in outcome.rejected:
+        _quarantined(provider_id, summary, read, {item.provider_id: item.local_id})
     read.add(item.local_id)
+
+
+def _record_id(bad: MalformedResponse) -> int | None:
+    value = bad.body.get("id") if isinstance(bad.body, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _quarantined(provider_id: int | None, summary: PollSummary, read: set[int], known: dict[int, int]) -> None:
+    if provider_id is None:
+        return
+    summary.quarantined.append(provider_id)
+    if provider_id in known:
+        read.add(known[provider_id])
+    log.warning("recharge %s: the provider's record could not be read; quarantined", provider_id)
 
 
 def _escalate(db: Database, candidates: tuple[PollItem, ...], now: datetime, summary: PollSummary) -> None:

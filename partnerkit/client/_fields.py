@@ -106,6 +106,22 @@ class Reader:
             return tuple(value)
         return self._typed(name, required, False, convert)
 
+    def records_apart(self, name: str, parse: Callable[[Any], Any]) -> tuple[tuple, tuple[MalformedResponse, ...]]:
+        """Like `records`, but a bad item is kept apart (its error names `Record.name[i]`) instead of raised."""
+        value = self._get(name, False, True)
+        if value is MISSING or value is None:
+            return (), ()
+        if not isinstance(value, list):
+            raise self._bad(name, "expected an array")
+        good, bad = [], []
+        for index, item in enumerate(value):
+            try:
+                good.append(parse(item))
+            except MalformedResponse as exc:
+                bad.append(MalformedResponse(f"{self.record}.{name}[{index}]: {exc}", body=item,
+                                             field=getattr(exc, "field", None)))
+        return tuple(good), tuple(bad)
+
     def records(self, name: str, parse: Callable[[Any], Any]) -> tuple:
         """An optional array of nested records (absent or null: empty)."""
         value = self._get(name, False, True)

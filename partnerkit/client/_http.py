@@ -7,7 +7,8 @@ adapter is therefore mounted with retries off, and requests' exceptions are conv
 partnerkit's tree once, here, with `raise ... from exc`.
 
 Which failures are retried (decision, see docs/client.md):
-- GET: 429 (after Retry-After), 5xx and connection errors, up to RetryPolicy.max_attempts.
+- GET: 429 (after Retry-After), 5xx, connection errors and a 2xx body that is not JSON (cut off
+  on the way), up to RetryPolicy.max_attempts.
 - POST/PUT/DELETE: only when the failure proves nothing was processed: the connection was
   never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
   A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
@@ -203,7 +204,17 @@ class Transport:
                 raise err from exc
             self.budget.observe(ticket, **_rate_headers(resp.headers))
             if 200 <= resp.status_code < 300:
-                return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
+                try:
+                    return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
+                except errors.MalformedResponse:
+                    # A garbled read (cut off on the way) is read again like a 5xx; a write's lost
+                    # answer is never re-sent here: the caller replays its key or locates it.
+                    if signed or attempt >= self.retry.max_attempts:
+                        raise
+                    log.info("%s %s: HTTP %d body is not JSON; retrying (attempt %d)", method, path,
+                             resp.status_code, attempt)
+                    self.sleep(self.retry.interval(attempt))
+                    continue
             err = self._status_error(resp, method, path)
             if err.status == 429:
                 self.budget.block(budget_class, err.retry_after)

@@ -223,7 +223,12 @@ class OrderSummary:
 
 @dataclass(frozen=True)
 class OrderDetail:
-    """Order (detail): vouchers are populated only for DELIVERED and PARTIALLY_DELIVERED."""
+    """Order (detail): vouchers are populated only for DELIVERED and PARTIALLY_DELIVERED.
+
+    A voucher that cannot be read does not hide the others: it is kept apart in `malformed`
+    (MalformedResponse naming `OrderDetail.vouchers[i]` and the field), so the readable vouchers
+    can be stored and the order fetched again for the rest.
+    """
 
     id: int
     reference_code: str
@@ -237,15 +242,17 @@ class OrderDetail:
     placed_at: datetime
     vouchers: tuple[Voucher, ...] = ()
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+    malformed: tuple = field(default=(), repr=False, compare=False)
 
     @classmethod
     def from_payload(cls, raw: Any) -> "OrderDetail":
         r = Reader(raw, cls.__name__)
+        vouchers, bad = r.records_apart("vouchers", Voucher.from_payload)
         return cls(
             id=r.int("id"), reference_code=r.str("reference_code"), transaction_id=r.int("transaction_id"),
             amount=r.money("amount"), product_id=r.int("product_id"), denomination=r.money("denomination"),
             quantity=r.int("quantity"), discount=r.money("discount", required=False, nullable=True),
-            status=r.upper("status"), placed_at=r.ts("placed_at"), vouchers=r.records("vouchers", Voucher.from_payload), raw=raw,
+            status=r.upper("status"), placed_at=r.ts("placed_at"), vouchers=vouchers, raw=raw, malformed=bad,
         )
 
 

@@ -95,6 +95,32 @@ def release(conn: sqlite3.Connection, job: Job, *, now: datetime, next_run_at: d
          stamp(now), job.id))
 
 
+def revive_parked(db: Database, *, now: datetime, parked_before: datetime, limit: int,
+                  kind: str = VOUCHER_FETCH) -> list[int]:
+    """Re-arm dead jobs parked at or before `parked_before`: due now, one more try each; their order ids.
+
+    Only a job that is still the newest of its order is revived (a newer job, pending or done, has
+    taken over), so the one-pending-job-per-order index always holds. Its attempts are kept: the
+    fetch policy parks it again after a single failed try, so a parked fetch costs one call per
+    revival, never a fresh series of retries.
+    """
+    at = stamp(now)
+    with transaction(db) as conn:
+        rows = conn.execute(
+            """SELECT id, order_id FROM jobs AS j
+               WHERE kind = ? AND state = 'dead' AND updated_at <= ?
+                 AND id = (SELECT MAX(id) FROM jobs AS k WHERE k.kind = j.kind AND k.order_id = j.order_id)
+               ORDER BY updated_at LIMIT ?""", (kind, stamp(parked_before), limit)).fetchall()
+        for job_id, _ in rows:
+            conn.execute(
+                """UPDATE jobs SET state = 'pending', generation = generation + 1, next_run_at = ?,
+                                  lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+                   WHERE id = ? AND state = 'dead'""", (at, at, job_id))
+        if rows:
+            bump(conn, f"{kind}.revived", len(rows))
+    return [order_id for _, order_id in rows]
+
+
 def latest_for_orders(db: Database, order_ids: list[int], kind: str = VOUCHER_FETCH) -> dict[int, dict]:
     """The newest job of each order: state, attempts, last_error, next_run_at."""
     if not order_ids:

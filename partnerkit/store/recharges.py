@@ -24,6 +24,7 @@ FINAL = frozenset({"SUCCESS", "FAILED", "REVERSED"})
 # States and transitions: legacy stored values that the status filter SUCCESS also matches.
 LEGACY_SUCCESS = frozenset({"DELIVERED", "RECHARGED"})
 OPEN_INTENT = ("INTENT", "UNKNOWN")
+UNREADABLE = "recharge record unreadable:"  # the prefix of a quarantine reason kept in last_error
 
 
 @dataclass
@@ -35,6 +36,7 @@ class UpsertResult:
     settled: list[int] = field(default_factory=list)  # local ids that became final in this batch
     linked: list[int] = field(default_factory=list)  # INTENT/UNKNOWN rows matched by client_reference
     seen_provider_ids: set[int] = field(default_factory=set)
+    rejected: list[tuple[int | None, str]] = field(default_factory=list)  # (provider id, reason): quarantined
 
 
 def _get(record: Any, name: str) -> Any:
@@ -194,16 +196,34 @@ def _insert(conn: sqlite3.Connection, f: dict, status: str, legacy: str | None, 
 
 def upsert_from_provider(db: Database, recharges: Iterable[Any], seen_at: datetime, *,
                          insert_unknown: bool = True) -> UpsertResult:
-    """Store provider reads idempotently; a final status never moves back to PROCESSING."""
+    """Store provider reads idempotently; a final status never moves back to PROCESSING.
+
+    A record that cannot be stored (a status the document does not describe, money or times that
+    do not parse) is quarantined with the reason (partnerkit.store.quarantine) and noted on its
+    local row, in the same transaction; the other records of the batch are stored as usual.
+    """
     result = UpsertResult()
-    records = [provider_fields(r) for r in recharges]
-    if not records:
+    records, bad = [], []
+    for record in recharges:
+        try:
+            f = provider_fields(record)
+            if f["id"] is None:
+                raise StorageError("recharge record without an id")
+            f["_status"] = normalise_status(f["status"])
+            records.append(f)
+        except (StorageError, ValueError, TypeError) as exc:
+            raw = _get(record, "raw")
+            bad.append((_raw_id(raw if isinstance(raw, Mapping) else record), f"{UNREADABLE} {exc}",
+                        raw if isinstance(raw, Mapping) else record))
+    if not records and not bad:
         return result
     with transaction(db) as conn:
+        if bad:
+            _reject(conn, bad, seen_at, result)
         known = _by_provider_id(conn, [f["id"] for f in records])
         for f in records:
             result.seen_provider_ids.add(f["id"])
-            status, legacy = normalise_status(f["status"])
+            status, legacy = f.pop("_status")
             row = known.get(f["id"]) or _match_open_intent(conn, f)
             if row is None:
                 if insert_unknown:
@@ -222,7 +242,51 @@ def upsert_from_provider(db: Database, recharges: Iterable[Any], seen_at: dateti
             result.updated += 1
             if status in FINAL and row["status"] not in FINAL:
                 result.settled.append(row["local_id"])
+        if records:
+            from partnerkit.store import quarantine
+
+            ids = [f["id"] for f in records]
+            if quarantine.release_in(conn, "recharge", ids):  # read correctly now
+                for start in range(0, len(ids), 500):
+                    chunk = ids[start:start + 500]
+                    conn.execute(f"UPDATE recharges SET last_error = NULL WHERE last_error LIKE '{UNREADABLE}%'"
+                                 f" AND provider_id IN ({','.join('?' * len(chunk))})", chunk)
     return result
+
+
+def _raw_id(raw: Any) -> int | None:
+    value = raw.get("id") if isinstance(raw, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _reject(conn: sqlite3.Connection, bad: list[tuple[int | None, str, Any]], seen_at: datetime,
+            result: UpsertResult) -> None:
+    """Quarantine unreadable records and note the reason on their local rows (inside a transaction)."""
+    from partnerkit.store import quarantine  # the shared quarantine of provider records
+
+    quarantine.hold_in(conn, "recharge", [(reason, raw if isinstance(raw, Mapping) else repr(raw))
+                                          for _, reason, raw in bad], now=seen_at)
+    for provider_id, reason, _ in bad:
+        result.rejected.append((provider_id, reason))
+        if provider_id is not None:
+            result.seen_provider_ids.add(provider_id)  # the provider has it: absence would be wrong
+            note_unreadable(conn, provider_id, reason, seen_at)
+
+
+def reject(db: Database, bad: Iterable[tuple[int | None, str, Any]], seen_at: datetime) -> UpsertResult:
+    """Quarantine (provider id or None, reason, raw record) triples the client could not read."""
+    result = UpsertResult()
+    bad = list(bad)
+    if bad:
+        with transaction(db) as conn:
+            _reject(conn, bad, seen_at, result)
+    return result
+
+
+def note_unreadable(conn: sqlite3.Connection, provider_id: int, reason: str, at: datetime) -> None:
+    """Keep why the provider's copy of a known recharge could not be read (shown by `recharges show`)."""
+    conn.execute("UPDATE recharges SET last_error = ?, row_updated_at = ? WHERE provider_id = ?",
+                 (reason[:500], iso(at), provider_id))
 
 
 def _by_provider_id(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, dict]:
