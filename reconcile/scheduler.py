@@ -28,7 +28,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from partnerkit.config import Config
-from partnerkit.errors import PartnerKitError
+from partnerkit.errors import PartnerKitError, StorageError
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.timeutil import iso, utcnow
@@ -140,7 +140,19 @@ class WorkerLease:
         """Take the lease, waiting for it if asked; WorkerBusy (naming the holder) otherwise."""
         announced = False
         while True:
-            lease = self.try_acquire()
+            try:
+                lease = self.try_acquire()
+            except StorageError as exc:
+                # A database locked past the busy timeout (a backup, another process's long write)
+                # is a reason to wait, not to exit: a worker restarted just then would otherwise die.
+                if not wait:
+                    raise
+                log.warning("cannot take the worker lease yet (%s); retrying in %.0f s", exc, poll_s)
+                if stop is not None and stop.wait(poll_s):
+                    raise WorkerBusy("stopped while waiting for the worker lease") from None
+                if stop is None:
+                    threading.Event().wait(poll_s)
+                continue
             if lease.acquired:
                 log.info("worker lease acquired by %s", self.holder, extra={"holder": self.holder})
                 return
