@@ -74,7 +74,7 @@ def print_table(outcome, echo=print) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a 30 s variant (900 events, 10 orders)")
+    parser.add_argument("--quick", action="store_true", help="a 40 s variant (1200 events, 12 orders)")
     parser.add_argument("--events", type=int, help="events the load process sends (default 6000)")
     parser.add_argument("--rate", type=float, help="events per second (default 40)")
     parser.add_argument("--orders", type=int, help="voucher orders created on the sandbox (default 30)")

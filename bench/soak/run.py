@@ -51,7 +51,7 @@ class Plan:
 
     @classmethod
     def quick(cls) -> "Plan":
-        return cls(events=900, rate=30.0, orders=10, provider_fault_s=6.0)
+        return cls(events=1200, rate=30.0, orders=12, provider_fault_s=5.0)
 
     @property
     def duration_s(self) -> float:
@@ -69,6 +69,8 @@ class Fault:
 FAULTS = (
     Fault(0.10, "kill_receiver_worker", "SIGKILL one gunicorn worker (the master respawns it)"),
     Fault(0.20, "provider_500", "provider answers 500 to every API call"),
+    Fault(0.30, "provider_garbled", "provider answers with cut JSON, records missing fields and money "
+                                    "with 3 decimals (a third of answers/records each)"),
     Fault(0.40, "kill_worker", "SIGKILL `partnerkit worker`, restarted 3 s later"),
     Fault(0.52, "db_locked", "database write-locked by another process past the busy timeout"),
     Fault(0.64, "provider_429", "provider answers 429 with Retry-After to every API call"),
@@ -151,7 +153,12 @@ class Soak:
         try:
             conn.execute("BEGIN EXCLUSIVE")
             self._note(fault.name, f"{fault.what}: {self.plan.lock_s:.0f} s")
-            time.sleep(self.plan.lock_s)
+            # One second in, both gunicorn workers are inside a request, waiting on the lock: kill one
+            # there, so the connection drops with nothing committed and the sender must retry.
+            time.sleep(1.0)
+            self.kill_receiver_worker(Fault(0, "kill_receiver_worker_mid_request",
+                                            "SIGKILL a gunicorn worker inside a request (waiting on the lock)"))
+            time.sleep(max(0.0, self.plan.lock_s - 1.0))
             conn.execute("ROLLBACK")
         finally:
             conn.close()
@@ -169,8 +176,12 @@ class Soak:
     def provider_500(self, fault: Fault) -> None:
         self._provider_fault(fault, {"faults": {"http_500": {}}})
 
+    def provider_garbled(self, fault: Fault) -> None:
+        self._provider_fault(fault, {"faults": {"malformed_json": {"rate": 0.3}, "missing_fields": {"rate": 0.3},
+                                                "money_precision": {"rate": 0.3}}})
+
     def provider_429(self, fault: Fault) -> None:
-        self._provider_fault(fault, {"faults": {"rate_limit": {"retry_after_s": 2}}})
+        self._provider_fault(fault, {"faults": {"rate_limit": {"seconds": 2}}})
 
     def provider_slow(self, fault: Fault) -> None:
         self._provider_fault(fault, {"faults": {"slow": {"seconds": 12}}})
