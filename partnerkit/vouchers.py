@@ -144,7 +144,7 @@ def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPo
     except errors.BudgetExhausted as exc:
         with transaction(db) as conn:  # nothing was sent: not an attempt
             jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=exc.retry_after or 30),
-                         error="waiting for API budget", count_attempt=False)
+                         error=f"waiting for API budget: {exc}", count_attempt=False)
         return "deferred"
     except errors.RateLimited as exc:
         return _settle(db, job, policy, now=now, outcome="rate_limited", reason=str(exc), retry_after=exc.retry_after)

@@ -12,21 +12,29 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from partnerkit.config import Config
-from partnerkit.errors import BudgetExhausted, MalformedResponse, NotFound, PartnerKitError, RateLimited
+from partnerkit.errors import ApiError, BudgetExhausted, MalformedResponse, NotFound, PartnerKitError, RateLimited
 from partnerkit.money import from_cents
 from partnerkit.store import Database
+from partnerkit.store import orders as orders_store
 from partnerkit.store import recharges as store
-from partnerkit.timeutil import parse_ts, utcnow
+from partnerkit.store.db import transaction
+from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.polling import DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, SingleRead, plan
 
 log = logging.getLogger("reconcile.poller")
 
 MAX_CALLS_PER_PASS = 20  # a pass every 5 s never needs more; bounds a pass if the estimate is off
 EXTRA_PAGES = 2  # pages beyond the plan's estimate a list walk may take before leaving the rest due
+# After a pass the provider failed (5xx, timeout, unreadable answer), the next passes wait 5 s,
+# 10 s, 20 s, ... up to 60 s instead of asking every 5 s: a provider in trouble is not hammered and
+# the poller's share of the budget is not burnt on failures; once it answers, the schedule resumes.
+BACKOFF_KEY = "poller.provider_backoff"
+BACKOFF_FIRST_S = 5.0
+BACKOFF_CAP_S = 60.0
 
 
 @dataclass
@@ -45,6 +53,7 @@ class PollSummary:
     budget_exhausted: bool = False
     not_found: list[int] = field(default_factory=list)
     quarantined: list[int] = field(default_factory=list)  # provider ids whose record could not be read
+    backing_off_until: str | None = None  # the provider failed recently: no call before this
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the job log line."""
@@ -82,6 +91,10 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
     summary.candidates = len(items)
     if not items:
         return summary
+    failures, until = _backoff(db)
+    if until is not None and now < until:
+        summary.backing_off_until = iso(until)
+        return summary
     first = min(i.created_at for i in items).date()
     counts = store.day_counts(db, first, now.date())
     keep_free = poller_keep_free(config)
@@ -103,12 +116,37 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
     except (BudgetExhausted, RateLimited) as exc:
         summary.budget_exhausted = True
         log.info("poll pass ended early: %s", exc)
+    except ApiError as exc:  # the provider failed this pass: back off, and let the job report the error
+        delay = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** failures)
+        _set_backoff(db, failures + 1, now + timedelta(seconds=delay), now)
+        log.warning("poll pass failed (%s); next pass in %.0f s at the earliest", exc, delay)
+        raise
+    else:
+        if failures:
+            _set_backoff(db, 0, None, now)
     finally:
         marks = [(i.local_id, schedule.next_read_at(i.created_at, now)) for i in items if i.local_id in read]
         store.mark_polled(db, marks, now)
     summary.read = len(marks)
     _escalate(db, the_plan.escalate, now, summary)
     return summary
+
+
+def _backoff(db: Database) -> tuple[int, datetime | None]:
+    """(consecutive failed passes, no pass before) from the shared meta table."""
+    raw = orders_store.get_meta(db, BACKOFF_KEY)
+    if not raw:
+        return 0, None
+    count, _, until = raw.partition("|")
+    try:
+        return int(count), parse_ts(until) if until else None
+    except (ValueError, PartnerKitError):
+        return 0, None
+
+
+def _set_backoff(db: Database, failures: int, until: datetime | None, now: datetime) -> None:
+    with transaction(db) as conn:
+        orders_store.set_meta(conn, BACKOFF_KEY, f"{failures}|{iso(until) if until else ''}", now=now)
 
 
 def _walk_list(db: Database, client: Any, step: ListRead, now: datetime, summary: PollSummary,

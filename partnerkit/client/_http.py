@@ -84,7 +84,10 @@ class Response:
 
 def _new_session() -> requests.Session:
     session = requests.Session()
-    adapter = HTTPAdapter(max_retries=urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0, raise_on_status=False))
+    # read=False: a read timeout is re-raised as itself (requests' ReadTimeout -> ApiTimeout); with
+    # read=0 urllib3 wraps it, for GET, in MaxRetryError and requests reports a "connection error".
+    adapter = HTTPAdapter(max_retries=urllib3.Retry(total=0, connect=0, read=False, redirect=0, status=0,
+                                                    raise_on_status=False))
     session.mount("https://", adapter)
     session.mount("http://", adapter)
     return session

@@ -137,19 +137,21 @@ class Budget:
             raise ValueError("keep_free must be 0 or more")
         deadline = self._now() + max_wait
         while True:
-            ticket, needed = self._try_acquire(budget_class, limit, purpose, keep_free)
+            ticket, needed, blocked = self._try_acquire(budget_class, limit, purpose, keep_free)
             if ticket is not None:
                 return ticket
             remaining_wait = deadline - self._now()
             if not wait or needed > remaining_wait:
+                why = " (the provider answered 429: nothing is sent until its Retry-After has passed)" if blocked else ""
                 raise BudgetExhausted(
-                    f"request budget {budget_class!r} has no room for {purpose!r}; retry in {needed:.1f}s",
+                    f"request budget {budget_class!r} has no room for {purpose!r}; retry in {needed:.1f}s{why}",
                     retry_after=needed,
                     budget_class=budget_class,
                 )
             (self._sleep or time.sleep)(max(needed, 0.01))
 
-    def _try_acquire(self, budget_class: str, limit: Limit, purpose: str, keep_free: int) -> tuple[Ticket | None, float]:
+    def _try_acquire(self, budget_class: str, limit: Limit, purpose: str,
+                     keep_free: int) -> tuple[Ticket | None, float, bool]:
         with self._lock, transaction(self._db) as conn:
             now = self._now()
             conn.execute(
@@ -163,12 +165,12 @@ class Budget:
             provider = self._provider_view(conn, budget_class)
             needed = wait_needed(now=now, limit=limit, sent=sent, provider=provider, keep_free=keep_free)
             if needed > 0:
-                return None, needed
+                return None, needed, provider.blocked_until is not None and now < provider.blocked_until
             cursor = conn.execute(
                 "INSERT INTO budget_events (key_hash, class, purpose, at) VALUES (?, ?, ?, ?)",
                 (self._key, budget_class, purpose, now),
             )
-            return Ticket(cursor.lastrowid, budget_class, now), 0.0
+            return Ticket(cursor.lastrowid, budget_class, now), 0.0, False
 
     def _provider_view(self, conn, budget_class: str) -> ProviderView:
         row = conn.execute(
