@@ -28,6 +28,7 @@ ROWS = (
     ("connection errors (worker killed)", "connection_errors"),
     ("other 5xx answers", "answered_5xx_other"),
     ("voucher orders created", "orders_created"),
+    ("order creations refused by a fault", "order_create_errors"),
     ("vouchers expected", "vouchers_expected"),
     ("vouchers stored", "vouchers_stored"),
     ("vouchers stored twice", "vouchers_extra"),
