@@ -17,7 +17,8 @@ from partnerkit.client import PartnerClient
 from partnerkit.config import load_config
 from partnerkit.store import open_db
 from partnerkit.store import vouchers as voucher_store
-from tests.reliability.crash_stack import CrashStack, wait_until
+from reconcile.sync import RECHARGE_PAGE
+from tests.reliability.crash_stack import CrashStack, Gate, wait_until
 from tests.reliability.storage_faults import (fill, held_write_lock, remount, signed_webhook, tiny_filesystem,
                                               truncate_wal)
 
@@ -93,3 +94,131 @@ def test_a_database_locked_past_the_busy_timeout_gets_503_then_the_retry_is_stor
     assert events <= set(inbox) and all(inbox[e] == 0 for e in events), "each event stored exactly once"
     assert [s for _, s in after].count(200) == len(events)
     assert "Traceback" not in receiver_log
+
+
+def _yesterday() -> datetime:
+    return datetime.now(timezone.utc).replace(hour=10, minute=0, second=0, microsecond=0) - timedelta(days=1)
+
+
+def _plant_yesterday(stack: CrashStack) -> None:
+    """A legacy recharge and its debit on the day the nightly report covers."""
+    stack.sandbox_control("POST", "recharges/legacy", {
+        "status": "DELIVERED", "amount": 300, "mobile_number": "9811100001", "operator_id": 1,
+        "created_at": _yesterday().isoformat(), "with_transaction": True})
+
+
+def _job_lines(log: str) -> list[dict]:
+    """The worker's one-line-per-run records."""
+    lines = []
+    for line in log.splitlines():
+        if line.startswith("{") and '"job": ' in line:
+            record = json.loads(line)
+            if "outcome" in record:
+                lines.append(record)
+    return lines
+
+
+FULL = "database or disk is full"
+
+
+@pytest.mark.slow  # about 25 s: a voucher fetch's back-off after a provider error is 10 s
+def test_a_full_disk_gets_503_and_failed_jobs_then_everything_is_done_once_space_is_back(tmp_path):
+    from reconcile.recharges import submit
+
+    today, day = datetime.now(timezone.utc).date().isoformat(), _yesterday().date().isoformat()
+    # The worker's first sync-recent, nightly and order catch-up reads are held until the disk is full,
+    # so each job meets the full disk when it writes what it read.
+    gates = (Gate("GET", r"^/api/v1/recharges$",
+                  query=lambda a: a.get("limit") == str(RECHARGE_PAGE) and a.get("to_date") == today),
+             Gate("GET", r"^/api/v1/recharges$",
+                  query=lambda a: a.get("limit") == str(RECHARGE_PAGE) and a.get("to_date") == day),
+             Gate("GET", r"^/api/v1/orders$"))
+    disk = tmp_path / "disk"
+    # The sandbox clock stays at real time here (the poller ages recharges by the provider's created_at),
+    # so the retry schedule is shortened instead: attempts 0, 1, 3, 7 and 15 seconds after the first.
+    settings = _settings(speed=1.0, order_fulfilment_delay_s=1, webhook_retry_delays_s=(1, 2, 4, 8))
+    with tiny_filesystem(disk, "16m"), CrashStack(
+            tmp_path, settings, gates=gates, db_path=disk / "partnerkit.db", report_dir=disk / "reports",
+            extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
+        stack.register_webhook()
+        stack.start_receiver(workers=2)
+        creator = _creator(stack, tmp_path)
+        _plant_yesterday(stack)
+        # Order A's first voucher fetch meets a provider error: the job is released, due again in 10 s.
+        stack.sandbox_control("PATCH", "settings", {"faults": ["order_detail"]})
+        stack.start_worker()
+        order_a = creator.create_order(product_id=6, denomination=250, quantity=2, ref="full-a").id
+        for gate in gates:
+            gate.wait_held(timeout=20)
+        wait_until(lambda: stack.db.execute("SELECT attempts, lease_owner FROM jobs WHERE order_id = ?",
+                                            (order_a,)).fetchone() in [(1, None)],
+                   timeout=20, step=0.1, what="order A's failed first fetch")
+        stack.sandbox_control("PATCH", "settings", {"faults": []})
+        # A recharge that never settles (last digit 8): due for a read 5 s after its submit, and each
+        # read first takes budget, a write.
+        submit(stack.config, stack.db, stack.client, mobile_number="9876500018", operator_id=1, amount=120)
+
+        truncate_wal(stack.config.db_path)
+        filler = fill(disk)
+        for gate in gates:
+            gate.open()
+        refused = signed_webhook(stack.receiver_url + "/webhooks/partner", stack.alpha.signing_secret)
+
+        def failed_jobs() -> set:
+            return {r["job"] for r in _job_lines(stack.worker.log()) if r["outcome"] == "error" and FULL in str(r["result"])}
+
+        every_job = {"poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent", "nightly-report"}
+        wait_until(lambda: failed_jobs() == every_job, timeout=30, step=0.2, what="every job meeting the full disk")
+        order_b = creator.create_order(product_id=6, denomination=250, quantity=2, ref="full-b").id
+        wait_until(lambda: _attempts(stack, order_b), timeout=20, step=0.1, what="order B's first delivery attempt")
+        worker_alive = stack.worker.alive()
+        while_full = _attempts(stack, order_b)
+        full_log = stack.worker.log()
+
+        filler.unlink()  # space is back
+        orders = (order_a, order_b)
+
+        def recovered() -> bool:
+            provider = stack.sandbox_orders()
+            return (all(d["status"] == "delivered" for d in stack.deliveries())
+                    and all(voucher_store.count(stack.db, o) == len(provider[o]["codes"]) == 2 for o in orders)
+                    and not stack.db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'").fetchone()[0])
+
+        wait_until(recovered, timeout=40, step=0.2, what="deliveries stored and vouchers fetched once space is back")
+        assert stack.worker.stop() == 0  # SIGTERM: a clean exit, lease released
+        # Every job's next run succeeds: one pass of each (cron's `worker --once`); in the long-running
+        # worker the syncs come back within 15 minutes and the report check within the hour.
+        once = stack.run_partnerkit("worker", "--once", "--format", "json")
+        _assert_acknowledged_means_stored_once(stack)
+        reports = sorted(p.name for p in (disk / "reports").iterdir())
+        creator.close()
+
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "60"
+    assert while_full and {status for _, status in while_full} == {503}, "never a 200 for what was not stored"
+    assert worker_alive and "Traceback" not in full_log
+    errors = [r for r in _job_lines(full_log) if r["outcome"] == "error"]
+    assert errors and all(FULL in r["result"] for r in errors), "each failure is one line naming the cause"
+    assert once.returncode == 0, once.stderr[-2000:]
+    assert {r["job"]: r["outcome"] for r in json.loads(once.stdout)} == dict.fromkeys(every_job, "ok")
+    assert reports == [f"partnerkit-report-{day}.{ext}" for ext in ("csv", "html", "json")]
+
+
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_an_unwritable_report_directory_fails_the_nightly_cleanly(tmp_path, fault):
+    reports = tmp_path / "reports"
+    with tiny_filesystem(reports, "1m"), CrashStack(tmp_path, _settings(speed=1.0), report_dir=reports,
+                                                     extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
+        _plant_yesterday(stack)
+        if fault == "read-only":
+            remount(reports, read_only=True)
+        else:
+            fill(reports)
+        failed = stack.run_partnerkit("worker", "--once", "--format", "json")
+        left_behind = sorted(p.name for p in reports.iterdir() if p.name != "filler.bin")
+
+    outcomes = {r["job"]: r for r in json.loads(failed.stdout)}
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    cause = "Read-only file system" if fault == "read-only" else "No space left on device"
+    assert outcomes["nightly-report"]["outcome"] == "error" and cause in outcomes["nightly-report"]["result"]
+    assert {job for job, r in outcomes.items() if r["outcome"] != "ok"} == {"nightly-report"}, "the rest ran"
+    assert left_behind == [], "no half-written report or temporary file"
