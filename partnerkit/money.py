@@ -8,6 +8,7 @@ list/detail money as 2-decimal strings. Responses are parsed with `parse_float=D
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
@@ -15,6 +16,13 @@ from typing import Any
 from partnerkit.timeutil import iso
 
 CENT = Decimal("0.01")
+# Every amount must fit in integer paise in SQLite's 64-bit INTEGER with room to sum: 10**15
+# rupees is far beyond any wallet, and refusing it here keeps a hostile or broken number
+# (1E+999999999) from ever reaching arithmetic that would overflow or take forever.
+MONEY_LIMIT = Decimal(10) ** 15
+# What a numeric string may look like: ASCII digits, an optional sign, point and exponent.
+# Decimal() itself also takes "1_000", "NaN", "Infinity" and non-ASCII digits such as "١٢".
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,6})?")
 
 
 class MoneyError(ValueError):
@@ -31,6 +39,8 @@ def to_decimal(value: Any, *, field: str = "amount", strict: bool = False) -> De
 
     With strict=True an amount with more than 2 decimal places is refused rather than rounded:
     the document promises 2 decimals, and silently rounding money hides a provider fault.
+    Anything else that is not an amount (NaN, infinities, |amount| >= MONEY_LIMIT, a string
+    that is not a plain ASCII number) raises MoneyError, never another exception.
     """
     if isinstance(value, bool) or value is None:
         raise MoneyError(f"{field}: expected an amount, got {value!r}")
@@ -42,14 +52,19 @@ def to_decimal(value: Any, *, field: str = "amount", strict: bool = False) -> De
     elif isinstance(value, int):
         amount = Decimal(value)
     elif isinstance(value, str):
+        text = value.strip()
+        if len(text) > 64 or not _NUMBER.fullmatch(text):
+            raise MoneyError(f"{field}: {value[:40]!r} is not an amount")
         try:
-            amount = Decimal(value.strip())
-        except InvalidOperation:
+            amount = Decimal(text)
+        except InvalidOperation:  # pragma: no cover - the pattern admits only what Decimal reads
             raise MoneyError(f"{field}: {value!r} is not an amount") from None
     else:
         raise MoneyError(f"{field}: expected an amount, got {type(value).__name__}")
     if not amount.is_finite():
         raise MoneyError(f"{field}: {value!r} is not a finite amount")
+    if amount.copy_abs() >= MONEY_LIMIT:  # copy_abs, not abs(): abs() rounds, and 1E+999999999 overflows
+        raise MoneyError(f"{field}: {str(value)[:40]!r} is out of range")
     if strict and amount != amount.quantize(CENT, rounding=ROUND_HALF_UP):
         raise MoneyError(f"{field}: {value!r} has more than 2 decimal places")
     return amount

@@ -4,8 +4,11 @@ The document ("Events > Envelope") shows one envelope and says two more "must be
   1. {event_id, event_type, created_at, data: {id, status, amount, quantity, delivered_quantity, ...}}
   2. {event_id, event, created_at, data: {order_id, status, total_amount, currency, vouchers, ...}}
   3. {event, timestamp, data: {order_id, ref, status, vouchers_ready, total_vouchers}}
-A body that cannot be read (not UTF-8, not JSON, wrong types, unknown event type) still
-yields an Event, with `quarantine` naming why: it is kept and acknowledged, never retried.
+A body that cannot be read (not UTF-8, not JSON, nested too deeply, wrong types, numbers out of
+range, text that is not valid Unicode, unknown event type) still yields an Event, with
+`quarantine` naming why: it is kept and acknowledged, never retried. `normalise` never raises,
+and every Event it returns can be stored: its texts encode as UTF-8, its integers fit SQLite's
+64-bit INTEGER, its amount has at most 2 decimals and fits in paise.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ from typing import Any, Mapping
 
 from partnerkit.money import MoneyError, to_decimal
 from partnerkit.timeutil import parse_ts
+
+MAX_ID = 2 ** 63 - 1       # SQLite's INTEGER; a larger order id cannot be stored, so it is refused
+MAX_QUANTITY = 2 ** 31 - 1  # far above any order (the document's example maximum is 1000)
+MAX_REASON = 200           # a quarantine reason quotes the offending value, shortened
+# Unix seconds that datetime can represent (years 1970..9999); anything else is an unreadable time.
+_MAX_UNIX_S = 253_402_300_799
 
 # Event types of the document ("Events > Event types") and the order status each implies.
 EVENT_STATUS = {
@@ -52,17 +61,44 @@ class Event:
     is_test: bool = False
 
 
-def dedup_key(payload: Any, headers: Mapping[str, str], body: bytes) -> str:
-    """Body event_id, else the X-Event-ID header, else "sha256:" + hex digest of the raw body."""
+def _is_text(value: Any) -> bool:
+    """A str that SQLite and the logs can take: valid Unicode (no lone surrogates from a \\ud800 escape)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _body_event_id(payload: Any) -> str | None:
     if isinstance(payload, dict):
         value = payload.get("event_id")
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
-            return str(value).strip()
-    lowered = {k.lower(): v for k, v in headers.items()}
-    header = (lowered.get("x-event-id") or "").strip()
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        if _is_text(value) and value.strip():
+            return value.strip()
+    return None
+
+
+def dedup_key(payload: Any, headers: Mapping[str, str], body: bytes) -> str:
+    """Body event_id, else the X-Event-ID header, else "sha256:" + hex digest of the raw body."""
+    from_body = _body_event_id(payload)
+    if from_body is not None:
+        return from_body
+    header = _header(headers, "x-event-id")
     if header:
         return header
     return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """One header's stripped text (names compared case-insensitively), None when absent or not text."""
+    for key, value in headers.items():
+        if isinstance(key, str) and key.lower() == name:
+            return value.strip() if _is_text(value) else None
+    return None
 
 
 def _first(data: Mapping[str, Any], *names: str) -> Any:
@@ -72,31 +108,61 @@ def _first(data: Mapping[str, Any], *names: str) -> Any:
     return None
 
 
-def _int(value: Any, field: str) -> int | None:
+def _int(value: Any, field: str, low: int, high: int) -> int | None:
+    """An integer field: a JSON integer, an integral number or a string of ASCII digits, in [low, high]."""
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(f"{field} is not an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    raise ValueError(f"{field} is not an integer")
+        raise ValueError(f"{field} is not an integer: {value!r}")
+    if isinstance(value, Decimal) and value.is_finite() and low <= value <= high and value == value.to_integral_value():
+        value = int(value)  # compared first: int() of 1E+999999999 would build a billion digits
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 20:
+        value = int(value.strip())  # isdigit() alone also takes "²" and Arabic-Indic digits
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{field} is not an integer: {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{field} is out of range: {value}")
+    return value
 
 
 def _moment(value: Any) -> datetime | None:
     """ISO 8601 string or Unix seconds ("timestamp" of form 3 is untyped in the document)."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip()) if len(value.strip()) <= 20 else None
     if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        if isinstance(value, Decimal) and not value.is_finite():
+            return None
+        if not 0 <= value <= _MAX_UNIX_S:
+            return None
         return datetime.fromtimestamp(int(value), timezone.utc)
-    if isinstance(value, str):
-        if value.strip().isdigit():
-            return datetime.fromtimestamp(int(value.strip()), timezone.utc)
+    if _is_text(value):
         return parse_ts(value)
     return None
 
 
+class _NotJson(ValueError):
+    """A body Python's json would read but RFC 8259 does not allow."""
+
+
+def _no_constants(name: str) -> Any:
+    raise _NotJson(f"{name} is not JSON")
+
+
 def _loads(body: bytes) -> Any:
-    return json.loads(body.decode("utf-8"), parse_float=Decimal)
+    # utf-8-sig: a UTF-8 byte order mark is tolerated (RFC 8259 allows a reader to ignore it);
+    # the signature was already checked over the raw bytes, BOM included. NaN and Infinity
+    # are Python's extensions, not JSON: refused rather than turned into floats.
+    return json.loads(body.decode("utf-8-sig"), parse_float=Decimal, parse_constant=_no_constants)
+
+
+def _amount(value: Any) -> Decimal | None:
+    """An order total: number or 2-decimal string, not negative, at most 2 decimals (never rounded)."""
+    if value is None:
+        return None
+    amount = to_decimal(value, field="amount", strict=True)  # also refuses |amount| >= MONEY_LIMIT
+    if amount < 0:
+        raise MoneyError(f"amount: {amount} is negative")
+    return amount
 
 
 def normalise(body: bytes, headers: Mapping[str, str]) -> Event:
@@ -105,16 +171,19 @@ def normalise(body: bytes, headers: Mapping[str, str]) -> Event:
         payload = _loads(body)
     except UnicodeDecodeError:
         return _quarantined(None, headers, body, "body is not UTF-8")
-    except ValueError:
+    except RecursionError:  # json's C scanner recurses once per nesting level
+        return _quarantined(None, headers, body, "body is nested too deeply")
+    except _NotJson as exc:
+        return _quarantined(None, headers, body, f"body is not JSON: {exc}")
+    except ValueError:  # JSONDecodeError, and integers longer than sys.get_int_max_str_digits()
         return _quarantined(None, headers, body, "body is not JSON")
     if not isinstance(payload, dict):
         return _quarantined(payload, headers, body, "body is not a JSON object")
-    lowered = {k.lower(): v for k, v in headers.items()}
     event_type = _first(payload, "event_type", "event")
     if event_type is None:
-        event_type = lowered.get("x-event-type")  # the delivery header, when the body lacks it
-    if not isinstance(event_type, str) or not event_type.strip():
-        return _quarantined(payload, headers, body, "no event type")
+        event_type = _header(headers, "x-event-type")  # the delivery header, when the body lacks it
+    if not _is_text(event_type) or not event_type.strip():
+        return _quarantined(payload, headers, body, "no event type (or not a string)")
     event_type = event_type.strip().lower()
     data = payload.get("data", {})
     if not isinstance(data, dict):
@@ -129,11 +198,10 @@ def normalise(body: bytes, headers: Mapping[str, str]) -> Event:
     if event_type not in EVENT_STATUS:
         return _quarantined(payload, headers, body, f"unknown event type {event_type[:64]!r}", event_type)
     try:
-        order_id = _int(_first(data, "id", "order_id"), "order id")
-        delivered = _int(_first(data, "delivered_quantity", "vouchers_ready"), "delivered quantity")
-        quantity = _int(_first(data, "quantity", "total_vouchers"), "quantity")
-        amount_raw = _first(data, "amount", "total_amount")
-        amount = None if amount_raw is None else to_decimal(amount_raw, field="amount")
+        order_id = _int(_first(data, "id", "order_id"), "order id", 1, MAX_ID)
+        delivered = _int(_first(data, "delivered_quantity", "vouchers_ready"), "delivered quantity", 0, MAX_QUANTITY)
+        quantity = _int(_first(data, "quantity", "total_vouchers"), "quantity", 0, MAX_QUANTITY)
+        amount = _amount(_first(data, "amount", "total_amount"))
     except (ValueError, MoneyError) as exc:
         return _quarantined(payload, headers, body, str(exc), event_type)
     if order_id is None:
@@ -148,4 +216,6 @@ def normalise(body: bytes, headers: Mapping[str, str]) -> Event:
 def _quarantined(payload: Any, headers: Mapping[str, str], body: bytes, reason: str,
                  event_type: str | None = None) -> Event:
     key = dedup_key(payload, headers, body)
+    if len(reason) > MAX_REASON:  # reasons quote values; a 1 MiB value must not reach the logs
+        reason = reason[:MAX_REASON - 3] + "..."
     return Event(key, event_type, None, None, None, None, None, None, payload, quarantine=reason)

@@ -24,12 +24,27 @@ _HEX_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 def sign(token: str, timestamp: int | str, body: bytes) -> str:
     """Hex HMAC-SHA256 of `timestamp + "." + body` under `token` (the provider's rule)."""
     message = str(timestamp).encode("ascii") + b"." + body
-    return hmac.new(token.encode("utf-8"), message, hashlib.sha256).hexdigest()
+    return hmac.new(_utf8(token), message, hashlib.sha256).hexdigest()
+
+
+def _utf8(text: str) -> bytes:
+    # surrogatepass: a token or header holding a lone surrogate still encodes (and simply does
+    # not match) instead of raising UnicodeEncodeError out of the verifier.
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _text(headers: Mapping[str, str], name: str) -> str | None:
+    """One header, found case-insensitively; a value that is not text reads as "" (present, empty)."""
+    for key, value in headers.items():
+        if isinstance(key, str) and key.lower() == name:
+            return value if isinstance(value, str) else ""
+    return None
 
 
 def candidate_tokens(tokens: Iterable[WebhookToken], webhook_id: str | None) -> list[str]:
     """Tokens to try: those bound to `webhook_id` if any are, else the unbound ones."""
     tokens = list(tokens)
+    webhook_id = webhook_id.strip() if webhook_id is not None else None
     bound = [t.token for t in tokens if webhook_id is not None and t.webhook_id == webhook_id]
     return bound or [t.token for t in tokens if t.webhook_id is None]
 
@@ -39,7 +54,7 @@ def _parse_signature(value: str) -> str:
     if text[:7].lower() == "sha256=":
         text = text[7:]
     text = text.lower()
-    if not _HEX_SHA256.match(text):
+    if not _HEX_SHA256.fullmatch(text):
         raise VerificationError("malformed_signature", "X-Signature is not 64 hex digits")
     return text
 
@@ -47,21 +62,21 @@ def _parse_signature(value: str) -> str:
 def verify(headers: Mapping[str, str], body: bytes, tokens: Iterable[WebhookToken], *,
            now: float, tolerance_s: int = DEFAULT_TOLERANCE_S) -> str:
     """Check one delivery; return the token that signed it or raise VerificationError(reason)."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    timestamp = lowered.get("x-timestamp")
-    signature = lowered.get("x-signature")
+    timestamp = _text(headers, "x-timestamp")
+    signature = _text(headers, "x-signature")
     if not timestamp:
         raise VerificationError("missing_timestamp", "X-Timestamp header is missing")
     if not signature:
         raise VerificationError("missing_signature", "X-Signature header is missing")
     timestamp = timestamp.strip()
-    if not _TIMESTAMP.match(timestamp):
+    if not _TIMESTAMP.fullmatch(timestamp):
         raise VerificationError("malformed_timestamp", "X-Timestamp is not Unix seconds")
-    # Old and future timestamps alike; exactly `tolerance_s` away still passes.
-    if abs(now - int(timestamp)) > tolerance_s:
+    # Old and future timestamps alike; exactly `tolerance_s` away still passes. Written as
+    # "not within" so that a NaN clock fails closed.
+    if not abs(now - int(timestamp)) <= tolerance_s:
         raise VerificationError("timestamp_out_of_tolerance", "X-Timestamp is outside the tolerance")
     expected = _parse_signature(signature)
-    candidates = candidate_tokens(tokens, lowered.get("x-webhook-id"))
+    candidates = candidate_tokens(tokens, _text(headers, "x-webhook-id"))
     if not candidates:
         raise VerificationError("no_token", "no accepted token for this X-Webhook-ID")
     matched = None
@@ -72,9 +87,9 @@ def verify(headers: Mapping[str, str], body: bytes, tokens: Iterable[WebhookToke
         raise VerificationError("signature_mismatch", "X-Signature does not match any accepted token")
     # X-SERVICE-WEBHOOK-TOKEN is a quick check the document offers; it is checked only after
     # the signature, so the header alone never authenticates anything.
-    service_token = lowered.get("x-service-webhook-token")
+    service_token = _text(headers, "x-service-webhook-token")
     if service_token is not None:
-        given = service_token.strip().encode("utf-8")
-        if not any([hmac.compare_digest(given, t.encode("utf-8")) for t in candidates]):
+        given = _utf8(service_token.strip())
+        if not any([hmac.compare_digest(given, _utf8(t)) for t in candidates]):
             raise VerificationError("service_token_mismatch", "X-SERVICE-WEBHOOK-TOKEN is not an accepted token")
     return matched
