@@ -5,16 +5,21 @@ and the worker must never be inside one of them); the worker's scheduler runs in
 SIGTERM or SIGINT stops both: gunicorn finishes in-flight requests within its graceful timeout,
 and the scheduler lets a running job finish its transaction. Every job is restartable, so
 nothing is lost if a stop comes mid-job. If either half dies, the other is stopped too and the
-command exits non-zero, so a supervisor (systemd, compose) restarts the pair.
+command exits non-zero, so a supervisor (systemd, compose) restarts the pair. If this process is
+killed outright (SIGKILL, the OOM killer), Linux sends the receiver SIGTERM (a parent-death
+signal): an orphaned gunicorn would keep the port, and the restarted pair could not bind it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import signal
 import subprocess
+import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -24,6 +29,29 @@ from partnerkit.cli.serve import bind_option, receiver_process, workers_option
 log = logging.getLogger("partnerkit.run")
 
 RECEIVER_STOP_TIMEOUT_S = 20.0  # gunicorn's graceful_timeout plus a margin
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the child sent SIGTERM when this process dies, however it dies (Linux only).
+
+    prctl is looked up here, in the parent, so the child only makes one system call between fork
+    and exec; the signal setting survives the exec of the gunicorn master.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_parent_death_signal
 
 
 def _stop_receiver(receiver: subprocess.Popen) -> None:
@@ -61,7 +89,7 @@ def run_command(app: AppContext, bind: str, workers: int) -> None:
 
     click.echo(f"partnerkit receiver on http://{bind}{config.webhook_path} with {workers} workers, "
                "and the worker, in one process group", err=True)
-    receiver = subprocess.Popen(argv, env=env)
+    receiver = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent())  # no other thread runs yet
 
     def worker_main() -> None:
         try:

@@ -120,3 +120,49 @@ def test_run_refuses_without_credentials(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("Error: PARTNERKIT_API_BASE_URL is not set; give the provider's base URL "
                                      "without /api/v1, e.g. https://partner.example.com")
+
+
+def test_a_killed_run_takes_its_receiver_along_and_restarts_at_once(run_env, tmp_path):
+    """SIGKILL (the OOM killer, a hard stop) leaves no orphaned gunicorn holding the port or the lease."""
+    port = _free_port()
+    first = subprocess.Popen([sys.executable, "-m", "partnerkit", "run", "--bind", f"127.0.0.1:{port}",
+                              "--workers", "1"], env=run_env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/readyz", first)
+        master = _children(first.pid)
+        receiver = master + [w for m in master for w in _children(m)]
+        db = open_db(run_env["PARTNERKIT_DB"])
+        deadline = time.monotonic() + 15
+        while current(db, "worker") is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while any(Path(f"/proc/{pid}").exists() for pid in receiver) and time.monotonic() < deadline:
+            time.sleep(0.1)  # gunicorn got SIGTERM from the kernel: a graceful stop
+        orphans = [pid for pid in receiver if Path(f"/proc/{pid}").exists()]
+    finally:
+        try:
+            os.killpg(first.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert receiver and orphans == []
+    assert current(db, "worker") is not None, "the killed run's lease was left behind"
+
+    second = _start(run_env, port)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/readyz", second)
+        deadline = time.monotonic() + 15
+        while current(db, "worker").holder.split(":")[1] != str(second.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        holder = current(db, "worker").holder
+        second.send_signal(signal.SIGTERM)
+        _, stderr = second.communicate(timeout=60)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert holder.split(":")[1] == str(second.pid), "the dead run's worker lease was taken over at once"
+    assert second.returncode == 0, stderr
+    assert "no longer running on this host; taking over" in stderr
+    db.conn.close()
