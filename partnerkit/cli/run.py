@@ -32,11 +32,13 @@ RECEIVER_STOP_TIMEOUT_S = 20.0  # gunicorn's graceful_timeout plus a margin
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn that has the child sent SIGTERM when this process dies, however it dies (Linux only).
+def die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
+    """A function that has the calling process sent SIGTERM when `parent` dies, however it dies (Linux only).
 
-    prctl is looked up here, in the parent, so the child only makes one system call between fork
-    and exec; the signal setting survives the exec of the gunicorn master.
+    Used as a preexec_fn (`parent` defaults to this process, the one about to fork): prctl is
+    looked up here, before the fork, so the child makes one system call between fork and exec,
+    and the setting survives the exec of the gunicorn master. A forked child may call it with its
+    parent's pid. None where the platform has no parent-death signal.
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -44,11 +46,11 @@ def die_with_parent() -> Callable[[], None] | None:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
+    expected = os.getpid() if parent is None else parent
 
     def set_parent_death_signal() -> None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-        if os.getppid() != parent:  # the parent died between fork and prctl
+        if os.getppid() != expected:  # the parent died before the signal was armed
             os.kill(os.getpid(), signal.SIGTERM)
 
     return set_parent_death_signal
