@@ -58,6 +58,15 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (an orphan's zombie may wait for a reaper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
 def open_sockets(pid: int) -> int:
     """How many sockets `pid` has open (a sync gunicorn worker: its listener, plus one per request)."""
     count = 0
