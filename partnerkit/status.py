@@ -10,11 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from partnerkit.config import Config
-from partnerkit.store import Database, drifts, inbox, jobs, recharges, reports
+from partnerkit.store import Database, drifts, inbox, jobs, locks, recharges, reports
 from partnerkit.store.budget import Budget
-from partnerkit.timeutil import parse_ts, utcnow
+from partnerkit.timeutil import iso, parse_ts, utcnow
 
 ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
+WORKER_LEASE = "worker"  # reconcile.scheduler.LEASE_NAME (partnerkit does not import reconcile)
 
 
 def _age_s(moment: str | None, now: datetime) -> int | None:
@@ -35,6 +36,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     budget = Budget.from_config(config, db).usage() if config.api_key else {}
     open_drifts = drifts.list_drifts(db, resolution="pending")
     escalated = drifts.list_drifts(db, resolution="escalated")
+    lease = locks.current(db, WORKER_LEASE)
     status: dict[str, Any] = {
         "checked_at": now,
         "last_webhook_at": latest[0]["received_at"] if latest else None,
@@ -54,6 +56,11 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "last_report_date": reports.last_report_date(db),
         "open_drifts": len(open_drifts),
         "escalated_drifts": len(escalated),
+        # The worker renews its lease every few seconds: a lease past its expiry was left by a worker
+        # that died (a clean stop deletes it); no lease at all means no worker has run since.
+        "worker_running": lease is not None and lease.expires_at > now,
+        "worker_lease_holder": lease.holder if lease is not None else None,
+        "worker_lease_expires_at": lease.expires_at if lease is not None else None,
     }
     status["attention"] = attention(status)
     return status
@@ -71,6 +78,12 @@ def attention(status: dict[str, Any]) -> list[str]:
         lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome: run `partnerkit recharges locate`")
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
+    if not status["worker_running"] and status["worker_lease_holder"] is not None:
+        lines.append(f"the worker {status['worker_lease_holder']} stopped without releasing its lease (expired "
+                     f"{iso(status['worker_lease_expires_at'])}): it crashed or was killed; start `partnerkit worker`")
+    elif not status["worker_running"] and (status["voucher_fetch_backlog"] or status["recharges_processing"]):
+        lines.append("no worker is running, yet voucher fetches or PROCESSING recharges are waiting: "
+                     "start `partnerkit worker`")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
     return lines

@@ -56,3 +56,32 @@ def test_status_reports_what_needs_a_person(sandbox_config, db):
     printed = json.loads(result.output)
     assert printed["open_drifts"] == 1
     assert printed["checked_at"].endswith("Z")
+
+
+def test_status_names_a_worker_that_died_holding_its_lease(sandbox_config, db):
+    from partnerkit.store import locks
+    from reconcile.scheduler import LEASE_NAME, WorkerLease
+
+    assert LEASE_NAME == "worker"
+    lease = WorkerLease(db, holder="box:4242:1:feedf00d", ttl_s=30)
+    lease.acquire(wait=False)
+    running = collect(sandbox_config, db)
+    assert running["worker_running"] is True and running["worker_lease_holder"] == "box:4242:1:feedf00d"
+    assert running["attention"] == []
+
+    with freeze_time(utcnow() + timedelta(seconds=31)):  # it stopped renewing: killed
+        dead = collect(sandbox_config, db)
+    assert dead["worker_running"] is False
+    assert any("box:4242:1:feedf00d stopped without releasing its lease" in line for line in dead["attention"])
+
+    lease.release()  # a clean stop: nothing to say while nothing waits
+    assert collect(sandbox_config, db)["attention"] == []
+    assert locks.current(db, LEASE_NAME) is None
+
+
+def test_status_says_when_work_waits_and_no_worker_runs(sandbox_config, db):
+    body = b'{"event_id":"evt_s2","event_type":"order.delivered","created_at":"2026-11-21T10:00:00Z","data":{"id":78,"status":"DELIVERED","quantity":1}}'
+    inbox.record(db, normalise(body, {}), body, now=utcnow())
+    status = collect(sandbox_config, db)
+    assert status["voucher_fetch_backlog"] == 1 and status["worker_running"] is False
+    assert any("no worker is running" in line for line in status["attention"])
