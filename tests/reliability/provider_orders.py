@@ -21,7 +21,7 @@ def mobile(last_digit: int) -> str:
 
 def delivered_orders(world, *, count: int, quantity: int, product_id: int = 1, start: int = 0) -> list[int]:
     """`count` asynchronous orders, each DELIVERED at the provider with a fetch job queued locally."""
-    client = world.client("setup")
+    client = world.client("setup", timeout=10)   # the test's own traffic: never cut short
     ids = []
     for n in range(start, start + count):
         # "stuck-": the sandbox holds the order PENDING until the test delivers it.
@@ -43,6 +43,6 @@ def codes_stored(world, order_id: int) -> list[str]:
 
 def processing_recharges(world, *, digits: list[int]) -> list[int]:
     """Recharges submitted through the kit (outcome scripted by the last digit); their local ids."""
-    client = world.client("setup")
+    client = world.client("setup", timeout=10)
     return [submit(world.config, world.db, client, mobile_number=mobile(d), operator_id=1, amount=199).local_id
             for d in digits]

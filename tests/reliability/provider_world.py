@@ -40,7 +40,7 @@ SPECS = {spec.id: spec for spec in JOBS}
 FAULTS = {
     "http_500": {},
     "rate_limit": {"seconds": 120},
-    "slow": {"seconds": 1.0},
+    "slow": {"seconds": 1.5},
     "malformed_json": {},
 }
 
@@ -48,7 +48,7 @@ FAULTS = {
 class World:
     """Sandbox + config + database + virtual clock (use as a context manager inside freeze_time)."""
 
-    def __init__(self, tmp_path, frozen, *, hourly_budget: int = 1000, timeout_s: float = 0.3,
+    def __init__(self, tmp_path, frozen, *, hourly_budget: int = 1000, timeout_s: float = 2.0,
                  retry: RetryPolicy | None = None, **settings: Any) -> None:
         self.frozen = frozen
         base = dict(speed=0, start=START, processing_delay_s=20, order_fulfilment_delay_s=30,
@@ -99,10 +99,10 @@ class World:
         self.advance(seconds)
 
     # ---- the kit ---------------------------------------------------------------------------------
-    def client(self, purpose: str = "test", *, wait: bool = False) -> PartnerClient:
+    def client(self, purpose: str = "test", *, wait: bool = False, timeout: float | None = None) -> PartnerClient:
         """A real client sharing the test database's budget, backoff on the virtual clock."""
         return PartnerClient(self.config, self.db, purpose=purpose, wait_for_budget=wait, retry=self.retry,
-                             sleep=self.sleep)
+                             sleep=self.sleep, timeout=timeout)
 
     def _job_client(self, config, db, purpose):
         return PartnerClient(config, db, purpose=purpose, wait_for_budget=False, retry=self.retry,

@@ -36,9 +36,10 @@ def frozen():
 
 
 def _world(tmp_path, frozen, fault: str) -> World:
-    # A slow provider costs real seconds (the client waits for its timeout): fewer, shorter attempts.
+    # A slow provider costs real seconds (the client waits for its timeout): one attempt per read,
+    # a 0.5 s timeout against a 1.5 s hold. Otherwise a 2 s timeout no healthy answer comes near.
     if fault == "slow":
-        return World(tmp_path, frozen, timeout_s=0.2, retry=RetryPolicy(max_attempts=2, base=0.5, cap=4.0))
+        return World(tmp_path, frozen, timeout_s=0.5, retry=RetryPolicy(max_attempts=1))
     return World(tmp_path, frozen)
 
 
@@ -162,7 +163,7 @@ def test_poller_quarantines_a_bad_record_and_settles_the_rest_of_the_page(tmp_pa
 def _day_of_traffic(world) -> None:
     """Recharges of every outcome, an instant order, a pending one; some settle during the fault."""
     processing_recharges(world, digits=[0, 4, 5, 6, 7])
-    client = world.client("setup")
+    client = world.client("setup", timeout=10)
     client.create_order(product_id=7, denomination=10, quantity=2)
     client.create_order(product_id=1, denomination=100, quantity=1, ref="stuck-sync")
 
@@ -207,7 +208,7 @@ def test_sync_quarantines_a_transaction_with_three_decimals_and_stores_the_rest(
 
 def test_order_catch_up_quarantines_an_order_without_status_and_applies_the_others(tmp_path, frozen):
     with World(tmp_path, frozen) as world:
-        client = world.client("setup")
+        client = world.client("setup", timeout=10)
         created = [client.create_order(product_id=7, denomination=10, quantity=1).id for _ in range(3)]
         bad = created[1]
         with world.fault("missing_fields", scope="orders", ids=[bad]):
@@ -280,8 +281,8 @@ def test_two_hours_of_rotating_faults_with_traffic_lose_nothing(tmp_path, frozen
     is stored, and the sandbox never had to refuse a request for the budget."""
     rotation = [("http_500", {}), ("rate_limit", {"seconds": 90}), ("malformed_json", {}),
                 ("missing_fields", {"rate": 0.3}), ("money_precision", {"rate": 0.3}),
-                ("http_500", {"rate": 0.5}), ("slow", {"seconds": 0.5, "rate": 0.2})]
-    with World(tmp_path, frozen, hourly_budget=600, timeout_s=0.2) as world:
+                ("http_500", {"rate": 0.5}), ("slow", {"seconds": 2, "rate": 0.1})]
+    with World(tmp_path, frozen, hourly_budget=600, timeout_s=1.0) as world:
         jobs_ = ("poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent")
         orders = []
         for name, spec in rotation:
@@ -289,6 +290,7 @@ def test_two_hours_of_rotating_faults_with_traffic_lose_nothing(tmp_path, frozen
             processing_recharges(world, digits=[5, 6])
             with world.fault(name, **spec):
                 world.drive(*jobs_, seconds=10 * 60, every=5)
+            world.drive(*jobs_, seconds=3 * 60, every=5)           # quiet: a 429's Retry-After runs out
         world.drive(*jobs_, seconds=2 * 3600, every=30)
         world.advance(24 * 3600)                                  # tomorrow: yesterday's day is synced whole
         world.drive("sync-recent", seconds=60)
