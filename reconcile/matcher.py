@@ -18,7 +18,6 @@ The SQL lives in partnerkit.store.matching; this module only wires a day to it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -68,20 +67,30 @@ def day_bounds(day: date) -> tuple[str, str]:
 
 
 def _result(day: date, now: datetime, raw: dict[str, Any], changes: dict[str, int]) -> MatchResult:
-    spend = {m["currency"]: from_cents(m["spend_cents"] or 0) for m in raw["money"]}
-    refunds = {m["currency"]: from_cents(m["refunds_cents"] or 0) for m in raw["money"]}
-    hours: dict[str, list[Decimal]] = {c: [Decimal("0.00")] * 24 for c in spend}
-    for h in raw["hourly"]:
-        hours.setdefault(h["currency"], [Decimal("0.00")] * 24)[h["hour"]] = from_cents(h["spend_cents"])
+    spend: dict[str, Decimal] = {}
+    refunds: dict[str, Decimal] = {}
+    hours: dict[str, list[Decimal]] = {}
+    cents: dict[str, list[int]] = {}
+    for t in raw["transactions"]:  # one row per (currency, hour): at most 24 per currency
+        if t["counted"]:
+            totals = cents.setdefault(t["currency"], [0, 0])
+            totals[0] -= t["debit_cents"]
+            totals[1] += t["credit_cents"]
+            hourly = hours.setdefault(t["currency"], [Decimal("0.00")] * 24)
+            if t["debit_cents"]:
+                hourly[t["hour"]] = from_cents(-t["debit_cents"])
+    for currency, (debits, credits) in cents.items():
+        spend[currency], refunds[currency] = from_cents(debits), from_cents(credits)
     conversions = [{"order_id": c["order_id"], "transaction_id": c["transaction_id"],
                     "order_currency": c["order_currency"], "order_amount": from_cents(c["order_amount_cents"]),
                     "wallet_currency": c["wallet_currency"], "debited": from_cents(c["debited_cents"])}
                    for c in raw["conversions"]]
     return MatchResult(
         day=day, matched_at=now, recharges_total=raw["recharges_total"], orders_total=raw["orders_total"],
-        transactions_total=raw["transactions_total"], drifted=raw["drifted"], unmatched=raw["unmatched"],
-        recharge_status=raw["recharge_status"], order_status=raw["order_status"], spend=spend, refunds=refunds,
-        spend_by_hour=hours, conversions=conversions, detected_ids=raw["detected_ids"], changes=changes,
+        transactions_total=sum(t["n"] for t in raw["transactions"]), drifted=raw["drifted"],
+        unmatched=raw["unmatched"], recharge_status=raw["recharge_status"], order_status=raw["order_status"],
+        spend=spend, refunds=refunds, spend_by_hour=hours, conversions=conversions,
+        detected_ids=raw["detected_ids"], changes=changes,
     )
 
 
@@ -90,14 +99,13 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
     """Run every rule over one UTC day in one transaction; record drifts; return the totals."""
     now = (now or utcnow()).replace(microsecond=0)
     start, end = day_bounds(day)
-    types = json.dumps(list(wallet_types))
     params = {"start": start, "end": end, "day": day.isoformat(), "now": iso(now),
-              "stuck_before": iso(now - STUCK_AFTER), "wallet_types": types}
+              "stuck_before": iso(now - STUCK_AFTER)}
     with transaction(db) as conn:
         try:
-            matching.build(conn, params)
-            raw = matching.day_summary(conn, types)
+            matching.build(conn, params, wallet_types)
             changes = matching.apply_candidates(conn, day=day.isoformat(), now=iso(now))
+            raw = matching.day_summary(conn, params, wallet_types)
         finally:
             matching.drop(conn)
     return _result(day, now, raw, changes)

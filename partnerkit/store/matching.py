@@ -1,18 +1,33 @@
 """Set-based matching SQL: one UTC day of recharges, orders and transactions against each other.
 
-Everything here is INSERT ... SELECT, joins and GROUP BY over temp tables; no Python loop ever
-walks the rows. `build(conn, params)` fills `temp.m_candidate` (kind, subject, reference, expected,
-actual, currency, detail) with every drift detected for the day; `apply_candidates` merges them into
-`drifts` (stable ids, audit trail, automatic resolution); the `day_*` queries feed the report.
+Everything here is INSERT ... SELECT, joins and GROUP BY; no Python loop ever walks the rows.
+`build(conn, params)` fills `temp.m_candidate` (kind, subject, reference, expected, actual,
+currency, detail) with every drift detected for the day; `apply_candidates` merges them into
+`drifts` (stable ids, audit trail, automatic resolution); `day_summary` gives the report's totals.
 
-Parameters (named): :start, :end (the day as an ISO range), :day, :now, :stuck_before.
+Parameters (named): :start, :end (the day as an ISO range), :day, :now, :stuck_before; the wallet
+movement types are bound one parameter each (:w0, :w1, ...).
+
+How the day is read, in as few passes over its rows as the rules allow (at a million recharges
+each pass costs a fraction of a second, so the shape of these statements is the matcher's speed):
+
+- Recharges: one pass over the day's recharges in `recharges_provider_created` order, each joined
+  to its transactions (by recharge_id or reference_number, one OR join that SQLite answers from two
+  indexes), aggregated per recharge without a sort (GROUP BY in index order), and only the recharges
+  that break a rule are kept (`m_rdrift`, typically a few percent). The rules then run over that.
+- Transactions of the day: one pass for orphans (index probes that stop at the first link), one
+  GROUP BY (currency, hour) for every total, and one sorted copy for the balance chain
+  (`m_chain`: the predecessor of row n is row n - 1, a rowid lookup instead of a window function,
+  which SQLite runs through a partition buffer several times slower).
+
 The rules and why they look the way they do are in reconcile.matcher and docs/reconcile.md.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 from partnerkit.store.drifts import SYSTEM_ACTOR, register_functions
 
@@ -22,33 +37,88 @@ SPEND = "('SUCCESS', 'PROCESSING', 'DELIVERED', 'RECHARGED')"
 CREDITED_BACK = "('FAILED', 'REVERSED')"
 ORDER_REFUNDED = "('FAILED', 'CANCELLED')"
 
-TEMP_TABLES = ("m_found", "m_state", "m_recharge", "m_link", "m_ragg", "m_order", "m_ordtx", "m_oagg", "m_daytx", "m_candidate")
+TEMP_TABLES = ("m_found", "m_state", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_chain", "m_candidate")
 
-_SETUP = (
-    # The day's recharges (by the provider's creation time, else when partnerkit submitted it).
-    f"""CREATE TEMP TABLE m_recharge AS
-        SELECT local_id, provider_id, reference_number, origin, status,
-               COALESCE(payable_cents, amount_cents) AS payable_cents, COALESCE(currency, 'INR') AS currency,
-               COALESCE(reference_number, idempotency_key, 'local:' || local_id) AS ref,
-               COALESCE(provider_created_at, submitted_at) AS created_at
-        FROM recharges
-        WHERE (provider_created_at >= :start AND provider_created_at < :end)
-           OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)""",
-    # Transactions linked to them, on any day (a late refund arrives days later): by recharge_id,
-    # else by reference_number. UNION ALL with an exclusion instead of UNION: no dedup sort.
-    """CREATE TEMP TABLE m_link AS
-        SELECT r.local_id, t.amount_cents FROM m_recharge r
-               JOIN transactions t ON t.recharge_id = r.provider_id
-        UNION ALL
-        SELECT r.local_id, t.amount_cents FROM m_recharge r
-               JOIN transactions t ON t.reference_number = r.reference_number
-        WHERE t.recharge_id IS NULL OR t.recharge_id IS NOT r.provider_id""",
-    """CREATE TEMP TABLE m_ragg (local_id INTEGER PRIMARY KEY, debit_n INTEGER, debit INTEGER,
-                                 credit_n INTEGER, credit INTEGER)""",
-    """INSERT INTO m_ragg
-        SELECT local_id, SUM(amount_cents < 0), -SUM(MIN(amount_cents, 0)), SUM(amount_cents > 0),
-               SUM(MAX(amount_cents, 0))
-        FROM m_link GROUP BY local_id""",
+
+@dataclass(frozen=True)
+class Rule:
+    """One recharge rule over `m_rdrift`: the drift it records and the SQL condition that finds it."""
+
+    kind: str
+    expected: str
+    actual: str
+    detail: str
+    when: str
+
+    def insert(self) -> str:
+        """The rule's INSERT into m_candidate."""
+        return (f"INSERT INTO m_candidate SELECT '{self.kind}', 'recharge', ref, {self.expected}, {self.actual},"
+                f" currency, {self.detail} FROM m_rdrift WHERE {self.when}")
+
+
+# Columns of m_rdrift: local_id, provider_id, origin, status, payable_cents, currency, ref, created_at,
+# debit_n, debit, credit_n, credit (over the recharge's linked transactions, 0 when none), unseen.
+RECHARGE_RULES = (
+    # Reconcile against payable, not face (Recharge endpoints > reconciliation rules).
+    Rule("missing_debit", "payable_cents", "0", "status || ' recharge with no wallet debit'",
+         f"(status IN {SPEND} OR status IN {CREDITED_BACK}) AND debit_n = 0"),
+    Rule("duplicate_debit", "payable_cents", "debit", "debit_n || ' debits for one recharge'", "debit_n > 1"),
+    Rule("amount_mismatch", "payable_cents", "debit", "'debit differs from payable'",
+         "debit_n = 1 AND debit IS NOT payable_cents"),
+    # FAILED and REVERSED: the debit and its credit back, net zero.
+    Rule("missing_refund", "debit", "credit", "status || ' recharge not credited back in full'",
+         f"status IN {CREDITED_BACK} AND debit_n > 0 AND credit < debit"),
+    Rule("unexpected_refund", f"CASE WHEN status IN {SPEND} THEN 0 ELSE debit END", "credit",
+         f"status || ' recharge credited back' || CASE WHEN status IN {SPEND} THEN '' ELSE ' more than debited' END",
+         f"(status IN {SPEND} AND credit_n > 0) OR (status IN {CREDITED_BACK} AND credit > debit)"),
+    Rule("stuck_processing", "payable_cents", "NULL",
+         "'still PROCESSING after 30 minutes: escalate to support with reference_number'",
+         "status = 'PROCESSING' AND created_at < :stuck_before"),
+    # Partnerkit recorded it (intent or provider id), but the day's complete sync did not list it.
+    Rule("unknown_to_provider", "payable_cents", "NULL",
+         "CASE WHEN provider_id IS NULL THEN status || ' recharge the provider never acknowledged'"
+         " ELSE 'recharge ' || provider_id || ' missing from the provider''s list' END", "unseen"),
+    Rule("unknown_to_partner", "NULL", "payable_cents", "'the provider has a recharge partnerkit never submitted'",
+         "origin = 'provider'"),
+)
+
+
+def _recharges(where: str) -> str:
+    """The day's recharges matching `where`, with their linked transactions aggregated, one row each.
+
+    Linked on any day (a late refund arrives days later): by recharge_id, or by reference_number.
+    A transaction that matches both is counted once (the OR join visits each row once). The GROUP
+    BY follows the index the WHERE scans (provider_created_at, then rowid), so it needs no sort.
+    `unseen`: covered by a complete sync (:covered, its start) that did not list it since.
+    """
+    return f"""
+        SELECT r.local_id, r.provider_id, r.origin, r.status,
+               COALESCE(r.payable_cents, r.amount_cents) AS payable_cents, COALESCE(r.currency, 'INR') AS currency,
+               COALESCE(r.reference_number, r.idempotency_key, 'local:' || r.local_id) AS ref,
+               COALESCE(r.provider_created_at, r.submitted_at) AS created_at,
+               COALESCE(SUM(t.amount_cents < 0), 0) AS debit_n, COALESCE(-SUM(MIN(t.amount_cents, 0)), 0) AS debit,
+               COALESCE(SUM(t.amount_cents > 0), 0) AS credit_n, COALESCE(SUM(MAX(t.amount_cents, 0)), 0) AS credit,
+               CASE WHEN r.origin = 'partner' AND :covered IS NOT NULL
+                    THEN NOT COALESCE((SELECT s.seen_at >= :covered FROM recharge_seen s
+                                       WHERE s.provider_id = r.provider_id), 0)
+                    ELSE 0 END AS unseen
+        FROM recharges r
+        LEFT JOIN transactions t ON t.recharge_id = r.provider_id OR t.reference_number = r.reference_number
+        WHERE {where}
+        GROUP BY r.provider_created_at, r.local_id"""
+
+
+_ANY_RULE = " OR ".join(f"({rule.when})" for rule in RECHARGE_RULES)
+# The day's recharges (by the provider's creation time, else when partnerkit submitted it) that
+# break at least one rule.
+_RECHARGE_DRIFTS = f"""CREATE TEMP TABLE m_rdrift AS
+    SELECT * FROM ({_recharges('r.provider_created_at >= :start AND r.provider_created_at < :end')})
+    WHERE {_ANY_RULE}
+    UNION ALL
+    SELECT * FROM ({_recharges('r.provider_created_at IS NULL AND r.submitted_at >= :start AND r.submitted_at < :end')})
+    WHERE {_ANY_RULE}"""
+
+_ORDERS = (
     # The day's orders, with their stored vouchers.
     """CREATE TEMP TABLE m_order AS
         SELECT o.id, o.status, o.amount_cents, o.currency, o.quantity, o.delivered_quantity,
@@ -70,64 +140,6 @@ _SETUP = (
                (SELECT COALESCE(SUM(x.amount_cents), 0) FROM transactions x WHERE x.order_id = o.id
                    AND x.amount_cents > 0) AS credit
         FROM m_order o LEFT JOIN transactions n ON n.id = o.tx_id AND n.amount_cents < 0""",
-    # The day's transactions, linked or not.
-    """CREATE TEMP TABLE m_daytx AS
-        SELECT t.id, t.type, t.amount_cents, t.currency, t.created_at, t.balance_after_cents,
-               (EXISTS (SELECT 1 FROM recharges r WHERE r.provider_id = t.recharge_id)
-                OR EXISTS (SELECT 1 FROM recharges r WHERE r.reference_number = t.reference_number)
-                OR EXISTS (SELECT 1 FROM orders o WHERE o.id = t.order_id)
-                OR EXISTS (SELECT 1 FROM m_ordtx m WHERE m.tx_id = t.id)) AS linked
-        FROM transactions t WHERE t.created_at >= :start AND t.created_at < :end""",
-    """CREATE TEMP TABLE m_candidate (kind TEXT, subject TEXT, reference TEXT, expected_cents INTEGER,
-                                      actual_cents INTEGER, currency TEXT, detail TEXT)""",
-)
-
-_RULES = (
-    # Reconcile against payable, not face (Recharge endpoints > reconciliation rules).
-    f"""INSERT INTO m_candidate
-        SELECT 'missing_debit', 'recharge', r.ref, r.payable_cents, 0, r.currency,
-               r.status || ' recharge with no wallet debit'
-        FROM m_recharge r LEFT JOIN m_ragg a USING (local_id)
-        WHERE (r.status IN {SPEND} OR r.status IN {CREDITED_BACK}) AND COALESCE(a.debit_n, 0) = 0""",
-    f"""INSERT INTO m_candidate
-        SELECT 'duplicate_debit', 'recharge', r.ref, r.payable_cents, a.debit, r.currency,
-               a.debit_n || ' debits for one recharge'
-        FROM m_recharge r JOIN m_ragg a USING (local_id) WHERE a.debit_n > 1""",
-    """INSERT INTO m_candidate
-        SELECT 'amount_mismatch', 'recharge', r.ref, r.payable_cents, a.debit, r.currency,
-               'debit differs from payable'
-        FROM m_recharge r JOIN m_ragg a USING (local_id)
-        WHERE a.debit_n = 1 AND a.debit IS NOT r.payable_cents""",
-    # FAILED and REVERSED: the debit and its credit back, net zero.
-    f"""INSERT INTO m_candidate
-        SELECT 'missing_refund', 'recharge', r.ref, a.debit, a.credit, r.currency,
-               r.status || ' recharge not credited back in full'
-        FROM m_recharge r JOIN m_ragg a USING (local_id)
-        WHERE r.status IN {CREDITED_BACK} AND a.debit_n > 0 AND a.credit < a.debit""",
-    f"""INSERT INTO m_candidate
-        SELECT 'unexpected_refund', 'recharge', r.ref,
-               CASE WHEN r.status IN {SPEND} THEN 0 ELSE a.debit END, a.credit, r.currency,
-               r.status || ' recharge credited back' ||
-               CASE WHEN r.status IN {SPEND} THEN '' ELSE ' more than debited' END
-        FROM m_recharge r JOIN m_ragg a USING (local_id)
-        WHERE (r.status IN {SPEND} AND a.credit_n > 0) OR (r.status IN {CREDITED_BACK} AND a.credit > a.debit)""",
-    """INSERT INTO m_candidate
-        SELECT 'stuck_processing', 'recharge', r.ref, r.payable_cents, NULL, r.currency,
-               'still PROCESSING after 30 minutes: escalate to support with reference_number'
-        FROM m_recharge r WHERE r.status = 'PROCESSING' AND r.created_at < :stuck_before""",
-    # Partnerkit recorded it (intent or provider id), but the day's complete sync did not list it.
-    """INSERT INTO m_candidate
-        SELECT 'unknown_to_provider', 'recharge', r.ref, r.payable_cents, NULL, r.currency,
-               CASE WHEN r.provider_id IS NULL THEN r.status || ' recharge the provider never acknowledged'
-                    ELSE 'recharge ' || r.provider_id || ' missing from the provider''s list' END
-        FROM m_recharge r
-        JOIN sync_coverage c ON c.entity = 'recharges' AND c.day = :day AND c.synced_at >= :end
-        LEFT JOIN recharge_seen s ON s.provider_id = r.provider_id
-        WHERE r.origin = 'partner' AND (s.seen_at IS NULL OR s.seen_at < c.synced_at)""",
-    """INSERT INTO m_candidate
-        SELECT 'unknown_to_partner', 'recharge', r.ref, NULL, r.payable_cents, r.currency,
-               'the provider has a recharge partnerkit never submitted'
-        FROM m_recharge r WHERE r.origin = 'provider'""",
     # An order matches the ORDER transaction named by its transaction_id, for its amount.
     """INSERT INTO m_candidate
         SELECT 'missing_debit', 'order', CAST(o.id AS TEXT), o.amount_cents, 0, o.currency,
@@ -162,33 +174,76 @@ _RULES = (
         FROM m_oagg o
         WHERE (o.status = 'DELIVERED' AND o.vouchers < o.quantity)
            OR (o.status = 'PARTIALLY_DELIVERED' AND o.vouchers < MAX(COALESCE(o.delivered_quantity, 1), 1))""",
-    """INSERT INTO m_candidate
-        SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency,
-               COALESCE(t.type, 'untyped') || ' transaction linked to no recharge or order'
-        FROM m_daytx t WHERE NOT t.linked AND COALESCE(t.type, '') NOT IN (SELECT value FROM json_each(:wallet_types))""",
-    # Consecutive balance_after must chain by the amounts, per currency (one wallet per currency).
-    """INSERT INTO m_candidate
-        SELECT 'balance_discontinuity', 'wallet', id, prev + amount_cents, balance_after_cents, currency,
-               'balance_after does not follow from the previous transaction'
-        FROM (SELECT t.id, t.amount_cents, t.balance_after_cents, t.currency,
-                     COALESCE(LAG(t.balance_after_cents) OVER w,
-                              (SELECT p.balance_after_cents FROM transactions p
-                               WHERE p.created_at < :start AND p.currency IS t.currency
-                                 AND p.balance_after_cents IS NOT NULL
-                               ORDER BY p.created_at DESC, length(p.id) DESC, p.id DESC LIMIT 1)) AS prev
-              FROM m_daytx t WHERE t.balance_after_cents IS NOT NULL
-              WINDOW w AS (PARTITION BY t.currency ORDER BY t.created_at, length(t.id), t.id))
-        WHERE prev IS NOT NULL AND prev + amount_cents != balance_after_cents""",
 )
 
 
-def build(conn: sqlite3.Connection, params: dict[str, Any]) -> None:
-    """Fill the temp tables and `m_candidate` for one day (inside the caller's transaction)."""
+def _transaction_rules(wallet: str) -> tuple[str, ...]:
+    """Orphans and the balance chain over the day's transactions (`wallet`: the bound IN list of wallet types)."""
+    return (
+        # Linked to nothing: each probe stops the row's search at its first link (most have a recharge_id).
+        f"""INSERT INTO m_candidate
+            SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency,
+                   COALESCE(t.type, 'untyped') || ' transaction linked to no recharge or order'
+            FROM transactions t
+            WHERE t.created_at >= :start AND t.created_at < :end
+              AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.provider_id = t.recharge_id)
+              AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.reference_number = t.reference_number)
+              AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = t.order_id)
+              AND NOT EXISTS (SELECT 1 FROM m_ordtx m WHERE m.tx_id = t.id)
+              AND COALESCE(t.type, '') NOT IN ({wallet})""",
+        # Consecutive balance_after must chain by the amounts, per currency (one wallet per currency):
+        # the day's rows with a balance in chain order, so that each row's predecessor is seq - 1.
+        """CREATE TEMP TABLE m_chain (seq INTEGER PRIMARY KEY, id TEXT, amount INTEGER, balance INTEGER,
+                                      currency TEXT)""",
+        """INSERT INTO m_chain (id, amount, balance, currency)
+            SELECT id, amount_cents, balance_after_cents, currency FROM transactions
+            WHERE created_at >= :start AND created_at < :end AND balance_after_cents IS NOT NULL
+            ORDER BY currency, created_at, length(id), id""",
+        # The first row of a currency chains from that currency's last balance before the day.
+        """INSERT INTO m_candidate
+            SELECT 'balance_discontinuity', 'wallet', id, prev + amount, balance, currency,
+                   'balance_after does not follow from the previous transaction'
+            FROM (SELECT b.id, b.amount, b.balance, b.currency,
+                         CASE WHEN a.seq IS NOT NULL AND a.currency IS b.currency THEN a.balance
+                              ELSE (SELECT p.balance_after_cents FROM transactions p
+                                    WHERE p.created_at < :start AND p.currency IS b.currency
+                                      AND p.balance_after_cents IS NOT NULL
+                                    ORDER BY p.created_at DESC, length(p.id) DESC, p.id DESC LIMIT 1) END AS prev
+                  FROM m_chain b LEFT JOIN m_chain a ON a.seq = b.seq - 1)
+            WHERE prev IS NOT NULL AND prev + amount != balance""",
+    )
+
+
+def wallet_params(wallet_types: Iterable[str]) -> tuple[str, dict[str, str]]:
+    """The IN list of wallet movement types as placeholders and their bound values."""
+    values = {f"w{n}": t for n, t in enumerate(wallet_types)}
+    return (", ".join(f":{k}" for k in values) or "NULL"), values
+
+
+def _run(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> sqlite3.Cursor:
+    return conn.execute(statement, {k: v for k, v in params.items() if f":{k}" in statement})
+
+
+def covered_since(conn: sqlite3.Connection, day: str, end: str) -> str | None:
+    """When the complete recharge sync that covers `day` started, if one started after the day ended."""
+    row = conn.execute("SELECT synced_at FROM sync_coverage WHERE entity = 'recharges' AND day = ? AND synced_at >= ?",
+                       (day, end)).fetchone()
+    return row[0] if row else None
+
+
+def build(conn: sqlite3.Connection, params: dict[str, Any], wallet_types: Iterable[str]) -> None:
+    """Fill `m_candidate` (and the temp tables behind it) for one day, inside the caller's transaction."""
     register_functions(conn)
     drop(conn)
-    for statement in _SETUP + _RULES:
-        conn.execute(statement, {k: v for k, v in params.items() if f":{k}" in statement})
-    conn.execute("CREATE INDEX temp.m_candidate_subject ON m_candidate(subject, reference)")
+    wallet, values = wallet_params(wallet_types)
+    params = {**params, **values, "covered": covered_since(conn, params["day"], params["end"])}
+    conn.execute("CREATE TEMP TABLE m_candidate (kind TEXT, subject TEXT, reference TEXT, expected_cents INTEGER,"
+                 " actual_cents INTEGER, currency TEXT, detail TEXT)")
+    _run(conn, _RECHARGE_DRIFTS, params)
+    for rule in RECHARGE_RULES:
+        _run(conn, rule.insert(), params)
+    for statement in _ORDERS + _transaction_rules(wallet):
+        _run(conn, statement, params)
 
 
 def drop(conn: sqlite3.Connection) -> None:
@@ -198,7 +253,10 @@ def drop(conn: sqlite3.Connection) -> None:
 
 
 def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:
-    """Merge the day's candidates into `drifts`; auto-resolve the day's open drifts not found again."""
+    """Merge the day's candidates into `drifts`; auto-resolve the day's open drifts not found again.
+
+    Leaves `m_found` (the day's drifts by id) for `day_summary`.
+    """
     p = {"day": day, "now": now, "actor": SYSTEM_ACTOR}
     conn.execute("CREATE TEMP TABLE m_found (id TEXT PRIMARY KEY, kind, subject, reference, expected_cents,"
                  " actual_cents, currency, detail)")
@@ -240,7 +298,6 @@ def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[st
         "UPDATE drifts SET resolution = 'resolved', resolution_note = :note, resolution_by = :actor,"
         " resolution_at = :now WHERE report_date = :day AND resolution != 'resolved'"
         " AND id NOT IN (SELECT id FROM m_found)", {**p, "note": note}).rowcount
-    conn.execute("DROP TABLE temp.m_found")
     conn.execute("DROP TABLE temp.m_state")
     return {"new": new, "reopened": reopened, "auto_resolved": resolved}
 
@@ -250,39 +307,48 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict]:
     return [dict(zip(names, r)) for r in cursor.fetchall()]
 
 
-def day_summary(conn: sqlite3.Connection, wallet_types: str) -> dict[str, Any]:
-    """Totals of the day from the temp tables (call after `build`, before `drop`)."""
-    one = lambda sql, params=(): conn.execute(sql, params).fetchone()[0]  # noqa: E731
-    drifted = one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_candidate"
-                  " WHERE subject IN ('recharge', 'order'))")
-    money = _rows(conn.execute(
-        """SELECT COALESCE(currency, '') AS currency,
-                  -SUM(MIN(amount_cents, 0)) AS spend_cents,
-                  SUM(MAX(amount_cents, 0)) AS refunds_cents
-           FROM m_daytx WHERE COALESCE(type, '') NOT IN (SELECT value FROM json_each(?))
-           GROUP BY 1 ORDER BY 1""", (wallet_types,)))
-    hourly = _rows(conn.execute(
-        """SELECT COALESCE(currency, '') AS currency, CAST(substr(created_at, 12, 2) AS INTEGER) AS hour,
-                  -SUM(amount_cents) AS spend_cents
-           FROM m_daytx WHERE amount_cents < 0 AND COALESCE(type, '') NOT IN (SELECT value FROM json_each(?))
-           GROUP BY 1, 2 ORDER BY 1, 2""", (wallet_types,)))
+def transaction_totals(conn: sqlite3.Connection, params: dict[str, Any], wallet_types: Iterable[str]) -> list[dict]:
+    """The day's transactions per (currency, hour): all of them (n), and those not wallet movements
+    (counted, their debits and credits): one pass, the report's money figures are sums of these."""
+    wallet, values = wallet_params(wallet_types)
+    return _rows(_run(conn, f"""
+        SELECT COALESCE(currency, '') AS currency, CAST(substr(created_at, 12, 2) AS INTEGER) AS hour,
+               COUNT(*) AS n, SUM(NOT w) AS counted,
+               SUM(CASE WHEN w THEN 0 ELSE MIN(amount_cents, 0) END) AS debit_cents,
+               SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents
+        FROM (SELECT currency, created_at, amount_cents, COALESCE(type, '') IN ({wallet}) AS w
+              FROM transactions WHERE created_at >= :start AND created_at < :end)
+        GROUP BY 1, 2 ORDER BY 1, 2""", {**params, **values}))
+
+
+def recharge_status(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, int]:
+    """How many of the day's recharges are in each status."""
+    return dict(_run(conn, """
+        SELECT status, COUNT(*) FROM recharges
+        WHERE (provider_created_at >= :start AND provider_created_at < :end)
+           OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
+        GROUP BY 1 ORDER BY 1""", params).fetchall())
+
+
+def day_summary(conn: sqlite3.Connection, params: dict[str, Any], wallet_types: Iterable[str]) -> dict[str, Any]:
+    """Totals of the day (call after `apply_candidates`, before `drop`)."""
+    one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    status = recharge_status(conn, params)
     return {
-        "recharges_total": one("SELECT COUNT(*) FROM m_recharge"),
+        "recharges_total": sum(status.values()),
         "orders_total": one("SELECT COUNT(*) FROM m_order"),
-        "transactions_total": one("SELECT COUNT(*) FROM m_daytx"),
-        "drifted": drifted,
-        "unmatched": one("SELECT COUNT(*) FROM m_candidate WHERE kind = 'orphan_transaction'"),
-        "recharge_status": dict(conn.execute("SELECT status, COUNT(*) FROM m_recharge GROUP BY 1 ORDER BY 1").fetchall()),
+        "drifted": one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_found"
+                       " WHERE subject IN ('recharge', 'order'))"),
+        "unmatched": one("SELECT COUNT(*) FROM m_found WHERE kind = 'orphan_transaction'"),
+        "recharge_status": status,
         "order_status": dict(conn.execute("SELECT status, COUNT(*) FROM m_order GROUP BY 1 ORDER BY 1").fetchall()),
-        "money": money,
-        "hourly": hourly,
+        "transactions": transaction_totals(conn, params, wallet_types),
         "conversions": _rows(conn.execute(
             """SELECT id AS order_id, currency AS order_currency, amount_cents AS order_amount_cents,
                       wallet_currency, named_debit AS debited_cents, named_id AS transaction_id
                FROM m_oagg WHERE named_id IS NOT NULL AND wallet_currency IS NOT NULL AND currency IS NOT NULL
                  AND wallet_currency != currency ORDER BY id""")),
-        "detected_ids": [r[0] for r in conn.execute(
-            "SELECT DISTINCT drift_id(kind, subject, reference) FROM m_candidate ORDER BY 1").fetchall()],
+        "detected_ids": [r[0] for r in conn.execute("SELECT id FROM m_found ORDER BY id").fetchall()],
     }
 
 
