@@ -9,6 +9,7 @@ does not need it is never refused for lack of it.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -18,6 +19,7 @@ from typing import Mapping
 from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
+from dotenv.parser import parse_stream
 
 PREFIX = "PARTNERKIT_"
 
@@ -160,11 +162,27 @@ def parse_webhook_tokens(raw: str) -> tuple[WebhookToken, ...]:
 
 
 def read_env_file(path: str | os.PathLike) -> dict[str, str]:
-    """Read a .env-style file (KEY=VALUE lines, comments, optional quotes) into a dict."""
+    """Read a .env-style file (KEY=VALUE lines, comments, optional quotes) into a dict.
+
+    A file that cannot be read, is not UTF-8 text or has a line that is not KEY=VALUE is a
+    ConfigError naming the file (and the line): python-dotenv alone would skip such a line
+    with a warning, and a setting would silently fall back to its default.
+    """
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--config file {str(file)!r} does not exist or is not a file")
-    return {k: v for k, v in dotenv_values(file).items() if v is not None}
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config file {str(file)!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"--config file {str(file)!r} cannot be read: {exc.strerror}") from None
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            # The line itself is not quoted: it may hold a secret typed without its "=".
+            line = binding.original.line + binding.original.string.rstrip("\n").count("\n")  # after blank lines
+            raise ConfigError(f"--config file {str(file)!r} line {line} is not KEY=VALUE (or a comment)")
+    return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
 
 def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None) -> Config:

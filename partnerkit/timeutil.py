@@ -22,10 +22,13 @@ def parse_ts(value: str | None, *, field: str = "timestamp") -> datetime | None:
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"{field}: {value!r} is not an ISO 8601 timestamp") from None
+        raise ValueError(f"{field}: {value[:64]!r} is not an ISO 8601 timestamp") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
+    try:
+        return parsed.astimezone(timezone.utc)
+    except OverflowError:  # 9999-12-31T23:59:59-23:00 is a valid text but past datetime.max in UTC
+        raise ValueError(f"{field}: {value[:64]!r} is out of range") from None
 
 
 def iso(moment: datetime | None) -> str | None:

@@ -3,13 +3,18 @@
 One click group; each concern's commands live in their own module of this package and are
 found automatically: any module here that defines `register(group)` adds its commands. Errors
 are turned into one-line messages at this edge: a ConfigError exits 2, any other partnerkit
-error exits 1, and neither prints a traceback.
+error exits 1, and neither prints a traceback. So do the two families of third-party errors a
+command can meet through its input (a path: OSError; the database file: sqlite3.Error), and an
+argument that is not valid UTF-8 (the shell hands such bytes over as lone surrogates) is a usage
+error before any command runs.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import sqlite3
 import sys
 
 import click
@@ -29,6 +34,14 @@ class ConfigExit(click.ClickException):
 class PartnerKitGroup(click.Group):
     """A click group that turns partnerkit's errors into one-line messages, never tracebacks."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:
+                raise click.UsageError(f"argument {arg!r} is not valid UTF-8 text", ctx) from None
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -36,6 +49,19 @@ class PartnerKitGroup(click.Group):
             raise ConfigExit(str(exc)) from exc
         except PartnerKitError as exc:
             raise click.ClickException(str(exc)) from exc
+        except BrokenPipeError:
+            raise  # click's own handling: `partnerkit ... | head` ends quietly
+        except OSError as exc:  # a path given on the command line or in the configuration
+            raise click.ClickException(_os_error(exc)) from exc
+        except sqlite3.Error as exc:  # reads outside a transaction are not converted by the store
+            raise click.ClickException(f"database error: {exc}") from exc
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an OSError; mkdir's "File exists" on a file where a directory belongs is named as such."""
+    if isinstance(exc, FileExistsError) and exc.filename and os.path.isfile(exc.filename):
+        return f"{exc.filename} is a file where a directory is needed"
+    return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc.strerror or exc)
 
 
 @click.group(cls=PartnerKitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -54,7 +80,7 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 
 def _register_commands() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if info.name in {"context", "output"} or info.name.startswith("_"):
+        if info.name in {"context", "output", "params"} or info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         register = getattr(module, "register", None)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.params import output_file
 
 
 @click.command("backup")
-@click.argument("destination", type=click.Path(dir_okay=False, writable=True))
+@click.argument("destination", type=click.Path(dir_okay=False, writable=True), callback=output_file)
 @pass_app
 def backup_command(app: AppContext, destination: str) -> None:
     """Copy the live database to FILE (mode 0600) with SQLite's online backup API; safe while running.
@@ -18,7 +19,10 @@ def backup_command(app: AppContext, destination: str) -> None:
     """
     from partnerkit.store.backup import backup
 
-    path = backup(app.db, destination)
+    try:
+        path = backup(app.db, destination)
+    except OSError as exc:  # e.g. a parent that is a file: the store's cleanup meets it before its own try
+        raise click.ClickException(f"cannot write backup {destination}: {exc.strerror or exc}") from exc
     click.echo(f"backed up {app.config.db_path} to {path}", err=True)
     if not app.config.voucher_key:
         click.echo(f"remember the voucher key file {app.config.key_file} (back it up once, keep it apart)", err=True)

@@ -6,6 +6,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.params import ID
 from partnerkit.store import inbox
 from partnerkit.timeutil import utcnow
 
@@ -20,7 +21,7 @@ def events_group() -> None:
 
 @events_group.command("list")
 @click.option("--state", type=click.Choice(["processed", "quarantined", "test"]), help="Only events in this state.")
-@click.option("--order-id", type=int, help="Only events of this order.")
+@click.option("--order-id", type=ID, help="Only events of this order.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @format_option
 @pass_app

@@ -8,13 +8,14 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.params import ID, at_most_int64, moment
 from partnerkit.crypto import load_cipher
 from partnerkit.money import MoneyError, cents, from_cents, to_decimal
 from partnerkit.store import inbox, jobs, orders
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
-from partnerkit.timeutil import parse_ts, utcnow
+from partnerkit.timeutil import utcnow
 from partnerkit.vouchers import catch_up_orders, seal
 
 LIST_COLUMNS = ["id", "reference_code", "status", "quantity", "delivered_quantity", "vouchers_stored", "amount",
@@ -51,7 +52,7 @@ def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> N
 
 
 @orders_group.command("show")
-@click.argument("order_id", type=int)
+@click.argument("order_id", type=ID)
 @format_option
 @pass_app
 def show_command(app: AppContext, order_id: int, fmt: str) -> None:
@@ -74,9 +75,9 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 
 
 @orders_group.command("create")
-@click.option("--product-id", type=int, required=True)
+@click.option("--product-id", type=ID, required=True)
 @click.option("--denomination", required=True, help="Per-voucher amount, e.g. 500 or 500.00.")
-@click.option("--quantity", type=click.IntRange(1), required=True)
+@click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64)
 @click.option("--ref", help="Your reference code for the order.")
 @click.option("--email", help="Customer e-mail.")
 @click.option("--idempotency-key", help="Reuse the key of an earlier attempt to replay it instead of ordering twice.")
@@ -117,12 +118,13 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
 
 
 @orders_group.command("sync")
-@click.option("--since", help="Walk back to orders placed at this ISO 8601 time (default: the stored watermark).")
+@click.option("--since", callback=moment,
+              help="Walk back to orders placed at this ISO 8601 time (default: the stored watermark).")
 @format_option
 @pass_app
-def sync_command(app: AppContext, since: str | None, fmt: str) -> None:
+def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
     """Repair local orders from the provider's order list and queue missing voucher fetches."""
-    summary = catch_up_orders(app.config, app.db, _client(app), since=parse_ts(since, field="--since") if since else None)
+    summary = catch_up_orders(app.config, app.db, _client(app), since=since)
     row = vars(summary)
     emit([row], list(row), fmt)
 

@@ -14,6 +14,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.params import ID, MAX_INT64, at_most_int64
 from partnerkit.money import from_cents
 from partnerkit.store import recharges as store
 
@@ -70,10 +71,10 @@ def recharges_group() -> None:
 
 @recharges_group.command("submit")
 @click.option("--mobile", "mobile_number", required=True, help="10 digits, no +91, spaces or dashes.")
-@click.option("--operator-id", type=int, required=True, help="Numeric operator id (not the display name).")
+@click.option("--operator-id", type=ID, required=True, help="Numeric operator id (not the display name).")
 @click.option("--amount", required=True, help="Face value in whole rupees, e.g. 199.")
 @click.option("--client-reference", help="Your reference, echoed on every read (generated when omitted).")
-@click.option("--circle-id", type=int, help="Only when the operator needs a circle.")
+@click.option("--circle-id", type=ID, help="Only when the operator needs a circle.")
 @click.option("--postpaid", "is_postpaid", is_flag=True, default=None, help="Pay a postpaid bill (default: prepaid).")
 @click.option("--special", "is_special", is_flag=True, default=None, help="Special recharge (operators that support it).")
 @click.option("--nickname", help="Label for the vendor: letters and digits, at most 40.")
@@ -92,7 +93,7 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
 @recharges_group.command("list")
 @click.option("--status", type=click.Choice(["INTENT", "UNKNOWN", "PROCESSING", "SUCCESS", "FAILED", "REVERSED"],
                                             case_sensitive=False), help="Only this status.")
-@click.option("--limit", type=click.IntRange(1), default=None, help="At most this many, newest first.")
+@click.option("--limit", type=click.IntRange(1), default=None, callback=at_most_int64, help="At most this many, newest first.")
 @format_option
 @pass_app
 def list_command(app: AppContext, fmt: str, status: str | None, limit: int | None) -> None:
@@ -107,7 +108,11 @@ def list_command(app: AppContext, fmt: str, status: str | None, limit: int | Non
 @pass_app
 def show_command(app: AppContext, fmt: str, key: str) -> None:
     """One recharge by provider id, reference_number or local id."""
-    row = store.find(app.db, key)
+    text = key.strip()
+    if text.isdigit() and not (text.isascii() and int(text) <= MAX_INT64):
+        row = None  # "²" or a number past SQLite's INTEGER: no id, and store.find would raise on it
+    else:
+        row = store.find(app.db, key)
     if row is None:
         raise click.ClickException(f"no recharge with id, reference_number or local id {key!r}")
     view = recharge_view(row)
@@ -116,7 +121,7 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 
 
 @recharges_group.command("locate")
-@click.option("--local-id", type=int, help="A local recharge (e.g. UNKNOWN after a timeout).")
+@click.option("--local-id", type=ID, help="A local recharge (e.g. UNKNOWN after a timeout).")
 @click.option("--mobile", "mobile_number", help="Number searched when there is no local id.")
 @click.option("--amount", help="Face value in whole rupees, with --mobile.")
 @click.option("--client-reference", help="Match this client_reference, with --mobile.")

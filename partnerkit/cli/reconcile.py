@@ -10,18 +10,12 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.params import output_file, utc_day
 from partnerkit.store import drifts as drift_store
-from partnerkit.timeutil import parse_day, utcnow
+from partnerkit.timeutil import utcnow
 
 DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
                  "resolution", "resolution_by", "resolution_note")
-
-
-def _day(ctx: click.Context, param: click.Parameter, value: str) -> date:
-    try:
-        return parse_day(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _client(app: AppContext):
@@ -32,7 +26,7 @@ def _client(app: AppContext):
 
 
 @click.command("reconcile")
-@click.option("--date", "day", required=True, callback=_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--date", "day", required=True, callback=utc_day, help="The UTC day, YYYY-MM-DD.")
 @pass_app
 def reconcile_command(app: AppContext, day: date) -> None:
     """Sync one UTC day from the provider, match it, and write its report."""
@@ -47,9 +41,10 @@ def reconcile_command(app: AppContext, day: date) -> None:
 
 
 @click.command("report")
-@click.option("--date", "day", required=True, callback=_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--date", "day", required=True, callback=utc_day, help="The UTC day, YYYY-MM-DD.")
 @click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,
+              help="Write to FILE instead of stdout.")
 @pass_app
 def report_command(app: AppContext, day: date, fmt_name: str, output: Path | None) -> None:
     """The day's report (the stored one with current resolutions; matched from the store if none)."""
@@ -64,7 +59,10 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_atomic(output, text)
+        try:
+            write_atomic(output, text)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
         click.echo(f"wrote {output}", err=True)
 
 
@@ -83,7 +81,7 @@ def _row(d: drift_store.Drift) -> dict:
 @drifts_group.command("list")
 @click.option("--kind", type=click.Choice(drift_store.KINDS), help="Only this drift kind.")
 @click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS), help="Only this resolution.")
-@click.option("--date", "day", callback=lambda c, p, v: None if v is None else _day(c, p, v),
+@click.option("--date", "day", callback=utc_day,
               help="Only drifts of this report day.")
 @format_option
 @pass_app

@@ -6,6 +6,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.params import ID
 from partnerkit.crypto import load_cipher
 from partnerkit.store import orders
 from partnerkit.store import vouchers as voucher_store
@@ -22,7 +23,7 @@ def mask(value: str | None, visible: int = 4) -> str | None:
 
 
 @click.command("vouchers")
-@click.argument("order_id", type=int)
+@click.argument("order_id", type=ID)
 @click.option("--reveal", is_flag=True, help="Print codes, PINs and claim URLs in clear (they are secrets).")
 @format_option
 @pass_app

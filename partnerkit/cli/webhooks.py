@@ -8,6 +8,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import utcnow
@@ -40,7 +41,7 @@ def webhooks_group() -> None:
 @click.option("--name", default="partnerkit", show_default=True)
 @click.option("--events", "events", multiple=True, type=click.Choice(ORDER_EVENTS),
               help="Event type to subscribe to (repeat; default: all order events).")
-@click.option("--credential-id", type=int, help="Sign with this API credential's signing secret.")
+@click.option("--credential-id", type=ID, help="Sign with this API credential's signing secret.")
 @format_option
 @pass_app
 def register_command(app: AppContext, url: str, name: str, events: tuple[str, ...], credential_id: int | None,
@@ -75,7 +76,7 @@ def list_command(app: AppContext, fmt: str) -> None:
 
 
 @webhooks_group.command("test")
-@click.argument("webhook_id", type=int)
+@click.argument("webhook_id", type=ID)
 @format_option
 @pass_app
 def test_command(app: AppContext, webhook_id: int, fmt: str) -> None:
@@ -87,9 +88,9 @@ def test_command(app: AppContext, webhook_id: int, fmt: str) -> None:
 @webhooks_group.command("deliveries")
 @click.option("--status", type=click.Choice(["pending", "delivered", "failed"]))
 @click.option("--event-type", type=click.Choice(ORDER_EVENTS))
-@click.option("--order-id", type=int)
-@click.option("--webhook-id", "webhook_url_id", type=int)
-@click.option("--page", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--order-id", type=ID)
+@click.option("--webhook-id", "webhook_url_id", type=ID)
+@click.option("--page", type=click.IntRange(1), default=1, show_default=True, callback=at_most_int64)
 @click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
 @format_option
 @pass_app
@@ -113,7 +114,7 @@ def stats_command(app: AppContext, fmt: str) -> None:
 
 
 @webhooks_group.command("retry")
-@click.argument("delivery_id", type=int)
+@click.argument("delivery_id", type=ID)
 @pass_app
 def retry_command(app: AppContext, delivery_id: int) -> None:
     """Re-queue a failed delivery (only while it has attempts left)."""

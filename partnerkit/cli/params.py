@@ -1,0 +1,75 @@
+"""Parameter types and checks shared by the commands, so bad input is a usage error (exit 2).
+
+They keep the help text unchanged (an id still shows as INTEGER) and only narrow what is accepted:
+an id must fit SQLite's 64-bit INTEGER, a UTC day must be one the kit can compute with.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from partnerkit.timeutil import parse_day, parse_ts
+
+MAX_INT64 = 2 ** 63 - 1
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date(2999, 12, 31)  # far enough; date.max + 1 day would overflow in the report windows
+
+
+class IdType(click.types.IntParamType):
+    """A positive integer id that fits SQLite's INTEGER (shown as INTEGER in --help)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = super().convert(value, param, ctx)
+        if not 1 <= number <= MAX_INT64:
+            self.fail(f"{number} is not an id (a whole number from 1 to {MAX_INT64})", param, ctx)
+        return number
+
+
+ID = IdType()
+
+
+def at_most_int64(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """Callback for counts with no upper bound of their own: past 2**63 - 1 SQLite cannot take them."""
+    if value is not None and value > MAX_INT64:
+        raise click.BadParameter(f"{value} is too large (at most {MAX_INT64})")
+    return value
+
+
+def utc_day(ctx: click.Context, param: click.Parameter, value: str | None) -> date | None:
+    """Callback: YYYY-MM-DD between 1970-01-01 and 2999-12-31, as a date."""
+    if value is None:
+        return None
+    try:
+        day = parse_day(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise click.BadParameter(f"{day} is out of range ({FIRST_DAY} to {LAST_DAY})")
+    return day
+
+
+def moment(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """Callback: an ISO 8601 time (UTC when it has no offset), as an aware datetime."""
+    if value is None:
+        return None
+    field = param.opts[0] if param.opts else "time"
+    try:
+        return parse_ts(value, field=field)
+    except ValueError as exc:  # click prefixes the option's name itself
+        raise click.BadParameter(str(exc).removeprefix(f"{field}: ")) from None
+
+
+def output_file(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Callback for a file to write: refuse at once a path whose existing ancestor is not a directory."""
+    if value is None:
+        return None
+    for parent in Path(value).absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise click.BadParameter(f"{str(parent)!r} is not a directory")
+            break
+    return value
