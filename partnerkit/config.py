@@ -106,6 +106,7 @@ REQUIRED_HINTS = {
 }
 
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
+MIN_TOKEN_LENGTH = 16
 _BOUND_TOKEN = re.compile(r"^(\d+):(.+)$")
 
 
@@ -150,14 +151,20 @@ def _url(name: str, raw: str) -> str:
 
 
 def parse_webhook_tokens(raw: str) -> tuple[WebhookToken, ...]:
-    """Parse `TOKEN,ID:TOKEN,...` into accepted tokens; raise ConfigError on empty entries."""
+    """Parse `TOKEN,ID:TOKEN,...` into accepted tokens; raise ConfigError on empty or weak entries."""
+    entries = [entry.strip() for entry in raw.split(",")]
+    if not all(entries):
+        raise ConfigError("PARTNERKIT_WEBHOOK_TOKENS has an empty entry; separate tokens with single commas")
     tokens = []
-    for entry in raw.split(","):
-        entry = entry.strip()
-        if not entry:
-            raise ConfigError("PARTNERKIT_WEBHOOK_TOKENS has an empty entry; separate tokens with single commas")
+    for number, entry in enumerate(entries, start=1):
         bound = _BOUND_TOKEN.match(entry)
-        tokens.append(WebhookToken(bound.group(2), bound.group(1)) if bound else WebhookToken(entry))
+        token = WebhookToken(bound.group(2), bound.group(1)) if bound else WebhookToken(entry)
+        # A token is the HMAC key that authenticates every delivery; a short one can be guessed,
+        # and the log redactor would not recognise it. The message never quotes the token.
+        if len(token.token) < MIN_TOKEN_LENGTH:
+            raise ConfigError(f"PARTNERKIT_WEBHOOK_TOKENS entry {number} is shorter than {MIN_TOKEN_LENGTH} "
+                              "characters; use the signing token the provider issued")
+        tokens.append(token)
     return tuple(tokens)
 
 

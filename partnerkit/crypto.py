@@ -87,13 +87,23 @@ def _secret_from_text(text: str) -> bytes:
     return text.encode("utf-8")
 
 
+def _read_key_file(path: Path) -> bytes:
+    text = path.read_text(encoding="ascii").strip()
+    if len(text) < 16:
+        raise ConfigError(f"the voucher key file {str(path)!r} is empty or damaged; restore it from its backup "
+                          "(without it stored vouchers cannot be read)")
+    if path.stat().st_mode & 0o077:
+        log.warning("the voucher key file %s can be read by other users; run: chmod 600 %s", path, path)
+    return text.encode()
+
+
 def _read_or_create_key_file(path: Path) -> bytes:
     """Read the key file, or create it atomically with mode 0600 (safe when processes race)."""
     try:
-        return path.read_text(encoding="ascii").strip().encode()
+        return _read_key_file(path)
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new directory: private to the owner
     temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as handle:
@@ -106,7 +116,7 @@ def _read_or_create_key_file(path: Path) -> bytes:
         pass
     finally:
         os.unlink(temp)
-    return path.read_text(encoding="ascii").strip().encode()
+    return _read_key_file(path)
 
 
 def load_cipher(config: Config) -> Cipher:
@@ -118,4 +128,7 @@ def load_cipher(config: Config) -> Cipher:
     except OSError as exc:
         raise ConfigError(f"PARTNERKIT_VOUCHER_KEY is not set and the key file {str(config.key_file)!r} "
                           f"cannot be read or created: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(f"the voucher key file {str(config.key_file)!r} is damaged (not a base64 key); "
+                          "restore it from its backup") from None
     return Cipher(_secret_from_text(text))

@@ -64,7 +64,11 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return self.redactor(json.dumps(entry, default=str, ensure_ascii=False))
+        line = self.redactor(json.dumps(entry, default=str, ensure_ascii=False))
+        # A lone surrogate (from a \\ud800 escape in some provider text) cannot be written to a UTF-8
+        # stream: logging would print its own traceback instead of the line. backslashreplace turns
+        # it into the JSON escape it came from.
+        return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def secrets_of(config: Config) -> list[str]:

@@ -25,7 +25,7 @@ def test_every_variable_is_read():
         "PARTNERKIT_API_BASE_URL": "https://partner.example.com/",
         "PARTNERKIT_API_KEY": "key",
         "PARTNERKIT_API_SECRET": "secret",
-        "PARTNERKIT_WEBHOOK_TOKENS": "tok1, 42:tok2",
+        "PARTNERKIT_WEBHOOK_TOKENS": "whsec_token_one_1, 42:whsec_token_two_2",
         "PARTNERKIT_VOUCHER_KEY": "vk",
         "PARTNERKIT_TOLERANCE_S": "120",
         "PARTNERKIT_HOURLY_BUDGET": "500",
@@ -36,7 +36,7 @@ def test_every_variable_is_read():
     assert config.db_path == Path("/tmp/x.db")
     assert config.api_base_url == "https://partner.example.com"
     assert config.api_root == "https://partner.example.com/api/v1"
-    assert config.webhook_tokens == (WebhookToken("tok1"), WebhookToken("tok2", "42"))
+    assert config.webhook_tokens == (WebhookToken("whsec_token_one_1"), WebhookToken("whsec_token_two_2", "42"))
     assert (config.tolerance_s, config.hourly_budget, config.due_hour_utc) == (120, 500, 23)
     assert config.poller_budget_share == Decimal("0.25")
 
@@ -51,6 +51,8 @@ def test_every_variable_is_read():
         ("PARTNERKIT_API_BASE_URL", "partner.example.com", "PARTNERKIT_API_BASE_URL must be an http"),
         ("PARTNERKIT_API_BASE_URL", "https://p.example.com/api/v1", "must not include the /api/v1"),
         ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
+        ("PARTNERKIT_WEBHOOK_TOKENS", "whsec_long_enough_1,7:short", "entry 2 is shorter than 16 characters"),
+        ("PARTNERKIT_HTTP_TIMEOUT_S", "nan", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
         ("PARTNERKIT_POLLER_BUDGET_SHARE", "1.5", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction"),
         ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
         ("PARTNERKIT_TYPO", "1", "PARTNERKIT_TYPO is not a partnerkit setting"),
@@ -82,17 +84,36 @@ def test_missing_config_file_is_a_clear_error(tmp_path):
 
 
 def test_secrets_stay_out_of_repr():
-    config = load_config(environ={"PARTNERKIT_API_SECRET": "s3cr3t", "PARTNERKIT_WEBHOOK_TOKENS": "whtok",
+    config = load_config(environ={"PARTNERKIT_API_SECRET": "s3cr3t", "PARTNERKIT_WEBHOOK_TOKENS": "whsec_repr_token_1",
                                   "PARTNERKIT_API_KEY": "k3y", "PARTNERKIT_VOUCHER_KEY": "vk3y"})
     text = repr(config)
-    for secret in ("s3cr3t", "whtok", "k3y", "vk3y"):
+    for secret in ("s3cr3t", "whsec_repr_token_1", "k3y", "vk3y"):
         assert secret not in text
 
 
 def test_config_round_trips_through_the_environment():
-    config = load_config(environ={"PARTNERKIT_WEBHOOK_TOKENS": "a,7:b", "PARTNERKIT_TOLERANCE_S": "30"})
+    config = load_config(environ={"PARTNERKIT_WEBHOOK_TOKENS": "whsec_round_trip_a,7:whsec_round_trip_b",
+                                  "PARTNERKIT_TOLERANCE_S": "30"})
     assert load_config(environ=config_as_env(config)) == config
 
 
 def test_empty_value_means_default():
     assert load_config(environ={"PARTNERKIT_TOLERANCE_S": "  "}) == Config()
+
+
+def test_a_short_token_is_not_quoted_in_the_error():
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={"PARTNERKIT_WEBHOOK_TOKENS": "s3cr3t-tok"})
+    assert "s3cr3t-tok" not in str(info.value)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe\x00P", "is not UTF-8 text"),
+    (b"PARTNERKIT_TOLERANCE_S=30\n\nPARTNERKIT_API_SECRET hunter2-no-equals\n", "line 3 is not KEY=VALUE"),
+])
+def test_an_unreadable_config_file_is_named_without_its_content(tmp_path, content, message):
+    file = tmp_path / "bad.env"
+    file.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(environ={}, config_file=file)
+    assert "hunter2" not in str(info.value)

@@ -21,18 +21,34 @@ def test_json_line_with_extra_fields():
 
 def test_configured_secrets_are_redacted():
     stream = io.StringIO()
-    config = load_config(environ={"PARTNERKIT_API_SECRET": "sk_live_abcdef123", "PARTNERKIT_WEBHOOK_TOKENS": "whsec_token_42"})
+    config = load_config(environ={"PARTNERKIT_API_SECRET": "sk_live_abcdef123", "PARTNERKIT_WEBHOOK_TOKENS": "whsec_token_42_abc"})
     redactor = configure_logging(config, stream=stream)
     redactor.add("registered-token-xyz")
     log = logging.getLogger("partnerkit.test")
-    log.warning("careless %r", {"secret": "sk_live_abcdef123", "token": "whsec_token_42"},
+    log.warning("careless %r", {"secret": "sk_live_abcdef123", "token": "whsec_token_42_abc"},
                 extra={"header": "registered-token-xyz"})
     output = stream.getvalue()
     assert "sk_live_abcdef123" not in output
-    assert "whsec_token_42" not in output
+    assert "whsec_token_42_abc" not in output
     assert "registered-token-xyz" not in output
     assert output.count("***") == 3
 
 
 def test_short_values_are_not_treated_as_secrets():
     assert Redactor(["abc"])("abc def") == "abc def"
+
+
+def test_a_lone_surrogate_is_logged_as_its_escape_not_a_logging_error():
+    stream = io.BytesIO()
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="strict", write_through=True)
+    handler = logging.StreamHandler(text)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger("partnerkit.test.surrogate")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("event %s", "\ud800", extra={"event_id": "e\udcff"})
+    finally:
+        log.removeHandler(handler)
+    entry = json.loads(stream.getvalue().decode("utf-8"))
+    assert entry["msg"] == "event \ud800" and entry["event_id"] == "e\udcff"

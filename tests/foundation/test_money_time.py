@@ -16,10 +16,25 @@ def test_loads_never_makes_a_float():
     assert to_decimal(data["amount"]) == Decimal("12.30")
 
 
-@pytest.mark.parametrize("bad", [None, True, "abc", "NaN", "Infinity", 1.5, [1]])
+@pytest.mark.parametrize("bad", [None, True, "abc", "NaN", "Infinity", 1.5, [1], "1_000", "١٢", "²", "0x10", "",
+                                 " ", "1e1234567", "1" * 65, "\ud800"])
 def test_not_an_amount(bad):
     with pytest.raises(MoneyError):
         to_decimal(bad)
+
+
+@pytest.mark.parametrize("huge", [Decimal("1E+999999999"), Decimal("-1E+999999999"), "1e400", 10 ** 30,
+                                  Decimal(10) ** 15, "-1000000000000000.00"])
+@pytest.mark.parametrize("strict", [False, True])
+def test_out_of_range_is_a_money_error_never_an_arithmetic_error(huge, strict):
+    # abs() and quantize() of 1E+999999999 raise decimal.Overflow / InvalidOperation, not MoneyError.
+    with pytest.raises(MoneyError, match="out of range"):
+        to_decimal(huge, strict=strict)
+
+
+def test_the_largest_amount_still_fits_integer_paise():
+    assert cents(to_decimal("999999999999999.99", strict=True)) < 2 ** 63 - 1
+    assert to_decimal(" -12.5e1 ") == Decimal("-125")
 
 
 def test_strict_refuses_more_than_two_decimals():
@@ -53,6 +68,10 @@ def test_timestamps_become_aware_utc(text, expected):
 def test_bad_timestamps_and_days():
     with pytest.raises(ValueError, match="not an ISO 8601"):
         parse_ts("yesterday")
+    with pytest.raises(ValueError, match="out of range"):  # valid text, but past datetime.max in UTC
+        parse_ts("9999-12-31T23:59:59-23:00")
+    with pytest.raises(ValueError, match="out of range"):
+        parse_ts("0001-01-01T00:00:00+05:00")
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
         parse_day("21/11/2026")
     assert iso(datetime(2026, 1, 1, tzinfo=timezone.utc)) == "2026-01-01T00:00:00Z"

@@ -1,0 +1,58 @@
+"""Encryption at rest: the generated key file and its directory are private whatever the umask."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from partnerkit.config import Config, ConfigError
+from partnerkit.crypto import DecryptionError, load_cipher
+
+
+@pytest.fixture
+def zero_umask():
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+def test_generated_key_file_and_new_directory_are_private_under_umask_000(tmp_path, zero_umask):
+    config = Config(db_path=tmp_path / "new" / "dir" / "pk.db")
+    cipher = load_cipher(config)
+    assert config.key_file.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "new" / "dir").stat().st_mode & 0o777 == 0o700
+    assert load_cipher(config).decrypt(cipher.encrypt("4111-1111", context=b"c"), context=b"c") == "4111-1111"
+
+
+def test_ciphertext_is_bound_to_its_context_and_key(tmp_path):
+    one = load_cipher(Config(db_path=tmp_path / "a.db"))
+    other = load_cipher(Config(db_path=tmp_path / "b.db"))
+    sealed = one.encrypt("CODE-1234-5678", context=b"order:1:card_number")
+    assert b"CODE-1234-5678" not in sealed
+    with pytest.raises(DecryptionError):
+        one.decrypt(sealed, context=b"order:2:card_number")
+    with pytest.raises(DecryptionError):
+        other.decrypt(sealed, context=b"order:1:card_number")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty or damaged"),
+    (b"short\n", "is empty or damaged"),
+    (b"\xff\xfe not ascii at all, long enough\n", "is damaged"),
+])
+def test_a_damaged_key_file_is_a_config_error(tmp_path, content, message):
+    config = Config(db_path=tmp_path / "pk.db")
+    config.key_file.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        load_cipher(config)
+
+
+def test_a_key_file_readable_by_others_is_warned_about(tmp_path, caplog):
+    config = Config(db_path=tmp_path / "pk.db")
+    load_cipher(config)
+    config.key_file.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
+        load_cipher(config)
+    assert "can be read by other users" in caplog.text
