@@ -5,7 +5,8 @@
 
 The values come from receiver.gunicorn_app.gunicorn_options(), the same function `partnerkit serve`
 uses, so the two ways of running the receiver cannot drift apart: sync workers, the document's
-30-second receiver timeout, graceful shutdown, and an access log of method, path, status, size
+30-second receiver timeout, graceful shutdown, the cyclic GC told to skip what a worker loaded at
+start-up (gc.freeze), and an access log of method, path, status, size
 and duration only (never headers such as X-Signature or X-SERVICE-WEBHOOK-TOKEN, never the query
 string). RECEIVER_BIND and RECEIVER_WORKERS override the bind address and worker count.
 PROMETHEUS_MULTIPROC_DIR must name an empty directory writable by the service so that /metrics sums
@@ -34,5 +35,6 @@ access_log_format = _options["access_log_format"]
 loglevel = _options["loglevel"]
 proc_name = _options["proc_name"]
 preload_app = _options["preload_app"]
+post_worker_init = _options["post_worker_init"]
 child_exit = _options["child_exit"]
 control_socket_disable = _options["control_socket_disable"]

@@ -8,6 +8,7 @@ before prometheus_client is first imported in the gunicorn master (workers inher
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import sys
@@ -36,6 +37,16 @@ def _on_exit(server: Any) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _post_worker_init(worker: Any) -> None:
+    """Freeze what the worker holds after building its app, so the cyclic GC stops re-scanning it.
+
+    A worker starts with some 40,000 long-lived objects (modules, the app, its libraries); each
+    full collection walked them all, a 25-45 ms pause inside whichever request triggered it.
+    Frozen objects are still freed by reference counting; only the cycle detector skips them.
+    """
+    gc.freeze()
+
+
 def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: str = "info") -> dict[str, Any]:
     """The gunicorn settings of the receiver (the benchmark's bare app uses the same ones)."""
     return {
@@ -52,6 +63,7 @@ def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: s
         "proc_name": "partnerkit-receiver",
         "control_socket_disable": True,  # gunicorn >= 25: one shared default path would collide
         "preload_app": False,  # each worker builds its app (and its database connections) after fork
+        "post_worker_init": _post_worker_init,
         "child_exit": _child_exit,
         "on_exit": _on_exit,
     }

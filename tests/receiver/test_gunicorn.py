@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import requests
 
 from partnerkit.store import open_db
+from receiver.gunicorn_app import gunicorn_options
 from tests.receiver.conftest import TOKEN, VOUCHER_KEY, envelope, signed_headers
 from tests.receiver.servers import PARTNERKIT, ServedReceiver
 
@@ -65,3 +69,30 @@ def test_serve_refuses_to_start_without_a_token(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("Error: no webhook token is accepted")
     assert "Traceback" not in result.stderr
+
+
+def test_each_worker_freezes_what_it_loaded_so_full_collections_skip_it():
+    hook = gunicorn_options()["post_worker_init"]
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    try:
+        hook(None)  # gunicorn passes the worker; the hook does not need it
+        assert gc.get_freeze_count() > 1000  # the modules, the app and its libraries
+    finally:
+        gc.unfreeze()
+
+
+def test_plain_gunicorn_config_installs_the_same_worker_hook(monkeypatch):
+    from gunicorn.app.base import Application
+
+    class Probe(Application):
+        def init(self, parser, opts, args):
+            return None
+
+        def load(self):
+            return None
+
+    monkeypatch.setattr(sys, "argv", ["gunicorn"])
+    probe = Probe()
+    probe.load_config_from_file(str(Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"))
+    assert probe.cfg.post_worker_init is gunicorn_options()["post_worker_init"]
