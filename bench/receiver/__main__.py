@@ -1,9 +1,14 @@
-"""`python -m bench.receiver`: acknowledgement throughput and latency of the receiver.
+"""`python -m bench.receiver`: acknowledgement throughput, latency and CPU cost of the receiver.
 
 Starts `partnerkit serve --workers 2` on a fresh database and a bare Flask app (no verification,
 no storage) under the same gunicorn settings, both on loopback. A separate load process sends
-N unique signed events to each at peak (closed loop), then to each at half the receiver's peak
-(open loop), interleaved over a few rounds, best round of each kept. Afterwards the inbox is counted: every acknowledged event must be there exactly once.
+unique signed events to each, in interleaved rounds: first at peak (closed loop, 8 connections),
+then at half the receiver's median peak (open loop; latency counted from the scheduled send).
+Each peak round pairs the two targets back to back, so a change in the machine's load hits both;
+the throughput ratio is the median of the per-round ratios. The CPU time of each target's
+gunicorn workers (from /proc) and of the load process is divided by the events sent, which is
+what decides the ratio on a machine whose cores the load process shares. Afterwards the inbox is
+counted: every acknowledged event must be there exactly once.
 Targets: receiver throughput >= 0.8 x bare, p99 <= 25 ms at half peak.
 """
 
@@ -14,19 +19,59 @@ import os
 import signal
 import socket
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
 TOKEN = "bench-webhook-token-0123456789"
-PEAK_EVENTS = int(os.environ.get("BENCH_RECEIVER_EVENTS", "1500"))
-ROUNDS = int(os.environ.get("BENCH_RECEIVER_ROUNDS", "3"))
+PEAK_EVENTS = int(os.environ.get("BENCH_RECEIVER_EVENTS", "2500"))
+ROUNDS = int(os.environ.get("BENCH_RECEIVER_ROUNDS", "5"))
+WARM_UP_EVENTS = 500
 HALF_PEAK_SECONDS = 4.0
-CONCURRENCY = 8
+PEAK_CONCURRENCY = 8
+HALF_PEAK_CONCURRENCY = 16
+TARGET_RATIO = 0.8
+TARGET_P99_MS = 25.0
+
+
+@dataclass
+class Target:
+    """One server under test: its process, URL, and what each of its rounds measured."""
+
+    name: str
+    process: subprocess.Popen
+    url: str
+    peaks: list[dict]
+    halves: list[dict]
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU of the gunicorn workers (the master's children), or None without /proc."""
+        return workers_cpu_seconds(self.process.pid)
+
+
+def workers_cpu_seconds(master: int) -> float | None:
+    """Sum of utime + stime over the processes whose parent is `master` (Linux /proc)."""
+    if not os.path.isdir("/proc"):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        if int(fields[1]) == master:  # fields: state, ppid, ..., utime (11), stime (12)
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def _port() -> int:
@@ -35,18 +80,16 @@ def _port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
-    process = subprocess.Popen(argv, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-    return process
-
-
 def _wait_up(base: str, process: subprocess.Popen, probe: str) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"server exited early (code {process.returncode})")
         try:
-            requests.post(base + probe, timeout=0.5) if probe.startswith("/webhooks") else requests.get(base + probe, timeout=0.5)
+            if probe.startswith("/webhooks"):
+                requests.post(base + probe, timeout=0.5)
+            else:
+                requests.get(base + probe, timeout=0.5)
             return
         except requests.ConnectionError:
             time.sleep(0.05)
@@ -62,11 +105,73 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _load(url: str, prefix: str, count: int, rate: float = 0.0) -> dict:
-    argv = [sys.executable, "-m", "bench.receiver.load", "--url", url, "--token", TOKEN, "--prefix", prefix,
-            "--count", str(count), "--concurrency", str(CONCURRENCY if not rate else 16), "--rate", str(rate)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run_load(target: Target, prefix: str, count: int, rate: float = 0.0) -> dict:
+    """One round of the load process against `target`; adds the CPU both sides spent per event."""
+    argv = [sys.executable, "-m", "bench.receiver.load", "--url", target.url, "--token", TOKEN, "--prefix", prefix,
+            "--count", str(count), "--concurrency", str(HALF_PEAK_CONCURRENCY if rate else PEAK_CONCURRENCY),
+            "--rate", str(rate)]
+    before = target.cpu_seconds()
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300)
+    after = target.cpu_seconds()
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["server_cpu_ms"] = None if before is None or after is None else (after - before) * 1000 / count
+    return result
+
+
+def _median_round(rounds: list[dict], key: str) -> dict:
+    """The round holding the median of `key` (the lower middle one for an even count)."""
+    ordered = sorted(rounds, key=lambda r: r[key])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _median_of(rounds: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rounds if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def report(receiver: Target, bare: Target, half_rate: float) -> float:
+    """Print the table; return the median per-round throughput ratio."""
+    ratios = [r["per_s"] / b["per_s"] for r, b in zip(receiver.peaks, bare.peaks) if b["per_s"]]
+    ratio = statistics.median(ratios) if ratios else 0.0
+    print(f"{'target (2 gunicorn workers)':<28} {'events':>6} {'acked/s':>8} {'best':>6} {'p50 ms':>7} {'p99 ms':>7}"
+          f" {'server CPU':>10} {'load CPU':>9}   {'half-peak /s':>12} {'p50 ms':>7} {'p99 ms':>7}")
+    print(f"{'':<28} {'/round':>6} {'median':>8} {'':>6} {'':>7} {'':>7} {'ms/event':>10} {'ms/event':>9}"
+          f"   {'':>12} {'median':>7} {'median':>7}")
+    for target in (receiver, bare):
+        peak = _median_round(target.peaks, "per_s")
+        half = _median_round(target.halves, "p99_ms")
+        best = max(r["per_s"] for r in target.peaks)
+        print(f"{target.name:<28} {peak['sent']:>6} {peak['per_s']:>8.0f} {best:>6.0f} {peak['p50_ms']:>7.2f}"
+              f" {peak['p99_ms']:>7.2f} {_ms(_median_of(target.peaks, 'server_cpu_ms')):>10}"
+              f" {_ms(_median_of(target.peaks, 'cpu_ms_per_event')):>9}   {half_rate:>12.0f}"
+              f" {_median_of(target.halves, 'p50_ms'):>7.2f} {half['p99_ms']:>7.2f}")
+    best_ratio = max(r["per_s"] for r in receiver.peaks) / max(b["per_s"] for b in bare.peaks)
+    print(f"throughput ratio receiver/bare: {ratio:.2f}, median of {len(ratios)} paired rounds "
+          f"({', '.join(f'{x:.2f}' for x in ratios)}); best/best {best_ratio:.2f} "
+          f"(target >= {TARGET_RATIO:.2f}: {'met' if ratio >= TARGET_RATIO else 'MISSED'})")
+    half_p99 = _median_round(receiver.halves, "p99_ms")["p99_ms"]
+    each = ", ".join(f"{r['p99_ms']:.1f}" for r in receiver.halves)
+    print(f"receiver p99 at half peak: {half_p99:.2f} ms, median of {len(receiver.halves)} rounds ({each}) "
+          f"(target <= {TARGET_P99_MS:.0f} ms: {'met' if half_p99 <= TARGET_P99_MS else 'MISSED'})")
+    print("peak rounds, acked/s: receiver " + ", ".join(f"{r['per_s']:.0f}" for r in receiver.peaks)
+          + "; bare " + ", ".join(f"{r['per_s']:.0f}" for r in bare.peaks)
+          + f"; load average {os.getloadavg()[0]:.1f}")
+    return ratio
+
+
+def count_inbox(db_path: Path) -> tuple[int, int, int]:
+    """(rows, distinct dedup keys, duplicate deliveries) in the receiver's inbox."""
+    conn = sqlite3.connect(db_path)
+    try:
+        stored, duplicates = conn.execute("SELECT COUNT(*), COALESCE(SUM(duplicate_count), 0) FROM inbox").fetchone()
+        distinct = conn.execute("SELECT COUNT(DISTINCT dedup_key) FROM inbox").fetchone()[0]
+    finally:
+        conn.close()
+    return stored, distinct, duplicates
 
 
 def main() -> int:
@@ -77,56 +182,38 @@ def main() -> int:
                 "PARTNERKIT_VOUCHER_KEY": "YmVuY2gtdm91Y2hlci1rZXktMzItYnl0ZXMtbG9uZyE"})
     rport, bport = _port(), _port()
     partnerkit = str(Path(sys.executable).with_name("partnerkit"))
-    receiver = _start([partnerkit, "serve", "--bind", f"127.0.0.1:{rport}", "--workers", "2"], env, work / "serve.log")
-    bare = _start([sys.executable, "-m", "bench.receiver.bare", "--bind", f"127.0.0.1:{bport}", "--workers", "2"],
-                  env, work / "bare.log")
-    rurl, burl = f"http://127.0.0.1:{rport}/webhooks/partner", f"http://127.0.0.1:{bport}/webhooks/partner"
+    with open(work / "serve.log", "wb") as serve_log, open(work / "bare.log", "wb") as bare_log:
+        receiver = Target("partnerkit serve", subprocess.Popen(
+            [partnerkit, "serve", "--bind", f"127.0.0.1:{rport}", "--workers", "2"], env=env, stdout=serve_log,
+            stderr=subprocess.STDOUT), f"http://127.0.0.1:{rport}/webhooks/partner", [], [])
+        bare = Target("bare Flask app", subprocess.Popen(
+            [sys.executable, "-m", "bench.receiver.bare", "--bind", f"127.0.0.1:{bport}", "--workers", "2"], env=env,
+            stdout=bare_log, stderr=subprocess.STDOUT), f"http://127.0.0.1:{bport}/webhooks/partner", [], [])
     try:
-        _wait_up(f"http://127.0.0.1:{rport}", receiver, "/healthz")
-        _wait_up(f"http://127.0.0.1:{bport}", bare, "/webhooks/partner")
-        warm_r = _load(rurl, "warm-r", 200)
-        _load(burl, "warm-b", 200)
-        # Interleaved rounds, best of each: a shared machine's noise hits both targets alike.
-        peaks_r, peaks_b = [], []
+        _wait_up(f"http://127.0.0.1:{rport}", receiver.process, "/healthz")
+        _wait_up(f"http://127.0.0.1:{bport}", bare.process, "/webhooks/partner")
+        acknowledged = run_load(receiver, "warm-r", WARM_UP_EVENTS)["ok"]
+        run_load(bare, "warm-b", WARM_UP_EVENTS)
+        # Interleaved rounds, the order alternating: a shared machine's noise hits both targets alike.
         for n in range(ROUNDS):
-            peaks_r.append(_load(rurl, f"peak-r{n}", PEAK_EVENTS))
-            peaks_b.append(_load(burl, f"peak-b{n}", PEAK_EVENTS))
-        peak_r = max(peaks_r, key=lambda r: r["per_s"])
-        peak_b = max(peaks_b, key=lambda r: r["per_s"])
-        half_rate = peak_r["per_s"] / 2
+            pair = (receiver, bare) if n % 2 == 0 else (bare, receiver)
+            for target in pair:
+                target.peaks.append(run_load(target, f"peak-{target.name[0]}{n}", PEAK_EVENTS))
+        half_rate = _median_round(receiver.peaks, "per_s")["per_s"] / 2
         half_count = max(100, int(half_rate * HALF_PEAK_SECONDS))
-        halves_r, halves_b = [], []
         for n in range(ROUNDS):
-            halves_r.append(_load(rurl, f"half-r{n}", half_count, rate=half_rate))
-            halves_b.append(_load(burl, f"half-b{n}", half_count, rate=half_rate))
-        half_r = min(halves_r, key=lambda r: r["p99_ms"])
-        half_b = min(halves_b, key=lambda r: r["p99_ms"])
+            pair = (receiver, bare) if n % 2 == 0 else (bare, receiver)
+            for target in pair:
+                target.halves.append(run_load(target, f"half-{target.name[0]}{n}", half_count, rate=half_rate))
     finally:
-        _stop(receiver)
-        _stop(bare)
-    conn = sqlite3.connect(db_path)
-    stored, duplicates = conn.execute("SELECT COUNT(*), COALESCE(SUM(duplicate_count), 0) FROM inbox").fetchone()
-    distinct = conn.execute("SELECT COUNT(DISTINCT dedup_key) FROM inbox").fetchone()[0]
-    conn.close()
-    acknowledged = warm_r["ok"] + sum(r["ok"] for r in peaks_r + halves_r)
-
-    ratio = peak_r["per_s"] / peak_b["per_s"] if peak_b["per_s"] else 0.0
-    rows = [("partnerkit serve", peak_r, half_r), ("bare Flask app", peak_b, half_b)]
-    print(f"{'target (2 gunicorn workers)':<28} {'events':>7} {'acked/s':>9} {'p50 ms':>7} {'p99 ms':>7}"
-          f"   {'half-peak rate/s':>16} {'p50 ms':>7} {'p99 ms':>7}")
-    for name, peak, half in rows:
-        print(f"{name:<28} {peak['sent']:>7} {peak['per_s']:>9.0f} {peak['p50_ms']:>7.2f} {peak['p99_ms']:>7.2f}"
-              f"   {half_rate:>16.0f} {half['p50_ms']:>7.2f} {half['p99_ms']:>7.2f}")
-    print(f"throughput ratio receiver/bare: {ratio:.2f} (target >= 0.80: {'met' if ratio >= 0.8 else 'MISSED'})")
-    print(f"receiver p99 at half peak: {half_r['p99_ms']:.2f} ms (target <= 25 ms: "
-          f"{'met' if half_r['p99_ms'] <= 25 else 'MISSED'})")
+        _stop(receiver.process)
+        _stop(bare.process)
+    acknowledged += sum(r["ok"] for r in receiver.peaks + receiver.halves)
+    report(receiver, bare, half_rate)
+    stored, distinct, duplicates = count_inbox(db_path)
     exact = stored == acknowledged == distinct and duplicates == 0
     print(f"inbox rows {stored}, acknowledged {acknowledged}, duplicates {duplicates}: "
           f"{'every acknowledged event stored exactly once' if exact else 'MISMATCH'}")
-    print("all rounds (acked/s, p99 ms): receiver peak "
-          + ", ".join(f"{r['per_s']:.0f}/{r['p99_ms']:.1f}" for r in peaks_r) + "; bare peak "
-          + ", ".join(f"{r['per_s']:.0f}/{r['p99_ms']:.1f}" for r in peaks_b) + "; receiver half-peak p99 "
-          + ", ".join(f"{r['p99_ms']:.1f}" for r in halves_r) + f"; load average {os.getloadavg()[0]:.1f}")
     return 0 if exact else 1
 
 
