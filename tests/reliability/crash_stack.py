@@ -83,27 +83,36 @@ def open_sockets(pid: int) -> int:
 
 
 class Gate:
-    """Holds the first sandbox request matching METHOD and a path pattern (after `skip` matches).
+    """Holds one sandbox request matching METHOD and a path pattern (the first after `skip` matches).
 
     `held` is set while the request waits; the test kills its sender, then `open()`s the gate and
     the sandbox answers into a closed connection, as a provider does when its client died.
+    `arm(skip)` sets the gate (again) for a later request; arm it just before waiting for it, since
+    the sender's own timeout (10 s by default) ends a hold that nobody acts on.
     """
 
     def __init__(self, method: str, path: str, *, skip: int = 0, query: Callable[[dict], bool] | None = None,
-                 max_hold_s: float = 30.0) -> None:
+                 max_hold_s: float = 30.0, armed: bool = True) -> None:
         self.method = method
         self.path = re.compile(path)
-        self.skip = skip
         self.query = query or (lambda args: True)
         self.max_hold_s = max_hold_s
         self.held = threading.Event()
         self._open = threading.Event()
         self._lock = threading.Lock()
         self.matches = 0
+        self._hold_at: int | None = skip + 1 if armed else None
 
     def install(self, app: Any) -> None:
         """Register on the sandbox Flask app (before it serves its first request)."""
         app.before_request(self._before)
+
+    def arm(self, skip: int = 0) -> None:
+        """Hold the request that comes after `skip` more matching ones."""
+        with self._lock:
+            self.held.clear()
+            self._open.clear()
+            self._hold_at = self.matches + skip + 1
 
     def _before(self) -> None:
         from flask import request
@@ -112,7 +121,7 @@ class Gate:
             return
         with self._lock:
             self.matches += 1
-            hold = self.matches == self.skip + 1
+            hold = self.matches == self._hold_at
         if hold:
             self.held.set()
             self._open.wait(self.max_hold_s)
@@ -254,10 +263,10 @@ class CrashStack:
             self._client = PartnerClient(self.config, self.db, purpose="test")
         return self._client
 
-    def register_webhook(self, path: str = "/webhooks/partner") -> int:
+    def register_webhook(self, path: str = "/webhooks/partner", **extra: Any) -> int:
         """Subscribe the receiver to every order event, signed with the credential's secret."""
         created = self.client.create_webhook(name="crash-tests", url=self.receiver_url + path, events=ORDER_EVENTS,
-                                             credential_id=self.alpha.credential_id)
+                                             credential_id=self.alpha.credential_id, **extra)
         return created.id
 
     def start_receiver(self, workers: int = 2) -> Child:
