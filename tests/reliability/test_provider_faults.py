@@ -15,6 +15,7 @@ from datetime import timedelta
 import pytest
 from freezegun import freeze_time
 
+from partnerkit.money import from_cents
 from partnerkit.store import jobs, quarantine
 from partnerkit.store import recharges as recharge_store
 from partnerkit.client._http import RetryPolicy
@@ -204,6 +205,23 @@ def test_sync_quarantines_a_transaction_with_three_decimals_and_stores_the_rest(
         world.advance(15 * 60)
         world.drive("sync-recent", seconds=60)
         _assert_store_matches_provider(world)
+
+
+@pytest.mark.parametrize("fault", ["missing_fields", "money_precision"])
+def test_sync_skips_an_unreadable_wallet_balance_and_the_next_run_records_it(tmp_path, frozen, fault):
+    with World(tmp_path, frozen) as world:
+        _day_of_traffic(world)
+        world.advance(30)
+        inr = min(w.id for w in world.sb.wallets.values() if w.client_key == world.key)
+        with world.fault(fault, scope="wallet", ids=[inr]):
+            [run] = world.drive("sync-recent", seconds=60)
+        assert run["outcome"] == "ok" and run["result"]["wallets"] == 1      # USD only; no guessed INR
+        _assert_store_matches_provider(world)
+        world.advance(15 * 60)
+        [run] = world.drive("sync-recent", seconds=60)
+        latest = dict(world.db.execute("SELECT currency, balance_cents FROM wallet_snapshots"
+                                       " WHERE taken_at = (SELECT MAX(taken_at) FROM wallet_snapshots)").fetchall())
+        assert from_cents(latest["INR"]) == world.sb.wallets[inr].balance
 
 
 def test_order_catch_up_quarantines_an_order_without_status_and_applies_the_others(tmp_path, frozen):
