@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from partnerkit.errors import StorageError
 from partnerkit.money import DecimalEncoder, cents, to_decimal
+from partnerkit.store import quarantine
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso, parse_ts
 
@@ -243,8 +244,6 @@ def upsert_from_provider(db: Database, recharges: Iterable[Any], seen_at: dateti
             if status in FINAL and row["status"] not in FINAL:
                 result.settled.append(row["local_id"])
         if records:
-            from partnerkit.store import quarantine
-
             ids = [f["id"] for f in records]
             if quarantine.release_in(conn, "recharge", ids):  # read correctly now
                 for start in range(0, len(ids), 500):
@@ -262,8 +261,6 @@ def _raw_id(raw: Any) -> int | None:
 def _reject(conn: sqlite3.Connection, bad: list[tuple[int | None, str, Any]], seen_at: datetime,
             result: UpsertResult) -> None:
     """Quarantine unreadable records and note the reason on their local rows (inside a transaction)."""
-    from partnerkit.store import quarantine  # the shared quarantine of provider records
-
     quarantine.hold_in(conn, "recharge", [(reason, raw if isinstance(raw, Mapping) else repr(raw))
                                           for _, reason, raw in bad], now=seen_at)
     for provider_id, reason, _ in bad:

@@ -102,3 +102,20 @@ def test_unreadable_records_are_held_then_released(wdb):
     assert [h["key"] for h in quarantine.held(wdb, "recharge")] == [keys[1]]
     with pytest.raises(ValueError, match="unknown quarantine kind"):
         quarantine.key_for("wallet", raw)
+
+
+def test_a_status_the_document_does_not_describe_is_quarantined_not_raised(wdb):
+    from partnerkit.store import recharges as store
+
+    def record(rid, status):
+        return {"id": rid, "reference_number": f"RCH{rid}", "status": status, "mobile_number": "9800000005",
+                "face": "100.00", "discount": "2.00", "payable": "98.00", "created_at": "2025-03-10T10:00:00Z"}
+
+    result = store.upsert_from_provider(wdb, [record(1, "SUCCESS"), record(2, "PENDING"), record(3, "FAILED")], T0)
+    assert result.inserted == 2 and result.seen_provider_ids == {1, 2, 3}
+    assert result.rejected == [(2, "recharge record unreadable: recharge status 'PENDING' is not one the document "
+                                   "describes")]
+    assert [h["key"] for h in quarantine.held(wdb, "recharge")] == ["recharge:2"]
+    # Read correctly later: stored, and released from the quarantine.
+    assert store.upsert_from_provider(wdb, [record(2, "SUCCESS")], T0).inserted == 1
+    assert quarantine.held(wdb, "recharge") == []
