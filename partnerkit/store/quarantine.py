@@ -1,7 +1,7 @@
 """Provider records partnerkit could not read (recharges, orders), kept with the reason.
 
 A list page with one bad record must not stop the good ones, nor be skipped in silence: the bad
-record is held here under a stable key (`recharge:<id>`, `order:<id>`) with the reason (the client's
+record is held here under a stable key (`recharge:<id>`, `order:<id>`, `wallet:<id>`) with the reason (the client's
 MalformedResponse names the field) and the record as received, then released when the same record
 is read correctly again. It shares `transaction_quarantine` (reconciliation's table, see
 m0005_ledger), so the day's report lists every quarantined provider record in one place; the key's
@@ -21,7 +21,7 @@ from partnerkit.money import DecimalEncoder
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso
 
-KINDS = ("recharge", "order")
+KINDS = ("recharge", "order", "wallet")
 
 
 def key_for(kind: str, raw: Any) -> str:

@@ -101,7 +101,7 @@ def test_unreadable_records_are_held_then_released(wdb):
     assert quarantine.release(wdb, "recharge", [100001, 5]) == 1
     assert [h["key"] for h in quarantine.held(wdb, "recharge")] == [keys[1]]
     with pytest.raises(ValueError, match="unknown quarantine kind"):
-        quarantine.key_for("wallet", raw)
+        quarantine.key_for("voucher", raw)
 
 
 def test_a_status_the_document_does_not_describe_is_quarantined_not_raised(wdb):
