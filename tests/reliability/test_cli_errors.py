@@ -336,10 +336,10 @@ def test_unknown_ids_are_one_line_with_exit_1(args, match, tmp_path):
     assert_one_line_error(*run_in_process(args, environment(tmp_path)), code=1, match=match)
 
 
-@pytest.mark.parametrize("args", [  # a read and a write (the client retries each for a few seconds)
-    ["webhooks", "list"], ["orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1"],
-])
-def test_an_unreachable_provider_is_one_line_with_exit_1(args, tmp_path):
+def test_an_unreachable_provider_is_one_line_with_exit_1(tmp_path):
+    # One write (the client retries for a few seconds first; the bad-database cases above show that
+    # every provider command reaches the same edge).
+    args = ["orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1"]
     assert_one_line_error(*run_in_process(args, environment(tmp_path)), code=1, match="connection failed")
 
 

@@ -28,7 +28,7 @@ NOW = 1714557600
 # Of WRONG_VALUES, the only ones a read field may accept (None means "absent"; False is not 0).
 READABLE_COUNTS = (None, 0)
 READABLE_AMOUNTS = (None, 0, Decimal("1.5"), "12.5")
-PROPERTY = settings(max_examples=200, deadline=None, database=None,
+PROPERTY = settings(max_examples=100, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 tokens_st = any_text(min_size=1, max_size=40)  # any text, lone surrogates included
