@@ -90,3 +90,27 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def listening_sockets(pids: set[int]) -> set[str]:
+    """What the processes `pids` listen on: "tcp:PORT" and "unix:PATH" (from /proc, Linux only)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue  # closed meanwhile
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add(f"tcp:{int(fields[1].rsplit(':', 1)[1], 16)}")
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[3], 16) & 0x10000 and fields[6] in inodes:  # __SO_ACCEPTCON: a listening socket
+            found.add(f"unix:{fields[7] if len(fields) > 7 else '(unnamed)'}")
+    return found

@@ -33,6 +33,7 @@ from receiver.app import create_app
 from receiver.signature import sign, verify
 from tests.receiver.conftest import VOUCHER_KEY
 from tests.receiver.servers import PARTNERKIT, ServedReceiver
+from tests.reliability.hostile_http import listening_sockets, worker_pids
 
 sandbox_testing = pytest.importorskip("sandbox.testing")
 
@@ -226,6 +227,8 @@ class FullRun:
     modes: dict[str, int] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
     revealed: list[dict] = field(default_factory=list)
+    listening: set[str] = field(default_factory=set)  # what the receiver's processes listen on
+    port: int = 0
 
 
 def _cli(run: FullRun, name: str, *args: str, log_stdout: bool = True) -> subprocess.CompletedProcess:
@@ -304,6 +307,9 @@ def full_run(tmp_path_factory):
                         break
                     time.sleep(1)
                 _snapshot(run, files)  # while the receiver holds the database open: WAL and SHM exist
+                master = served.process.pid
+                run.listening = listening_sockets({master} | worker_pids(master))
+                run.port = served.port
                 for path in ("/metrics", "/readyz", "/healthz"):
                     run.endpoints[path] = requests.get(served.base_url + path, timeout=10).text
                 day = datetime.now(timezone.utc).date().isoformat()
@@ -402,6 +408,14 @@ def test_metrics_readyz_and_healthz_leak_nothing(full_run):
     text = "\n".join(full_run.endpoints.values())
     assert [n for n, v in full_run.secrets.items() if v in text] == []
     assert [c for c in full_run.codes if c in text] == []
+
+
+def test_the_served_receiver_listens_on_its_bind_address_only(full_run):
+    """No gunicorn control socket, no second port: the only way in is the HTTP bind address."""
+    from receiver.gunicorn_app import gunicorn_options
+
+    assert full_run.listening == {f"tcp:{full_run.port}"}
+    assert gunicorn_options()["control_socket_disable"] is True
 
 
 @pytest.mark.parametrize("path", ["/admin", "/console", "/sandbox/settings", "/sandbox/clock", "/api/v1/orders",
