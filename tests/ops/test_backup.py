@@ -54,3 +54,19 @@ def test_backup_command(tmp_path):
     again = CliRunner().invoke(cli, ["backup", str(tmp_path / "b.db")], env=env)
     assert again.exit_code == 1
     assert "already exists" in again.output
+
+
+def test_backup_onto_a_full_disk_fails_in_one_line_and_leaves_nothing(db, tmp_path):
+    from tests.reliability.storage_faults import fill, tiny_filesystem
+
+    with tiny_filesystem(tmp_path / "small", "1m") as small:
+        filler = fill(small)
+        with pytest.raises(StorageError, match=r"backup to .*copy\.db failed: .*(full|No space)"):
+            backup(db, small / "copy.db")
+        left = sorted(p.name for p in small.iterdir())
+        filler.unlink()
+        again = open_db(backup(db, small / "copy.db"))  # space is back: the same name is free to use
+        checked = again.execute("PRAGMA integrity_check").fetchone()[0]
+        again.conn.close()
+    assert checked == "ok"
+    assert left == ["filler.bin"], "no partial copy is left behind"
