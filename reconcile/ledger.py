@@ -18,12 +18,9 @@ case-insensitively:
 A record that fits none of it is `Quarantined` with the reason, never dropped, never a crash.
 Pure: no I/O here.
 
-`map_transaction` + `to_row` is the mapping as written above. `split`, which a sync runs over every
-page, reaches the same rows faster: the key shape of a record (which source key feeds which field)
-is resolved once per distinct tuple of keys and cached, so each record costs direct lookups and
-money/time conversions on their common forms; anything unusual (a quarantine, aliases both present,
-an unusual type) goes through `map_transaction` itself, so a reason is only ever written there.
-tests/reconcile/test_ledger_fast.py checks with hypothesis that both give the same result.
+`map_transaction` + `to_row` is the mapping as written above. `reconcile.ledger_fast.map_page`, which
+a sync runs over every page, reaches the same rows faster (compiled per key shape) and falls back to
+`map_transaction` for anything unusual, so a quarantine reason is only ever written here.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from json.encoder import encode_basestring_ascii
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.timeutil import iso, parse_ts
@@ -55,9 +51,7 @@ DIRECTIONS = {"DEBIT": -1, "CREDIT": 1}
 # Money beyond this is refused: its paise would not fit SQLite's 64-bit INTEGER (and Decimal's
 # 28-digit context would round it), so it could only crash the store or be silently wrong.
 MONEY_LIMIT = Decimal(10) ** 15
-_INT_LIMIT = 10 ** 15
-_FIELDS = tuple(ALIASES)
-_ALIAS_FIELD = {alias: field for field, names in ALIASES.items() for alias in names}
+ALIAS_FIELD = {alias: field for field, names in ALIASES.items() for alias in names}
 _JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -210,160 +204,3 @@ def to_row(tx: Transaction, raw: Any, synced_at: str) -> tuple:
     return (tx.id, tx.type, cents(tx.amount), tx.order_id, tx.reference_number, tx.recharge_id, tx.currency,
             iso(tx.created_at), None if tx.balance_after is None else cents(tx.balance_after),
             None if raw is None else canonical_json(raw), synced_at)
-
-
-def _json_writer(keys: tuple, kinds: tuple) -> Callable[[dict], str] | None:
-    """canonical_json for records of this shape (keys and value types), compiled; None for other shapes."""
-    if not all(type(key) is str for key in keys):
-        return None
-    pieces, text = [], "{"
-    for key, kind in sorted(zip(keys, kinds)):
-        text += ("," if text != "{" else "") + encode_basestring_ascii(key) + ":"
-        if kind is type(None):
-            text += "null"
-            continue
-        if kind is str:
-            value = f"_esc(r[{key!r}])"
-        elif kind is int:
-            value = f"int.__repr__(r[{key!r}])"
-        elif kind is Decimal:  # default=str gives the exact text, which never needs escaping
-            text += '"'
-            value = f"str(r[{key!r}])"
-        else:
-            return None
-        pieces += [repr(text), value]
-        text = '"' if kind is Decimal else ""
-    pieces.append(repr(text + "}"))
-    return eval(f"lambda r: ''.join(({', '.join(pieces)},))", {"_esc": encode_basestring_ascii})  # noqa: S307
-
-
-def _plan(shape: tuple) -> tuple[Callable[[Any], tuple], Callable[[dict], str] | None] | None:
-    """For records with these keys and value types: a getter of the 10 fields' raw values and a JSON writer.
-
-    None when two keys feed one field (aliases present together may disagree, and two spellings of
-    one key keep only the last): the slow path decides those.
-    """
-    keys, kinds = shape[:len(shape) // 2], shape[len(shape) // 2:]
-    sources: dict[str, Any] = {}
-    for key in keys:
-        if not isinstance(key, (str, int)) or isinstance(key, bool):
-            return None
-        field = _ALIAS_FIELD.get(str(key).strip().lower())
-        if field is not None:
-            if field in sources:
-                return None
-            sources[field] = key
-    # Compiled once per shape so that each record costs one call of plain subscripts (keys are
-    # str or int, whose repr is their literal).
-    items = ", ".join(f"r[{sources[f]!r}]" if f in sources else "None" for f in _FIELDS)
-    return eval(f"lambda r: ({items},)"), _json_writer(keys, kinds)  # noqa: S307 - built from repr() of keys
-
-
-_PLANS: dict[tuple, tuple | None] = {}
-_STAMPS: dict[str, str] = {}  # created_at text as received -> ISO UTC text (a day repeats its seconds)
-_CACHE_LIMIT = 4096  # a day's pages move forward in time: recent seconds are the ones that repeat
-_PAISE_LIMIT = 10 ** 17  # MONEY_LIMIT in paise
-
-
-def _fast_cents(value: Any) -> int | None:
-    """Integer paise of a Decimal, int or numeric string on its plain forms; None = take the slow path."""
-    kind = type(value)
-    if kind is int:
-        return value * 100 if -_INT_LIMIT < value < _INT_LIMIT else None
-    try:
-        if kind is str:
-            value = Decimal(value.strip())
-        elif kind is not Decimal:
-            return None
-        scaled = value.scaleb(2)
-        paise = int(scaled)
-    except (ValueError, ArithmeticError):  # not a number, NaN, infinity
-        return None
-    # Integral once scaled: at most 2 decimals, the very test of the slow path (1.500 passes, 1.505 not).
-    return paise if paise == scaled and -_PAISE_LIMIT < paise < _PAISE_LIMIT else None
-
-
-def _timestamp(value: Any) -> str | None:
-    """created_at as stored text, parsed once per distinct string; None = take the slow path."""
-    if type(value) is not str:
-        return None
-    text = _STAMPS.get(value)
-    if text is None:
-        try:
-            text = iso(parse_ts(value, field="created_at"))
-        except ValueError:
-            return None
-        if text is None:
-            return None
-        if len(_STAMPS) >= _CACHE_LIMIT:
-            _STAMPS.clear()
-        _STAMPS[value] = text
-    return text
-
-
-def _text_of(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    return (value.strip() if type(value) is str else str(value).strip()) or None
-
-
-def fast_row(raw: Any, synced_at: str) -> tuple | None:
-    """`to_row(map_transaction(raw), raw, synced_at)` for a readable record on its common forms, else None."""
-    if type(raw) is not dict:
-        return None
-    shape = (*raw, *map(type, raw.values()))
-    try:
-        plan = _PLANS[shape]
-    except KeyError:
-        if len(_PLANS) >= 256:  # shapes from a misbehaving provider must not pile up
-            _PLANS.clear()
-        plan = _PLANS[shape] = _plan(shape)
-    if plan is None:
-        return None
-    fields, writer = plan
-    ident, kind, amount, direction, order_id, reference, recharge_id, currency, created, balance = fields(raw)
-    if type(ident) is str:
-        ident = ident.strip()
-    elif type(ident) is int:
-        ident = str(ident)
-    else:
-        return None
-    paise = _fast_cents(amount)
-    created_at = _timestamp(created)
-    if not ident or paise is None or created_at is None:
-        return None
-    if direction is not None and direction != "":
-        if type(direction) is not str:
-            return None
-        sign = DIRECTIONS.get(direction.strip().upper())
-        if sign is None or (paise < 0 and sign > 0):
-            return None
-        paise = abs(paise) * sign
-    if balance is None or balance == "":
-        balance_paise = None
-    elif (balance_paise := _fast_cents(balance)) is None:
-        return None
-    for number in (order_id, recharge_id):
-        if number is not None and number != "" and type(number) is not int:
-            return None
-    kind = _text_of(kind)
-    currency = _text_of(currency)
-    return (ident, kind.upper() if kind else None, paise, None if order_id == "" else order_id,
-            _text_of(reference), None if recharge_id == "" else recharge_id, currency.upper() if currency else None,
-            created_at, balance_paise, writer(raw) if writer else canonical_json(raw), synced_at)
-
-
-def split(records: Any, synced_at: str) -> tuple[list[tuple], list[Quarantined]]:
-    """Map many records: (store tuples of the good ones, the quarantined ones)."""
-    rows: list[tuple] = []
-    bad: list[Quarantined] = []
-    for raw in records:
-        row = fast_row(raw, synced_at)
-        if row is None:
-            mapped = map_transaction(raw)
-            if isinstance(mapped, Quarantined):
-                bad.append(mapped)
-                continue
-            row = to_row(mapped, raw, synced_at)
-        rows.append(row)
-    return rows, bad

@@ -20,7 +20,8 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
 from partnerkit.timeutil import iso, utcnow
-from reconcile.ledger import canonical_json, split
+from reconcile.ledger import canonical_json
+from reconcile.ledger_fast import map_page
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +177,13 @@ class RechargePages:
 
 def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, int]:
     """Map one page of transaction records (the one alias mapping) and store it; return (stored, quarantined)."""
-    rows, bad = split(batch, stamp)
-    ledger_store.upsert_transactions(db, rows)
+    page = map_page(batch)
+    ledger_store.store_transactions(db, page.runs, page.shapes, stamp)
+    bad = page.bad
     if bad:
         log.warning("quarantined %d transaction record(s): %s", len(bad), "; ".join(q.reason for q in bad[:5]))
         ledger_store.quarantine(db, [(q.key, q.reason, canonical_json(q.raw), _day_of(q.raw)) for q in bad], stamp)
-    return len(rows), len(bad)
+    return page.stored, len(bad)
 
 
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """Ledger store: wallet transactions, quarantined records, wallet snapshots and sync state.
 
-Rows arrive as tuples from `reconcile.ledger` (integer paise, ISO UTC text); writes are
+Rows arrive as tuples from `reconcile.ledger_fast.map_page` (integer paise, ISO UTC text); writes are
 `executemany` over iterables so a day of a million rows is never held twice in memory.
 """
 
@@ -8,21 +8,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Iterable
+from functools import lru_cache
+from typing import Iterable, Mapping
 
 from partnerkit.store.db import Database, transaction
 
-TRANSACTION_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
-                       "created_at", "balance_after_cents", "raw", "synced_at")
+ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
+               "created_at", "balance_after_cents")
+_REFRESH = ", ".join(f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "synced_at", "shape"))
 
-_UPSERT_TRANSACTION = f"""
-INSERT INTO transactions ({', '.join(TRANSACTION_COLUMNS)}) VALUES ({', '.join('?' * len(TRANSACTION_COLUMNS))})
-ON CONFLICT(id) DO UPDATE SET
-    type = excluded.type, amount_cents = excluded.amount_cents, order_id = excluded.order_id,
-    reference_number = excluded.reference_number, recharge_id = excluded.recharge_id,
-    currency = excluded.currency, created_at = excluded.created_at,
-    balance_after_cents = excluded.balance_after_cents, raw = excluded.raw, synced_at = excluded.synced_at
-"""
 
 def _in_transaction(db: Database, work) -> int:
     if db.conn.in_transaction:
@@ -31,13 +25,38 @@ def _in_transaction(db: Database, work) -> int:
         return work(conn)
 
 
-def upsert_transactions(db: Database, rows: Iterable[tuple]) -> int:
-    """Insert or refresh transactions (tuples in TRANSACTION_COLUMNS order); return how many."""
+@lru_cache(maxsize=64)
+def _upsert(shape: int | None, with_raw: bool, synced_at: str) -> str:
+    """The upsert of one run of rows: the run's shape and the sync's time are constants of the statement,
+    so each row binds only its own values (a million rows bind 2 million fewer parameters)."""
+    stamp = "'" + synced_at.replace("'", "''") + "'"
+    values = ", ".join(["?"] * len(ROW_COLUMNS) + ["?" if with_raw else "NULL", stamp,
+                                                    "NULL" if shape is None else str(int(shape))])
+    return (f"INSERT INTO transactions ({', '.join(ROW_COLUMNS)}, raw, synced_at, shape) VALUES ({values})"
+            f" ON CONFLICT(id) DO UPDATE SET {_REFRESH}")
+
+
+def store_transactions(db: Database, runs: Iterable[tuple[tuple[int | None, bool], list[tuple]]],
+                       shapes: Mapping[int, str], synced_at: str) -> int:
+    """Insert or refresh transactions; return how many rows were written.
+
+    `runs`: ((shape or None, with_raw), rows), each row the ROW_COLUMNS values followed by `raw`
+    when with_raw (reconcile.ledger_fast.map_page gives them); `shapes`: shape id -> shape text.
+    """
     def work(conn: sqlite3.Connection) -> int:
         before = conn.total_changes
-        conn.executemany(_UPSERT_TRANSACTION, rows)
+        conn.executemany("INSERT OR IGNORE INTO transaction_shapes (id, keys) VALUES (?, ?)", shapes.items())
+        for (shape, with_raw), rows in runs:
+            conn.executemany(_upsert(shape, with_raw, synced_at), rows)
         return conn.total_changes - before
     return _in_transaction(db, work)
+
+
+def stored_transaction(db: Database, ident: str) -> tuple[tuple, str | None, str | None] | None:
+    """(ROW_COLUMNS values, shape text or None, raw) of a stored transaction, to rebuild the provider's record."""
+    row = db.execute(f"SELECT {', '.join('t.' + c for c in ROW_COLUMNS)}, s.keys, t.raw FROM transactions t"
+                     " LEFT JOIN transaction_shapes s ON s.id = t.shape WHERE t.id = ?", (ident,)).fetchone()
+    return None if row is None else (tuple(row[:len(ROW_COLUMNS)]), row[-2], row[-1])
 
 
 def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], seen_at: str) -> int:

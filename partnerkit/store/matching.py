@@ -364,13 +364,6 @@ def bulk_load_recharges(conn: sqlite3.Connection, rows: Any) -> None:
                      f" VALUES ({', '.join('?' * len(BULK_RECHARGE_COLUMNS))})", rows)
 
 
-def bulk_load_transactions(conn: sqlite3.Connection, rows: Any) -> None:
-    """Insert transactions known to be new (benchmarks and first loads: no upsert bookkeeping)."""
-    conn.executemany("INSERT INTO transactions (id, type, amount_cents, order_id, reference_number, recharge_id,"
-                     " currency, created_at, balance_after_cents, raw, synced_at)"
-                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-
-
 def bulk_load_orders(conn: sqlite3.Connection, orders: Any, vouchers: Any) -> None:
     """Insert synthetic orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at, now) and vouchers."""
     conn.executemany("INSERT INTO orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at,"

@@ -12,8 +12,9 @@ from partnerkit.store import orders as order_store
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store import transaction
 from partnerkit.store import vouchers as voucher_store
-from partnerkit.store.ledger import mark_recharges_seen, quarantine, record_sync, upsert_transactions
-from reconcile.ledger import split
+from partnerkit.store.ledger import mark_recharges_seen, quarantine, record_sync, store_transactions
+from partnerkit.timeutil import iso
+from reconcile.ledger_fast import map_page
 
 DAY = date(2025, 3, 14)
 
@@ -75,9 +76,9 @@ class Ledger:
         currency = fields.get("currency", "INR")
         record = {"id": tid, "amount": amount, "created_at": at(hour, minute, day).isoformat(), "currency": currency,
                   **fields}
-        rows, bad = split([record], at(23))
-        assert not bad, bad
-        upsert_transactions(self.db, rows)
+        page = map_page([record])
+        assert not page.bad, page.bad
+        store_transactions(self.db, page.runs, page.shapes, iso(at(23)))
         return tid
 
     def debit_recharge(self, rc: dict, amount: str | None = None, **kw) -> str:

@@ -7,7 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from reconcile.ledger import Quarantined, Transaction, map_transaction, split, to_row
+from reconcile.ledger import Quarantined, Transaction, map_transaction, to_row
+from reconcile.ledger_fast import map_page
 
 BASE = {"id": "T1", "amount": "-98.00", "created_at": "2025-03-14T10:00:00Z"}
 WHEN = datetime(2025, 3, 14, 10, tzinfo=timezone.utc)
@@ -117,7 +118,7 @@ def test_store_row_is_integer_paise_and_utc_text():
     assert row[7] == "2025-03-14T10:00:00Z"
 
 
-def test_split_keeps_good_rows_and_quarantines_the_rest():
-    rows, bad = split([BASE, {"nothing": "here"}, {**BASE, "id": "T2"}], "2025-03-15T00:00:00Z")
-    assert [r[0] for r in rows] == ["T1", "T2"]
-    assert [q.reason for q in bad] == ["no id (id | transaction_id)"]
+def test_a_page_keeps_good_rows_and_quarantines_the_rest():
+    page = map_page([BASE, {"nothing": "here"}, {**BASE, "id": "T2"}])
+    assert [r[0] for r in page.table_rows()] == ["T1", "T2"]
+    assert [q.reason for q in page.bad] == ["no id (id | transaction_id)"]
