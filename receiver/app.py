@@ -28,7 +28,7 @@ def create_app(config: Config | None = None) -> Flask:
         db.conn.close()
     redactor.add(*(t.token for t in tokens))
 
-    app = Flask(__name__)
+    app = Flask(__name__, static_folder=None)  # no /static/<path> route: four endpoints, nothing else
     app.config["JSON_SORT_KEYS"] = False
     metrics = Metrics()
     receiver = Receiver(config, cipher, metrics, RECEIVER_BUSY_TIMEOUT_MS, on_tokens=redactor.add)
