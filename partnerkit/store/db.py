@@ -25,8 +25,12 @@ BUSY_TIMEOUT_MS = 5000
 
 
 def _create_private(path: Path) -> None:
-    """Create the database file with mode 0600 before SQLite touches it (WAL/SHM inherit it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Create the database file with mode 0600 before SQLite touches it (WAL/SHM inherit it).
+
+    A directory created for it is 0700 (an existing one is left as it is): the generated voucher
+    key file goes next to the database.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
