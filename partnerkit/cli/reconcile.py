@@ -60,6 +60,7 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
         click.echo(text, nl=False)
     else:
         try:
+            output.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new directory: the owner's only
             write_atomic(output, text)
         except OSError as exc:
             raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc

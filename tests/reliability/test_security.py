@@ -192,13 +192,8 @@ def test_a_valid_signature_with_a_wrong_token_header_is_refused(app):
 
 # --- the receiver's surface ---------------------------------------------------------------------
 
-# Flask(__name__) registers /static/<path:filename> whether or not a static folder exists.
-STATIC_ROUTE = pytest.mark.xfail(reason="receiver/app.py builds Flask(__name__) without static_folder=None, so "
-                                        "/static/<path:filename> is routed (reported to perf-receiver)", strict=False)
-
-
-@STATIC_ROUTE
 def test_the_receiver_exposes_exactly_four_endpoints(app):
+    # Flask(__name__) alone would also route /static/<path:filename>: the app is built without it.
     rules = {(rule.rule, frozenset(rule.methods - {"HEAD", "OPTIONS"})) for rule in app.url_map.iter_rules()}
     assert rules == {("/webhooks/partner", frozenset({"POST"})), ("/healthz", frozenset({"GET"})),
                      ("/readyz", frozenset({"GET"})), ("/metrics", frozenset({"GET"}))}
@@ -383,8 +378,8 @@ def test_store_key_backup_and_report_files_are_0600_under_umask_000(full_run):
     assert len(full_run.modes) >= 9  # db, wal, shm, key, backup, --output, the report's json/csv/html
 
 
-@pytest.mark.xfail(reason="store/db.py _create_private and reconcile/jobs.py write_atomic create parent "
-                          "directories with mkdir's default 0777 & ~umask (reported to their owners)", strict=False)
+@pytest.mark.xfail(reason="reconcile/jobs.py write_atomic creates PARTNERKIT_REPORT_DIR with mkdir's default "
+                          "0777 & ~umask (reported to its owner, provider-faults)", strict=False)
 def test_directories_the_kit_creates_are_not_world_writable(full_run):
     var = full_run.root / "var"
     made = [var / "db", var / "reports", var / "backups", var / "out"]
@@ -420,7 +415,7 @@ def test_the_served_receiver_listens_on_its_bind_address_only(full_run):
 
 @pytest.mark.parametrize("path", ["/admin", "/console", "/sandbox/settings", "/sandbox/clock", "/api/v1/orders",
                                   "/webhooks", "/debug", "/?__debugger__=yes&cmd=resource&f=style.css",
-                                  pytest.param("/static/x", marks=STATIC_ROUTE), "/metrics/../readyz"])
+                                  "/static/x", "/metrics/../readyz"])
 def test_no_other_surface_over_http(app, path):
     client = app.test_client()
     for method in ("GET", "POST"):
