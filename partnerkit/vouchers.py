@@ -63,8 +63,20 @@ class FetchSummary:
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
+_OWNER: tuple[int, str] | None = None
+
+
 def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """This process's lease owner id, stable for its life (re-made after a fork).
+
+    Stable so that a fetch run can take back its own process's leftover leases: a run that read a
+    detail but could not store it (disk full) cannot write the release either, and would otherwise
+    leave the order waiting out the lease after space is back. Fetch runs never overlap in one
+    process (the scheduler runs one instance of the job at a time)."""
+    global _OWNER
+    if _OWNER is None or _OWNER[0] != os.getpid():
+        _OWNER = (os.getpid(), f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    return _OWNER[1]
 
 
 def _text(value: Any) -> str | None:

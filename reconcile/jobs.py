@@ -61,8 +61,10 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     result = result or match_day(db, day, now=now)
     report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
                                      generated_at=now, quarantined=ledger_store.quarantined(db, day.isoformat()))
-    report_store.save_report(db, report)
+    # Files first: the stored row is what marks the day as reported, so a directory that refuses the
+    # files (read-only, full) must leave the day due for the next nightly run.
     write_report_files(config.report_dir, report)
+    report_store.save_report(db, report)
     return report
 
 

@@ -56,14 +56,17 @@ def queue(conn: sqlite3.Connection, order_id: int, *, now: datetime, expected_st
 
 def claim(db: Database, *, owner: str, now: datetime, lease_until: datetime, limit: int,
           kind: str = VOUCHER_FETCH) -> list[Job]:
-    """Lease up to `limit` due pending jobs to `owner`; no other owner gets them until the lease ends."""
+    """Lease up to `limit` due pending jobs to `owner`; no other owner gets them until the lease ends.
+
+    The owner's own unexpired leases are taken back: the caller runs one claim at a time, so such a
+    lease is a leftover of its previous run that could not be released (the database was full)."""
     at = stamp(now)
     with transaction(db) as conn:
         rows = conn.execute(
             """SELECT id, kind, order_id, expected_status, expected_count, generation, attempts FROM jobs
                WHERE kind = ? AND state = 'pending' AND next_run_at <= ?
-                 AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
-               ORDER BY next_run_at LIMIT ?""", (kind, at, at, limit)).fetchall()
+                 AND (lease_expires_at IS NULL OR lease_expires_at <= ? OR lease_owner = ?)
+               ORDER BY next_run_at LIMIT ?""", (kind, at, at, owner, limit)).fetchall()
         for row in rows:
             conn.execute("UPDATE jobs SET lease_owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ?",
                          (owner, stamp(lease_until), at, row[0]))

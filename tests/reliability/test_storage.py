@@ -224,3 +224,42 @@ def test_an_unwritable_report_directory_fails_the_nightly_cleanly(tmp_path, faul
     assert outcomes["nightly-report"]["outcome"] == "error" and cause in outcomes["nightly-report"]["result"]
     assert {job for job, r in outcomes.items() if r["outcome"] != "ok"} == {"nightly-report"}, "the rest ran"
     assert left_behind == [], "no half-written report or temporary file"
+
+
+def test_the_next_run_writes_the_report_an_unwritable_directory_refused(tmp_path):
+    """reconcile/jobs.py report_day: the report row is saved before the files, so the day is never due again."""
+    reports = tmp_path / "reports"
+    day = _yesterday().date().isoformat()
+    with tiny_filesystem(reports, "1m"), CrashStack(tmp_path, _settings(speed=1.0), report_dir=reports,
+                                                     extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
+        _plant_yesterday(stack)
+        remount(reports, read_only=True)
+        failed = stack.run_partnerkit("worker", "--once", "--format", "json")
+        remount(reports, read_only=False)
+        retried = stack.run_partnerkit("worker", "--once", "--format", "json")
+        written = sorted(p.name for p in reports.iterdir())
+    assert failed.returncode == 1 and retried.returncode == 0
+    assert written == [f"partnerkit-report-{day}.{ext}" for ext in ("csv", "html", "json")]
+
+
+def test_a_fetch_that_could_not_store_its_vouchers_is_retried_as_soon_as_space_is_back(tmp_path):
+    """partnerkit/vouchers.py: a StorageError after the read leaves the job leased for FetchPolicy.lease_s (120 s)."""
+    fetch = Gate("GET", r"^/api/v1/orders/\d+$")
+    disk = tmp_path / "disk"
+    settings = _settings(speed=1.0, order_fulfilment_delay_s=1, webhook_retry_delays_s=(1, 2, 4, 8))
+    with tiny_filesystem(disk, "16m"), CrashStack(tmp_path, settings, gates=(fetch,),
+                                                  db_path=disk / "partnerkit.db") as stack:
+        stack.register_webhook()
+        stack.start_receiver(workers=2)
+        stack.start_worker()
+        creator = _creator(stack, tmp_path)
+        order = creator.create_order(product_id=6, denomination=250, quantity=2, ref="claimed-then-full").id
+        fetch.wait_held(timeout=20)  # the job is claimed, the detail is on its way
+        truncate_wal(stack.config.db_path)
+        filler = fill(disk)
+        fetch.open()
+        wait_until(lambda: '"job fetch-vouchers error"' in stack.worker.log(), timeout=10, what="the failed store")
+        filler.unlink()
+        wait_until(lambda: voucher_store.count(stack.db, order) == 2, timeout=15, step=0.2,
+                   what="the vouchers stored by the next runs")
+        creator.close()
