@@ -105,3 +105,10 @@ def test_chart_bars_scale_to_the_largest_hour():
     bars, top = chart_bars(hours)
     assert top == "100.00" and len(bars) == 24
     assert bars[4].height == 2 * bars[3].height and bars[0].height == 0
+
+
+@pytest.mark.parametrize("note", ['said "no" \\ twice', "crédit reçu — ₹98", "line\nbreak\ttab\x01", None, 42])
+def test_each_drift_line_is_exactly_json_dumps(report, note):
+    drifts = [{**d, "resolution_note": note} for d in report["drifts"]]
+    lines = render_json({**report, "drifts": drifts}).split("\n")
+    assert [line.strip().rstrip(",") for line in lines if line.startswith('    {"id"')] == [json.dumps(d) for d in drifts]
