@@ -34,7 +34,7 @@ def report_filename(day: str, fmt_name: str) -> str:
 
 def write_atomic(path: Path, text: str) -> Path:
     """Write a file so readers see the old or the new content, never half (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # reports hold finance's figures
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -6,6 +6,7 @@ live in the -wal file); the backup API copies a consistent snapshot page by page
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -20,8 +21,8 @@ def backup(db: Database, destination: str | os.PathLike, *, pages_per_step: int 
     if target.exists():
         raise StorageError(f"{target} already exists; choose a new file name (backups are never overwritten)")
     partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)
     try:
+        partial.unlink(missing_ok=True)
         _create_private(partial)
         with sqlite3.connect(partial) as out:
             db.conn.backup(out, pages=pages_per_step)
@@ -30,9 +31,11 @@ def backup(db: Database, destination: str | os.PathLike, *, pages_per_step: int 
             raise StorageError(f"the backup failed its integrity check: {result}")
         os.replace(partial, target)
     except sqlite3.Error as exc:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
         raise StorageError(f"backup to {target} failed: {exc}") from exc
     except OSError as exc:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the parent may be a file: the cause is what to report
+            partial.unlink(missing_ok=True)
         raise StorageError(f"backup to {target} failed: {exc.strerror or exc}") from exc
     return target

@@ -324,14 +324,15 @@ def get(db: Database, local_id: int) -> dict | None:
 def find(db: Database, key: str) -> dict | None:
     """One row by provider id, reference_number or local id (in that order)."""
     text = str(key).strip()
-    if text.isdigit():
+    numeric = text.isascii() and text.isdigit() and int(text) <= 2**63 - 1  # "²" is a digit to isdigit
+    if numeric:
         rows = _rows(db.execute("SELECT * FROM recharges WHERE provider_id = ?", (int(text),)))
         if rows:
             return rows[0]
     rows = _rows(db.execute("SELECT * FROM recharges WHERE reference_number = ?", (text,)))
     if rows:
         return rows[0]
-    return get(db, int(text)) if text.isdigit() else None
+    return get(db, int(text)) if numeric else None
 
 
 def by_provider_id(db: Database, provider_id: int) -> dict | None:

@@ -378,8 +378,6 @@ def test_store_key_backup_and_report_files_are_0600_under_umask_000(full_run):
     assert len(full_run.modes) >= 9  # db, wal, shm, key, backup, --output, the report's json/csv/html
 
 
-@pytest.mark.xfail(reason="reconcile/jobs.py write_atomic creates PARTNERKIT_REPORT_DIR with mkdir's default "
-                          "0777 & ~umask (reported to its owner, provider-faults)", strict=False)
 def test_directories_the_kit_creates_are_not_world_writable(full_run):
     var = full_run.root / "var"
     made = [var / "db", var / "reports", var / "backups", var / "out"]
