@@ -66,7 +66,10 @@ def _complete_through(to_day: date, now: datetime) -> str:
 _STAMPS: dict[datetime, str] = {}  # updated_at -> stored text; a day's recharges share their seconds
 
 
-def _stamp(moment: datetime) -> str:
+def _stored_time(moment: Any) -> str | None:
+    """A recharge's updated_at as the worker's upsert stores it (None when the record has none)."""
+    if type(moment) is not datetime:
+        return None
     text = _STAMPS.get(moment)
     if text is None:
         if len(_STAMPS) >= 4096:  # a day's pages move forward in time: recent seconds are the ones that repeat
@@ -75,40 +78,37 @@ def _stamp(moment: datetime) -> str:
     return text
 
 
-def _unchanged(record: Any, known: dict[int, tuple[str, str | None]]) -> bool:
-    """True when the worker's upsert would leave this record's row as it is (so it need not see it).
+# Stored status of a provider status for the unchanged-record test; None: let the worker's upsert judge it.
+_STORED_STATUS = {**{s: s for s in FINAL}, "PROCESSING": "PROCESSING", **{s: "SUCCESS" for s in LEGACY_SUCCESS}}
 
-    Only for the client's `Recharge` records (validated by `Recharge.from_payload` at the boundary)
-    linked to a stored row: the same status and updated_at, or a stale PROCESSING read of a final row.
+
+def _partition(db: Any, batch: list[Any]) -> tuple[list[int], list[Any]]:
+    """(ids of the client records already stored unchanged, the records the worker's upsert must see).
+
+    Only the client's `Recharge` records (validated by `Recharge.from_payload` at the boundary) linked
+    to a stored row can be unchanged: the same status and updated_at, or a stale PROCESSING read of a
+    final row (the worker's upsert skips both). The stored states come with one query per page.
     """
-    state = known.get(record.id)
-    if state is None:
-        return False
-    status = record.status
-    if status in LEGACY_SUCCESS:
-        status = "SUCCESS"
-    elif status not in FINAL and status != "PROCESSING":
-        return False  # let the worker's upsert refuse it as it always does
-    stored, updated_at = state
-    if stored in FINAL and status == "PROCESSING":
-        return True
-    if stored != status:
-        return False
-    updated = record.updated_at
-    return updated_at == (_stamp(updated) if isinstance(updated, datetime) else None)
-
-
-def _partition(db: Any, batch: list[Any]) -> tuple[set[int], list[Any]]:
-    """(ids of the client records already stored unchanged, the records the worker's upsert must see)."""
-    typed = [r.id for r in batch if isinstance(r, Recharge)]
+    typed = [r.id for r in batch if type(r) is Recharge]
     known = ledger_store.known_recharge_states(db, typed) if typed else {}
-    seen: set[int] = set()
+    seen: list[int] = []
     rest = []
     for record in batch:
-        if isinstance(record, Recharge) and _unchanged(record, known):
-            seen.add(record.id)
-        else:
-            rest.append(record)
+        state = known.get(record.id) if type(record) is Recharge else None
+        if state is not None:
+            status = _STORED_STATUS.get(record.status)
+            if status is not None:
+                stored, updated_at = state
+                if stored in FINAL and status == "PROCESSING":
+                    seen.append(record.id)
+                    continue
+                # The provider's own text first (the usual case, a string compare), else the parsed time
+                # as the worker stores it (a time written another way, "+00:00" for "Z").
+                if stored == status and (updated_at == record.raw.get("updated_at")
+                                         or updated_at == _stored_time(record.updated_at)):
+                    seen.append(record.id)
+                    continue
+        rest.append(record)
     return seen, rest
 
 
@@ -122,9 +122,9 @@ def store_recharge_page(db: Any, batch: list[Any], now: datetime) -> tuple[set[i
     """
     seen, rest = _partition(db, batch)
     if not rest:
-        return seen, 0
+        return set(seen), 0
     result = upsert_from_provider(db, rest, now)
-    return seen | result.seen_provider_ids, result.inserted
+    return set(seen) | result.seen_provider_ids, result.inserted
 
 
 class RechargePages:
@@ -147,15 +147,18 @@ class RechargePages:
     def add(self, batch: list[Any]) -> None:
         """Store one page (its unchanged records at once, the others with the next group)."""
         self.records += len(batch)
-        if any(not isinstance(r, Recharge) or r.id in self.keys or r.reference_number in self.keys for r in batch):
+        typed = all(type(r) is Recharge for r in batch)
+        if not typed or (self.keys and not (self.keys.isdisjoint([r.id for r in batch])
+                                            and self.keys.isdisjoint([r.reference_number for r in batch]))):
             self.flush()
-            if not all(isinstance(r, Recharge) for r in batch):
+            if not typed:
                 ids, inserted = store_recharge_page(self.db, batch, self.now)
                 ledger_store.mark_recharges_seen(self.db, sorted(ids), self.stamp)
                 self.inserted += inserted
                 return
         seen, rest = _partition(self.db, batch)
-        ledger_store.mark_recharges_seen(self.db, sorted(seen), self.stamp)
+        seen.sort()
+        ledger_store.mark_recharges_seen(self.db, seen, self.stamp)
         self.pending += rest
         self.keys.update(k for r in rest for k in (r.id, r.reference_number))
         if len(self.pending) >= UPSERT_GROUP:

@@ -140,8 +140,19 @@ def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str)
     _in_transaction(db, work)
 
 
-def known_recharge_states(db: Database, provider_ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
-    """(status, updated_at) of the stored recharges linked to these provider ids: one query per page."""
-    rows = db.execute("SELECT provider_id, status, updated_at FROM recharges"
-                      " WHERE provider_id IN (SELECT value FROM json_each(?))", (json.dumps(list(provider_ids)),))
-    return {row[0]: row[1:] for row in rows}
+def known_recharge_states(db: Database, provider_ids: list[int]) -> dict[int, tuple[str, str | None]]:
+    """(status, updated_at) of the stored recharges linked to these provider ids: one query per page.
+
+    A page of the provider's list usually holds consecutive ids: then one index range is read (extra
+    ids in it are harmless to the caller's lookups), else the ids are joined one by one.
+    """
+    if not provider_ids:
+        return {}
+    low, high = min(provider_ids), max(provider_ids)
+    if high - low < 2 * len(provider_ids):
+        rows = db.execute("SELECT provider_id, status, updated_at FROM recharges WHERE provider_id BETWEEN ? AND ?",
+                          (low, high))
+    else:
+        rows = db.execute("SELECT r.provider_id, r.status, r.updated_at FROM json_each(?) j"
+                          " JOIN recharges r ON r.provider_id = j.value", (json.dumps(list(provider_ids)),))
+    return {pid: (status, updated) for pid, status, updated in rows}

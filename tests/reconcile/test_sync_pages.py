@@ -75,3 +75,16 @@ def test_grouped_pages_store_what_page_by_page_stores(tmp_path, monkeypatch):
     assert writer.close() == (sum(map(len, pages)), inserted) == (10, 3)
     assert _table(grouped) == _table(plain)
     assert _seen(grouped) == _seen(plain)
+
+
+def test_unchanged_records_are_found_by_the_providers_text_or_the_same_instant(tmp_path):
+    from reconcile.sync import _partition
+
+    db = open_db(tmp_path / "p.db")
+    upsert_from_provider(db, [_record(1, "SUCCESS"), _record(2, "SUCCESS"), _record(3, "PROCESSING")], NOW)
+    page = [_record(1, "SUCCESS"),  # the same text
+            _record(2, "SUCCESS", "2025-01-15T10:00:05+00:00"),  # the same instant written another way
+            _record(3, "PROCESSING", "2025-01-15T10:00:06Z"),  # a second later: the upsert must see it
+            _record(4, "SUCCESS")]  # not stored yet
+    seen, rest = _partition(db, page)
+    assert seen == [1, 2] and [r.id for r in rest] == [3, 4]
