@@ -18,14 +18,17 @@ The SQL lives in partnerkit.store.matching; this module only wires a day to it.
 
 from __future__ import annotations
 
+import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from partnerkit.money import from_cents
-from partnerkit.store import Database, transaction
-from partnerkit.store import matching
+from partnerkit.store import Database, matching, matching_ledger, transaction
+from partnerkit.store.db import connect
+from partnerkit.store.matching_ledger import LedgerFindings
 from partnerkit.timeutil import iso, utcnow
 
 # Transaction types that move the wallet without a recharge or order behind them; never orphans.
@@ -33,6 +36,10 @@ WALLET_TYPES = ("TOPUP", "TOP_UP", "DEPOSIT", "FUNDING", "CREDIT_TOPUP", "CONVER
                 "FX_CONVERSION", "FX_FEE", "CONVERSION_FEE", "OPENING_BALANCE")
 # Recommended polling: "Beyond 30 min: ... escalate to support with reference_number".
 STUCK_AFTER = timedelta(minutes=30)
+# From this many transactions in the day, the wallet's side of matching runs on a second connection
+# in a thread while the recharges are matched (_LedgerSide); below it, thread and connection cost more
+# than they save.
+PARALLEL_FROM = 50_000
 
 
 @dataclass(frozen=True)
@@ -66,12 +73,13 @@ def day_bounds(day: date) -> tuple[str, str]:
     return f"{day.isoformat()}T00:00:00", f"{(day + timedelta(days=1)).isoformat()}T00:00:00"
 
 
-def _result(day: date, now: datetime, raw: dict[str, Any], changes: dict[str, int]) -> MatchResult:
+def _result(day: date, now: datetime, raw: dict[str, Any], ledger: LedgerFindings,
+            changes: dict[str, int]) -> MatchResult:
     spend: dict[str, Decimal] = {}
     refunds: dict[str, Decimal] = {}
     hours: dict[str, list[Decimal]] = {}
     cents: dict[str, list[int]] = {}
-    for t in raw["transactions"]:  # one row per (currency, hour): at most 24 per currency
+    for t in ledger.totals:  # one row per (currency, hour): at most 24 per currency
         if t["counted"]:
             totals = cents.setdefault(t["currency"], [0, 0])
             totals[0] -= t["debit_cents"]
@@ -86,12 +94,56 @@ def _result(day: date, now: datetime, raw: dict[str, Any], changes: dict[str, in
                     "wallet_currency": c["wallet_currency"], "debited": from_cents(c["debited_cents"])}
                    for c in raw["conversions"]]
     return MatchResult(
-        day=day, matched_at=now, recharges_total=raw["recharges_total"], orders_total=raw["orders_total"],
-        transactions_total=sum(t["n"] for t in raw["transactions"]), drifted=raw["drifted"],
-        unmatched=raw["unmatched"], recharge_status=raw["recharge_status"], order_status=raw["order_status"],
+        day=day, matched_at=now, recharges_total=sum(ledger.recharge_status.values()),
+        orders_total=raw["orders_total"], transactions_total=sum(t["n"] for t in ledger.totals),
+        drifted=raw["drifted"], unmatched=raw["unmatched"], recharge_status=ledger.recharge_status,
+        order_status=raw["order_status"],
         spend=spend, refunds=refunds, spend_by_hour=hours, conversions=conversions,
         detected_ids=raw["detected_ids"], changes=changes,
     )
+
+
+class _LedgerSide:
+    """The day's transaction findings (partnerkit.store.matching_ledger), computed beside the recharges.
+
+    On a day of PARALLEL_FROM transactions or more (in a database file), they run in a thread on a
+    connection of their own, opened after the matcher's BEGIN IMMEDIATE: no write can land in
+    between, so both connections read the same data. sqlite3 releases the GIL while a statement
+    runs, so the two sides use both cores. On a smaller day the matcher's connection runs them.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, params: dict[str, Any], wallet_types: tuple[str, ...]) -> None:
+        self.conn, self.params, self.wallet_types = conn, params, wallet_types
+        self.pool: ThreadPoolExecutor | None = None
+        self.future: Future | None = None
+
+    def __enter__(self) -> "_LedgerSide":
+        path = next((f for _, name, f in self.conn.execute("PRAGMA database_list") if name == "main"), "")
+        if path and matching.day_transactions(self.conn, self.params) >= PARALLEL_FROM:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="match-ledger")
+            self.future = self.pool.submit(self._on_own_connection, path)
+        return self
+
+    def _on_own_connection(self, path: str) -> LedgerFindings:
+        side = connect(path).conn
+        try:
+            side.execute("BEGIN")  # one snapshot for every statement
+            try:
+                return matching_ledger.ledger_findings(side, self.params, self.wallet_types)
+            finally:
+                side.execute("ROLLBACK")
+        finally:
+            side.close()
+
+    def result(self) -> LedgerFindings:
+        """The findings (computed now on the matcher's connection when no thread was started)."""
+        if self.future is None:
+            return matching_ledger.ledger_findings(self.conn, self.params, self.wallet_types)
+        return self.future.result()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
 
 
 def match_day(db: Database, day: date, *, now: datetime | None = None,
@@ -101,11 +153,13 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
     start, end = day_bounds(day)
     params = {"start": start, "end": end, "day": day.isoformat(), "now": iso(now),
               "stuck_before": iso(now - STUCK_AFTER)}
-    with transaction(db) as conn:
+    with transaction(db) as conn, _LedgerSide(conn, params, tuple(wallet_types)) as ledger_side:
         try:
-            matching.build(conn, params, wallet_types)
+            matching.build(conn, params)
+            ledger = ledger_side.result()
+            matching.add_candidates(conn, ledger.candidates)
             changes = matching.apply_candidates(conn, day=day.isoformat(), now=iso(now))
-            raw = matching.day_summary(conn, params, wallet_types)
+            raw = matching.day_summary(conn)
         finally:
             matching.drop(conn)
-    return _result(day, now, raw, changes)
+    return _result(day, now, raw, ledger, changes)

@@ -1,27 +1,22 @@
-"""Set-based matching SQL: one UTC day of recharges, orders and transactions against each other.
+"""Set-based matching SQL: one UTC day of recharges and orders against the wallet's transactions.
 
 Everything here is INSERT ... SELECT, joins and GROUP BY; no Python loop ever walks the rows.
 `build(conn, params)` fills `temp.m_candidate` (kind, subject, reference, expected, actual,
-currency, detail) with every drift detected for the day; `apply_candidates` merges them into
-`drifts` (stable ids, audit trail, automatic resolution); `day_summary` gives the report's totals.
+currency, detail) with the day's recharge and order drifts; the day's transaction drifts come from
+`partnerkit.store.matching_ledger` (possibly run on another connection meanwhile) through
+`add_candidates`; `apply_candidates` merges them all into `drifts` (stable ids, audit trail,
+automatic resolution); `day_summary` gives the report's recharge and order totals.
 
-Parameters (named): :start, :end (the day as an ISO range), :day, :now, :stuck_before; the wallet
-movement types are bound one parameter each (:w0, :w1, ...).
+Parameters (named): :start, :end (the day as an ISO range), :day, :now, :stuck_before.
 
-How the day is read, in as few passes over its rows as the rules allow (at a million recharges
-each pass costs a fraction of a second, so the shape of these statements is the matcher's speed):
+The recharges are read in one pass, in `recharges_provider_created` order, each joined to its
+transactions (by recharge_id or reference_number: one OR join that SQLite answers from two indexes),
+aggregated per recharge without a sort (GROUP BY in index order); only the recharges that break a
+rule are kept (`m_rdrift`, typically a few percent) and the rules run over those. At a million
+recharges each pass over them costs about a second, so the shape of this statement is the
+matcher's speed.
 
-- Recharges: one pass over the day's recharges in `recharges_provider_created` order, each joined
-  to its transactions (by recharge_id or reference_number, one OR join that SQLite answers from two
-  indexes), aggregated per recharge without a sort (GROUP BY in index order), and only the recharges
-  that break a rule are kept (`m_rdrift`, typically a few percent). The rules then run over that.
-- Transactions of the day: one pass for orphans (index probes that stop at the first link), one
-  GROUP BY (currency, hour) for every total, and one sorted copy for the balance chain
-  (`m_chain`: the predecessor of row n is row n - 1, a rowid lookup instead of a window function,
-  which SQLite runs through a partition buffer several times slower).
-
-The rules and why they look the way they do are in reconcile.matcher and docs/reconcile.md.
-"""
+The rules and why they look the way they do are in reconcile.matcher and docs/reconcile.md."""
 
 from __future__ import annotations
 
@@ -37,7 +32,7 @@ SPEND = "('SUCCESS', 'PROCESSING', 'DELIVERED', 'RECHARGED')"
 CREDITED_BACK = "('FAILED', 'REVERSED')"
 ORDER_REFUNDED = "('FAILED', 'CANCELLED')"
 
-TEMP_TABLES = ("m_found", "m_state", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_chain", "m_candidate")
+TEMP_TABLES = ("m_found", "m_state", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_candidate")
 
 
 @dataclass(frozen=True)
@@ -177,51 +172,14 @@ _ORDERS = (
 )
 
 
-def _transaction_rules(wallet: str) -> tuple[str, ...]:
-    """Orphans and the balance chain over the day's transactions (`wallet`: the bound IN list of wallet types)."""
-    return (
-        # Linked to nothing: each probe stops the row's search at its first link (most have a recharge_id).
-        f"""INSERT INTO m_candidate
-            SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency,
-                   COALESCE(t.type, 'untyped') || ' transaction linked to no recharge or order'
-            FROM transactions t
-            WHERE t.created_at >= :start AND t.created_at < :end
-              AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.provider_id = t.recharge_id)
-              AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.reference_number = t.reference_number)
-              AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = t.order_id)
-              AND NOT EXISTS (SELECT 1 FROM m_ordtx m WHERE m.tx_id = t.id)
-              AND COALESCE(t.type, '') NOT IN ({wallet})""",
-        # Consecutive balance_after must chain by the amounts, per currency (one wallet per currency):
-        # the day's rows with a balance in chain order, so that each row's predecessor is seq - 1.
-        """CREATE TEMP TABLE m_chain (seq INTEGER PRIMARY KEY, id TEXT, amount INTEGER, balance INTEGER,
-                                      currency TEXT)""",
-        """INSERT INTO m_chain (id, amount, balance, currency)
-            SELECT id, amount_cents, balance_after_cents, currency FROM transactions
-            WHERE created_at >= :start AND created_at < :end AND balance_after_cents IS NOT NULL
-            ORDER BY currency, created_at, length(id), id""",
-        # The first row of a currency chains from that currency's last balance before the day.
-        """INSERT INTO m_candidate
-            SELECT 'balance_discontinuity', 'wallet', id, prev + amount, balance, currency,
-                   'balance_after does not follow from the previous transaction'
-            FROM (SELECT b.id, b.amount, b.balance, b.currency,
-                         CASE WHEN a.seq IS NOT NULL AND a.currency IS b.currency THEN a.balance
-                              ELSE (SELECT p.balance_after_cents FROM transactions p
-                                    WHERE p.created_at < :start AND p.currency IS b.currency
-                                      AND p.balance_after_cents IS NOT NULL
-                                    ORDER BY p.created_at DESC, length(p.id) DESC, p.id DESC LIMIT 1) END AS prev
-                  FROM m_chain b LEFT JOIN m_chain a ON a.seq = b.seq - 1)
-            WHERE prev IS NOT NULL AND prev + amount != balance""",
-    )
-
-
-def wallet_params(wallet_types: Iterable[str]) -> tuple[str, dict[str, str]]:
-    """The IN list of wallet movement types as placeholders and their bound values."""
-    values = {f"w{n}": t for n, t in enumerate(wallet_types)}
-    return (", ".join(f":{k}" for k in values) or "NULL"), values
-
-
 def _run(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> sqlite3.Cursor:
     return conn.execute(statement, {k: v for k, v in params.items() if f":{k}" in statement})
+
+
+def day_transactions(conn: sqlite3.Connection, params: dict[str, Any]) -> int:
+    """How many transactions the day has (an index count)."""
+    return _run(conn, "SELECT COUNT(*) FROM transactions WHERE created_at >= :start AND created_at < :end",
+                params).fetchone()[0]
 
 
 def covered_since(conn: sqlite3.Connection, day: str, end: str) -> str | None:
@@ -231,19 +189,27 @@ def covered_since(conn: sqlite3.Connection, day: str, end: str) -> str | None:
     return row[0] if row else None
 
 
-def build(conn: sqlite3.Connection, params: dict[str, Any], wallet_types: Iterable[str]) -> None:
-    """Fill `m_candidate` (and the temp tables behind it) for one day, inside the caller's transaction."""
+def build(conn: sqlite3.Connection, params: dict[str, Any]) -> None:
+    """Fill `m_candidate` with the day's recharge and order drifts, inside the caller's transaction.
+
+    The day's transactions (orphans, balance chain) are `partnerkit.store.matching_ledger`'s, which may
+    run on another connection at the same time; their candidates join with `add_candidates`.
+    """
     register_functions(conn)
     drop(conn)
-    wallet, values = wallet_params(wallet_types)
-    params = {**params, **values, "covered": covered_since(conn, params["day"], params["end"])}
+    params = {**params, "covered": covered_since(conn, params["day"], params["end"])}
     conn.execute("CREATE TEMP TABLE m_candidate (kind TEXT, subject TEXT, reference TEXT, expected_cents INTEGER,"
                  " actual_cents INTEGER, currency TEXT, detail TEXT)")
     _run(conn, _RECHARGE_DRIFTS, params)
     for rule in RECHARGE_RULES:
         _run(conn, rule.insert(), params)
-    for statement in _ORDERS + _transaction_rules(wallet):
+    for statement in _ORDERS:
         _run(conn, statement, params)
+
+
+def add_candidates(conn: sqlite3.Connection, rows: Iterable[tuple]) -> None:
+    """Add drifts found elsewhere (m_candidate's columns) to the day's candidates."""
+    conn.executemany("INSERT INTO m_candidate VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
 def drop(conn: sqlite3.Connection) -> None:
@@ -307,42 +273,15 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict]:
     return [dict(zip(names, r)) for r in cursor.fetchall()]
 
 
-def transaction_totals(conn: sqlite3.Connection, params: dict[str, Any], wallet_types: Iterable[str]) -> list[dict]:
-    """The day's transactions per (currency, hour): all of them (n), and those not wallet movements
-    (counted, their debits and credits): one pass, the report's money figures are sums of these."""
-    wallet, values = wallet_params(wallet_types)
-    return _rows(_run(conn, f"""
-        SELECT COALESCE(currency, '') AS currency, CAST(substr(created_at, 12, 2) AS INTEGER) AS hour,
-               COUNT(*) AS n, SUM(NOT w) AS counted,
-               SUM(CASE WHEN w THEN 0 ELSE MIN(amount_cents, 0) END) AS debit_cents,
-               SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents
-        FROM (SELECT currency, created_at, amount_cents, COALESCE(type, '') IN ({wallet}) AS w
-              FROM transactions WHERE created_at >= :start AND created_at < :end)
-        GROUP BY 1, 2 ORDER BY 1, 2""", {**params, **values}))
-
-
-def recharge_status(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, int]:
-    """How many of the day's recharges are in each status."""
-    return dict(_run(conn, """
-        SELECT status, COUNT(*) FROM recharges
-        WHERE (provider_created_at >= :start AND provider_created_at < :end)
-           OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
-        GROUP BY 1 ORDER BY 1""", params).fetchall())
-
-
-def day_summary(conn: sqlite3.Connection, params: dict[str, Any], wallet_types: Iterable[str]) -> dict[str, Any]:
-    """Totals of the day (call after `apply_candidates`, before `drop`)."""
+def day_summary(conn: sqlite3.Connection) -> dict[str, Any]:
+    """Totals of the day's recharges and orders (call after `apply_candidates`, before `drop`)."""
     one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
-    status = recharge_status(conn, params)
     return {
-        "recharges_total": sum(status.values()),
         "orders_total": one("SELECT COUNT(*) FROM m_order"),
         "drifted": one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_found"
                        " WHERE subject IN ('recharge', 'order'))"),
         "unmatched": one("SELECT COUNT(*) FROM m_found WHERE kind = 'orphan_transaction'"),
-        "recharge_status": status,
         "order_status": dict(conn.execute("SELECT status, COUNT(*) FROM m_order GROUP BY 1 ORDER BY 1").fetchall()),
-        "transactions": transaction_totals(conn, params, wallet_types),
         "conversions": _rows(conn.execute(
             """SELECT id AS order_id, currency AS order_currency, amount_cents AS order_amount_cents,
                       wallet_currency, named_debit AS debited_cents, named_id AS transaction_id

@@ -9,10 +9,17 @@ import pytest
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.store.drifts import audit_trail, drift_id, get_drift, list_drifts, open_drift, set_resolution
+from reconcile import matcher
 from reconcile.matcher import match_day
 
 NEXT = DAY + timedelta(days=1)
 RUN = at(2, day=NEXT)
+
+
+@pytest.fixture(autouse=True, params=["one connection", "ledger side in a thread"])
+def ledger_side(request, monkeypatch):
+    """Every rule holds whether the day's transactions are matched on the matcher's connection or beside it."""
+    monkeypatch.setattr(matcher, "PARALLEL_FROM", 50_000 if request.param == "one connection" else 0)
 
 
 def run(db, now=RUN):

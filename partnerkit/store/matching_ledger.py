@@ -1,0 +1,126 @@
+"""Set-based matching SQL, the wallet's side: one UTC day of transactions, on any connection.
+
+Everything here reads the store and the connection's own temp tables (prefixed `l_`), nothing of
+`partnerkit.store.matching`'s: so it can run on a second connection, in another thread, while the
+matcher's connection works through the recharges (sqlite3 releases the GIL while a statement runs,
+so the two use both cores). `ledger_findings` returns what it found:
+
+- orphans: the day's transactions linked to no recharge or order (each probe stops at the first link);
+- balance discontinuities: the day's rows with a balance, copied in chain order (`l_chain`), so that
+  each row's predecessor is seq - 1 (a rowid lookup; a window function runs several times slower);
+- totals per (currency, hour) in one GROUP BY, and how many of the day's recharges are in each status.
+
+Parameters (named): :start, :end (the day as an ISO range); the wallet movement types are bound one
+parameter each (:w0, :w1, ...).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+TEMP_TABLES = ("l_ordtx", "l_chain")
+
+
+@dataclass(frozen=True)
+class LedgerFindings:
+    """The day's transaction drifts (m_candidate rows) and totals."""
+
+    candidates: list[tuple]
+    totals: list[dict[str, Any]]
+    recharge_status: dict[str, int]
+
+
+def wallet_params(wallet_types: Iterable[str]) -> tuple[str, dict[str, str]]:
+    """The IN list of wallet movement types as placeholders and their bound values."""
+    values = {f"w{n}": t for n, t in enumerate(wallet_types)}
+    return (", ".join(f":{k}" for k in values) or "NULL"), values
+
+
+def _statements(wallet: str) -> tuple[str, ...]:
+    return (
+        # Every transaction any order names, on any day.
+        "CREATE TEMP TABLE l_ordtx (tx_id TEXT PRIMARY KEY) WITHOUT ROWID",
+        "INSERT OR IGNORE INTO l_ordtx SELECT CAST(transaction_id AS TEXT) FROM orders WHERE transaction_id IS NOT NULL",
+        # Consecutive balance_after must chain by the amounts, per currency (one wallet per currency).
+        "CREATE TEMP TABLE l_chain (seq INTEGER PRIMARY KEY, id TEXT, amount INTEGER, balance INTEGER, currency TEXT)",
+        """INSERT INTO l_chain (id, amount, balance, currency)
+            SELECT id, amount_cents, balance_after_cents, currency FROM transactions
+            WHERE created_at >= :start AND created_at < :end AND balance_after_cents IS NOT NULL
+            ORDER BY currency, created_at, length(id), id""",
+    )
+
+
+def _orphans(wallet: str) -> str:
+    return f"""
+        SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency,
+               COALESCE(t.type, 'untyped') || ' transaction linked to no recharge or order'
+        FROM transactions t
+        WHERE t.created_at >= :start AND t.created_at < :end
+          AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.provider_id = t.recharge_id)
+          AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.reference_number = t.reference_number)
+          AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = t.order_id)
+          AND NOT EXISTS (SELECT 1 FROM l_ordtx m WHERE m.tx_id = t.id)
+          AND COALESCE(t.type, '') NOT IN ({wallet})"""
+
+
+# The first row of a currency chains from that currency's last balance before the day.
+_BREAKS = """
+    SELECT 'balance_discontinuity', 'wallet', id, prev + amount, balance, currency,
+           'balance_after does not follow from the previous transaction'
+    FROM (SELECT b.id, b.amount, b.balance, b.currency,
+                 CASE WHEN a.seq IS NOT NULL AND a.currency IS b.currency THEN a.balance
+                      ELSE (SELECT p.balance_after_cents FROM transactions p
+                            WHERE p.created_at < :start AND p.currency IS b.currency
+                              AND p.balance_after_cents IS NOT NULL
+                            ORDER BY p.created_at DESC, length(p.id) DESC, p.id DESC LIMIT 1) END AS prev
+          FROM l_chain b LEFT JOIN l_chain a ON a.seq = b.seq - 1)
+    WHERE prev IS NOT NULL AND prev + amount != balance"""
+
+
+def _totals(wallet: str) -> str:
+    """All of the day's transactions (n) and those not wallet movements (counted, their debits and
+    credits) per (currency, hour): the report's money figures are sums of these rows."""
+    return f"""
+        SELECT COALESCE(currency, '') AS currency, CAST(substr(created_at, 12, 2) AS INTEGER) AS hour,
+               COUNT(*) AS n, SUM(NOT w) AS counted,
+               SUM(CASE WHEN w THEN 0 ELSE MIN(amount_cents, 0) END) AS debit_cents,
+               SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents
+        FROM (SELECT currency, created_at, amount_cents, COALESCE(type, '') IN ({wallet}) AS w
+              FROM transactions WHERE created_at >= :start AND created_at < :end)
+        GROUP BY 1, 2 ORDER BY 1, 2"""
+
+
+_RECHARGE_STATUS = """
+    SELECT status, COUNT(*) FROM recharges
+    WHERE (provider_created_at >= :start AND provider_created_at < :end)
+       OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
+    GROUP BY 1 ORDER BY 1"""
+
+
+def _run(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> sqlite3.Cursor:
+    return conn.execute(statement, {k: v for k, v in params.items() if f":{k}" in statement})
+
+
+def drop(conn: sqlite3.Connection) -> None:
+    """Remove this module's temp tables."""
+    for name in TEMP_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
+
+
+def ledger_findings(conn: sqlite3.Connection, params: dict[str, Any], wallet_types: Iterable[str]) -> LedgerFindings:
+    """The day's orphans, balance breaks and totals (reads only; the caller holds the transaction)."""
+    wallet, values = wallet_params(wallet_types)
+    params = {**params, **values}
+    drop(conn)
+    try:
+        for statement in _statements(wallet):
+            _run(conn, statement, params)
+        candidates = _run(conn, _orphans(wallet), params).fetchall() + _run(conn, _BREAKS, params).fetchall()
+        names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents")
+        totals = [dict(zip(names, row)) for row in _run(conn, _totals(wallet), params)]
+        status = dict(_run(conn, _RECHARGE_STATUS, params).fetchall())
+    finally:
+        drop(conn)
+    return LedgerFindings(candidates, totals, status)
