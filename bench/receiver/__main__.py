@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -236,7 +237,11 @@ def main() -> int:
     exact = stored == acknowledged == distinct and duplicates == 0
     print(f"inbox rows {stored}, acknowledged {acknowledged}, duplicates {duplicates}: "
           f"{'every acknowledged event stored exactly once' if exact else 'MISMATCH'}")
-    return 0 if exact else 1
+    if not exact:
+        print(f"database and server logs kept in {work}", file=sys.stderr)
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
