@@ -13,6 +13,7 @@ Three sources, as in production:
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from decimal import Decimal
 from typing import Iterator
@@ -128,6 +129,20 @@ def provider_transactions(n: int, page: int) -> Iterator[list[dict]]:
         if not batch:
             return
         yield batch
+
+
+def _literal(value) -> str:
+    """A JSON value as the provider writes it: money as a number with its two decimals (-98.00)."""
+    return str(value) if isinstance(value, (int, Decimal)) else json.dumps(value)
+
+
+def provider_transaction_pages(n: int, page: int) -> Iterator[bytes]:
+    """The same list as the provider sends it: each page's JSON array of records, as bytes.
+
+    `partnerkit.money.loads` (the client's parser) reads it back into provider_transactions' dicts."""
+    for batch in provider_transactions(n, page):
+        records = ("{" + ", ".join(f"{json.dumps(k)}: {_literal(v)}" for k, v in r.items()) + "}" for r in batch)
+        yield ("[" + ", ".join(records) + "]").encode()
 
 
 def orders(n: int) -> tuple[list[tuple], list[tuple]]:

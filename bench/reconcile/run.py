@@ -3,13 +3,19 @@
 What is timed:
 - load: `reconcile.sync.sync_recharges` and `sync_transactions` over the provider's lists of the day
   (every page: the worker's upsert where needed, seen marks, the one alias mapping, transaction
-  upserts, `record_sync`), through a stand-in client whose pages are generated as they are read;
-  that generation is measured and subtracted (reported as gen_s).
+  writes, `record_sync`), through a stand-in client.
+  - Recharge pages are generated as they are read (`Recharge` records, built by the client's own
+    parser); that generation is measured and subtracted (gen_s). Nothing else runs meanwhile: the
+    recharge sync has no background work.
+  - Transaction pages are read from a file of the JSON the provider sends, written before the clock
+    starts, and parsed with the client's parser (`money.loads`) as they are read: that parse is
+    part of the load (parse_s reports it), never subtracted, because the sync's writer thread works
+    while the next page is read, and subtracting that time would hide its work.
 - match: `reconcile.matcher.match_day`. report: `reconcile.jobs.report_day` (DB + JSON/CSV/HTML files).
-Not timed (setup_s): the store's schema, the rows the worker's submits left during the day and the
-receiver's voucher orders (both written by other owners' code, one at a time through the day).
-Peak RSS is the whole process (setup and generation included).
-"""
+Not timed (setup_s): the store's schema, the rows the worker's submits left during the day, the
+receiver's voucher orders (both written by other owners' code, one at a time through the day) and
+the transaction pages' file.
+Peak RSS is the whole process, every thread (setup and generation included)."""
 
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from typing import Iterator
 
 from bench.reconcile import day as synthetic
 from partnerkit.config import load_config
+from partnerkit.money import loads
 from partnerkit.store import matching, open_db, transaction
 from reconcile import sync
 from reconcile.jobs import report_day
@@ -33,22 +40,26 @@ from reconcile.matcher import match_day
 NOW = datetime(2025, 1, 16, 1, 0, tzinfo=timezone.utc)
 
 
-def setup(db, n: int) -> None:
-    """The worker's rows of the day and the receiver's orders (untimed: not what a sync does)."""
+def setup(db, n: int, pages_file: Path) -> None:
+    """The worker's rows of the day, the receiver's orders, the provider's transaction pages (untimed)."""
     orders, vouchers = synthetic.orders(n)
     with transaction(db) as conn:
         matching.bulk_load_recharges(conn, synthetic.worker_rows(n))
         matching.bulk_load_orders(conn, orders, vouchers)
     db.execute("ANALYZE")
+    with open(pages_file, "wb") as out:
+        for page in synthetic.provider_transaction_pages(n, sync.TRANSACTION_PAGE):
+            out.write(page + b"\n")
 
 
 class Provider:
-    """The provider's lists of the day as the client yields them, timing their generation (not part of the load)."""
+    """The provider's lists of the day as the client yields them (see the module docstring for what is timed)."""
 
-    def __init__(self, n: int) -> None:
-        self.n, self.gen_s = n, 0.0
+    def __init__(self, n: int, pages_file: Path) -> None:
+        self.n, self.pages_file, self.gen_s, self.parse_s = n, pages_file, 0.0, 0.0
 
-    def _timed(self, pages) -> Iterator:
+    def iter_recharges(self, *, from_date, to_date, limit) -> Iterator:
+        pages = synthetic.provider_recharges(self.n, limit)
         while True:
             started = time.perf_counter()
             page = next(pages, None)
@@ -57,20 +68,24 @@ class Provider:
                 return
             yield from page
 
-    def iter_recharges(self, *, from_date, to_date, limit) -> Iterator:
-        return self._timed(synthetic.provider_recharges(self.n, limit))
-
     def iter_transactions(self, *, from_date, to_date, limit) -> Iterator:
-        return self._timed(synthetic.provider_transactions(self.n, limit))
+        assert limit == sync.TRANSACTION_PAGE, "the pages file was written for sync.TRANSACTION_PAGE"
+        with open(self.pages_file, "rb") as pages:
+            for line in pages:
+                started = time.perf_counter()
+                page = loads(line)
+                self.parse_s += time.perf_counter() - started
+                yield from page
 
 
-def load(db, n: int) -> tuple[float, float]:
-    """Sync the day's provider lists with reconcile.sync; return (timed s less generation, generation s)."""
-    provider = Provider(n)
+def load(db, n: int, pages_file: Path) -> tuple[float, float, float]:
+    """Sync the day's provider lists with reconcile.sync; return (timed s less recharge generation, generation s,
+    transaction parse s, which the timed s includes)."""
+    provider = Provider(n, pages_file)
     started = time.perf_counter()
     sync.sync_recharges(db, provider, synthetic.DAY, synthetic.DAY, now=NOW)
     sync.sync_transactions(db, provider, synthetic.DAY, synthetic.DAY, now=NOW)
-    return time.perf_counter() - started - provider.gen_s, provider.gen_s
+    return time.perf_counter() - started - provider.gen_s, provider.gen_s, provider.parse_s
 
 
 def run(n: int, workdir: Path) -> dict:
@@ -79,9 +94,10 @@ def run(n: int, workdir: Path) -> dict:
                                   "PARTNERKIT_REPORT_DIR": str(workdir / "reports")})
     started = time.perf_counter()
     db = open_db(config.db_path)
-    setup(db, n)
+    pages_file = workdir / "transaction-pages.jsonl"
+    setup(db, n, pages_file)
     setup_s = time.perf_counter() - started
-    load_s, gen_s = load(db, n)
+    load_s, gen_s, parse_s = load(db, n, pages_file)
     loaded = time.perf_counter()
     result = match_day(db, synthetic.DAY, now=NOW)
     matched = time.perf_counter()
@@ -90,7 +106,7 @@ def run(n: int, workdir: Path) -> dict:
     transactions = db.execute("SELECT COUNT(*) FROM transactions").fetchone()[0]
     kinds = report["summary"]["drifts_by_kind"]
     ids = "\n".join(sorted(d["id"] for d in report["drifts"]))
-    return {"size": n, "transactions": transactions, "setup_s": setup_s, "gen_s": gen_s, "load_s": load_s,
+    return {"size": n, "transactions": transactions, "setup_s": setup_s, "gen_s": gen_s, "parse_s": parse_s, "load_s": load_s,
             "match_s": matched - loaded, "report_s": reported - matched,
             "total_s": load_s + (reported - loaded),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -11,7 +11,8 @@ import sqlite3
 from functools import lru_cache
 from typing import Iterable, Mapping
 
-from partnerkit.store.db import Database, transaction
+from partnerkit.errors import StorageError
+from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, transaction
 
 ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
                "created_at", "balance_after_cents")
@@ -50,6 +51,76 @@ def store_transactions(db: Database, runs: Iterable[tuple[tuple[int | None, bool
             conn.executemany(_upsert(shape, with_raw, synced_at), rows)
         return conn.total_changes - before
     return _in_transaction(db, work)
+
+
+class Stage:
+    """A batch of transaction rows staged in a private in-memory database, to be copied by `copy_stage`.
+
+    Binding a million rows one by one into `transactions` (five B-trees, an upsert per row) costs
+    more than binding them into this bare table and copying it with one INSERT ... SELECT. The copy
+    runs on this connection with the store attached, so a stage can be filled in one thread and
+    copied in another (reconcile.sync.TransactionPages): one thread at a time, never both.
+    """
+
+    def __init__(self) -> None:
+        self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self.conn.execute(f"CREATE TABLE rows ({', '.join(ROW_COLUMNS)}, raw, shape)")
+        self.conn.execute("BEGIN")
+        self.rows = 0
+        self.shapes: dict[int, str] = {}
+
+    def add(self, runs: Iterable[tuple[tuple[int | None, bool], list[tuple]]], shapes: Mapping[int, str]) -> None:
+        """Stage runs of rows as `store_transactions` takes them, in order."""
+        for (shape, with_raw), rows in runs:
+            self.conn.executemany(_staged(shape, with_raw), rows)
+            self.rows += len(rows)
+        self.shapes.update(shapes)
+
+    def close(self) -> None:
+        """Free the stage."""
+        self.conn.close()
+
+
+@lru_cache(maxsize=64)
+def _staged(shape: int | None, with_raw: bool) -> str:
+    values = ", ".join(["?"] * len(ROW_COLUMNS) + ["?" if with_raw else "NULL", "NULL" if shape is None else str(int(shape))])
+    return f"INSERT INTO rows VALUES ({values})"
+
+
+def copy_stage(stage: Stage, path: str, synced_at: str) -> int:
+    """Insert or refresh the staged rows in the store at `path` (in staging order), in one transaction;
+    return how many rows were written. The stage stays open (the caller closes it)."""
+    conn = stage.conn
+    if conn.in_transaction:
+        conn.execute("COMMIT")
+    columns = f"{', '.join(ROW_COLUMNS)}, raw, shape"
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("ATTACH DATABASE ? AS store", (path,))
+    try:
+        conn.execute("PRAGMA store.synchronous = NORMAL")  # as every store connection (WAL is the file's own)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT OR IGNORE INTO store.transaction_shapes (id, keys) VALUES (?, ?)",
+                             stage.shapes.items())
+            before = conn.total_changes
+            conn.execute(f"INSERT INTO store.transactions ({columns}, synced_at) SELECT {columns}, ? FROM main.rows"
+                         f" WHERE true ORDER BY rowid ON CONFLICT(id) DO UPDATE SET {_REFRESH}", (synced_at,))
+            written = conn.total_changes - before
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as exc:
+        raise StorageError(f"storing transactions failed: {exc}") from exc
+    finally:
+        conn.execute("DETACH DATABASE store")
+    return written
+
+
+def database_file(db: Database) -> str | None:
+    """The file behind a store connection, or None for an in-memory one."""
+    path = next((f for _, name, f in db.conn.execute("PRAGMA database_list") if name == "main"), "")
+    return path or None
 
 
 def stored_transaction(db: Database, ident: str) -> tuple[tuple, str | None, str | None] | None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 from decimal import Decimal
+
+import pytest
 
 from partnerkit.client._records import Recharge
 from partnerkit.store import open_db
@@ -88,3 +91,54 @@ def test_unchanged_records_are_found_by_the_providers_text_or_the_same_instant(t
             _record(4, "SUCCESS")]  # not stored yet
     seen, rest = _partition(db, page)
     assert seen == [1, 2] and [r.id for r in rest] == [3, 4]
+
+
+def _tx(n: int, amount: str = "-98.00", **extra) -> dict:
+    return {"id": f"T{n}", "type": "RECHARGE", "amount": Decimal(amount), "currency": "INR",
+            "created_at": "2025-01-15T10:00:00Z", "reference_number": f"RCH{n:06d}", **extra}
+
+
+def _transactions(db) -> list[tuple]:
+    return db.execute("SELECT * FROM transactions ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("stage_rows", [3, 10_000])  # a writer thread with many stages, or one stage copied here
+def test_transaction_pages_store_what_page_by_page_stores(tmp_path, monkeypatch, stage_rows):
+    from reconcile import sync
+
+    monkeypatch.setattr(sync, "STAGE_ROWS", stage_rows)
+    pages = [[_tx(1), _tx(2, note="kept in raw"), _tx(3, amount="-98.0")],  # shape only, shape + extras, whole raw
+             [_tx(4), {"no": "id"}, _tx(1, amount="-99.00")],  # a quarantine; T1 listed again: its last copy stays
+             [_tx(5, direction="DEBIT", amount="98.00")], [_tx(2, amount="-97.00")], [_tx(6)]]
+    plain, staged = open_db(tmp_path / "plain.db"), open_db(tmp_path / "staged.db")
+    for page in pages:
+        sync.store_transaction_page(plain, page, "2025-01-16T01:00:00Z")
+    with sync.TransactionPages(staged, "2025-01-16T01:00:00Z") as writer:
+        for page in pages:
+            writer.add(page)
+        assert writer.close() == (8, 1)
+    assert _transactions(staged) == _transactions(plain)
+    assert [r[2] for r in _transactions(staged)][:2] == [-9900, -9700]
+    assert staged.execute("SELECT * FROM transaction_shapes").fetchall() == \
+        plain.execute("SELECT * FROM transaction_shapes").fetchall()
+    assert len(staged.execute("SELECT * FROM transaction_quarantine").fetchall()) == 1
+
+
+def test_a_failed_copy_fails_the_sync_and_stops_the_writer(tmp_path, monkeypatch):
+    from partnerkit.errors import StorageError
+    from partnerkit.store import ledger as ledger_store
+    from reconcile import sync
+
+    monkeypatch.setattr(sync, "STAGE_ROWS", 2)
+
+    def broken(stage, path, stamp):
+        raise StorageError("storing transactions failed: disk I/O error")
+
+    monkeypatch.setattr(ledger_store, "copy_stage", broken)
+    db = open_db(tmp_path / "p.db")
+    with pytest.raises(StorageError, match="disk I/O error"):
+        with sync.TransactionPages(db, "2025-01-16T01:00:00Z") as writer:
+            for n in range(1, 9):
+                writer.add([_tx(n)])
+            writer.close()
+    assert not [t for t in threading.enumerate() if t.name == "transaction-writer"]
