@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from gunicorn.app.base import BaseApplication
 
+from partnerkit.parentdeath import die_with_parent
+
 # Method and path only: never headers (signatures, tokens) and never the query string.
 ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
 DEFAULT_BIND = "127.0.0.1:8000"
@@ -47,6 +49,14 @@ def _post_worker_init(worker: Any) -> None:
     gc.freeze()
 
 
+def _post_fork(server: Any, worker: Any) -> None:
+    """A web worker exits when its master dies, even by SIGKILL: an orphaned sync worker would serve
+    on, holding the port, until its own timeout check noticed (up to 15 s)."""
+    arm = die_with_parent(server.pid)
+    if arm is not None:
+        arm()
+
+
 def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: str = "info") -> dict[str, Any]:
     """The gunicorn settings of the receiver (the benchmark's bare app uses the same ones)."""
     return {
@@ -63,6 +73,7 @@ def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: s
         "proc_name": "partnerkit-receiver",
         "control_socket_disable": True,  # gunicorn >= 25: one shared default path would collide
         "preload_app": False,  # each worker builds its app (and its database connections) after fork
+        "post_fork": _post_fork,
         "post_worker_init": _post_worker_init,
         "child_exit": _child_exit,
         "on_exit": _on_exit,

@@ -104,14 +104,20 @@ def receive():
         rx.metrics.outcome("unavailable").inc()
         return _unavailable()
     # 4. Normalise; 5. one transaction: inbox row under a unique key, order state, fetch job.
-    event = normalise(body, headers)
+    event = None
     try:
+        event = normalise(body, headers)
         recorded = inbox.record(rx.db(), event, body, now=now, request_id=request_id,
                                 webhook_id=headers.get("X-Webhook-ID"))
     except (StorageError, sqlite3.Error) as exc:
         rx.metrics.outcome("unavailable").inc()
-        log.error("webhook not stored", extra={"request_id": request_id, "event_id": event.event_id,
+        log.error("webhook not stored", extra={"request_id": request_id, "event_id": getattr(event, "event_id", None),
                                                "error": str(exc)[:200], "http_status": 503})
+        return _unavailable()
+    except Exception:  # a bug on a signed event: 503 so the provider retries; never a 500, never a 200
+        rx.metrics.outcome("unavailable").inc()
+        log.exception("webhook not stored: unexpected error", extra={
+            "request_id": request_id, "event_id": getattr(event, "event_id", None), "http_status": 503})
         return _unavailable()
     elapsed = time.perf_counter() - started
     rx.metrics.outcome(recorded.outcome).inc()

@@ -12,7 +12,6 @@ signal): an orphaned gunicorn would keep the port, and the restarted pair could 
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -25,35 +24,11 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.serve import bind_option, receiver_process, workers_option
+from partnerkit.parentdeath import die_with_parent
 
 log = logging.getLogger("partnerkit.run")
 
 RECEIVER_STOP_TIMEOUT_S = 20.0  # gunicorn's graceful_timeout plus a margin
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
-    """A function that has the calling process sent SIGTERM when `parent` dies, however it dies (Linux only).
-
-    Used as a preexec_fn (`parent` defaults to this process, the one about to fork): prctl is
-    looked up here, before the fork, so the child makes one system call between fork and exec,
-    and the setting survives the exec of the gunicorn master. A forked child may call it with its
-    parent's pid. None where the platform has no parent-death signal.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    expected = os.getpid() if parent is None else parent
-
-    def set_parent_death_signal() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-        if os.getppid() != expected:  # the parent died before the signal was armed
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return set_parent_death_signal
 
 
 def _stop_receiver(receiver: subprocess.Popen) -> None:

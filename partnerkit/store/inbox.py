@@ -118,14 +118,20 @@ def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION) -> int:
 
 
 def probe_write(db: Database) -> None:
-    """Take the write lock and write one row, then roll it back (the readiness probe)."""
+    """Commit one counter increment (the readiness probe).
+
+    Committed, not rolled back: a rolled-back write never reaches the WAL, so a full disk would
+    pass the probe while every webhook got 503."""
     conn = db.conn
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("INSERT INTO counters (name, value) VALUES ('readyz.probe', 0) "
+            conn.execute("INSERT INTO counters (name, value) VALUES ('readyz.probe', 1) "
                          "ON CONFLICT (name) DO UPDATE SET value = value + 1")
-        finally:
-            conn.execute("ROLLBACK")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
     except sqlite3.Error as exc:
         raise StorageError(f"database is not writable: {exc}") from exc

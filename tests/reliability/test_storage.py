@@ -263,3 +263,32 @@ def test_a_fetch_that_could_not_store_its_vouchers_is_retried_as_soon_as_space_i
         wait_until(lambda: voucher_store.count(stack.db, order) == 2, timeout=15, step=0.2,
                    what="the vouchers stored by the next runs")
         creator.close()
+
+
+def test_readyz_is_503_while_the_disk_is_full(tmp_path):
+    """partnerkit/store/inbox.py probe_write rolls back, so it never writes a WAL frame and a full disk passes."""
+    disk = tmp_path / "disk"
+    with tiny_filesystem(disk, "16m"), CrashStack(tmp_path, _settings(), db_path=disk / "partnerkit.db") as stack:
+        stack.start_receiver(workers=1)
+        truncate_wal(stack.config.db_path)
+        filler = fill(disk)
+        refused = signed_webhook(stack.receiver_url + "/webhooks/partner", stack.alpha.signing_secret)
+        ready = stack.get("/readyz")
+        filler.unlink()
+        ready_again = stack.get("/readyz")
+    assert refused.status_code == 503
+    assert ready.status_code == 503, "/readyz said ready while no event could be stored"
+    assert ready_again.status_code == 200
+
+
+def test_a_killed_gunicorn_master_takes_its_web_workers_along(tmp_path):
+    """receiver/gunicorn_app.py: orphaned sync workers serve on (holding the port) until their timeout/2 check."""
+    from tests.reliability.crash_stack import alive
+
+    with CrashStack(tmp_path, _settings()) as stack:
+        stack.start_receiver(workers=2)
+        workers = stack.gunicorn_workers()
+        stack.receiver.kill()  # SIGKILL the master only
+        wait_until(lambda: not any(alive(pid) for pid in workers), timeout=5, step=0.1,
+                   what="the dead master's web workers gone")
+        stack.start_receiver(workers=2)  # the port is free for the restarted receiver
