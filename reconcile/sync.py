@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
+from partnerkit.store import quarantine
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
 from partnerkit.timeutil import iso, utcnow
@@ -141,8 +142,9 @@ class RechargePages:
     against the state the records before it left, as page by page. `close()` flushes the rest.
     """
 
-    def __init__(self, db: Any, now: datetime) -> None:
+    def __init__(self, db: Any, now: datetime, *, held: set[int] | None = None) -> None:
         self.db, self.now, self.stamp = db, now, iso(now)
+        self.held = held or set()  # quarantined recharge ids, released when read unchanged
         self.pending: list[Any] = []
         self.keys: set[Any] = set()
         self.records = self.inserted = 0
@@ -162,6 +164,10 @@ class RechargePages:
         seen, rest = _partition(self.db, batch)
         seen.sort()
         ledger_store.mark_recharges_seen(self.db, seen, self.stamp)
+        if self.held and not self.held.isdisjoint(seen):
+            back = self.held.intersection(seen)
+            quarantine.release(self.db, "recharge", sorted(back))
+            self.held -= back
         self.pending += rest
         self.keys.update(k for r in rest for k in (r.id, r.reference_number))
         if len(self.pending) >= UPSERT_GROUP:
@@ -301,15 +307,37 @@ class TransactionPages:
 
 
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:
-    """Read every recharge created in [first, last] through the worker's upsert; return (seen, new)."""
+    """Read every recharge created in [first, last] through the worker's upsert; return (seen, new).
+
+    A record the client cannot read (MalformedResponse: a field missing or malformed) is quarantined
+    with the reason (partnerkit.store.quarantine) and the rest of its page is stored as usual; one
+    bad record never stops the sync (nor, through it, the nightly report). A quarantined record
+    read correctly again is released: by the worker's upsert, or here when it is stored unchanged.
+    """
     stamp = iso(now)
-    pages = RechargePages(db, now)
-    for batch in _batches(client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE)):
+    pages = RechargePages(db, now, held=_held_recharges(db))
+
+    def hold(bad: Any) -> None:
+        log.warning("quarantined an unreadable recharge record: %s", bad)
+        quarantine.hold(db, "recharge", [(f"recharge record unreadable: {bad}", bad.body)], now=now)
+
+    records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE, on_malformed=hold)
+    for batch in _batches(records):
         pages.add(batch)  # records partnerkit never submitted are inserted by the worker's upsert, origin 'provider'
     seen, new = pages.close()
     ledger_store.record_sync(db, "recharges", from_day=first.isoformat(), to_day=last.isoformat(), started_at=stamp,
                              count=seen, days=days_between(first, last), advance_to=_complete_through(last, now))
     return seen, new
+
+
+def _held_recharges(db: Any) -> set[int]:
+    """Provider ids of the recharge records quarantined now (usually none)."""
+    ids = set()
+    for entry in quarantine.held(db, "recharge"):
+        ident = entry["key"].partition(":")[2]
+        if ident.isdigit():
+            ids.add(int(ident))
+    return ids
 
 
 def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:

@@ -56,14 +56,15 @@ class Provider:
     """The provider's lists of the day as the client yields them (see the module docstring for what is timed)."""
 
     def __init__(self, n: int, pages_file: Path) -> None:
-        self.n, self.pages_file, self.gen_s, self.parse_s = n, pages_file, 0.0, 0.0
+        self.n, self.pages_file, self.gen_s, self.gen_cpu_s, self.parse_s = n, pages_file, 0.0, 0.0, 0.0
 
-    def iter_recharges(self, *, from_date, to_date, limit) -> Iterator:
+    def iter_recharges(self, *, from_date, to_date, limit, on_malformed=None) -> Iterator:
         pages = synthetic.provider_recharges(self.n, limit)
         while True:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             page = next(pages, None)
             self.gen_s += time.perf_counter() - started
+            self.gen_cpu_s += time.process_time() - cpu
             if page is None:
                 return
             yield from page
@@ -78,14 +79,18 @@ class Provider:
                 yield from page
 
 
-def load(db, n: int, pages_file: Path) -> tuple[float, float, float]:
-    """Sync the day's provider lists with reconcile.sync; return (timed s less recharge generation, generation s,
-    transaction parse s, which the timed s includes)."""
+def load(db, n: int, pages_file: Path) -> dict:
+    """Sync the day's provider lists with reconcile.sync; return the seconds: load_s (less recharge generation),
+    gen_s, parse_s (part of load_s), and each sync's share of load_s with its CPU seconds (every thread)."""
     provider = Provider(n, pages_file)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     sync.sync_recharges(db, provider, synthetic.DAY, synthetic.DAY, now=NOW)
+    half, half_cpu = time.perf_counter(), time.process_time()
     sync.sync_transactions(db, provider, synthetic.DAY, synthetic.DAY, now=NOW)
-    return time.perf_counter() - started - provider.gen_s, provider.gen_s, provider.parse_s
+    done, done_cpu = time.perf_counter(), time.process_time()
+    return {"load_s": done - started - provider.gen_s, "gen_s": provider.gen_s, "parse_s": provider.parse_s,
+            "recharges_s": half - started - provider.gen_s, "recharges_cpu_s": half_cpu - cpu - provider.gen_cpu_s,
+            "transactions_s": done - half, "transactions_cpu_s": done_cpu - half_cpu}
 
 
 def run(n: int, workdir: Path) -> dict:
@@ -97,18 +102,18 @@ def run(n: int, workdir: Path) -> dict:
     pages_file = workdir / "transaction-pages.jsonl"
     setup(db, n, pages_file)
     setup_s = time.perf_counter() - started
-    load_s, gen_s, parse_s = load(db, n, pages_file)
-    loaded = time.perf_counter()
+    loading = load(db, n, pages_file)
+    loaded, loaded_cpu = time.perf_counter(), time.process_time()
     result = match_day(db, synthetic.DAY, now=NOW)
-    matched = time.perf_counter()
+    matched, matched_cpu = time.perf_counter(), time.process_time()
     report = report_day(config, db, synthetic.DAY, now=NOW, result=result)
-    reported = time.perf_counter()
+    reported, reported_cpu = time.perf_counter(), time.process_time()
     transactions = db.execute("SELECT COUNT(*) FROM transactions").fetchone()[0]
     kinds = report["summary"]["drifts_by_kind"]
     ids = "\n".join(sorted(d["id"] for d in report["drifts"]))
-    return {"size": n, "transactions": transactions, "setup_s": setup_s, "gen_s": gen_s, "parse_s": parse_s, "load_s": load_s,
-            "match_s": matched - loaded, "report_s": reported - matched,
-            "total_s": load_s + (reported - loaded),
+    return {"size": n, "transactions": transactions, "setup_s": setup_s, **loading,
+            "match_s": matched - loaded, "match_cpu_s": matched_cpu - loaded_cpu, "report_s": reported - matched,
+            "report_cpu_s": reported_cpu - matched_cpu, "total_s": loading["load_s"] + (reported - loaded),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "drifts": len(report["drifts"]), "kinds": kinds,
             "drift_digest": hashlib.sha256(ids.encode()).hexdigest()[:16], "matched": result.matched}

@@ -44,7 +44,7 @@ class FakeProvider:
         when = str(record.get("created_at") or record.get("timestamp"))[:10]
         return from_date.isoformat() <= when <= to_date.isoformat()
 
-    def iter_recharges(self, *, from_date, to_date, limit):
+    def iter_recharges(self, *, from_date, to_date, limit, on_malformed=None):
         self.calls.append(("recharges", from_date, to_date))
         return iter([r for r in self.recharges if self._in(r, from_date, to_date)])
 

@@ -142,3 +142,33 @@ def test_a_failed_copy_fails_the_sync_and_stops_the_writer(tmp_path, monkeypatch
                 writer.add([_tx(n)])
             writer.close()
     assert not [t for t in threading.enumerate() if t.name == "transaction-writer"]
+
+
+class _ListOf:
+    """A client whose recharge list holds these records, and these unreadable ones."""
+
+    def __init__(self, records, unreadable=()):
+        self.records, self.unreadable = records, unreadable
+
+    def iter_recharges(self, *, from_date, to_date, limit, on_malformed=None):
+        from partnerkit.errors import MalformedResponse
+
+        for body in self.unreadable:
+            on_malformed(MalformedResponse("Recharge.status: missing", body=body, field="status"))
+        return iter(self.records)
+
+
+def test_an_unreadable_recharge_is_quarantined_and_released_once_read_again(tmp_path):
+    from partnerkit.store import quarantine
+    from reconcile.sync import sync_recharges
+
+    db = open_db(tmp_path / "p.db")
+    day = NOW.date()
+    bad = {"id": 2, "reference_number": "RCH000002"}  # no status
+    assert sync_recharges(db, _ListOf([_record(1, "SUCCESS")], [bad]), day, day, now=NOW) == (1, 1)
+    assert [(q["key"], q["reason"]) for q in quarantine.held(db, "recharge")] == \
+        [("recharge:2", "recharge record unreadable: Recharge.status: missing")]
+    upsert_from_provider(db, [_record(2, "SUCCESS")], NOW)  # e.g. the poller read it since
+    quarantine.hold(db, "recharge", [("recharge record unreadable: again", bad)], now=NOW)
+    sync_recharges(db, _ListOf([_record(1, "SUCCESS"), _record(2, "SUCCESS")]), day, day, now=LATER)
+    assert quarantine.held(db, "recharge") == []  # stored unchanged, so released here
