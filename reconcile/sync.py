@@ -10,8 +10,6 @@ its days as covered; the matcher trusts absence ("unknown_to_provider") only for
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from itertools import islice
@@ -24,7 +22,7 @@ from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
 from partnerkit.timeutil import iso, utcnow
 from reconcile.ledger import canonical_json
-from reconcile.ledger_fast import map_page
+from reconcile.ledger_writer import TransactionPages
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +31,6 @@ LOOKBACK = timedelta(days=1)
 RECHARGE_PAGE = 1000  # the list allows up to 10000 (Limits); 1000 keeps each response small
 TRANSACTION_PAGE = 500
 UPSERT_GROUP = 1000  # records waiting for the worker's upsert (see RechargePages)
-STAGE_ROWS = 20_000  # transaction rows per copy into the store (see TransactionPages)
 
 
 @dataclass
@@ -187,125 +184,6 @@ class RechargePages:
         return self.records, self.inserted
 
 
-def _quarantine(db: Any, bad: list[Any], stamp: str) -> None:
-    log.warning("quarantined %d transaction record(s): %s", len(bad), "; ".join(q.reason for q in bad[:5]))
-    ledger_store.quarantine(db, [(q.key, q.reason, canonical_json(q.raw), _day_of(q.raw)) for q in bad], stamp)
-
-
-def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, int]:
-    """Map one page of transaction records (the one alias mapping) and store it; return (stored, quarantined)."""
-    page = map_page(batch)
-    ledger_store.store_transactions(db, page.runs, page.shapes, stamp)
-    if page.bad:
-        _quarantine(db, page.bad, stamp)
-    return page.stored, len(page.bad)
-
-
-class _Writer(threading.Thread):
-    """Copies stages into the store, in the order they come, until told to stop."""
-
-    def __init__(self, path: str, stamp: str) -> None:
-        super().__init__(name="transaction-writer", daemon=True)
-        self.path, self.stamp = path, stamp
-        self.stages: queue.Queue = queue.Queue(maxsize=2)  # at most ~3 stages in memory
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        while (stage := self.stages.get()) is not None:
-            try:
-                if self.error is None:
-                    ledger_store.copy_stage(stage, self.path, self.stamp)
-            except BaseException as exc:  # handed to the sync's thread by put() / finish()
-                self.error = exc
-            finally:
-                stage.close()
-
-    def put(self, stage: Any) -> None:
-        self._raise()
-        self.stages.put(stage)
-
-    def finish(self) -> None:
-        """Copy what is queued, stop, and raise what the copies raised."""
-        self.stages.put(None)
-        self.join()
-        self._raise()
-
-    def _raise(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-
-class TransactionPages:
-    """A sync's transaction pages into the store: mapped in this thread, written by another.
-
-    Mapping is Python (it holds the GIL); writing is SQLite (it releases the GIL while a statement
-    runs). Each page is mapped (`map_page`) and its rows staged in memory (`ledger_store.Stage`);
-    every STAGE_ROWS rows the stage goes to a writer thread, which copies it into `transactions`
-    with one INSERT ... SELECT while the next pages are mapped: both cores, and one statement per
-    batch costs less than binding every row into the indexed table. Stages are copied in page order,
-    so a record listed twice ends as its last copy. A sync of fewer rows (or of an in-memory store)
-    never starts the thread: it copies its one stage itself. Use as a context manager.
-    """
-
-    def __init__(self, db: Any, stamp: str) -> None:
-        self.db, self.stamp = db, stamp
-        self.path = ledger_store.database_file(db)
-        self.stage: Any = None
-        self.writer: _Writer | None = None
-        self.stored = self.quarantined = 0
-
-    def add(self, batch: list[Any]) -> None:
-        """Map one page; stage its rows; quarantine what fits no alias."""
-        page = map_page(batch)
-        if page.bad:
-            _quarantine(self.db, page.bad, self.stamp)
-            self.quarantined += len(page.bad)
-        self.stored += page.stored
-        if self.path is None:
-            ledger_store.store_transactions(self.db, page.runs, page.shapes, self.stamp)
-            return
-        if self.stage is None:
-            self.stage = ledger_store.Stage()
-        self.stage.add(page.runs, page.shapes)
-        if self.stage.rows >= STAGE_ROWS:
-            if self.writer is None:
-                self.writer = _Writer(self.path, self.stamp)
-                self.writer.start()
-            stage, self.stage = self.stage, None
-            self.writer.put(stage)
-
-    def close(self) -> tuple[int, int]:
-        """Write what is staged and wait for the writer; return (stored, quarantined)."""
-        stage, self.stage = self.stage, None
-        if stage is not None:
-            if self.writer is not None:
-                self.writer.put(stage)
-            else:
-                try:
-                    ledger_store.copy_stage(stage, self.path, self.stamp)  # type: ignore[arg-type]
-                finally:
-                    stage.close()
-        if self.writer is not None:
-            writer, self.writer = self.writer, None
-            writer.finish()
-        return self.stored, self.quarantined
-
-    def __enter__(self) -> "TransactionPages":
-        return self
-
-    def __exit__(self, kind: Any, *rest: Any) -> None:
-        if kind is None:
-            return
-        if self.stage is not None:  # a failed sync: what was copied stays (idempotent), the rest is dropped
-            self.stage.close()
-            self.stage = None
-        if self.writer is not None:
-            try:
-                self.writer.finish()
-            except BaseException:  # the sync's own exception is the one to raise
-                pass
-
-
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new).
 
@@ -351,15 +229,6 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
                              started_at=stamp, count=stored, days=days_between(first, last),
                              advance_to=_complete_through(last, now))
     return stored, bad_count
-
-
-def _day_of(raw: Any) -> str | None:
-    """The day a quarantined record claims, when it has a readable date at all."""
-    if isinstance(raw, dict):
-        for key, value in raw.items():
-            if str(key).lower() in ("created_at", "timestamp") and isinstance(value, str) and len(value) >= 10:
-                return value[:10]
-    return None
 
 
 def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime) -> Any:

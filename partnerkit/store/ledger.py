@@ -59,7 +59,7 @@ class Stage:
     Binding a million rows one by one into `transactions` (five B-trees, an upsert per row) costs
     more than binding them into this bare table and copying it with one INSERT ... SELECT. The copy
     runs on this connection with the store attached, so a stage can be filled in one thread and
-    copied in another (reconcile.sync.TransactionPages): one thread at a time, never both.
+    copied in another (reconcile.ledger_writer.TransactionPages): one thread at a time, never both.
     """
 
     def __init__(self) -> None:

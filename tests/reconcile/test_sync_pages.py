@@ -104,7 +104,7 @@ def _transactions(db) -> list[tuple]:
 
 @pytest.mark.parametrize("stage_rows", [3, 10_000])  # a writer thread with many stages, or one stage copied here
 def test_transaction_pages_store_what_page_by_page_stores(tmp_path, monkeypatch, stage_rows):
-    from reconcile import sync
+    from reconcile import ledger_writer as sync
 
     monkeypatch.setattr(sync, "STAGE_ROWS", stage_rows)
     pages = [[_tx(1), _tx(2, note="kept in raw"), _tx(3, amount="-98.0")],  # shape only, shape + extras, whole raw
@@ -127,7 +127,7 @@ def test_transaction_pages_store_what_page_by_page_stores(tmp_path, monkeypatch,
 def test_a_failed_copy_fails_the_sync_and_stops_the_writer(tmp_path, monkeypatch):
     from partnerkit.errors import StorageError
     from partnerkit.store import ledger as ledger_store
-    from reconcile import sync
+    from reconcile import ledger_writer as sync
 
     monkeypatch.setattr(sync, "STAGE_ROWS", 2)
 
