@@ -210,7 +210,7 @@ def _compile(shape: tuple) -> Callable[[dict], tuple] | None:
     sources: dict[str, tuple[Any, type]] = {}
     extras: list[tuple[Any, type]] = []
     for key, kind in zip(keys, kinds):
-        if not isinstance(key, (str, int)) or isinstance(key, bool):
+        if type(key) not in (str, int):  # compiled as repr(key): only the exact types whose repr is a literal
             return None
         name = ALIAS_FIELD.get(str(key).strip().lower())
         if name is None:
@@ -258,16 +258,14 @@ def _compile(shape: tuple) -> Callable[[dict], tuple] | None:
         text = json.dumps(sorted([[k, _TYPE_NAMES[t]] for k, t in sources.values()]))
         ident = shape_id(text)
         SHAPE_TEXTS[ident] = text
-        scope.update(SHAPE_TEXT=text, SHAPE=ident, EXACT_KEY=(ident, bool(extras)),
+        scope.update(EXACT_KEY=(ident, bool(extras)),
                      extra_json=_writer([k for k, _ in extras], [t for _, t in extras]))
         tail = [f"if {' and '.join(src.exact) or 'True'}:",
                 f"    return EXACT_KEY, ({row}{', extra_json(r)' if extras else ''})"] + tail
     src.add(*tail)
     code = "def plan(r):\n" + "\n".join(src.lines)
     exec(compile(code, f"<transaction shape {len(keys)} keys>", "exec"), scope)  # noqa: S102 - built from repr()
-    plan = scope["plan"]
-    plan.shape = (scope["SHAPE"], scope["SHAPE_TEXT"]) if src.eligible else None  # type: ignore[attr-defined]
-    return plan
+    return scope["plan"]
 
 
 _PLANS: dict[tuple, Callable | None] = {}
@@ -281,6 +279,7 @@ def _plan_for(raw: dict) -> Callable | None:
     except KeyError:
         if len(_PLANS) >= 256:  # shapes from a misbehaving provider must not pile up
             _PLANS.clear()
+            SHAPE_TEXTS.clear()
         plan = _PLANS[shape] = _compile(shape)
         return plan
 
@@ -318,11 +317,10 @@ def map_page(records: Any) -> MappedPage:
         if key is not last and key != last:
             rows = []
             runs.append((key, rows))
+            if key[0] is not None:
+                page.shapes[key[0]] = SHAPE_TEXTS[key[0]]  # its plan was compiled or used just now
         last = key
         rows.append(row)
-    for (shape, _), _rows in runs:
-        if shape is not None:
-            page.shapes[shape] = SHAPE_TEXTS[shape]
     return page
 
 
