@@ -94,9 +94,9 @@ def _result(day: date, now: datetime, raw: dict[str, Any], ledger: LedgerFinding
                     "wallet_currency": c["wallet_currency"], "debited": from_cents(c["debited_cents"])}
                    for c in raw["conversions"]]
     return MatchResult(
-        day=day, matched_at=now, recharges_total=sum(ledger.recharge_status.values()),
+        day=day, matched_at=now, recharges_total=sum(raw["recharge_status"].values()),
         orders_total=raw["orders_total"], transactions_total=sum(t["n"] for t in ledger.totals),
-        drifted=raw["drifted"], unmatched=raw["unmatched"], recharge_status=ledger.recharge_status,
+        drifted=raw["drifted"], unmatched=raw["unmatched"], recharge_status=raw["recharge_status"],
         order_status=raw["order_status"],
         spend=spend, refunds=refunds, spend_by_hour=hours, conversions=conversions,
         detected_ids=raw["detected_ids"], changes=changes,
@@ -159,7 +159,7 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
             ledger = ledger_side.result()
             matching.add_candidates(conn, ledger.candidates)
             changes = matching.apply_candidates(conn, day=day.isoformat(), now=iso(now))
-            raw = matching.day_summary(conn)
+            raw = matching.day_summary(conn, params)
         finally:
             matching.drop(conn)
     return _result(day, now, raw, ledger, changes)

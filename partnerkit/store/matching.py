@@ -32,7 +32,7 @@ SPEND = "('SUCCESS', 'PROCESSING', 'DELIVERED', 'RECHARGED')"
 CREDITED_BACK = "('FAILED', 'REVERSED')"
 ORDER_REFUNDED = "('FAILED', 'CANCELLED')"
 
-TEMP_TABLES = ("m_found", "m_state", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_candidate")
+TEMP_TABLES = ("m_found", "m_state", "m_gone", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_candidate")
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,10 @@ def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[st
     conn.execute("CREATE TEMP TABLE m_state AS SELECT f.id, d.id IS NULL AS is_new,"
                  " COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor, 0) AS reopen"
                  " FROM m_found f LEFT JOIN drifts d USING (id)", p)
+    # The day's open drifts not found again, taken before the merge (which touches only found ones):
+    # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
+    conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id FROM drifts d WHERE d.report_date = :day"
+                 " AND d.resolution != 'resolved' AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)", p)
     conn.execute(
         """INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
                                currency, detail, detected_at, last_detected_at)
@@ -257,14 +261,13 @@ def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[st
            SELECT id, 'reopened', 'pending', 'detected again on ' || :day || ' run', :actor, :now
            FROM m_state WHERE reopen""", p).rowcount
     note = f"no longer detected on {day} run"
-    gone = "FROM drifts d WHERE d.report_date = :day AND d.resolution != 'resolved' AND d.id NOT IN (SELECT id FROM m_found)"
-    conn.execute(f"INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)"
-                 f" SELECT d.id, 'auto_resolved', 'resolved', :note, :actor, :now {gone}", {**p, "note": note})
+    conn.execute("INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)"
+                 " SELECT id, 'auto_resolved', 'resolved', :note, :actor, :now FROM m_gone", {**p, "note": note})
     resolved = conn.execute(
         "UPDATE drifts SET resolution = 'resolved', resolution_note = :note, resolution_by = :actor,"
-        " resolution_at = :now WHERE report_date = :day AND resolution != 'resolved'"
-        " AND id NOT IN (SELECT id FROM m_found)", {**p, "note": note}).rowcount
+        " resolution_at = :now WHERE id IN (SELECT id FROM m_gone)", {**p, "note": note}).rowcount
     conn.execute("DROP TABLE temp.m_state")
+    conn.execute("DROP TABLE temp.m_gone")
     return {"new": new, "reopened": reopened, "auto_resolved": resolved}
 
 
@@ -273,10 +276,15 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict]:
     return [dict(zip(names, r)) for r in cursor.fetchall()]
 
 
-def day_summary(conn: sqlite3.Connection) -> dict[str, Any]:
+def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, Any]:
     """Totals of the day's recharges and orders (call after `apply_candidates`, before `drop`)."""
     one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
     return {
+        "recharge_status": dict(_run(conn, """
+            SELECT status, COUNT(*) FROM recharges
+            WHERE (provider_created_at >= :start AND provider_created_at < :end)
+               OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
+            GROUP BY 1 ORDER BY 1""", params).fetchall()),
         "orders_total": one("SELECT COUNT(*) FROM m_order"),
         "drifted": one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_found"
                        " WHERE subject IN ('recharge', 'order'))"),

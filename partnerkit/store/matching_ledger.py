@@ -8,7 +8,7 @@ so the two use both cores). `ledger_findings` returns what it found:
 - orphans: the day's transactions linked to no recharge or order (each probe stops at the first link);
 - balance discontinuities: the day's rows with a balance, copied in chain order (`l_chain`), so that
   each row's predecessor is seq - 1 (a rowid lookup; a window function runs several times slower);
-- totals per (currency, hour) in one GROUP BY, and how many of the day's recharges are in each status.
+- totals per (currency, hour) in one GROUP BY.
 
 Parameters (named): :start, :end (the day as an ISO range); the wallet movement types are bound one
 parameter each (:w0, :w1, ...).
@@ -29,7 +29,6 @@ class LedgerFindings:
 
     candidates: list[tuple]
     totals: list[dict[str, Any]]
-    recharge_status: dict[str, int]
 
 
 def wallet_params(wallet_types: Iterable[str]) -> tuple[str, dict[str, str]]:
@@ -92,13 +91,6 @@ def _totals(wallet: str) -> str:
         GROUP BY 1, 2 ORDER BY 1, 2"""
 
 
-_RECHARGE_STATUS = """
-    SELECT status, COUNT(*) FROM recharges
-    WHERE (provider_created_at >= :start AND provider_created_at < :end)
-       OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
-    GROUP BY 1 ORDER BY 1"""
-
-
 def _run(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> sqlite3.Cursor:
     return conn.execute(statement, {k: v for k, v in params.items() if f":{k}" in statement})
 
@@ -120,7 +112,6 @@ def ledger_findings(conn: sqlite3.Connection, params: dict[str, Any], wallet_typ
         candidates = _run(conn, _orphans(wallet), params).fetchall() + _run(conn, _BREAKS, params).fetchall()
         names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents")
         totals = [dict(zip(names, row)) for row in _run(conn, _totals(wallet), params)]
-        status = dict(_run(conn, _RECHARGE_STATUS, params).fetchall())
     finally:
         drop(conn)
-    return LedgerFindings(candidates, totals, status)
+    return LedgerFindings(candidates, totals)
