@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -38,6 +39,23 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+def _enable_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """PRAGMA journal_mode = WAL, retried while another process holds the new file's lock.
+
+    Switching a new file to WAL needs an exclusive lock, and SQLite answers "database is locked"
+    at once instead of calling the busy handler when another process is creating the schema; the
+    busy timeout is honoured here by hand (several processes opening one new file at once)."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
 def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
     """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated."""
     file = Path(path)
@@ -47,7 +65,7 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) 
         conn = sqlite3.connect(str(file), timeout=busy_timeout_ms / 1000, isolation_level=None,
                                check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(conn, busy_timeout_ms)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
     except (OSError, sqlite3.Error) as exc:

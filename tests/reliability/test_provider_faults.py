@@ -240,8 +240,6 @@ def test_order_catch_up_quarantines_an_order_without_status_and_applies_the_othe
         assert quarantine.held(world.db, "order") == []
 
 
-@pytest.mark.xfail(strict=True, reason="reconcile/sync.py sync_recharges iterates without on_malformed: one bad "
-                                       "recharge record fails every sync (and the nightly report); see the report")
 def test_sync_quarantines_a_recharge_without_status_and_stores_the_rest(tmp_path, frozen):
     with World(tmp_path, frozen) as world:
         _day_of_traffic(world)
