@@ -49,7 +49,8 @@ def drift_entry(drift: Drift) -> dict[str, Any]:
     """A drift as it appears in the report (expected/actual as strings: money 2 decimals, counts whole)."""
     return {
         "id": drift.id, "kind": _shared(drift.kind), "subject": _shared(drift.subject), "reference": drift.reference,
-        "expected": _amount(drift.expected, drift.measure), "actual": _amount(drift.actual, drift.measure),
+        "expected": _shared(_amount(drift.expected, drift.measure)),
+        "actual": _shared(_amount(drift.actual, drift.measure)),
         "currency": _shared(drift.currency), "detected_at": _shared(drift.detected_at),
         "resolution": _shared(drift.resolution), "resolution_note": drift.resolution_note,
         "resolution_by": drift.resolution_by, "resolution_at": drift.resolution_at, "detail": _shared(drift.detail),
@@ -124,11 +125,23 @@ def _drift_json(entry: Mapping[str, Any]) -> str:
 
 
 def render_json(report: Mapping[str, Any]) -> str:
-    """The report as JSON text: indented, one drift per line (fast for days with many drifts)."""
+    """The report as JSON text: indented, one drift per line (fast for days with many drifts).
+
+    Built with one join over the pieces: a day of 100k drifts is a 35 MB text, and joining the
+    lines first and wrapping them after would hold it twice more.
+    """
     head = json.dumps({k: v for k, v in report.items() if k != "drifts"}, indent=2)
-    drifts = ",\n    ".join(map(_drift_json, report["drifts"]))
-    body = f'"drifts": [\n    {drifts}\n  ]' if drifts else '"drifts": []'
-    return f"{head[:-2]},\n  {body}\n}}\n" if len(head) > 2 else f"{{{body}}}\n"
+    opened = len(head) > 2  # "{}" has no members to follow
+    if not report["drifts"]:
+        body = '"drifts": []'
+        return f"{head[:-2]},\n  {body}\n}}\n" if opened else f"{{{body}}}\n"
+    pieces = [f"{head[:-2]},\n  " if opened else "{", '"drifts": [\n    ']
+    separator = ",\n    "
+    for entry in report["drifts"]:
+        pieces += (_drift_json(entry), separator)
+    pieces[-1] = "\n  ]"
+    pieces.append("\n}\n" if opened else "}\n")
+    return "".join(pieces)
 
 
 def _csv_rows(entries: Iterable[Mapping[str, Any]]) -> Iterator[Any]:
