@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from gunicorn.app.base import BaseApplication
 
-from partnerkit.parentdeath import die_with_parent
+from partnerkit.processes import die_with_parent
 
 # Method and path only: never headers (signatures, tokens) and never the query string.
 ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'

@@ -20,7 +20,6 @@ import sys
 import threading
 import uuid
 from datetime import timedelta, timezone
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from partnerkit.config import Config
 from partnerkit.errors import PartnerKitError, StorageError
+from partnerkit.processes import alive
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.timeutil import iso, utcnow
@@ -68,23 +68,6 @@ def process_prefix() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:"
 
 
-def _process_exists(pid: int) -> bool:
-    """True while `pid` exists in this pid namespace and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
-
-
 def holder_is_gone(holder: str) -> bool:
     """True only for a holder of this host and pid namespace whose process no longer exists.
 
@@ -97,7 +80,7 @@ def holder_is_gone(holder: str) -> bool:
         return False
     if not parts[1].isdigit() or int(parts[1]) == os.getpid():
         return False
-    return not _process_exists(int(parts[1]))
+    return not alive(int(parts[1]))
 
 
 def refuse_inside_gunicorn() -> None:

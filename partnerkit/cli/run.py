@@ -24,7 +24,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.serve import bind_option, receiver_process, workers_option
-from partnerkit.parentdeath import die_with_parent
+from partnerkit.processes import die_with_parent
 
 log = logging.getLogger("partnerkit.run")
 

@@ -20,6 +20,8 @@ from typing import Callable
 
 import requests
 
+from partnerkit.processes import alive
+
 STOP_TIMEOUT_S = 10.0  # gunicorn's graceful_timeout; then SIGKILL
 OUR_COMMANDS = ("partnerkit", "receiver.gunicorn_app")  # what a stale pid must look like before we kill it
 
@@ -33,23 +35,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    if Path("/proc/self").is_dir():
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            return False
-        return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def group_members(pgid: int) -> list[int]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from partnerkit.demo.processes import alive
+from partnerkit.processes import alive
 
 SPEED = "150"
 RUN_TIMEOUT_S = 90

@@ -1,6 +1,7 @@
-"""A child process that dies with its parent, however the parent dies (Linux's parent-death signal).
+"""Process facts shared by the worker's lease, `partnerkit run` and the demo.
 
-`partnerkit run` starts the gunicorn master with it, and each gunicorn worker arms it against its
+`alive(pid)`: whether a pid exists and is not a zombie. `die_with_parent`: a child process that dies
+with its parent, however the parent dies (Linux's parent-death signal). `partnerkit run` starts the gunicorn master with it, and each gunicorn worker arms it against its
 master: without it, a SIGKILLed parent (the OOM killer, `kill -9`) leaves its children serving on
 and holding the port, so the restarted receiver cannot bind it.
 """
@@ -11,6 +12,7 @@ import ctypes
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -38,3 +40,20 @@ def die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return set_parent_death_signal
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists in this pid namespace and is not a zombie (a killed, unreaped child)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
