@@ -25,7 +25,6 @@ a sync runs over every page, reaches the same rows faster (compiled per key shap
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +32,7 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from partnerkit.money import MoneyError, cents, to_decimal
+from partnerkit.store import quarantine
 from partnerkit.timeutil import iso, parse_ts
 
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -84,8 +84,9 @@ class Quarantined:
 
     @property
     def key(self) -> str:
-        """A stable key for the record (sha256 of its canonical JSON), so re-syncs do not pile up."""
-        return hashlib.sha256(canonical_json(self.raw).encode()).hexdigest()
+        """A stable key, so re-syncs do not pile up: `transaction:<id>` when the record shows an integer
+        id (released once that id is stored correctly), else the sha256 of its canonical JSON."""
+        return quarantine.key_for("transaction", self.raw, text=canonical_json(self.raw))
 
 
 class _Unfit(ValueError):

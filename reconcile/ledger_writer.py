@@ -9,24 +9,32 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any
+from typing import Any, Iterable
 
 from partnerkit.store import ledger as ledger_store
+from partnerkit.store import quarantine
 from reconcile.ledger import canonical_json
 from reconcile.ledger_fast import map_page
 
 log = logging.getLogger(__name__)
 
 STAGE_ROWS = 20_000  # transaction rows per copy into the store
+_KEYED = "transaction:"  # the prefix of a quarantined record keyed by its id (partnerkit.store.quarantine.key_for)
 
 
-def _quarantine(db: Any, bad: list[Any], stamp: str) -> None:
+def _quarantine(db: Any, bad: list[Any], stamp: str) -> set[str]:
+    """Hold the records the mapping refused; return the ids (as stored) of those keyed by their id."""
     log.warning("quarantined %d transaction record(s): %s", len(bad), "; ".join(q.reason for q in bad[:5]))
-    ledger_store.quarantine(db, [(q.key, q.reason, canonical_json(q.raw), _day_of(q.raw)) for q in bad], stamp)
+    items = [(q.key, q.reason, canonical_json(q.raw), _day_of(q.raw)) for q in bad]
+    ledger_store.quarantine(db, items, stamp)
+    return {key[len(_KEYED):] for key, *_ in items if key.startswith(_KEYED)}
 
 
 def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, int]:
-    """Map one page of transaction records (the one alias mapping) and store it; return (stored, quarantined)."""
+    """Map one page of transaction records (the one alias mapping) and store it; return (stored, quarantined).
+
+    It releases nothing from the quarantine: that is the sync's (`TransactionPages`, given what is held).
+    """
     page = map_page(batch)
     ledger_store.store_transactions(db, page.runs, page.shapes, stamp)
     if page.bad:
@@ -78,21 +86,31 @@ class TransactionPages:
     batch costs less than binding every row into the indexed table. Stages are copied in page order,
     so a record listed twice ends as its last copy. A sync of fewer rows (or of an in-memory store)
     never starts the thread: it copies its one stage itself. Use as a context manager.
+
+    `held`: the ids (as stored) of the transactions quarantined under `transaction:<id>` when the sync
+    started. One this sync stores correctly (its last copy readable) is released by `close()`, once
+    every row is written. Usually nothing is held, and then no page costs anything more.
     """
 
-    def __init__(self, db: Any, stamp: str) -> None:
+    def __init__(self, db: Any, stamp: str, *, held: Iterable[str] = ()) -> None:
         self.db, self.stamp = db, stamp
         self.path = ledger_store.database_file(db)
         self.stage: Any = None
         self.writer: _Writer | None = None
         self.stored = self.quarantined = 0
+        self.held = set(held)
+        self.readable: set[str] = set()  # held ids whose latest copy in this sync was stored
 
     def add(self, batch: list[Any]) -> None:
         """Map one page; stage its rows; quarantine what fits no alias."""
         page = map_page(batch)
+        if self.held:
+            self.readable.update(self.held.intersection([row[0] for _, rows in page.runs for row in rows]))
         if page.bad:
-            _quarantine(self.db, page.bad, self.stamp)
+            ids = _quarantine(self.db, page.bad, self.stamp)
             self.quarantined += len(page.bad)
+            self.held |= ids  # held now, whether or not it was before: a later readable copy releases it
+            self.readable -= ids  # an unreadable copy after a readable one keeps it held (in one page too)
         self.stored += page.stored
         if self.path is None:
             ledger_store.store_transactions(self.db, page.runs, page.shapes, self.stamp)
@@ -121,6 +139,9 @@ class TransactionPages:
         if self.writer is not None:
             writer, self.writer = self.writer, None
             writer.finish()
+        if self.readable:  # every row is written: a crash before this leaves them held for the next sync
+            quarantine.release(self.db, "transaction", sorted(self.readable, key=int))
+            self.readable.clear()
         return self.stored, self.quarantined
 
     def __enter__(self) -> "TransactionPages":

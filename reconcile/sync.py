@@ -219,9 +219,13 @@ def _held_recharges(db: Any) -> set[int]:
 
 
 def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:
-    """Read every wallet transaction of [first, last] through the alias mapping; return (stored, quarantined)."""
+    """Read every wallet transaction of [first, last] through the alias mapping; return (stored, quarantined).
+
+    A record that fits no alias is quarantined (`transaction:<id>` when it shows an integer id) and the
+    rest of its page stored; a quarantined id this sync stores correctly is released (TransactionPages).
+    """
     stamp = iso(now)
-    with TransactionPages(db, stamp) as pages:
+    with TransactionPages(db, stamp, held=_held_transactions(db)) as pages:
         for batch in _batches(client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE)):
             pages.add(batch)
         stored, bad_count = pages.close()
@@ -229,6 +233,12 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
                              started_at=stamp, count=stored, days=days_between(first, last),
                              advance_to=_complete_through(last, now))
     return stored, bad_count
+
+
+def _held_transactions(db: Any) -> set[str]:
+    """Ids (as stored) of the transactions quarantined now (usually none), read once per sync."""
+    quarantine.rekey_transactions(db)  # entries held before ids were keyed (see there)
+    return {str(i) for i in quarantine.held_ids(db, "transaction")}
 
 
 def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime) -> Any:

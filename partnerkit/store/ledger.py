@@ -131,12 +131,13 @@ def stored_transaction(db: Database, ident: str) -> tuple[tuple, str | None, str
 
 
 def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], seen_at: str) -> int:
-    """Keep unreadable records: (key, reason, raw JSON, day or None); re-seen ones are refreshed."""
+    """Keep unreadable records: (key, reason, raw JSON, day or None); re-seen ones are refreshed
+    (a record keyed by its id may come back with other content: the latest copy is the one kept)."""
     def work(conn: sqlite3.Connection) -> int:
         before = conn.total_changes
         conn.executemany(
             "INSERT INTO transaction_quarantine (key, reason, raw, day, first_seen_at, last_seen_at)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET reason = excluded.reason,"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET reason = excluded.reason, raw = excluded.raw,"
             " last_seen_at = excluded.last_seen_at, day = COALESCE(excluded.day, transaction_quarantine.day)",
             ((k, reason, raw, day, seen_at, seen_at) for k, reason, raw, day in items))
         return conn.total_changes - before

@@ -1,11 +1,14 @@
-"""Provider records partnerkit could not read (recharges, orders), kept with the reason.
+"""Provider records partnerkit could not read, kept with the reason, released once read correctly.
 
 A list page with one bad record must not stop the good ones, nor be skipped in silence: the bad
-record is held here under a stable key (`recharge:<id>`, `order:<id>`, `wallet:<id>`) with the reason (the client's
-MalformedResponse names the field) and the record as received, then released when the same record
-is read correctly again. It shares `transaction_quarantine` (reconciliation's table, see
-m0005_ledger), so the day's report lists every quarantined provider record in one place; the key's
-prefix tells the kinds apart (a transaction's key is the sha256 of its JSON, never prefixed).
+record is held here under a stable key (`recharge:<id>`, `order:<id>`, `wallet:<id>`,
+`transaction:<id>`) with the reason (the client's MalformedResponse, or the transaction mapping,
+names the field) and the record as received, then released when the same record is read correctly
+again. It is reconciliation's table, `transaction_quarantine` (see m0005_ledger), so the day's
+report lists every quarantined provider record in one place; the key's prefix tells the kinds apart.
+A record that shows no integer id is held by the sha256 of its JSON: `kind:sha256:<hex>`, or for a
+wallet transaction the bare hex digest, the key every transaction had before ids were keyed (so the
+same record is still one entry). Nothing can tell when such a record is read correctly: it stays.
 Order list records carry no voucher codes; order details (which do) are never held here.
 """
 
@@ -15,24 +18,49 @@ import hashlib
 import json
 import sqlite3
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from partnerkit.money import DecimalEncoder
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso
 
-KINDS = ("recharge", "order", "wallet")
+KINDS = ("recharge", "order", "wallet", "transaction")
+# Where a record shows its id. The document's records name it `id`; a wallet transaction's shape is
+# not in the document, and DESIGN.md's alias table reads its id from `id` or `transaction_id`, keys
+# in any case (reconcile.ledger.ALIASES["id"]; tests/reconcile/test_transaction_quarantine.py pins both).
+TRANSACTION_ID_FIELDS = ("id", "transaction_id")
 
 
-def key_for(kind: str, raw: Any) -> str:
-    """`kind:<id>` when the record shows an integer id, else `kind:sha256:<hex>` of its JSON."""
+def shown_id(kind: str, raw: Any) -> int | None:
+    """The integer id a record shows, or None (no id, not an integer, or two aliases that disagree)."""
+    if not isinstance(raw, Mapping):
+        return None
+    if kind == "transaction":
+        values = [v for k, v in raw.items()
+                  if str(k).strip().lower() in TRANSACTION_ID_FIELDS and v not in (None, "")]
+        if len({str(v) for v in values}) != 1:  # none, or disagreeing: the mapping reads no id either
+            return None
+        value = next((v for v in values if isinstance(v, int)), None)
+    else:
+        value = raw.get("id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def key_for(kind: str, raw: Any, *, text: str | None = None) -> str:
+    """`kind:<id>` when the record shows an integer id, else the sha256 of its JSON (see the module doc).
+
+    `text`: the record's JSON as the caller keeps it (a transaction's is reconcile.ledger.canonical_json,
+    which its id-less key has always been the digest of); by default partnerkit's own JSON of it.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown quarantine kind {kind!r}")
-    record_id = raw.get("id") if isinstance(raw, dict) else None
-    if isinstance(record_id, int) and not isinstance(record_id, bool):
+    record_id = shown_id(kind, raw)
+    if record_id is not None:
         return f"{kind}:{record_id}"
-    text = json.dumps(raw, cls=DecimalEncoder, sort_keys=True, default=str)
-    return f"{kind}:sha256:{hashlib.sha256(text.encode()).hexdigest()}"
+    if text is None:
+        text = json.dumps(raw, cls=DecimalEncoder, sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return digest if kind == "transaction" else f"{kind}:sha256:{digest}"
 
 
 def _day(raw: Any) -> str | None:
@@ -89,9 +117,51 @@ def release_in(conn: sqlite3.Connection, kind: str, keys_or_ids: Iterable[Any]) 
     return released
 
 
+def _of_kind(kind: str) -> str:
+    """The WHERE clause of one kind's keys (a transaction's id-less key has no prefix at all)."""
+    if kind == "transaction":
+        return "(key LIKE 'transaction:%' OR instr(key, ':') = 0)"
+    return "key LIKE ?"
+
+
 def held(db: Database, kind: str) -> list[dict]:
     """The records of one kind held now: key, reason, raw (JSON text), day, first and last seen."""
     cursor = db.execute("SELECT key, reason, raw, day, first_seen_at, last_seen_at FROM transaction_quarantine"
-                        " WHERE key LIKE ? ORDER BY key", (f"{kind}:%",))
+                        f" WHERE {_of_kind(kind)} ORDER BY key", () if kind == "transaction" else (f"{kind}:%",))
     names = [c[0] for c in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def held_ids(db: Database, kind: str) -> set[int]:
+    """The ids of the records of one kind held now under `kind:<id>` (usually none)."""
+    ids = set()
+    for (key,) in db.execute("SELECT key FROM transaction_quarantine WHERE key LIKE ?", (f"{kind}:%",)):
+        ident = key[len(kind) + 1:]
+        if ident.lstrip("-").isdecimal():
+            ids.add(int(ident))
+    return ids
+
+
+def rekey_transactions(db: Database) -> int:
+    """Key `transaction:<id>` the transactions held before ids were keyed whose JSON shows one; how many.
+
+    Until then a transaction was held under the bare sha256 of its JSON, whatever it showed. No
+    migration rewrites those entries: the sync calls this first (one read of the table's id-less
+    keys, usually none), so an old entry is listed once and released like a new one. An entry of an
+    id already held under its new key is the same transaction: the old one is dropped.
+    """
+    moves = []
+    for key, raw in db.execute("SELECT key, raw FROM transaction_quarantine WHERE instr(key, ':') = 0").fetchall():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        record_id = shown_id("transaction", record)
+        if record_id is not None:
+            moves.append((f"transaction:{record_id}", key))
+    if not moves:
+        return 0
+    with transaction(db) as conn:
+        conn.executemany("UPDATE OR IGNORE transaction_quarantine SET key = ? WHERE key = ?", moves)
+        conn.executemany("DELETE FROM transaction_quarantine WHERE key = ?", [(old,) for _, old in moves])
+    return len(moves)

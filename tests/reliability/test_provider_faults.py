@@ -19,6 +19,7 @@ from partnerkit.money import from_cents
 from partnerkit.store import jobs, quarantine
 from partnerkit.store import recharges as recharge_store
 from partnerkit.client._http import RetryPolicy
+from reconcile.jobs import report_day
 from reconcile.recharges import locate, submit
 from tests.reliability.provider_orders import codes_stored, delivered_orders, mobile, processing_recharges
 from tests.reliability.provider_world import (
@@ -190,21 +191,38 @@ def test_sync_recent_fails_cleanly_during_a_fault_and_the_next_run_repairs_every
         assert world.sb.rate_limited == 0
 
 
-def test_sync_quarantines_a_transaction_with_three_decimals_and_stores_the_rest(tmp_path, frozen):
+@pytest.mark.parametrize("fault,reason", [("money_precision", "more than 2 decimal places"),
+                                          ("missing_fields", "no amount")])
+def test_sync_quarantines_an_unreadable_transaction_and_releases_it_once_read_again(tmp_path, frozen, fault, reason):
+    """Held as `transaction:<id>` while the provider sends it broken, listed in the day's report; the
+    first sync that reads it correctly stores it and releases it, and the report no longer lists it."""
     with World(tmp_path, frozen) as world:
         _day_of_traffic(world)
         world.advance(30)
         bad = sorted(world.provider_transactions())[2]
-        with world.fault("money_precision", scope="transactions", ids=[int(bad)]):
+        with world.fault(fault, scope="transactions", ids=[int(bad)]):
             [run] = world.drive("sync-recent", seconds=60)
-        assert run["outcome"] == "ok" and run["result"]["quarantined"] == 1
-        stored = local_transactions(world)
-        assert bad not in stored and len(stored) == len(world.provider_transactions()) - 1
-        reasons = [q[0] for q in world.db.execute("SELECT reason FROM transaction_quarantine").fetchall()]
-        assert any("more than 2 decimal places" in r for r in reasons), reasons
+            assert run["outcome"] == "ok" and run["result"]["quarantined"] == 1
+            stored = local_transactions(world)
+            assert bad not in stored and len(stored) == len(world.provider_transactions()) - 1
+            [held] = quarantine.held(world.db, "transaction")
+            assert held["key"] == f"transaction:{bad}" and reason in held["reason"]
+            report = report_day(world.config, world.db, START.date(), now=world.now())
+            assert [q["key"] for q in report["quarantined"]] == [f"transaction:{bad}"]
+            world.advance(15 * 60)
+            [run] = world.drive("sync-recent", seconds=60)                # still broken: held once, not twice
+            assert run["result"]["quarantined"] == 1 and len(quarantine.held(world.db, "transaction")) == 1
         world.advance(15 * 60)
+        [run] = world.drive("sync-recent", seconds=60)
+        assert run["outcome"] == "ok" and run["result"]["quarantined"] == 0
+        _assert_store_matches_provider(world)
+        assert quarantine.held(world.db, "transaction") == []
+        report = report_day(world.config, world.db, START.date(), now=world.now())
+        assert report["quarantined"] == [] and report["summary"]["quarantined"] == 0
+        world.advance(15 * 60)                                            # re-running changes nothing
         world.drive("sync-recent", seconds=60)
         _assert_store_matches_provider(world)
+        assert quarantine.held(world.db, "transaction") == []
 
 
 @pytest.mark.parametrize("fault", ["missing_fields", "money_precision"])
@@ -314,4 +332,4 @@ def test_two_hours_of_rotating_faults_with_traffic_lose_nothing(tmp_path, frozen
         for order_id in orders:
             assert codes_stored(world, order_id) == world.provider_codes(order_id)
         assert world.sb.rate_limited == 0
-        assert quarantine.held(world.db, "recharge") == [] and quarantine.held(world.db, "order") == []
+        assert [quarantine.held(world.db, kind) for kind in ("recharge", "order", "transaction")] == [[], [], []]
