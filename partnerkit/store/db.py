@@ -2,7 +2,8 @@
 
 The connection is in autocommit mode (isolation_level=None) and every write goes through
 `transaction(db)`, which issues BEGIN IMMEDIATE: the write lock is taken up front, so two
-processes never both read-then-upgrade and deadlock, and busy_timeout applies to the BEGIN.
+processes never both read-then-upgrade and deadlock, and the BEGIN waits for the lock up to the
+connection's busy timeout (in short steps: `_begin_immediate`).
 Do not call sqlite-utils' insert/upsert helpers inside `transaction()`: they wrap their work in
 `with conn:`, which would commit our transaction half-way. Inside a transaction, use
 `db.execute()` with SQL kept in the store modules.
@@ -23,6 +24,10 @@ from sqlite_utils import Database
 from partnerkit.errors import StorageError
 
 BUSY_TIMEOUT_MS = 5000
+# BEGIN IMMEDIATE waits for the write lock in steps from _FIRST_PAUSE_S, doubling up to
+# _LONGEST_PAUSE_S, until the connection's busy timeout; see _begin_immediate.
+_FIRST_PAUSE_S = 0.00005
+_LONGEST_PAUSE_S = 0.002
 
 
 def _create_private(path: Path) -> None:
@@ -70,7 +75,9 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) 
         conn.execute("PRAGMA foreign_keys = ON")
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot open database {str(file)!r}: {exc}") from exc
-    return sqlite_utils.Database(conn)
+    db = sqlite_utils.Database(conn)
+    db.busy_timeout_ms = int(busy_timeout_ms)  # read by transaction(): see _begin_immediate
+    return db
 
 
 def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
@@ -82,12 +89,53 @@ def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) 
     return db
 
 
+def _begin_immediate(db: Database) -> None:
+    """BEGIN IMMEDIATE, waiting for the write lock in short steps up to the connection's busy timeout.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10, 15 ... ms between tries. A webhook's transaction
+    holds the write lock for about a tenth of a millisecond, so a gunicorn worker that found it
+    taken slept ten times longer than it had to wait: with two workers at full load one BEGIN in
+    eight collided, 0.18 ms per delivery on average, the worker idle while the lock was free
+    (docs/receiver.md, "Benchmark"). Here the wait starts at 50 us and doubles up to 2 ms, so a
+    short hold costs a short wait and a long one (a bulk sync) a few hundred cheap tries a second.
+    Only the BEGIN waits this way; every other statement keeps SQLite's handler. A connection
+    not opened by `connect` (no busy_timeout_ms) gets a plain BEGIN IMMEDIATE.
+    """
+    conn = db.conn
+    timeout_ms = getattr(db, "busy_timeout_ms", None)
+    if not timeout_ms:
+        conn.execute("BEGIN IMMEDIATE")
+        return
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline, pause = None, _FIRST_PAUSE_S
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) != sqlite3.SQLITE_BUSY:
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + timeout_ms / 1000
+                elif now >= deadline:
+                    raise
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, _LONGEST_PAUSE_S)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+
+
 @contextmanager
 def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Connection]:
     """BEGIN (IMMEDIATE) ... COMMIT, rolled back on any exception; sqlite3 errors become StorageError."""
     conn = db.conn
     try:
-        conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if immediate:
+            _begin_immediate(db)
+        else:
+            conn.execute("BEGIN")
     except sqlite3.Error as exc:
         raise StorageError(f"cannot start a transaction: {exc}") from exc
     try:

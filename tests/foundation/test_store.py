@@ -63,3 +63,49 @@ def test_unwritable_location_is_a_storage_error(tmp_path):
     blocked.write_text("a file, not a directory")
     with pytest.raises(StorageError, match="cannot open database"):
         open_db(blocked / "x.db")
+
+
+def _hold_write_lock(path, release: "threading.Event", taken: "threading.Event") -> None:
+    """Another process's writer, played by a thread with its own connection: BEGIN IMMEDIATE, wait, COMMIT."""
+    other = open_db(path)
+    other.execute("BEGIN IMMEDIATE")
+    taken.set()
+    release.wait(10)
+    other.execute("COMMIT")
+    other.conn.close()
+
+
+def test_begin_waits_for_a_short_write_lock_and_keeps_the_busy_timeout(tmp_path):
+    import threading
+
+    db = open_db(tmp_path / "pk.db", busy_timeout_ms=3000)
+    release, taken = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / "pk.db", release, taken))
+    holder.start()
+    taken.wait(10)
+    threading.Timer(0.05, release.set).start()  # the other writer commits while we wait
+    with transaction(db) as conn:  # not "database is locked": the BEGIN waited for the lock
+        conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")
+    holder.join(10)
+    assert db.execute("SELECT value FROM meta WHERE key = 'k'").fetchone() == ("v",)
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 3000  # other statements keep SQLite's handler
+
+
+def test_begin_gives_up_after_the_busy_timeout_with_a_storage_error(tmp_path):
+    import threading
+
+    db = open_db(tmp_path / "pk.db", busy_timeout_ms=200)
+    release, taken = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / "pk.db", release, taken))
+    holder.start()
+    taken.wait(10)
+    try:
+        with pytest.raises(StorageError, match="cannot start a transaction: database is locked"):
+            with transaction(db):
+                pass
+    finally:
+        release.set()
+        holder.join(10)
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 200
+    with transaction(db) as conn:  # and the connection is usable once the lock is free
+        conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")
