@@ -36,4 +36,5 @@ def create_app(config: Config | None = None) -> Flask:
     app.extensions["partnerkit_receiver"] = receiver
     app.register_blueprint(views.blueprint(config.webhook_path))
     app.register_blueprint(health.bp)
+    app.wsgi_app = views.WebhookRoute(app.wsgi_app, config.webhook_path, receiver)  # the hot path, see views
     return app

@@ -1,14 +1,31 @@
-"""POST /webhooks/partner: the receiver contract of DESIGN.md, step by step."""
+"""POST /webhooks/partner: the receiver contract of DESIGN.md, step by step.
+
+`handle(rx, environ)` does the work on the bare WSGI environ and returns a `Reply`; it imports
+no Flask. `WebhookRoute` serves POST on the webhook path straight from it, in front of Flask
+(`create_app` installs it as the app's `wsgi_app`); every other request, and every other method
+on that path (405 with `Allow: POST`), goes through Flask as usual. The Flask rule stays
+registered with an adapter to the same `handle`, so the app's URL map tells the truth and a
+test client or server that bypasses the middleware gets the same answers.
+
+Why a route outside Flask: the webhook is the one hot path. Flask's request context, URL
+matching, signals and response object cost about as much per delivery as verifying the
+signature and parsing the body together (docs/receiver.md, "Benchmark"), and the handler reads
+six headers and one body: nothing Flask offers is used on the way.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import sqlite3
 import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from werkzeug.wsgi import get_content_length, get_input_stream
 
 from partnerkit.errors import PartnerKitError, StorageError, VerificationError
 from partnerkit.store import inbox
@@ -18,14 +35,16 @@ from receiver.envelope import normalise
 from receiver.signature import verify
 from receiver.state import Receiver
 
+if TYPE_CHECKING:
+    from flask import Blueprint, Response
+
 MAX_BODY = 1024 * 1024  # 1 MiB
 # Headers the receiver reads; WSGI hands them over as latin-1, they must be UTF-8.
 READ_HEADERS = ("X-Timestamp", "X-Signature", "X-Webhook-ID", "X-Event-ID", "X-Event-Type",
                 "X-SERVICE-WEBHOOK-TOKEN")
-# Their WSGI environ keys (PEP 3333: HTTP_ + upper case, "-" -> "_"), read directly: cheaper
-# than going through request.headers once per header on the hot path.
+# Their WSGI environ keys (PEP 3333: HTTP_ + upper case, "-" -> "_"), read directly.
 _ENVIRON_KEYS = tuple((name, "HTTP_" + name.upper().replace("-", "_")) for name in READ_HEADERS)
-# The acknowledgements are constants: built once instead of serialised by jsonify per request.
+# The acknowledgements are constants, built once.
 _ACK_BODIES = {outcome: b'{"status":"%s"}\n' % outcome.encode() for outcome in
                (inbox.ACCEPTED, inbox.DUPLICATE, inbox.IGNORED)}
 _UNAVAILABLE_BODY = b'{"status":"unavailable"}\n'
@@ -34,8 +53,21 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 log = logging.getLogger(__name__)
 
 
-def _receiver() -> Receiver:
-    return current_app.extensions["partnerkit_receiver"]
+@dataclass(frozen=True)
+class Reply:
+    """What the webhook answers: status, JSON body, extra headers."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def wsgi_headers(self) -> list[tuple[str, str]]:
+        return [("Content-Type", "application/json"), ("Content-Length", str(len(self.body))), *self.headers]
+
+
+_UNAVAILABLE = Reply(503, _UNAVAILABLE_BODY, (("Retry-After", "60"),))
+_ACKS = {outcome: Reply(200, body) for outcome, body in _ACK_BODIES.items()}
+_STATUS_LINES = {status: f"{status} {HTTPStatus(status).phrase}" for status in (200, 400, 401, 413, 503)}
 
 
 def _request_id(environ: dict) -> str:
@@ -54,38 +86,29 @@ def _decoded_headers(environ: dict) -> dict[str, str]:
     return decoded
 
 
-def _json(body: bytes, status: int, headers: dict | None = None) -> Response:
-    return Response(body, status, headers, mimetype="application/json")
-
-
-def _unavailable() -> Response:
-    return _json(_UNAVAILABLE_BODY, 503, {"Retry-After": "60"})
-
-
-def _reject(rx: Receiver, status: int, reason: str, request_id: str, started: float):
+def _reject(rx: Receiver, environ: dict, status: int, reason: str, request_id: str, started: float) -> Reply:
     rx.metrics.rejected_total(reason).inc()
     log.warning("webhook rejected", extra={"request_id": request_id, "reason": reason, "http_status": status,
-                                           "remote": request.remote_addr,
+                                           "remote": environ.get("REMOTE_ADDR"),
                                            "ms": round((time.perf_counter() - started) * 1000, 2)})
-    return jsonify(status="rejected", reason=reason), status
+    return Reply(status, json.dumps({"status": "rejected", "reason": reason}).encode() + b"\n")
 
 
-def receive():
+def handle(rx: Receiver, environ: dict) -> Reply:
     """Verify, normalise, deduplicate, persist, acknowledge; never call the provider from here."""
     started = time.perf_counter()
-    rx = _receiver()
-    environ = request.environ
     request_id = _request_id(environ)
     # 1. Size first, both declared and actually read (chunked bodies have no Content-Length).
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        return _reject(rx, 413, "body_too_large", request_id, started)
-    body = request.stream.read(MAX_BODY + 1)
+    declared = get_content_length(environ)
+    if declared is not None and declared > MAX_BODY:
+        return _reject(rx, environ, 413, "body_too_large", request_id, started)
+    body = get_input_stream(environ).read(MAX_BODY + 1)
     if len(body) > MAX_BODY:
-        return _reject(rx, 413, "body_too_large", request_id, started)
+        return _reject(rx, environ, 413, "body_too_large", request_id, started)
     try:
         headers = _decoded_headers(environ)
     except UnicodeError:
-        return _reject(rx, 400, "header_not_utf8", request_id, started)
+        return _reject(rx, environ, 400, "header_not_utf8", request_id, started)
     # 2-3. Timestamp window and signature, before anything is parsed.
     now = utcnow()
     try:
@@ -98,11 +121,11 @@ def receive():
             now = utcnow()
             verify(headers, body, rx.tokens(refresh=True), now=now.timestamp(), tolerance_s=rx.config.tolerance_s)
     except VerificationError as exc:
-        return _reject(rx, 401, exc.reason, request_id, started)
+        return _reject(rx, environ, 401, exc.reason, request_id, started)
     except (PartnerKitError, sqlite3.Error):  # the saved tokens cannot be read or decrypted
         log.exception("cannot read accepted tokens", extra={"request_id": request_id})
         rx.metrics.outcome("unavailable").inc()
-        return _unavailable()
+        return _UNAVAILABLE
     # 4. Normalise; 5. one transaction: inbox row under a unique key, order state, fetch job.
     event = None
     try:
@@ -113,24 +136,56 @@ def receive():
         rx.metrics.outcome("unavailable").inc()
         log.error("webhook not stored", extra={"request_id": request_id, "event_id": getattr(event, "event_id", None),
                                                "error": str(exc)[:200], "http_status": 503})
-        return _unavailable()
+        return _UNAVAILABLE
     except Exception:  # a bug on a signed event: 503 so the provider retries; never a 500, never a 200
         rx.metrics.outcome("unavailable").inc()
         log.exception("webhook not stored: unexpected error", extra={
             "request_id": request_id, "event_id": getattr(event, "event_id", None), "http_status": 503})
-        return _unavailable()
+        return _UNAVAILABLE
     elapsed = time.perf_counter() - started
     rx.metrics.outcome(recorded.outcome).inc()
     rx.metrics.ack_seconds.observe(elapsed)
-    log.info("webhook", extra={"request_id": request_id, "event_id": event.event_id, "outcome": recorded.outcome,
-                               "event_type": event.event_type, "order_id": event.order_id,
-                               "order_status": recorded.order_status, "fetch_queued": recorded.fetch_queued,
-                               "reason": event.quarantine, "ms": round(elapsed * 1000, 2)})
-    return _json(_ACK_BODIES[recorded.outcome], 200)
+    # Accepted and duplicate deliveries are the normal case: each is already a row of the inbox
+    # (`partnerkit events list`, with its request id) and a line of the access log, so their JSON
+    # line is DEBUG; at INFO it cost a worker about a tenth of its time per delivery. A body kept
+    # but quarantined needs someone to look: WARNING.
+    level = logging.WARNING if recorded.outcome == inbox.IGNORED else logging.DEBUG
+    if log.isEnabledFor(level):
+        log.log(level, "webhook", extra={
+            "request_id": request_id, "event_id": event.event_id, "outcome": recorded.outcome,
+            "event_type": event.event_type, "order_id": event.order_id, "order_status": recorded.order_status,
+            "fetch_queued": recorded.fetch_queued, "reason": event.quarantine, "ms": round(elapsed * 1000, 2)})
+    return _ACKS[recorded.outcome]
+
+
+class WebhookRoute:
+    """WSGI middleware: POST on the webhook path is answered by `handle`; anything else goes to `app`."""
+
+    def __init__(self, app: Callable, path: str, receiver: Receiver) -> None:
+        self.app = app
+        self.path = path
+        self.receiver = receiver
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != self.path or environ.get("REQUEST_METHOD") != "POST":
+            return self.app(environ, start_response)
+        try:
+            reply = handle(self.receiver, environ)
+        except Exception:  # outside handle's own guards (a bug): still never a 500 to the provider
+            log.exception("webhook not handled: unexpected error", extra={"http_status": 503})
+            reply = _UNAVAILABLE
+        start_response(_STATUS_LINES[reply.status], reply.wsgi_headers())
+        return [reply.body]
 
 
 def blueprint(path: str) -> Blueprint:
-    """The webhook blueprint, mounted at the configured path (default /webhooks/partner)."""
+    """The webhook rule on Flask's URL map (405 for other methods), answering through `handle` too."""
+    from flask import Blueprint, Response, current_app, request  # noqa: F811 (the run-time import)
+
+    def receive() -> Response:
+        reply = handle(current_app.extensions["partnerkit_receiver"], request.environ)
+        return Response(reply.body, reply.status, list(reply.headers), mimetype="application/json")
+
     bp = Blueprint("webhooks", __name__)
     bp.add_url_rule(path, "receive", receive, methods=["POST"])
     return bp
