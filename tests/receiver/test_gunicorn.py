@@ -25,7 +25,8 @@ def env_for(tmp_path, **extra):
 
 def test_same_event_to_two_workers_at_once_is_accepted_once(tmp_path):
     events = 40
-    with ServedReceiver(env_for(tmp_path), tmp_path / "serve.log") as served:
+    # DEBUG: each delivery's JSON line (accepted and duplicate ones are DEBUG) is checked below too.
+    with ServedReceiver(env_for(tmp_path, PARTNERKIT_LOG_LEVEL="DEBUG"), tmp_path / "serve.log") as served:
         url = served.base_url + "/webhooks/partner"
         results: dict[str, list[str]] = {f"evt_{i}": [] for i in range(events)}
 
@@ -59,6 +60,7 @@ def test_same_event_to_two_workers_at_once_is_accepted_once(tmp_path):
     assert metrics.count(f'partnerkit_webhook_events_total{{outcome="duplicate"}} {float(events)}') == 4
     # Access and application logs: request and event ids, never a token or a signature.
     assert '"POST /webhooks/partner" 200' in log and '"event_id": "evt_3"' in log
+    assert log.count('"msg": "webhook"') == 2 * events
     assert TOKEN not in log and not re.search(r"[0-9a-f]{64}", log)  # no token, no signature
 
 

@@ -217,7 +217,7 @@ def test_healthz_readyz_metrics(client):
 def test_logs_carry_ids_but_no_secrets(client, caplog):
     import logging
 
-    caplog.set_level(logging.INFO, logger="receiver")
+    caplog.set_level(logging.DEBUG, logger="receiver")
     body = envelope()
     headers = signed_headers(body, X_Request_ID="req-123", X_SERVICE_WEBHOOK_TOKEN=TOKEN)
     client.post("/webhooks/partner", data=body, headers=headers)
@@ -226,3 +226,22 @@ def test_logs_carry_ids_but_no_secrets(client, caplog):
     assert any(getattr(r, "request_id", None) == "req-123" and getattr(r, "event_id", None) == "evt_1" for r in lines)
     text = " ".join(str(r.__dict__) for r in lines)
     assert TOKEN not in text and headers["X-Signature"] not in text
+
+
+def test_each_delivery_is_logged_at_debug_a_quarantined_one_at_warning(client, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="receiver")
+    post(client, envelope(event_id="evt_quiet"))           # accepted
+    post(client, envelope(event_id="evt_quiet"))           # duplicate
+    post(client, b'{"event_id": "evt_odd", "event_type": "order.renamed", "data": {}}')  # kept, quarantined
+    delivery_lines = [r for r in caplog.records if r.getMessage() == "webhook"]
+    assert [(r.levelname, r.event_id, r.outcome) for r in delivery_lines] == [("WARNING", "evt_odd", "ignored")]
+    assert "unknown event type" in delivery_lines[0].reason
+
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="receiver")
+    post(client, envelope(event_id="evt_loud", order_id=102))
+    post(client, envelope(event_id="evt_loud", order_id=102))
+    assert [(r.levelname, r.outcome) for r in caplog.records if r.getMessage() == "webhook"] == [
+        ("DEBUG", "accepted"), ("DEBUG", "duplicate")]
