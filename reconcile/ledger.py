@@ -51,6 +51,7 @@ DIRECTIONS = {"DEBIT": -1, "CREDIT": 1}
 # Money beyond this is refused: its paise would not fit SQLite's 64-bit INTEGER (and Decimal's
 # 28-digit context would round it), so it could only crash the store or be silently wrong.
 MONEY_LIMIT = Decimal(10) ** 15
+INTEGER_MIN, INTEGER_MAX = -(2 ** 63), 2 ** 63 - 1  # SQLite's INTEGER: order and recharge ids beyond it cannot be stored
 ALIAS_FIELD = {alias: field for field, names in ALIASES.items() for alias in names}
 _JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
@@ -121,17 +122,21 @@ def _pick(record: Mapping[str, Any], field: str) -> Any:
 
 
 def _integer(value: Any, field: str) -> int | None:
+    """An optional integer field, within SQLite's INTEGER (a larger one could not be stored)."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise _Unfit(f"{field} is not an integer: {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdecimal():  # isdigit() also takes "²", which int() refuses
-        return int(value.strip())
-    if isinstance(value, Decimal) and value == value.to_integral_value():
-        return int(value)
-    raise _Unfit(f"{field} is not an integer: {value!r}")
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) <= 20:
+        value = int(value.strip())  # isdecimal(), not isdigit(): isdigit() also takes "²", which int() refuses
+    elif isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value() \
+            and INTEGER_MIN <= value <= INTEGER_MAX:  # compared first: int() of 1E+999999999 would not end
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Unfit(f"{field} is not an integer: {str(value)[:40]!r}")
+    if not INTEGER_MIN <= value <= INTEGER_MAX:
+        raise _Unfit(f"{field} is out of range: {str(value)[:40]}")
+    return value
 
 
 def _money(value: Any, field: str) -> Decimal:

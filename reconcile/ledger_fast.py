@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 from partnerkit.money import MoneyError, to_decimal
 from partnerkit.timeutil import iso, parse_ts
-from reconcile.ledger import ALIAS_FIELD, DIRECTIONS, Quarantined, canonical_json, map_transaction, to_row
+from reconcile.ledger import (ALIAS_FIELD, DIRECTIONS, INTEGER_MAX, INTEGER_MIN, Quarantined, canonical_json,
+                             map_transaction, to_row)
 
 NONE = type(None)
 CENT = Decimal("0.01")
@@ -188,8 +189,8 @@ class _Source:
     def number(self, name: str, var: str) -> bool:
         """order_id / recharge_id: an integer, or absent (None or "")."""
         key, kind = self.key(name)
-        if kind is int:
-            self.add(f"{var} = r[{key!r}]")
+        if kind is int:  # beyond SQLite's INTEGER: the plain path quarantines it
+            self.add(f"{var} = r[{key!r}]", f"if not INT_MIN <= {var} <= INT_MAX: return None")
         elif kind is NONE:
             self.add(f"{var} = None")
         elif kind is str:  # only "" reads as absent; any other text goes the plain way
@@ -250,7 +251,7 @@ def _compile(shape: tuple) -> Callable[[dict], tuple] | None:
     src.text("currency", "currency", upper=True)
     src.text("reference_number", "reference", upper=False)
     row = "ident, kind, paise, order_id, reference, recharge_id, currency, created, balance"
-    scope = {"EXACT": _EXACT, "CENT": CENT, "PL": _PAISE_LIMIT, "IL": _INT_LIMIT, "STAMPS": _STAMPS,
+    scope = {"EXACT": _EXACT, "CENT": CENT, "INT_MIN": INTEGER_MIN, "INT_MAX": INTEGER_MAX, "PL": _PAISE_LIMIT, "IL": _INT_LIMIT, "STAMPS": _STAMPS,
              "_timestamp": _timestamp, "_str_cents": _str_cents, "DIRECTIONS": DIRECTIONS,
              "RAW_KEY": (None, True), "full_json": _writer(list(keys), list(kinds))}
     tail = ["return RAW_KEY, (" + row + ", full_json(r))"]

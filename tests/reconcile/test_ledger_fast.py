@@ -42,7 +42,8 @@ money = mostly(
 texts = mostly(st.sampled_from(["RCH1", " ref ", "inr", "Recharge", "x"]),
                st.one_of(st.text(max_size=6), st.sampled_from(["", None, " "]), st.integers(-5, 5), st.booleans()))
 integers = mostly(st.integers(-10, 10**12),
-                  st.one_of(st.sampled_from(["12", " 7 ", "abc", "²", "", None, True, 1.0]),
+                  st.one_of(st.sampled_from(["12", " 7 ", "abc", "²", "", None, True, 1.0,
+                                             2 ** 63 - 1, 2 ** 63, -(2 ** 63), -(2 ** 63) - 1, "9" * 21]),
                             st.decimals(min_value=-10, max_value=10, places=1, allow_nan=False)))
 stamps = mostly(
     st.one_of(st.datetimes().map(lambda d: d.isoformat(timespec="seconds") + "Z"),

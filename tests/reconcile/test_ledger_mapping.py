@@ -87,6 +87,10 @@ def test_amount_forms(amount, direction_key, direction, expected):
     ({"created_at": "yesterday"}, "not an ISO 8601"),
     ({"order_id": "abc"}, "order_id is not an integer"),
     ({"recharge_id": 1.0}, "recharge_id is not an integer"),
+    ({"recharge_id": 2 ** 63}, "recharge_id is out of range"),           # SQLite's INTEGER could not store it
+    ({"order_id": -(2 ** 63) - 1}, "order_id is out of range"),
+    ({"order_id": "1" * 25}, "order_id is not an integer"),
+    ({"recharge_id": Decimal("1E+999999999")}, "recharge_id is not an integer"),  # never int() a billion digits
     ({"balance_after": "1.001"}, "more than 2 decimal places"),
     ({"id": "T1", "transaction_id": "T2"}, "disagree"),
 ], ids=lambda v: repr(v)[:40])
@@ -122,3 +126,15 @@ def test_a_page_keeps_good_rows_and_quarantines_the_rest():
     page = map_page([BASE, {"nothing": "here"}, {**BASE, "id": "T2"}])
     assert [r[0] for r in page.table_rows()] == ["T1", "T2"]
     assert [q.reason for q in page.bad] == ["no id (id | transaction_id)"]
+
+
+def test_ids_at_the_ends_of_sqlites_integer_are_stored_and_one_past_them_quarantined(db):
+    """Before the bound, an id past 2**63 - 1 passed the mapping and failed the whole page's insert."""
+    from partnerkit.store.ledger import store_transactions
+
+    page = map_page([{**BASE, "id": "A", "recharge_id": 2 ** 63 - 1}, {**BASE, "id": "B", "order_id": -(2 ** 63)},
+                     {**BASE, "id": "C", "recharge_id": 2 ** 63}, {**BASE, "id": "D"}])
+    assert [q.raw["id"] for q in page.bad] == ["C"]
+    store_transactions(db, page.runs, page.shapes, "2025-01-16T00:00:00Z")
+    assert db.execute("SELECT id, recharge_id, order_id FROM transactions ORDER BY id").fetchall() == [
+        ("A", 2 ** 63 - 1, None), ("B", None, -(2 ** 63)), ("D", None, None)]
