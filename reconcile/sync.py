@@ -31,6 +31,7 @@ LOOKBACK = timedelta(days=1)
 RECHARGE_PAGE = 1000  # the list allows up to 10000 (Limits); 1000 keeps each response small
 TRANSACTION_PAGE = 500
 UPSERT_GROUP = 1000  # records waiting for the worker's upsert (see RechargePages)
+SEEN_GROUP = 50_000  # provider ids noted as seen per transaction (see RechargePages)
 
 
 @dataclass
@@ -137,6 +138,11 @@ class RechargePages:
     until UPSERT_GROUP are pending. A page that names a pending record (same id or reference), or
     carries anything but client `Recharge` records, flushes first: every record is still judged
     against the state the records before it left, as page by page. `close()` flushes the rest.
+
+    The ids the provider listed are noted as seen (`recharge_seen`) SEEN_GROUP at a time, not per
+    page: a commit per page of a million-record day was a thousand commits. Nothing is lost by
+    waiting: a sync that stops half-way claims no coverage (`record_sync` runs after `close()`),
+    and the next run notes every id again.
     """
 
     def __init__(self, db: Any, now: datetime, *, held: set[int] | None = None) -> None:
@@ -144,6 +150,7 @@ class RechargePages:
         self.held = held or set()  # quarantined recharge ids, released when read unchanged
         self.pending: list[Any] = []
         self.keys: set[Any] = set()
+        self.seen: list[int] = []  # provider ids listed, not yet noted in recharge_seen
         self.records = self.inserted = 0
 
     def add(self, batch: list[Any]) -> None:
@@ -155,12 +162,11 @@ class RechargePages:
             self.flush()
             if not typed:
                 ids, inserted = store_recharge_page(self.db, batch, self.now)
-                ledger_store.mark_recharges_seen(self.db, sorted(ids), self.stamp)
+                self._note_seen(ids)
                 self.inserted += inserted
                 return
         seen, rest = _partition(self.db, batch)
-        seen.sort()
-        ledger_store.mark_recharges_seen(self.db, seen, self.stamp)
+        self._note_seen(seen)
         if self.held and not self.held.isdisjoint(seen):
             back = self.held.intersection(seen)
             quarantine.release(self.db, "recharge", sorted(back))
@@ -174,13 +180,20 @@ class RechargePages:
         """Hand the pending records to the worker's upsert and note them seen."""
         if self.pending:
             result = upsert_from_provider(self.db, self.pending, self.now)
-            ledger_store.mark_recharges_seen(self.db, sorted(result.seen_provider_ids), self.stamp)
+            self._note_seen(result.seen_provider_ids)
             self.inserted += result.inserted
             self.pending, self.keys = [], set()
+
+    def _note_seen(self, ids: Iterable[int], *, now: bool = False) -> None:
+        self.seen.extend(ids)
+        if self.seen and (now or len(self.seen) >= SEEN_GROUP):
+            ledger_store.mark_recharges_seen(self.db, sorted(self.seen), self.stamp)
+            self.seen = []
 
     def close(self) -> tuple[int, int]:
         """Flush; return (records read, rows inserted)."""
         self.flush()
+        self._note_seen((), now=True)
         return self.records, self.inserted
 
 
