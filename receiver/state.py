@@ -105,9 +105,21 @@ class Receiver:
             db = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms)
             db.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
             self._ensure_checkpointer()
-            local.db = db
+            local.db, local.writer = db, None
             local.pid = os.getpid()
         return local.db
+
+    def writer(self) -> Database:
+        """This thread's connection for the webhook's write transaction: its BEGIN waits for the other
+        workers' commits in short steps instead of SQLite's 1, 2, 5 ms sleeps (store.db._begin_immediate).
+        Reads (tokens, metrics, readiness) use `db()`, which keeps SQLite's busy handler."""
+        self.db()
+        local = self._local
+        if local.writer is None:
+            writer = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms, short_lock_waits=True)
+            writer.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
+            local.writer = writer
+        return local.writer
 
     def _ensure_checkpointer(self) -> None:
         """Start the checkpoint thread of this process (threads do not survive a fork)."""

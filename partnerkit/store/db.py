@@ -3,7 +3,7 @@
 The connection is in autocommit mode (isolation_level=None) and every write goes through
 `transaction(db)`, which issues BEGIN IMMEDIATE: the write lock is taken up front, so two
 processes never both read-then-upgrade and deadlock, and the BEGIN waits for the lock up to the
-connection's busy timeout (in short steps: `_begin_immediate`).
+connection's busy timeout (in short steps on a `short_lock_waits` connection: `_begin_immediate`).
 Do not call sqlite-utils' insert/upsert helpers inside `transaction()`: they wrap their work in
 `with conn:`, which would commit our transaction half-way. Inside a transaction, use
 `db.execute()` with SQL kept in the store modules.
@@ -61,8 +61,13 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
             time.sleep(0.02)
 
 
-def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
-    """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated."""
+def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+            short_lock_waits: bool = False) -> Database:
+    """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated.
+
+    `short_lock_waits`: a connection for write transactions only (the receiver's). Its BEGIN waits for
+    the write lock in short steps up to `busy_timeout_ms` (see _begin_immediate), and SQLite's own
+    busy handler is off, so any other statement meeting a lock fails at once: read elsewhere."""
     file = Path(path)
     try:
         if str(file) != ":memory:":
@@ -76,55 +81,58 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) 
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot open database {str(file)!r}: {exc}") from exc
     db = sqlite_utils.Database(conn)
-    db.busy_timeout_ms = int(busy_timeout_ms)  # read by transaction(): see _begin_immediate
+    if short_lock_waits:
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open database {str(file)!r}: {exc}") from exc
+        db.short_lock_wait_ms = int(busy_timeout_ms)  # read by transaction(): see _begin_immediate
     return db
 
 
-def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
+def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+            short_lock_waits: bool = False) -> Database:
     """Open the database and bring its schema up to date (safe in many processes at once)."""
     from partnerkit.store.migrations import migrate
 
-    db = connect(path, busy_timeout_ms=busy_timeout_ms)
+    db = connect(path, busy_timeout_ms=busy_timeout_ms, short_lock_waits=short_lock_waits)
     migrate(db)
     return db
 
 
 def _begin_immediate(db: Database) -> None:
-    """BEGIN IMMEDIATE, waiting for the write lock in short steps up to the connection's busy timeout.
+    """BEGIN IMMEDIATE; on a `short_lock_waits` connection, waiting for the lock in short steps.
 
     SQLite's own busy handler sleeps 1, 2, 5, 10, 15 ... ms between tries. A webhook's transaction
     holds the write lock for about a tenth of a millisecond, so a gunicorn worker that found it
     taken slept ten times longer than it had to wait: with two workers at full load one BEGIN in
     eight collided, 0.18 ms per delivery on average, the worker idle while the lock was free
-    (docs/receiver.md, "Benchmark"). Here the wait starts at 50 us and doubles up to 2 ms, so a
-    short hold costs a short wait and a long one (a bulk sync) a few hundred cheap tries a second.
-    Only the BEGIN waits this way; every other statement keeps SQLite's handler. A connection
-    not opened by `connect` (no busy_timeout_ms) gets a plain BEGIN IMMEDIATE.
+    (docs/receiver.md, "Benchmark"). On a connection opened with `short_lock_waits` (SQLite's
+    handler off) the wait starts at 50 us and doubles up to 2 ms, until the busy timeout: a short
+    hold costs a short wait and a long one (a bulk sync) a few hundred cheap tries a second. Other
+    connections keep SQLite's handler (switching it off and on around each BEGIN cost two
+    statements SQLite re-prepared after every other process's commit).
     """
     conn = db.conn
-    timeout_ms = getattr(db, "busy_timeout_ms", None)
+    timeout_ms = getattr(db, "short_lock_wait_ms", None)
     if not timeout_ms:
         conn.execute("BEGIN IMMEDIATE")
         return
-    conn.execute("PRAGMA busy_timeout = 0")
-    try:
-        deadline, pause = None, _FIRST_PAUSE_S
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) != sqlite3.SQLITE_BUSY:
-                    raise
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + timeout_ms / 1000
-                elif now >= deadline:
-                    raise
-                time.sleep(min(pause, deadline - now))
-                pause = min(pause * 2, _LONGEST_PAUSE_S)
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+    deadline, pause = None, _FIRST_PAUSE_S
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) != sqlite3.SQLITE_BUSY:
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + timeout_ms / 1000
+            elif now >= deadline:
+                raise
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, _LONGEST_PAUSE_S)
 
 
 @contextmanager

@@ -75,10 +75,10 @@ def _hold_write_lock(path, release: "threading.Event", taken: "threading.Event")
     other.conn.close()
 
 
-def test_begin_waits_for_a_short_write_lock_and_keeps_the_busy_timeout(tmp_path):
+def test_a_short_lock_waits_connection_begins_once_another_writer_commits(tmp_path):
     import threading
 
-    db = open_db(tmp_path / "pk.db", busy_timeout_ms=3000)
+    db = open_db(tmp_path / "pk.db", busy_timeout_ms=3000, short_lock_waits=True)
     release, taken = threading.Event(), threading.Event()
     holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / "pk.db", release, taken))
     holder.start()
@@ -88,13 +88,13 @@ def test_begin_waits_for_a_short_write_lock_and_keeps_the_busy_timeout(tmp_path)
         conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")
     holder.join(10)
     assert db.execute("SELECT value FROM meta WHERE key = 'k'").fetchone() == ("v",)
-    assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 3000  # other statements keep SQLite's handler
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # SQLite's own handler is off: the BEGIN waited
 
 
 def test_begin_gives_up_after_the_busy_timeout_with_a_storage_error(tmp_path):
     import threading
 
-    db = open_db(tmp_path / "pk.db", busy_timeout_ms=200)
+    db = open_db(tmp_path / "pk.db", busy_timeout_ms=200, short_lock_waits=True)
     release, taken = threading.Event(), threading.Event()
     holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / "pk.db", release, taken))
     holder.start()
@@ -106,6 +106,5 @@ def test_begin_gives_up_after_the_busy_timeout_with_a_storage_error(tmp_path):
     finally:
         release.set()
         holder.join(10)
-    assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 200
     with transaction(db) as conn:  # and the connection is usable once the lock is free
         conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")

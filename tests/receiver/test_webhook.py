@@ -181,7 +181,9 @@ def test_read_only_database_answers_503(app, config):
     # As if the file had been made read-only (tests run as root, where chmod does not bite).
     readonly = sqlite3.connect(f"file:{config.db_path}?mode=ro", uri=True, isolation_level=None,
                                check_same_thread=False)
-    rx._local.db, rx._local.pid = sqlite_utils.Database(readonly), os.getpid()
+    # Both of the thread's connections: reads and readiness (db) and the webhook's writes (writer).
+    rx._local.db = rx._local.writer = sqlite_utils.Database(readonly)
+    rx._local.pid = os.getpid()
     client = app.test_client()
     assert post(client, envelope()).status_code == 503
     assert client.get("/readyz").status_code == 503
