@@ -1,9 +1,11 @@
 """The store: pragmas, private files, and migrations safe twice and from two processes."""
 
+import contextlib
 import os
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -65,46 +67,45 @@ def test_unwritable_location_is_a_storage_error(tmp_path):
         open_db(blocked / "x.db")
 
 
-def _hold_write_lock(path, release: "threading.Event", taken: "threading.Event") -> None:
-    """Another process's writer, played by a thread with its own connection: BEGIN IMMEDIATE, wait, COMMIT."""
-    other = open_db(path)
-    other.execute("BEGIN IMMEDIATE")
-    taken.set()
-    release.wait(10)
-    other.execute("COMMIT")
-    other.conn.close()
+@contextlib.contextmanager
+def _another_writer(path):
+    """Another process's writer, played by a thread with its own connection: it holds the write lock
+    (BEGIN IMMEDIATE) until the event this yields is set, then commits."""
+    release, taken = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        other = open_db(path)
+        other.execute("BEGIN IMMEDIATE")
+        taken.set()
+        release.wait(10)
+        other.execute("COMMIT")
+        other.conn.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(10)
+    try:
+        yield release
+    finally:
+        release.set()
+        holder.join(10)
 
 
 def test_a_short_lock_waits_connection_begins_once_another_writer_commits(tmp_path):
-    import threading
-
     db = open_db(tmp_path / "pk.db", busy_timeout_ms=3000, short_lock_waits=True)
-    release, taken = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / "pk.db", release, taken))
-    holder.start()
-    taken.wait(10)
-    threading.Timer(0.05, release.set).start()  # the other writer commits while we wait
-    with transaction(db) as conn:  # not "database is locked": the BEGIN waited for the lock
-        conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")
-    holder.join(10)
+    with _another_writer(tmp_path / "pk.db") as release:
+        threading.Timer(0.05, release.set).start()  # the other writer commits while we wait
+        with transaction(db) as conn:  # not "database is locked": the BEGIN waited for the lock
+            conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")
     assert db.execute("SELECT value FROM meta WHERE key = 'k'").fetchone() == ("v",)
     assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # SQLite's own handler is off: the BEGIN waited
 
 
 def test_begin_gives_up_after_the_busy_timeout_with_a_storage_error(tmp_path):
-    import threading
-
     db = open_db(tmp_path / "pk.db", busy_timeout_ms=200, short_lock_waits=True)
-    release, taken = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / "pk.db", release, taken))
-    holder.start()
-    taken.wait(10)
-    try:
+    with _another_writer(tmp_path / "pk.db"):
         with pytest.raises(StorageError, match="cannot start a transaction: database is locked"):
             with transaction(db):
                 pass
-    finally:
-        release.set()
-        holder.join(10)
     with transaction(db) as conn:  # and the connection is usable once the lock is free
         conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")
