@@ -44,10 +44,6 @@ READ_HEADERS = ("X-Timestamp", "X-Signature", "X-Webhook-ID", "X-Event-ID", "X-E
                 "X-SERVICE-WEBHOOK-TOKEN")
 # Their WSGI environ keys (PEP 3333: HTTP_ + upper case, "-" -> "_"), read directly.
 _ENVIRON_KEYS = tuple((name, "HTTP_" + name.upper().replace("-", "_")) for name in READ_HEADERS)
-# The acknowledgements are constants, built once.
-_ACK_BODIES = {outcome: b'{"status":"%s"}\n' % outcome.encode() for outcome in
-               (inbox.ACCEPTED, inbox.DUPLICATE, inbox.IGNORED)}
-_UNAVAILABLE_BODY = b'{"status":"unavailable"}\n'
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 log = logging.getLogger(__name__)
@@ -65,8 +61,10 @@ class Reply:
         return [("Content-Type", "application/json"), ("Content-Length", str(len(self.body))), *self.headers]
 
 
-_UNAVAILABLE = Reply(503, _UNAVAILABLE_BODY, (("Retry-After", "60"),))
-_ACKS = {outcome: Reply(200, body) for outcome, body in _ACK_BODIES.items()}
+# The acknowledgements are constants, built once.
+_UNAVAILABLE = Reply(503, b'{"status":"unavailable"}\n', (("Retry-After", "60"),))
+_ACKS = {outcome: Reply(200, b'{"status":"%s"}\n' % outcome.encode())
+         for outcome in (inbox.ACCEPTED, inbox.DUPLICATE, inbox.IGNORED)}
 _STATUS_LINES = {status: f"{status} {HTTPStatus(status).phrase}" for status in (200, 400, 401, 413, 503)}
 
 

@@ -172,20 +172,36 @@ _ROW = "local_id, updated_at, " + ", ".join(_INDEXED)
 
 
 def _provider_values(f: dict, status: str, legacy: str | None, seen_at: str, http_status: int | None) -> dict:
-    """The non-indexed columns a provider read sets (None where the stored value is kept; see _write)."""
+    """The non-indexed columns a provider read sets, by name (how an update merges each: `_MERGE`)."""
     return {"sub_status": legacy or f["sub_status"], "operator_id": f["operator_id"], "operator": f["operator"],
             "face_cents": _cents(f["face"]), "discount_cents": _cents(f["discount"]),
             "payable_cents": _cents(f["payable"]), "currency": f["currency"], "failure_reason": f["failure_reason"],
             "operator_txn_id": f["operator_txn_id"], "vendor_recharge_id": f["vendor_recharge_id"],
             "http_status": http_status, "updated_at": iso(f["updated_at"]),
-            "settled_at": seen_at if status in FINAL else None, "last_error": None, "row_updated_at": seen_at,
+            "settled_at": seen_at if status in FINAL else None, "row_updated_at": seen_at,
             "raw": json.dumps(f["raw"], cls=DecimalEncoder, sort_keys=True) if f["raw"] is not None else None}
+
+
+# How an update merges each of those into the stored row: absent optional fields keep the stored
+# value, the operator id and currency once known stay, a final status keeps its first settled_at.
+_MERGE = {
+    "sub_status": ":sub_status", "operator_id": "COALESCE(operator_id, :operator_id)",
+    "operator": "COALESCE(:operator, operator)", "face_cents": "COALESCE(:face_cents, face_cents)",
+    "discount_cents": "COALESCE(:discount_cents, discount_cents)",
+    "payable_cents": "COALESCE(:payable_cents, payable_cents)", "currency": "COALESCE(:currency, currency, 'INR')",
+    "failure_reason": ":failure_reason", "operator_txn_id": ":operator_txn_id",
+    "vendor_recharge_id": ":vendor_recharge_id", "http_status": "COALESCE(:http_status, http_status)",
+    "updated_at": "COALESCE(:updated_at, updated_at)",
+    "settled_at": "CASE WHEN :settled_at IS NULL THEN NULL ELSE COALESCE(settled_at, :settled_at) END",
+    "last_error": "NULL", "row_updated_at": ":row_updated_at", "raw": ":raw",
+}
 
 
 def _write(conn: sqlite3.Connection, row: dict, f: dict, status: str, legacy: str | None, seen_at: datetime,
            *, http_status: int | None = None) -> None:
-    """Store a provider read on the stored row `row` (its `_ROW` columns): a final status keeps its
-    first settled_at, a PROCESSING one keeps its poll schedule, absent optional fields keep theirs."""
+    """Store a provider read on the stored row `row` (its `_ROW` columns): a PROCESSING one keeps its
+    poll schedule, an absent reference or creation time keeps the stored one, and the stored
+    client_reference wins; the other columns merge as `_MERGE` says."""
     created = iso(f["created_at"])
     indexed = {"provider_id": f["id"],
                "reference_number": row["reference_number"] if f["reference_number"] is None else f["reference_number"],
@@ -193,23 +209,11 @@ def _write(conn: sqlite3.Connection, row: dict, f: dict, status: str, legacy: st
                "status": status,
                "next_poll_at": row["next_poll_at"] if status == "PROCESSING" else None,
                "provider_created_at": row["provider_created_at"] if created is None else created}
-    changed = [name for name, value in indexed.items() if value != row[name]]
-    values = _provider_values(f, status, legacy, iso(seen_at), http_status)
-    conn.execute(
-        f"""UPDATE recharges SET {''.join(f'{name} = ?, ' for name in changed)}
-               sub_status = ?, operator_id = COALESCE(operator_id, ?), operator = COALESCE(?, operator),
-               face_cents = COALESCE(?, face_cents), discount_cents = COALESCE(?, discount_cents),
-               payable_cents = COALESCE(?, payable_cents), currency = COALESCE(?, currency, 'INR'),
-               failure_reason = ?, operator_txn_id = ?, vendor_recharge_id = ?,
-               http_status = COALESCE(?, http_status), updated_at = COALESCE(?, updated_at),
-               settled_at = CASE WHEN ? IS NOT NULL THEN COALESCE(settled_at, ?) END,
-               last_error = ?, row_updated_at = ?, raw = ?
-           WHERE local_id = ?""",
-        (*[indexed[name] for name in changed], values["sub_status"], values["operator_id"], values["operator"],
-         values["face_cents"], values["discount_cents"], values["payable_cents"], values["currency"],
-         values["failure_reason"], values["operator_txn_id"], values["vendor_recharge_id"], values["http_status"],
-         values["updated_at"], values["settled_at"], values["settled_at"], values["last_error"],
-         values["row_updated_at"], values["raw"], row["local_id"]))
+    changed = {name: value for name, value in indexed.items() if value != row[name]}
+    assignments = [f"{name} = :{name}" for name in changed] + [f"{name} = {how}" for name, how in _MERGE.items()]
+    conn.execute(f"UPDATE recharges SET {', '.join(assignments)} WHERE local_id = :local_id",
+                 {**_provider_values(f, status, legacy, iso(seen_at), http_status), **changed,
+                  "local_id": row["local_id"]})
 
 
 def _insert(conn: sqlite3.Connection, f: dict, status: str, legacy: str | None, seen_at: datetime) -> int:
