@@ -30,7 +30,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     states = inbox.counts(db)
     job_states = jobs.counts_by_state(db)
     processing = recharges.list_rows(db, status="PROCESSING")
-    ages = sorted((a for a in (_age_s(r.get("provider_created_at") or r.get("submitted_at"), now) for r in processing)
+    ages = sorted((a for a in (_age_s(r.get("submitted_at") or r.get("provider_created_at"), now) for r in processing)
                    if a is not None), reverse=True)
     unknown = recharges.list_rows(db, status="UNKNOWN")
     budget = Budget.from_config(config, db).usage() if config.api_key else {}

@@ -78,7 +78,7 @@ def _room(client: Any, keep_free: int, cap: int) -> int:
 
 
 def _items(rows: list[dict]) -> list[PollItem]:
-    return [PollItem(r["local_id"], r["provider_id"], parse_ts(r["created_at"]),  # type: ignore[arg-type]
+    return [PollItem(r["local_id"], r["provider_id"], parse_ts(r["since"]),  # type: ignore[arg-type]
                      parse_ts(r["last_polled_at"]), parse_ts(r["escalated_at"])) for r in rows]
 
 
@@ -95,7 +95,7 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
     if until is not None and now < until:
         summary.backing_off_until = iso(until)
         return summary
-    first = min(i.created_at for i in items).date()
+    first = min(i.since for i in items).date()
     counts = store.day_counts(db, first, now.date())
     keep_free = poller_keep_free(config)
     budgeted = client.with_budget("poller", wait=False, keep_free=keep_free)
@@ -125,7 +125,7 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
         if failures:
             _set_backoff(db, 0, None, now)
     finally:
-        marks = [(i.local_id, schedule.next_read_at(i.created_at, now)) for i in items if i.local_id in read]
+        marks = [(i.local_id, schedule.next_read_at(i.since, now)) for i in items if i.local_id in read]
         store.mark_polled(db, marks, now)
     summary.read = len(marks)
     _escalate(db, the_plan.escalate, now, summary)

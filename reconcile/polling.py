@@ -6,6 +6,11 @@ support. A recharge is due when `interval(age at its last read)` has passed sinc
 submit response counts as the first read). Due recharges are read through the list endpoint, one
 date range covering many of them, except where single reads cost fewer calls (a few old
 stragglers far from the rest).
+
+A recharge's age counts from `PollItem.since`: the moment partnerkit sent it, on partnerkit's own
+clock, or for a recharge someone else submitted the provider's created_at (all there is). The
+provider's clock is not ours: aged by its created_at, a provider running ten minutes ahead would
+be escalated ten minutes early, and one behind read late.
 """
 
 from __future__ import annotations
@@ -46,15 +51,15 @@ class PollSchedule:
                 return every
         return self.tail_s
 
-    def next_read_at(self, created_at: datetime, last_read_at: datetime | None) -> datetime:
-        """When a recharge last read at `last_read_at` (None: only the submit answer) is due again."""
-        last = last_read_at or created_at
-        age = max(0.0, (last - created_at).total_seconds())
+    def next_read_at(self, since: datetime, last_read_at: datetime | None) -> datetime:
+        """When a recharge aged from `since`, last read at `last_read_at` (None: only the submit answer), is due."""
+        last = last_read_at or since
+        age = max(0.0, (last - since).total_seconds())
         return last + timedelta(seconds=self.interval(age))
 
-    def is_due(self, now: datetime, created_at: datetime, last_read_at: datetime | None) -> bool:
+    def is_due(self, now: datetime, since: datetime, last_read_at: datetime | None) -> bool:
         """True when the recharge should be read in a pass starting at `now`."""
-        return now + timedelta(seconds=self.slack_s) >= self.next_read_at(created_at, last_read_at)
+        return now + timedelta(seconds=self.slack_s) >= self.next_read_at(since, last_read_at)
 
 
 DEFAULT_SCHEDULE = PollSchedule()
@@ -66,7 +71,7 @@ class PollItem:
 
     local_id: int
     provider_id: int
-    created_at: datetime
+    since: datetime  # where its age counts from (the module docstring): our submit time, else the provider's
     last_polled_at: datetime | None = None
     escalated_at: datetime | None = None
 
@@ -114,9 +119,11 @@ def _list_pages(day_counts: Mapping[date, int], first: date, last: date, limit: 
 
 def _window(items: Sequence[PollItem]) -> tuple[date, date]:
     # The document does not say in which time zone from_date/to_date are days; widen by one day
-    # on each side so that any zone between UTC-12 and UTC+14 still covers every item.
-    first = min(i.created_at for i in items).date() - timedelta(days=1)
-    last = max(i.created_at for i in items).date() + timedelta(days=1)
+    # on each side so that any zone between UTC-12 and UTC+14 still covers every item (and
+    # `since`, on our clock, may differ from the provider's created_at by its clock's error).
+    # An item the walk still does not show is read by id (poller.poll_once).
+    first = min(i.since for i in items).date() - timedelta(days=1)
+    last = max(i.since for i in items).date() + timedelta(days=1)
     return first, last
 
 
@@ -124,12 +131,12 @@ def plan(now: datetime, recharges: Sequence[PollItem], budget_available: int, *,
          schedule: PollSchedule = DEFAULT_SCHEDULE, day_counts: Mapping[date, int] | None = None) -> Plan:
     """Decide which recharges are due and the cheapest reads that cover them within the budget."""
     counts = day_counts or {}
-    due = sorted((r for r in recharges if schedule.is_due(now, r.created_at, r.last_polled_at)),
-                 key=lambda r: (schedule.next_read_at(r.created_at, r.last_polled_at), r.provider_id))
+    due = sorted((r for r in recharges if schedule.is_due(now, r.since, r.last_polled_at)),
+                 key=lambda r: (schedule.next_read_at(r.since, r.last_polled_at), r.provider_id))
     escalate = tuple(r for r in recharges if r.escalated_at is None
-                     and (now - r.created_at).total_seconds() >= schedule.escalate_after_s)
+                     and (now - r.since).total_seconds() >= schedule.escalate_after_s)
     due_ids = {r.local_id for r in due}
-    upcoming = [schedule.next_read_at(r.created_at, r.last_polled_at) for r in recharges if r.local_id not in due_ids]
+    upcoming = [schedule.next_read_at(r.since, r.last_polled_at) for r in recharges if r.local_id not in due_ids]
     next_due = min(upcoming) if upcoming else None
     if not due or budget_available <= 0:
         return Plan(now, tuple(due), (), tuple(due), escalate, 0, next_due)
@@ -137,12 +144,12 @@ def plan(now: datetime, recharges: Sequence[PollItem], budget_available: int, *,
     # Split point: recharges created on or after some day go into one list read, older ones are
     # read singly. Only day boundaries change the list's date range, so try each and keep the
     # cheapest (ties favour the list read, which also settles what is not due yet).
-    by_age = sorted(due, key=lambda r: (r.created_at, r.provider_id))
-    last_day = by_age[-1].created_at.date() + timedelta(days=1)
+    by_age = sorted(due, key=lambda r: (r.since, r.provider_id))
+    last_day = by_age[-1].since.date() + timedelta(days=1)
     best: tuple[int, int] | None = None  # (cost, number read singly)
     previous_day = None
     for index, item in enumerate(by_age):
-        day = item.created_at.date()
+        day = item.since.date()
         if day == previous_day:
             continue
         previous_day = day
@@ -164,7 +171,7 @@ def plan(now: datetime, recharges: Sequence[PollItem], budget_available: int, *,
     if listed:
         first, last = _window(listed)
         # Rows older than the oldest due one come after it (id descending): paging stops there.
-        pages = _list_pages(counts, listed[0].created_at.date(), last, schedule.list_limit)
+        pages = _list_pages(counts, listed[0].since.date(), last, schedule.list_limit)
         if pages <= budget:
             reads.append(ListRead(first, last, tuple(listed), pages))
             budget -= pages
@@ -173,7 +180,7 @@ def plan(now: datetime, recharges: Sequence[PollItem], budget_available: int, *,
             single_items = by_age  # not enough room for the whole walk: read the most overdue singly
     # Most overdue first, so a tight budget reads the recharges that waited longest.
     for item in sorted((r for r in single_items if r.local_id not in covered),
-                       key=lambda r: schedule.next_read_at(r.created_at, r.last_polled_at)):
+                       key=lambda r: schedule.next_read_at(r.since, r.last_polled_at)):
         if budget <= 0:
             break
         reads.append(SingleRead(item))

@@ -130,8 +130,10 @@ def _setup(sandbox: Sandbox, tmp: Path, n: int):
     kit_db = open_db(kit_config.db_path)
     kit_client = PartnerClient(kit_config, kit_db, purpose="bench")
     kit_ids = []
+    submitted_at = sandbox.now()  # the poller ages a recharge from our submit time: one clock, the sandbox's
     for i in range(n):
-        outcome = submit(kit_config, kit_db, kit_client, mobile_number=f"97{i:07d}5", operator_id=1, amount=199)
+        outcome = submit(kit_config, kit_db, kit_client, mobile_number=f"97{i:07d}5", operator_id=1, amount=199,
+                         now=submitted_at)
         assert outcome.status == "PROCESSING", outcome.message
         kit_ids.append(outcome.recharge.id)
     naive_config = _config(sandbox, tmp, 1, "naive")

@@ -30,8 +30,9 @@ READY_TIMEOUT_S = 45.0  # gunicorn start on a busy 2-core machine
 COMMAND_TIMEOUT_S = 60.0
 ORDER_FULFILMENT_S = 160.0  # sandbox seconds
 SANDBOX_CLIENT = "alpha"  # the seeded client whose public demo credentials the demo uses
-# The sandbox clock starts this far behind real time: a PROCESSING recharge then looks a few seconds
-# old to the worker's poller (which ages recharges by the provider's created_at against its own clock).
+# The sandbox clock starts this far behind real time and runs at 1x while the recharges are submitted,
+# so the provider's created_at of each is within a minute of our submit time, as with a real provider
+# (the poller ages a recharge from our submit time either way: reconcile/polling.py).
 CLOCK_LEAD_IN = timedelta(seconds=30)
 
 

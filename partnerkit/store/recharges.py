@@ -403,9 +403,12 @@ def open_intents(db: Database, *, mobile_number: str, amount: Decimal | None = N
 
 
 def poll_candidates(db: Database) -> list[dict]:
-    """PROCESSING rows the poller reads: the provider id is known."""
+    """PROCESSING rows the poller reads: the provider id is known.
+
+    `since` is where a row's age counts from (reconcile.polling): our own submit time when partnerkit
+    sent it, else the provider's created_at."""
     return _rows(db.execute(
-        "SELECT local_id, provider_id, reference_number, COALESCE(provider_created_at, submitted_at) AS created_at, "
+        "SELECT local_id, provider_id, reference_number, COALESCE(submitted_at, provider_created_at) AS since, "
         "last_polled_at, escalated_at, payable_cents, currency FROM recharges "
         "WHERE status = 'PROCESSING' AND provider_id IS NOT NULL"))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from types import SimpleNamespace
 
+import pytest
 from freezegun import freeze_time
 
 from partnerkit.errors import BudgetExhausted
@@ -16,10 +17,12 @@ from reconcile.recharges import submit
 from tests.worker.worker_helpers import LIST, SINGLE, SUBMIT, make_config, mobile
 
 
-def processing(config, db, client, count: int, digit: int = 5) -> list[int]:
+def processing(server, config, db, client, count: int, digit: int = 5, *, skew_s: float = 0) -> list[int]:
+    """Submit `count` recharges that answer PROCESSING, at the sandbox's now plus `skew_s` on our clock."""
+    now = server.clock.now() + timedelta(seconds=skew_s)
     ids = []
     for _ in range(count):
-        outcome = submit(config, db, client, mobile_number=mobile(digit), operator_id=1, amount=199)
+        outcome = submit(config, db, client, mobile_number=mobile(digit), operator_id=1, amount=199, now=now)
         assert outcome.status == "PROCESSING"
         ids.append(outcome.local_id)
     return ids
@@ -27,7 +30,7 @@ def processing(config, db, client, count: int, digit: int = 5) -> list[int]:
 
 def test_one_list_call_settles_many(server, config, wdb, client, stats):
     server.sandbox.settings.update({"processing_delay_s": 8})
-    ids = processing(config, wdb, client, 20)
+    ids = processing(server, config, wdb, client, 20)
     stats.mark()
     server.advance(10)
     summary = poll_once(config, wdb, client, now=server.clock.now())
@@ -42,14 +45,14 @@ def test_one_list_call_settles_many(server, config, wdb, client, stats):
 
 
 def test_nothing_due_means_no_call(server, config, wdb, client, stats):
-    processing(config, wdb, client, 3)
+    processing(server, config, wdb, client, 3)
     stats.mark()
     summary = poll_once(config, wdb, client, now=server.clock.now() + timedelta(seconds=2))
     assert summary.due == 0 and stats.calls() == 0
 
 
 def test_a_single_due_recharge_is_read_by_id(server, config, wdb, client, stats):
-    [local_id] = processing(config, wdb, client, 1, digit=6)
+    [local_id] = processing(server, config, wdb, client, 1, digit=6)
     stats.mark()
     server.advance(601)  # the fixture's processing delay: settles FAILED
     summary = poll_once(config, wdb, client, now=server.clock.now())
@@ -59,25 +62,30 @@ def test_a_single_due_recharge_is_read_by_id(server, config, wdb, client, stats)
     assert row["status"] == "FAILED" and row["failure_reason"]
 
 
+@pytest.mark.parametrize("skew_s", [0, 600, -600], ids=["same clock", "provider 10 min behind", "provider 10 min ahead"])
 def test_still_processing_after_30_minutes_is_escalated_once_and_kept_on_5_minutes(server, config, wdb, client,
-                                                                                  stats):
-    [stuck] = processing(config, wdb, client, 1, digit=8)  # sandbox: never settles
-    reference = store.get(wdb, stuck)["reference_number"]
+                                                                                  stats, skew_s):
+    # The schedule and the escalation count from our own submit time, whatever the provider's clock
+    # says: its created_at 10 minutes off must move neither.
+    [stuck] = processing(server, config, wdb, client, 1, digit=8, skew_s=skew_s)  # sandbox: never settles
+    row = store.get(wdb, stuck)
+    reference, submitted = row["reference_number"], parse_ts(row["submitted_at"])
+    assert abs((parse_ts(row["provider_created_at"]) - submitted).total_seconds() + skew_s) < 2
     stats.mark()
     reads_at: list[float] = []
     escalations = []
     for _ in range(int(41 * 60 / 5)):
         server.advance(5)
         before = stats.calls()
-        summary = poll_once(config, wdb, client, now=server.clock.now())
-        created = parse_ts(store.get(wdb, stuck)["provider_created_at"])
+        ours = server.clock.now() + timedelta(seconds=skew_s)
+        summary = poll_once(config, wdb, client, now=ours)
         if stats.calls() > before:
-            reads_at.append(round((server.clock.now() - created).total_seconds(), 3))
+            reads_at.append(round((ours - submitted).total_seconds(), 3))
         escalations += summary.escalated
     row = store.get(wdb, stuck)
     assert escalations == [reference]
     assert row["status"] == "PROCESSING" and row["escalated_at"]
-    escalated_age = (parse_ts(row["escalated_at"]) - parse_ts(row["provider_created_at"])).total_seconds()
+    escalated_age = (parse_ts(row["escalated_at"]) - submitted).total_seconds()
     assert 1800 <= escalated_age < 1810
     drifts = wdb.execute("SELECT kind, subject, reference, resolution FROM drifts").fetchall()
     assert drifts == [("stuck_processing", "recharge", reference, "pending")]
@@ -96,7 +104,7 @@ def test_budget_reserve_leaves_room_for_voucher_fetches(server, tmp_path):
     assert poller_keep_free(config) == 5
     db = open_db(config.db_path)
     with PartnerClient(config, db, purpose="test", wait_for_budget=False) as client:
-        processing(config, db, client, 2)  # 2 of 10 used
+        processing(server, config, db, client, 2)  # 2 of 10 used
         for _ in range(3):
             client.list_operators()        # 5 of 10 used: only the reserve is left
         server.advance(30)
