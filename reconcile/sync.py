@@ -261,34 +261,52 @@ def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime
     return catch_up_orders(config, db, client, since=datetime.combine(first, time(0), tzinfo=timezone.utc), now=now)
 
 
-def wallet_rows(body: Any, taken_at: str) -> list[tuple[str, str, str, int, str]]:
-    """Snapshot tuples from GET /wallets (shape not shown: read id/currency/balance leniently)."""
+def wallet_rows(body: Any, taken_at: str) -> tuple[list[tuple[str, str, str, int, str]], list[tuple[str, Any]]]:
+    """Snapshot tuples from GET /wallets, and the (reason, record) pairs that could not be read.
+
+    The shape is not shown in the document: the list is read from `data`, `wallets` or `items` (or
+    the body itself), the balance from `balance`, `available_balance` or `amount`, keys in any case."""
     if isinstance(body, dict):
         body = body.get("data", body)
         if isinstance(body, dict):
             body = body.get("wallets", body.get("items", [body]))
-    rows = []
-    for item in body if isinstance(body, list) else []:
+    if not isinstance(body, list):
+        return [], [("wallet list unreadable: not a list of wallets", body)]
+    rows, bad = [], []
+    for item in body:
         if not isinstance(item, dict):
+            bad.append(("wallet record unreadable: not an object", item))
             continue
         record = {str(k).lower(): v for k, v in item.items()}
         balance = next((record[k] for k in ("balance", "available_balance", "amount") if k in record), None)
         currency = record.get("currency")
         try:
             amount = to_decimal(balance, field="balance", strict=True)
-        except MoneyError:
-            log.warning("wallet record without a readable balance: %s", canonical_json(item))
+        except MoneyError as exc:
+            bad.append((f"wallet record unreadable: {exc}", item))
             continue
-        if not currency:
+        if not isinstance(currency, str) or not currency.strip():
+            bad.append(("wallet record unreadable: no currency", item))
             continue
         wallet_id = str(record.get("id", record.get("wallet_id", "")))
-        rows.append((taken_at, wallet_id, str(currency).upper(), cents(amount), canonical_json(item)))
-    return rows
+        rows.append((taken_at, wallet_id, currency.strip().upper(), cents(amount), canonical_json(item)))
+    return rows, bad
 
 
 def snapshot_wallets(db: Any, client: Any, *, now: datetime) -> int:
-    """Store the current wallet balances; return how many wallets."""
-    return ledger_store.record_wallet_snapshots(db, wallet_rows(client.list_wallets(), iso(now)))
+    """Store the current wallet balances; return how many wallets.
+
+    A wallet record without a readable balance or currency is quarantined (`wallet:<id>`, reported
+    with the day's report) instead of skipped; a later snapshot that reads that wallet releases it."""
+    rows, bad = wallet_rows(client.list_wallets(), iso(now))
+    stored = ledger_store.record_wallet_snapshots(db, rows)
+    if bad:
+        log.warning("quarantined %d unreadable wallet record(s): %s", len(bad), "; ".join(r for r, _ in bad[:5]))
+        quarantine.hold(db, "wallet", bad, now=now, day=now.date().isoformat())
+    readable = [int(row[1]) for row in rows if row[1].isdecimal()]
+    if readable:
+        quarantine.release(db, "wallet", readable)
+    return stored
 
 
 def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, now: datetime | None = None,

@@ -72,19 +72,24 @@ def _day(raw: Any) -> str | None:
     return None
 
 
-def hold(db: Database, kind: str, bad: Iterable[tuple[str, Any]], *, now: datetime) -> list[str]:
-    """Keep (reason, raw record) pairs of one kind; a record held again is refreshed. Their keys."""
+def hold(db: Database, kind: str, bad: Iterable[tuple[str, Any]], *, now: datetime,
+         day: str | None = None) -> list[str]:
+    """Keep (reason, raw record) pairs of one kind; a record held again is refreshed. Their keys.
+
+    `day`: the report day of a record that shows none of its own (a wallet balance: the snapshot's
+    day); a record without either is listed in every day's report until released."""
     bad = list(bad)
     if not bad:
         return []
     with transaction(db) as conn:
-        return hold_in(conn, kind, bad, now=now)
+        return hold_in(conn, kind, bad, now=now, day=day)
 
 
-def hold_in(conn: sqlite3.Connection, kind: str, bad: Iterable[tuple[str, Any]], *, now: datetime) -> list[str]:
+def hold_in(conn: sqlite3.Connection, kind: str, bad: Iterable[tuple[str, Any]], *, now: datetime,
+            day: str | None = None) -> list[str]:
     """`hold` inside the caller's transaction."""
-    rows = [(key_for(kind, raw), reason, json.dumps(raw, cls=DecimalEncoder, sort_keys=True, default=str), _day(raw))
-            for reason, raw in bad]
+    rows = [(key_for(kind, raw), reason, json.dumps(raw, cls=DecimalEncoder, sort_keys=True, default=str),
+             _day(raw) or day) for reason, raw in bad]
     at = iso(now)
     conn.executemany(
         "INSERT INTO transaction_quarantine (key, reason, raw, day, first_seen_at, last_seen_at)"

@@ -205,3 +205,30 @@ def test_a_provider_read_keeps_what_it_does_not_carry_and_final_states_settle_on
     upsert_from_provider(db, [read("REVERSED", "2025-01-15T11:00:00Z")], LATER.replace(hour=5))
     assert row()["settled_at"] == "2025-01-16T02:00:00Z" and row()["status"] == "REVERSED"  # first settle kept
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)  # every index agrees with the table
+
+
+@pytest.mark.parametrize("body,reason", [
+    ({"wallets": [{"id": 3, "balance": Decimal("10.00")}]}, "no currency"),
+    ({"wallets": [{"id": 3, "currency": 840, "balance": Decimal("10.00")}]}, "no currency"),
+    ({"wallets": [{"id": 3, "currency": "INR", "balance": "ten"}]}, "is not an amount"),
+    ({"wallets": [{"id": 3, "currency": "INR", "Balance": Decimal("10.001")}]}, "more than 2 decimal places"),
+    ({"wallets": ["INR 10.00"]}, "not an object"),
+    ("wallets unavailable", "not a list of wallets"),
+])
+def test_a_wallet_record_that_cannot_be_read_is_returned_with_its_reason_never_guessed(body, reason):
+    from reconcile.sync import wallet_rows
+
+    rows, bad = wallet_rows(body, "2025-01-16T01:00:00Z")
+    assert rows == [] and len(bad) == 1 and reason in bad[0][0]
+
+
+@pytest.mark.parametrize("body,cents", [
+    ({"data": [{"ID": 1, "Currency": "inr", "available_balance": Decimal("5.50")}]}, 550),
+    ([{"id": 1, "currency": "INR", "balance": "5.50"}], 550),
+    ({"id": 1, "currency": "INR", "amount": 5}, 500),
+])
+def test_wallet_rows_read_keys_in_any_case_under_each_envelope_it_tolerates(body, cents):
+    from reconcile.sync import wallet_rows
+
+    rows, bad = wallet_rows(body, "T")
+    assert bad == [] and [r[:4] for r in rows] == [("T", "1", "INR", cents)]

@@ -225,8 +225,11 @@ def test_sync_quarantines_an_unreadable_transaction_and_releases_it_once_read_ag
         assert quarantine.held(world.db, "transaction") == []
 
 
-@pytest.mark.parametrize("fault", ["missing_fields", "money_precision"])
-def test_sync_skips_an_unreadable_wallet_balance_and_the_next_run_records_it(tmp_path, frozen, fault):
+@pytest.mark.parametrize("fault,reason", [("missing_fields", "balance: expected an amount"),
+                                          ("money_precision", "more than 2 decimal places")])
+def test_sync_quarantines_an_unreadable_wallet_balance_and_the_next_run_records_it(tmp_path, frozen, fault, reason):
+    """No guessed balance: the wallet is held as `wallet:<id>` with the reason and listed in the day's
+    report; the next snapshot that reads it stores its balance and releases it."""
     with World(tmp_path, frozen) as world:
         _day_of_traffic(world)
         world.advance(30)
@@ -235,11 +238,17 @@ def test_sync_skips_an_unreadable_wallet_balance_and_the_next_run_records_it(tmp
             [run] = world.drive("sync-recent", seconds=60)
         assert run["outcome"] == "ok" and run["result"]["wallets"] == 1      # USD only; no guessed INR
         _assert_store_matches_provider(world)
+        [held] = quarantine.held(world.db, "wallet")
+        assert held["key"] == f"wallet:{inr}" and reason in held["reason"] and held["day"] == world.now().date().isoformat()
+        report = report_day(world.config, world.db, START.date(), now=world.now())
+        assert [q["key"] for q in report["quarantined"]] == [f"wallet:{inr}"]
         world.advance(15 * 60)
         [run] = world.drive("sync-recent", seconds=60)
         latest = dict(world.db.execute("SELECT currency, balance_cents FROM wallet_snapshots"
                                        " WHERE taken_at = (SELECT MAX(taken_at) FROM wallet_snapshots)").fetchall())
         assert from_cents(latest["INR"]) == world.sb.wallets[inr].balance
+        assert quarantine.held(world.db, "wallet") == []
+        assert report_day(world.config, world.db, START.date(), now=world.now())["quarantined"] == []
 
 
 def test_order_catch_up_quarantines_an_order_without_status_and_applies_the_others(tmp_path, frozen):
