@@ -31,7 +31,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Mapping
 
-from partnerkit.money import MoneyError, cents, to_decimal
+from partnerkit.money import MONEY_LIMIT, MoneyError, cents, to_decimal
 from partnerkit.store import quarantine
 from partnerkit.timeutil import iso, parse_ts
 
@@ -48,9 +48,6 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "balance_after": ("balance_after",),
 }
 DIRECTIONS = {"DEBIT": -1, "CREDIT": 1}
-# Money beyond this is refused: its paise would not fit SQLite's 64-bit INTEGER (and Decimal's
-# 28-digit context would round it), so it could only crash the store or be silently wrong.
-MONEY_LIMIT = Decimal(10) ** 15
 INTEGER_MIN, INTEGER_MAX = -(2 ** 63), 2 ** 63 - 1  # SQLite's INTEGER: order and recharge ids beyond it cannot be stored
 ALIAS_FIELD = {alias: field for field, names in ALIASES.items() for alias in names}
 _JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)

@@ -30,15 +30,15 @@ from decimal import Context, Decimal, DivisionByZero, Inexact, InvalidOperation,
 from json.encoder import encode_basestring_ascii
 from typing import Any, Callable
 
-from partnerkit.money import MoneyError, to_decimal
+from partnerkit.money import MONEY_LIMIT, MoneyError, to_decimal
 from partnerkit.timeutil import iso, parse_ts
 from reconcile.ledger import (ALIAS_FIELD, DIRECTIONS, INTEGER_MAX, INTEGER_MIN, Quarantined, canonical_json,
                              map_transaction, to_row)
 
 NONE = type(None)
 CENT = Decimal("0.01")
-_INT_LIMIT = 10 ** 15  # MONEY_LIMIT in rupees
-_PAISE_LIMIT = 10 ** 17  # MONEY_LIMIT in paise
+_INT_LIMIT = int(MONEY_LIMIT)  # in rupees
+_PAISE_LIMIT = int(MONEY_LIMIT) * 100  # in paise
 # scaleb(2) that refuses to round: a coefficient wider than the precision would otherwise be rounded
 # into a whole number of paise that the plain mapping (which refuses > 2 decimals) never accepts.
 _EXACT = Context(traps=[InvalidOperation, DivisionByZero, Overflow, Inexact, Rounded])
