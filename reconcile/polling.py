@@ -9,8 +9,9 @@ stragglers far from the rest).
 
 A recharge's age counts from `PollItem.since`: the moment partnerkit sent it, on partnerkit's own
 clock, or for a recharge someone else submitted the provider's created_at (all there is). The
-provider's clock is not ours: aged by its created_at, a provider running ten minutes ahead would
-be escalated ten minutes early, and one behind read late.
+provider's clock is not ours: aged by its created_at, the recharges of a provider running ten
+minutes ahead would look ten minutes younger (read slower, escalated ten minutes late), and those
+of one running behind ten minutes older (escalated early).
 """
 
 from __future__ import annotations
