@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 from partnerkit.errors import StorageError
 from partnerkit.money import DecimalEncoder, cents, to_decimal
@@ -68,30 +69,35 @@ def normalise_status(status: str | None) -> tuple[str, str | None]:
 
 def provider_fields(record: Any) -> dict[str, Any]:
     """The document's recharge fields of a client record (read from its `.raw` payload) or a raw dict."""
+    # The source is chosen once, not per field: a sync reads a million records, and `_get`'s Mapping
+    # check on each of 18 fields was a fifth of the worker's upsert (bench/reconcile).
     raw = _get(record, "raw")
     if isinstance(raw, Mapping):
-        record = raw  # the payload as received: omitted optional fields are simply absent
+        get = raw.get  # the payload as received: omitted optional fields are simply absent
     elif isinstance(record, Mapping):
-        raw = dict(record)
-    recharge_id = _get(record, "id")
+        raw, get = dict(record), record.get
+    else:
+        def get(name: str) -> Any:
+            return getattr(record, name, None)
+    recharge_id = get("id")
     return {
         "id": None if recharge_id is None else int(recharge_id),
-        "reference_number": _get(record, "reference_number"),
-        "status": _get(record, "status"),
-        "sub_status": _get(record, "sub_status"),
-        "mobile_number": _get(record, "mobile_number"),
-        "operator_id": _get(record, "operator_id"),
-        "operator": _get(record, "operator"),
-        "face": _money(_get(record, "face"), "face"),
-        "discount": _money(_get(record, "discount"), "discount"),
-        "payable": _money(_get(record, "payable"), "payable"),
-        "currency": _get(record, "currency"),
-        "vendor_recharge_id": _get(record, "vendor_recharge_id"),
-        "operator_txn_id": _get(record, "operator_txn_id"),
-        "failure_reason": _get(record, "failure_reason"),
-        "client_reference": _get(record, "client_reference"),
-        "created_at": _time(_get(record, "created_at"), "created_at"),
-        "updated_at": _time(_get(record, "updated_at"), "updated_at"),
+        "reference_number": get("reference_number"),
+        "status": get("status"),
+        "sub_status": get("sub_status"),
+        "mobile_number": get("mobile_number"),
+        "operator_id": get("operator_id"),
+        "operator": get("operator"),
+        "face": _money(get("face"), "face"),
+        "discount": _money(get("discount"), "discount"),
+        "payable": _money(get("payable"), "payable"),
+        "currency": get("currency"),
+        "vendor_recharge_id": get("vendor_recharge_id"),
+        "operator_txn_id": get("operator_txn_id"),
+        "failure_reason": get("failure_reason"),
+        "client_reference": get("client_reference"),
+        "created_at": _time(get("created_at"), "created_at"),
+        "updated_at": _time(get("updated_at"), "updated_at"),
         "raw": raw,
     }
 
