@@ -67,6 +67,11 @@ def normalise_status(status: str | None) -> tuple[str, str | None]:
     raise StorageError(f"recharge status {status!r} is not one the document describes")
 
 
+# The document's recharge fields stored as the provider sent them (money and times are parsed).
+_AS_SENT = ("reference_number", "status", "sub_status", "mobile_number", "operator_id", "operator", "currency",
+            "vendor_recharge_id", "operator_txn_id", "failure_reason", "client_reference")
+
+
 def provider_fields(record: Any) -> dict[str, Any]:
     """The document's recharge fields of a client record (read from its `.raw` payload) or a raw dict."""
     # The source is chosen once, not per field: a sync reads a million records, and `_get`'s Mapping
@@ -82,22 +87,9 @@ def provider_fields(record: Any) -> dict[str, Any]:
     recharge_id = get("id")
     return {
         "id": None if recharge_id is None else int(recharge_id),
-        "reference_number": get("reference_number"),
-        "status": get("status"),
-        "sub_status": get("sub_status"),
-        "mobile_number": get("mobile_number"),
-        "operator_id": get("operator_id"),
-        "operator": get("operator"),
-        "face": _money(get("face"), "face"),
-        "discount": _money(get("discount"), "discount"),
-        "payable": _money(get("payable"), "payable"),
-        "currency": get("currency"),
-        "vendor_recharge_id": get("vendor_recharge_id"),
-        "operator_txn_id": get("operator_txn_id"),
-        "failure_reason": get("failure_reason"),
-        "client_reference": get("client_reference"),
-        "created_at": _time(get("created_at"), "created_at"),
-        "updated_at": _time(get("updated_at"), "updated_at"),
+        **{name: get(name) for name in _AS_SENT},
+        **{name: _money(get(name), name) for name in ("face", "discount", "payable")},
+        **{name: _time(get(name), name) for name in ("created_at", "updated_at")},
         "raw": raw,
     }
 
