@@ -18,6 +18,22 @@ DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "cu
                  "resolution", "resolution_by", "resolution_note")
 
 
+def _past_day(ctx: click.Context, param: click.Parameter, value: str | None) -> date | None:
+    """Callback: a UTC day (as utc_day) that has begun; a future day has nothing to reconcile yet."""
+    day = utc_day(ctx, param, value)
+    today = utcnow().date()
+    if day is not None and day > today:
+        raise click.BadParameter(f"{day} is in the future (today is {today} UTC)")
+    return day
+
+
+def _in_progress(day: date) -> None:
+    """Say so when the day is today: its report is partial until the nightly run reports it again."""
+    if day == utcnow().date():
+        click.echo(f"note: {day} is not over yet (UTC); the nightly run reports the whole day after it ends",
+                   err=True)
+
+
 def _client(app: AppContext):
     from partnerkit.client import PartnerClient
 
@@ -26,7 +42,7 @@ def _client(app: AppContext):
 
 
 @click.command("reconcile")
-@click.option("--date", "day", required=True, callback=utc_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
 @pass_app
 def reconcile_command(app: AppContext, day: date) -> None:
     """Sync one UTC day from the provider, match it, and write its report."""
@@ -38,10 +54,11 @@ def reconcile_command(app: AppContext, day: date) -> None:
                f"{s['transactions_total']} transactions; {s['matched']} matched, {s['drifted']} drifted, "
                f"{s['unmatched']} unmatched, {len(report['drifts'])} drifts; report in {app.config.report_dir}",
                err=True)
+    _in_progress(day)
 
 
 @click.command("report")
-@click.option("--date", "day", required=True, callback=utc_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
 @click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,
               help="Write to FILE instead of stdout.")
@@ -53,8 +70,10 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
 
     report = current_report(app.db, day)
     if report is None:
-        click.echo(f"no stored report for {day}; matching it from the local store (no sync)", err=True)
-        report = report_day(app.config, app.db, day)
+        click.echo(f"no stored report for {day}; matching it from the local store (no sync; "
+                   f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)
+        report = report_day(app.config, app.db, day, save=False)
+    _in_progress(day)
     text = render(report, fmt_name)
     if output is None:
         click.echo(text, nl=False)

@@ -9,9 +9,11 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
+from freezegun import freeze_time
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.cli import cli
+from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import audit_trail, get_drift
 from reconcile.matcher import match_day
 
@@ -80,3 +82,25 @@ def test_report_command_formats_and_output_file(invoke, drift_ids, tmp_path, fmt
 def test_bad_date_is_refused(invoke):
     result = invoke("report", "--date", "14/03/2025")
     assert result.exit_code == 2 and "YYYY-MM-DD" in result.output
+
+
+@pytest.mark.parametrize("command", ["reconcile", "report"])
+def test_a_future_date_is_refused(invoke, command):
+    """A report of a future day has nothing in it, and stored it stopped the nightly reports until then."""
+    with freeze_time("2025-03-15T10:00:00Z"):
+        result = invoke(command, "--date", "2025-03-16")
+    assert result.exit_code == 2 and "2025-03-16 is in the future (today is 2025-03-15 UTC)" in result.output
+
+
+def test_report_of_today_says_the_day_is_not_over(invoke, drift_ids):
+    with freeze_time("2025-03-14T18:00:00Z"):
+        result = invoke("report", "--date", "2025-03-14", "--format", "csv")
+    assert result.exit_code == 0 and "2025-03-14 is not over yet (UTC)" in result.stderr
+
+
+def test_report_without_a_stored_one_leaves_the_day_to_the_nightly_run(invoke, db, drift_ids, tmp_path):
+    result = invoke("report", "--date", "2025-03-14", "--format", "csv")
+    assert result.exit_code == 0 and "matching it from the local store (no sync" in result.stderr
+    assert report_store.get_report(db, "2025-03-14") is None  # not synced: the night stays due
+    assert (tmp_path / "reports" / "partnerkit-report-2025-03-14.html").exists()
+
