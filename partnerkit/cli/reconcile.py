@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from datetime import date
 from pathlib import Path
 
@@ -99,8 +100,9 @@ def _row(d: drift_store.Drift) -> dict:
 
 
 @drifts_group.command("list")
-@click.option("--kind", type=click.Choice(drift_store.KINDS), help="Only this drift kind.")
-@click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS), help="Only this resolution.")
+@click.option("--kind", type=click.Choice(drift_store.KINDS, case_sensitive=False), help="Only this drift kind.")
+@click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS, case_sensitive=False),
+              help="Only this resolution.")
 @click.option("--date", "day", callback=utc_day,
               help="Only drifts of this report day.")
 @format_option
@@ -112,14 +114,29 @@ def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: 
     emit([_row(d) for d in found], DRIFT_COLUMNS, fmt, empty_message="no drifts match")
 
 
+def _os_user() -> str:
+    """The OS user for --by; a uid without a passwd entry (a container's) is named by its number."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
-    drift = drift_store.set_resolution(app.db, ident, resolution, note=note, by=by or getpass.getuser(),
+    drift = drift_store.set_resolution(app.db, ident, resolution, note=note, by=by or _os_user(),
                                        at=utcnow().replace(microsecond=0))
     click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
 
 
-_note = click.option("--note", required=True, help="Why (kept in the audit trail).")
-_by = click.option("--by", help="Who (default: the OS user).")
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: the audit trail's why and who are never empty (an empty --note records nothing)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty")
+    return None if value is None else value.strip()
+
+
+_note = click.option("--note", required=True, callback=_not_blank, help="Why (kept in the audit trail).")
+_by = click.option("--by", callback=_not_blank, help="Who (default: the OS user).")
 
 
 @drifts_group.command("resolve")

@@ -7,6 +7,8 @@ import io
 import json
 from datetime import timedelta
 
+import getpass
+
 import pytest
 from click.testing import CliRunner
 from freezegun import freeze_time
@@ -104,3 +106,29 @@ def test_report_without_a_stored_one_leaves_the_day_to_the_nightly_run(invoke, d
     assert report_store.get_report(db, "2025-03-14") is None  # not synced: the night stays due
     assert (tmp_path / "reports" / "partnerkit-report-2025-03-14.html").exists()
 
+
+@pytest.mark.parametrize("option, value", [("--note", ""), ("--note", "   "), ("--by", ""), ("--by", "\t")])
+@pytest.mark.parametrize("action", ["resolve", "escalate"])
+def test_an_empty_note_or_name_is_refused_and_nothing_is_recorded(invoke, db, drift_ids, action, option, value):
+    args = {"--note": "credited", "--by": "asha", option: value}
+    result = invoke("drifts", action, drift_ids[0], *[x for pair in args.items() for x in pair])
+    assert result.exit_code == 2 and f"Invalid value for '{option}': must not be empty" in result.output
+    assert get_drift(db, drift_ids[0]).resolution == "pending"
+    assert [a["action"] for a in audit_trail(db, drift_ids[0])] == ["detected"]
+
+
+def test_kind_and_resolution_are_accepted_in_any_case(invoke, drift_ids):
+    found = json.loads(invoke("drifts", "list", "--kind", "ORPHAN_TRANSACTION", "--resolution", "Pending",
+                              "--format", "json").output)
+    assert [d["kind"] for d in found] == ["orphan_transaction"]
+
+
+def test_by_defaults_to_the_uid_when_the_os_user_has_no_name(invoke, db, drift_ids, monkeypatch):
+    """A container's uid without a passwd entry: getpass.getuser() raises KeyError."""
+    def no_name():
+        raise KeyError("getpwuid(): uid not found: 54321")
+
+    monkeypatch.setattr(getpass, "getuser", no_name)
+    result = invoke("drifts", "resolve", drift_ids[0], "--note", "credited")
+    assert result.exit_code == 0, result.output
+    assert get_drift(db, drift_ids[0]).resolution_by.startswith("uid ")
