@@ -118,3 +118,13 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
         report_day(config, db, date.fromisoformat(earlier), now=now)
     return reports
 
+
+def nightly_job(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The worker's nightly-report job: `nightly`, each report summed up for the job's one log line.
+
+    A report carries every drift of its day (100,000 on a bad day): the whole of it in the log line
+    and in `worker --once` would bury the line that says what happened.
+    """
+    return [{"date": r["date"], **r["summary"], "drifts": len(r["drifts"]),
+             "files": [str(Path(config.report_dir) / report_filename(r["date"], f)) for f in ("json", "csv", "html")]}
+            for r in nightly(config, db, client, now=now)]

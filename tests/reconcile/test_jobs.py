@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import list_drifts
-from reconcile.jobs import due_dates, nightly, reconcile_day, report_day, sync_recent
+from reconcile.jobs import due_dates, nightly, nightly_job, reconcile_day, report_day, sync_recent
 
 
 class FakeProvider:
@@ -188,3 +189,13 @@ def test_an_early_report_leaves_the_night_due(config, db, provider, early):
     with freeze_time("2025-03-14T02:00:00Z"):
         assert nightly(config, db, provider) == []  # and reported once
 
+
+def test_the_nightly_job_logs_a_summary_not_the_drift_table(config, db, provider):
+    provider.transactions.pop()  # one missing_debit
+    with freeze_time("2025-03-14T01:00:00Z"):
+        [line] = nightly_job(config, db, provider)
+    assert line["date"] == "2025-03-13" and line["drifts"] == 1 and line["drifts_by_kind"] == {"missing_debit": 1}
+    assert line["spend"] == {"INR": "196.00"} and line["recharges_total"] == 3
+    assert line["files"] == [str(config.report_dir / f"partnerkit-report-2025-03-13.{f}") for f in ("json", "csv", "html")]
+    [drift] = list_drifts(db)
+    assert drift.id not in json.dumps(line)  # a day of 100k drifts would otherwise be one 35 MB log line
