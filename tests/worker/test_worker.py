@@ -134,6 +134,20 @@ def test_a_standby_worker_takes_over_when_the_lease_is_released(wdb):
     assert second.held
 
 
+def test_a_standby_worker_stopped_before_it_gets_the_lease_exits_0(config, wdb):
+    """SIGTERM (systemd's stop) to a worker standing by is a clean stop, not a failure."""
+    WorkerLease(wdb, holder="other-host:1:ns:abcd").acquire(wait=False)
+    stop = threading.Event()
+    codes: list[int] = []
+    standby = threading.Thread(target=lambda: codes.append(run_worker(config, stop=stop, jobs=(POLL,))))
+    standby.start()
+    time.sleep(0.3)
+    stop.set()
+    standby.join(timeout=10)
+    assert codes == [0]
+    assert locks.current(wdb, LEASE_NAME).holder == "other-host:1:ns:abcd"  # never taken, never released
+
+
 def test_the_worker_is_never_started_inside_gunicorn(monkeypatch, config):
     monkeypatch.setitem(sys.modules, "gunicorn", object())
     with pytest.raises(WorkerRefused, match="never started inside gunicorn"):
