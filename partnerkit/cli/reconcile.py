@@ -60,7 +60,8 @@ def reconcile_command(app: AppContext, day: date) -> None:
 
 @click.command("report")
 @click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
-@click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True)
+@click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True,
+              help="json (the whole report), csv (the drift table) or html (one self-contained page).")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,
               help="Write to FILE instead of stdout.")
 @pass_app

@@ -132,3 +132,8 @@ def test_by_defaults_to_the_uid_when_the_os_user_has_no_name(invoke, db, drift_i
     result = invoke("drifts", "resolve", drift_ids[0], "--note", "credited")
     assert result.exit_code == 0, result.output
     assert get_drift(db, drift_ids[0]).resolution_by.startswith("uid ")
+
+
+def test_report_help_says_what_each_format_holds(invoke):
+    text = " ".join(invoke("report", "--help").output.split())
+    assert "csv (the drift table)" in text and "html (one self-contained page)" in text
