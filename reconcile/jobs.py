@@ -55,8 +55,13 @@ def write_report_files(report_dir: Path, report: dict[str, Any]) -> list[Path]:
 
 
 def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
-               result: MatchResult | None = None) -> dict[str, Any]:
-    """Match one day from the store (no network; or take `result`), keep the report in the DB and as files."""
+               result: MatchResult | None = None, save: bool = True) -> dict[str, Any]:
+    """Match one day from the store (no network; or take `result`), keep the report in the DB and as files.
+
+    save=False writes the files but not the stored report, which is what marks the day as reported:
+    a report matched without a sync (`partnerkit report` before the nightly run) must leave the
+    night due, or the day would never be synced and reported by the nightly job.
+    """
     now = (now or utcnow()).replace(microsecond=0)
     result = result or match_day(db, day, now=now)
     report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
@@ -64,7 +69,8 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     # Files first: the stored row is what marks the day as reported, so a directory that refuses the
     # files (read-only, full) must leave the day due for the next nightly run.
     write_report_files(config.report_dir, report)
-    report_store.save_report(db, report)
+    if save:
+        report_store.save_report(db, report)
     return report
 
 
@@ -101,7 +107,7 @@ def due_dates(last_reported: str | None, now: datetime, due_hour: int) -> list[d
 def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
     """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones)."""
     now = (now or utcnow()).replace(microsecond=0)
-    days = due_dates(report_store.last_report_date(db), now, config.due_hour_utc)
+    days = due_dates(report_store.last_complete_report_date(db), now, config.due_hour_utc)
     if not days:
         return []
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
@@ -111,3 +117,14 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     for earlier in drift_store.open_days(db, since=since, before=days[0].isoformat()):
         report_day(config, db, date.fromisoformat(earlier), now=now)
     return reports
+
+
+def nightly_job(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The worker's nightly-report job: `nightly`, each report summed up for the job's one log line.
+
+    A report carries every drift of its day (100,000 on a bad day): the whole of it in the log line
+    and in `worker --once` would bury the line that says what happened.
+    """
+    return [{"date": r["date"], **r["summary"], "drifts": len(r["drifts"]),
+             "files": [str(Path(config.report_dir) / report_filename(r["date"], f)) for f in ("json", "csv", "html")]}
+            for r in nightly(config, db, client, now=now)]

@@ -43,6 +43,11 @@ class RechargeInputError(errors.PartnerKitError, ValueError):
 class DuplicateSubmit(errors.DuplicateRecharge):
     """409 from the duplicate guard, with a message naming --force (the intent row is discarded)."""
 
+    def __str__(self) -> str:
+        # What to do comes last, where the eye ends: not followed by the request line and the trace.
+        trace = f" (trace {self.trace_id})" if self.trace_id else ""
+        return f"HTTP 409 from the provider's duplicate guard{trace}: {self.message}"
+
 
 @dataclass(frozen=True)
 class SubmitRequest:
@@ -93,6 +98,9 @@ def validate_amount(value: Any) -> Decimal:
         amount = to_decimal(value, field="amount")
     except MoneyError as exc:
         raise RechargeInputError(f"amount must be whole rupees, e.g. 199: {exc}") from None
+    if isinstance(value, str) and ("e" in value or "E" in value):
+        # "1e3" is a number, but as a face value it is more likely a slip than a 1000-rupee recharge.
+        raise RechargeInputError(f"amount must be whole rupees written in digits, e.g. 199, got {value!r}")
     if amount <= 0 or amount != amount.to_integral_value():
         raise RechargeInputError(f"amount must be a whole number of rupees greater than zero, got {value}")
     return amount.quantize(Decimal(1))
@@ -173,8 +181,8 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
     except errors.DuplicateRecharge as exc:
         store.discard_refused(db, local_id)
         raise DuplicateSubmit(
-            f"a recharge of {request.amount} to {request.mobile_number} was submitted recently (the provider's "
-            f"duplicate guard); if this second recharge is intended, submit again with --force",
+            f"a recharge of {request.amount} to {request.mobile_number} was submitted recently; "
+            f"if this second recharge is intended, submit again with --force",
             status=409, code=exc.code, trace_id=exc.trace_id, body=exc.body, method=exc.method, path=exc.path) from exc
     except errors.PartnerKitError as exc:
         if not is_ambiguous(exc):

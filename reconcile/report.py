@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from partnerkit.money import CENT, fmt
-from partnerkit.store.drifts import RESOLUTIONS, Drift
+from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
 from partnerkit.timeutil import iso
 
 DRIFT_FIELDS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
@@ -202,7 +202,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     shown = drifts if len(drifts) <= HTML_DRIFT_ROWS else sorted(
         drifts, key=lambda d: _OPEN_FIRST.get(d["resolution"], 3))[:HTML_DRIFT_ROWS]
     return _template().render(
-        r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD)
+        r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD,
+        count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
 
 
 RENDERERS = {"json": render_json, "csv": render_csv, "html": render_html}

@@ -231,7 +231,14 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
     db = open_db(config.db_path)
     lease = WorkerLease(db)
     try:
-        lease.acquire(wait=wait_for_lease, stop=stop)
+        try:
+            lease.acquire(wait=wait_for_lease, stop=stop)
+        except WorkerBusy:
+            if not stop.is_set():
+                raise
+            # SIGTERM to a standby worker is a clean stop (systemd's `stop`), not a failure.
+            log.info("worker stopped while standing by for the lease")
+            return 0
         scheduler = build_scheduler(config, lease=lease, jobs=jobs, client_factory=client_factory)
         scheduler.start()
         log.info("worker started with jobs %s", ", ".join(s.id for s in jobs), extra={"holder": lease.holder})

@@ -46,7 +46,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("fetch-vouchers", "partnerkit.vouchers:run_voucher_fetches", 3, 3, "vouchers"),
     JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up"),
     JobSpec("sync-recent", "reconcile.jobs:sync_recent", 900, 300, "sync"),
-    JobSpec("nightly-report", "reconcile.jobs:nightly", 3600, 3600, "report"),
+    JobSpec("nightly-report", "reconcile.jobs:nightly_job", 3600, 3600, "report"),
 )
 
 

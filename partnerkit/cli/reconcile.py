@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from datetime import date
 from pathlib import Path
 
@@ -18,6 +19,22 @@ DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "cu
                  "resolution", "resolution_by", "resolution_note")
 
 
+def _past_day(ctx: click.Context, param: click.Parameter, value: str | None) -> date | None:
+    """Callback: a UTC day (as utc_day) that has begun; a future day has nothing to reconcile yet."""
+    day = utc_day(ctx, param, value)
+    today = utcnow().date()
+    if day is not None and day > today:
+        raise click.BadParameter(f"{day} is in the future (today is {today} UTC)")
+    return day
+
+
+def _in_progress(day: date) -> None:
+    """Say so when the day is today: its report is partial until the nightly run reports it again."""
+    if day == utcnow().date():
+        click.echo(f"note: {day} is not over yet (UTC); the nightly run reports the whole day after it ends",
+                   err=True)
+
+
 def _client(app: AppContext):
     from partnerkit.client import PartnerClient
 
@@ -26,7 +43,7 @@ def _client(app: AppContext):
 
 
 @click.command("reconcile")
-@click.option("--date", "day", required=True, callback=utc_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
 @pass_app
 def reconcile_command(app: AppContext, day: date) -> None:
     """Sync one UTC day from the provider, match it, and write its report."""
@@ -38,11 +55,13 @@ def reconcile_command(app: AppContext, day: date) -> None:
                f"{s['transactions_total']} transactions; {s['matched']} matched, {s['drifted']} drifted, "
                f"{s['unmatched']} unmatched, {len(report['drifts'])} drifts; report in {app.config.report_dir}",
                err=True)
+    _in_progress(day)
 
 
 @click.command("report")
-@click.option("--date", "day", required=True, callback=utc_day, help="The UTC day, YYYY-MM-DD.")
-@click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True)
+@click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True,
+              help="json (the whole report), csv (the drift table) or html (one self-contained page).")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,
               help="Write to FILE instead of stdout.")
 @pass_app
@@ -53,8 +72,10 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
 
     report = current_report(app.db, day)
     if report is None:
-        click.echo(f"no stored report for {day}; matching it from the local store (no sync)", err=True)
-        report = report_day(app.config, app.db, day)
+        click.echo(f"no stored report for {day}; matching it from the local store (no sync; "
+                   f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)
+        report = report_day(app.config, app.db, day, save=False)
+    _in_progress(day)
     text = render(report, fmt_name)
     if output is None:
         click.echo(text, nl=False)
@@ -80,8 +101,9 @@ def _row(d: drift_store.Drift) -> dict:
 
 
 @drifts_group.command("list")
-@click.option("--kind", type=click.Choice(drift_store.KINDS), help="Only this drift kind.")
-@click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS), help="Only this resolution.")
+@click.option("--kind", type=click.Choice(drift_store.KINDS, case_sensitive=False), help="Only this drift kind.")
+@click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS, case_sensitive=False),
+              help="Only this resolution.")
 @click.option("--date", "day", callback=utc_day,
               help="Only drifts of this report day.")
 @format_option
@@ -93,14 +115,29 @@ def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: 
     emit([_row(d) for d in found], DRIFT_COLUMNS, fmt, empty_message="no drifts match")
 
 
+def _os_user() -> str:
+    """The OS user for --by; a uid without a passwd entry (a container's) is named by its number."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
-    drift = drift_store.set_resolution(app.db, ident, resolution, note=note, by=by or getpass.getuser(),
+    drift = drift_store.set_resolution(app.db, ident, resolution, note=note, by=by or _os_user(),
                                        at=utcnow().replace(microsecond=0))
     click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
 
 
-_note = click.option("--note", required=True, help="Why (kept in the audit trail).")
-_by = click.option("--by", help="Who (default: the OS user).")
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: the audit trail's why and who are never empty (an empty --note records nothing)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty")
+    return None if value is None else value.strip()
+
+
+_note = click.option("--note", required=True, callback=_not_blank, help="Why (kept in the audit trail).")
+_by = click.option("--by", callback=_not_blank, help="Who (default: the OS user).")
 
 
 @drifts_group.command("resolve")

@@ -28,6 +28,16 @@ def last_report_date(db: Database) -> str | None:
     return db.execute("SELECT MAX(date) FROM reports").fetchone()[0]
 
 
+def last_complete_report_date(db: Database) -> str | None:
+    """The latest date whose report was generated after that UTC day ended, or None.
+
+    A report of a day still in progress (`partnerkit reconcile --date TODAY`) or of a future day is
+    not the nightly report: counting it would leave that day, and every day before it, never
+    reported by the nightly job.
+    """
+    return db.execute("SELECT MAX(date) FROM reports WHERE generated_at >= date(date, '+1 day')").fetchone()[0]
+
+
 def report_dates(db: Database) -> list[str]:
     """Every date with a stored report, oldest first."""
     return [r[0] for r in db.execute("SELECT date FROM reports ORDER BY date").fetchall()]

@@ -7,11 +7,15 @@ import io
 import json
 from datetime import timedelta
 
+import getpass
+
 import pytest
 from click.testing import CliRunner
+from freezegun import freeze_time
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.cli import cli
+from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import audit_trail, get_drift
 from reconcile.matcher import match_day
 
@@ -80,3 +84,56 @@ def test_report_command_formats_and_output_file(invoke, drift_ids, tmp_path, fmt
 def test_bad_date_is_refused(invoke):
     result = invoke("report", "--date", "14/03/2025")
     assert result.exit_code == 2 and "YYYY-MM-DD" in result.output
+
+
+@pytest.mark.parametrize("command", ["reconcile", "report"])
+def test_a_future_date_is_refused(invoke, command):
+    """A report of a future day has nothing in it, and stored it stopped the nightly reports until then."""
+    with freeze_time("2025-03-15T10:00:00Z"):
+        result = invoke(command, "--date", "2025-03-16")
+    assert result.exit_code == 2 and "2025-03-16 is in the future (today is 2025-03-15 UTC)" in result.output
+
+
+def test_report_of_today_says_the_day_is_not_over(invoke, drift_ids):
+    with freeze_time("2025-03-14T18:00:00Z"):
+        result = invoke("report", "--date", "2025-03-14", "--format", "csv")
+    assert result.exit_code == 0 and "2025-03-14 is not over yet (UTC)" in result.stderr
+
+
+def test_report_without_a_stored_one_leaves_the_day_to_the_nightly_run(invoke, db, drift_ids, tmp_path):
+    result = invoke("report", "--date", "2025-03-14", "--format", "csv")
+    assert result.exit_code == 0 and "matching it from the local store (no sync" in result.stderr
+    assert report_store.get_report(db, "2025-03-14") is None  # not synced: the night stays due
+    assert (tmp_path / "reports" / "partnerkit-report-2025-03-14.html").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--note", ""), ("--note", "   "), ("--by", ""), ("--by", "\t")])
+@pytest.mark.parametrize("action", ["resolve", "escalate"])
+def test_an_empty_note_or_name_is_refused_and_nothing_is_recorded(invoke, db, drift_ids, action, option, value):
+    args = {"--note": "credited", "--by": "asha", option: value}
+    result = invoke("drifts", action, drift_ids[0], *[x for pair in args.items() for x in pair])
+    assert result.exit_code == 2 and f"Invalid value for '{option}': must not be empty" in result.output
+    assert get_drift(db, drift_ids[0]).resolution == "pending"
+    assert [a["action"] for a in audit_trail(db, drift_ids[0])] == ["detected"]
+
+
+def test_kind_and_resolution_are_accepted_in_any_case(invoke, drift_ids):
+    found = json.loads(invoke("drifts", "list", "--kind", "ORPHAN_TRANSACTION", "--resolution", "Pending",
+                              "--format", "json").output)
+    assert [d["kind"] for d in found] == ["orphan_transaction"]
+
+
+def test_by_defaults_to_the_uid_when_the_os_user_has_no_name(invoke, db, drift_ids, monkeypatch):
+    """A container's uid without a passwd entry: getpass.getuser() raises KeyError."""
+    def no_name():
+        raise KeyError("getpwuid(): uid not found: 54321")
+
+    monkeypatch.setattr(getpass, "getuser", no_name)
+    result = invoke("drifts", "resolve", drift_ids[0], "--note", "credited")
+    assert result.exit_code == 0, result.output
+    assert get_drift(db, drift_ids[0]).resolution_by.startswith("uid ")
+
+
+def test_report_help_says_what_each_format_holds(invoke):
+    text = " ".join(invoke("report", "--help").output.split())
+    assert "csv (the drift table)" in text and "html (one self-contained page)" in text

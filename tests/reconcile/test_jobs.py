@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import list_drifts
-from reconcile.jobs import due_dates, nightly, sync_recent
+from reconcile.jobs import due_dates, nightly, nightly_job, reconcile_day, report_day, sync_recent
 
 
 class FakeProvider:
@@ -166,3 +167,35 @@ def test_late_refund_found_by_a_later_night_resolves_the_earlier_drift(config, d
     [after] = list_drifts(db, kind="missing_refund")
     assert after.id == drift.id and after.resolution == "resolved"
     assert after.resolution_note == "no longer detected on 2025-03-13 run"
+
+
+@pytest.mark.parametrize("early", ["today", "a future day", "yesterday, unsynced, before the due hour"])
+def test_an_early_report_leaves_the_night_due(config, db, provider, early):
+    """Only a report made after its day ended, by a sync, marks the day reported; the nightly run
+    then syncs and reports it whole. (A report of today or of a future day used to stop every
+    nightly report until that date.)"""
+    with freeze_time("2025-03-13T18:00:00Z"):
+        if early == "today":
+            reconcile_day(config, db, provider, date(2025, 3, 13))
+        elif early == "a future day":
+            reconcile_day(config, db, provider, date(2025, 3, 20))
+    if early.startswith("yesterday"):
+        with freeze_time("2025-03-14T00:30:00Z"):  # `partnerkit report` before the nightly run
+            report_day(config, db, date(2025, 3, 13), save=False)
+    with freeze_time("2025-03-14T01:00:00Z"):
+        reports = nightly(config, db, provider)
+    assert [r["date"] for r in reports] == ["2025-03-13"]
+    assert reports[0]["summary"]["recharges_total"] == 3 and reports[0]["generated_at"] == "2025-03-14T01:00:00Z"
+    with freeze_time("2025-03-14T02:00:00Z"):
+        assert nightly(config, db, provider) == []  # and reported once
+
+
+def test_the_nightly_job_logs_a_summary_not_the_drift_table(config, db, provider):
+    provider.transactions.pop()  # one missing_debit
+    with freeze_time("2025-03-14T01:00:00Z"):
+        [line] = nightly_job(config, db, provider)
+    assert line["date"] == "2025-03-13" and line["drifts"] == 1 and line["drifts_by_kind"] == {"missing_debit": 1}
+    assert line["spend"] == {"INR": "196.00"} and line["recharges_total"] == 3
+    assert line["files"] == [str(config.report_dir / f"partnerkit-report-2025-03-13.{f}") for f in ("json", "csv", "html")]
+    [drift] = list_drifts(db)
+    assert drift.id not in json.dumps(line)  # a day of 100k drifts would otherwise be one 35 MB log line

@@ -112,3 +112,14 @@ def test_each_drift_line_is_exactly_json_dumps(report, note):
     drifts = [{**d, "resolution_note": note} for d in report["drifts"]]
     lines = render_json({**report, "drifts": drifts}).split("\n")
     assert [line.strip().rstrip(",") for line in lines if line.startswith('    {"id"')] == [json.dumps(d) for d in drifts]
+
+
+def test_html_shows_voucher_counts_as_counts_and_no_currency_beside_a_dash(db, ledger, config):
+    short = ledger.order(quantity=3, vouchers=2)  # voucher_shortfall: expected 3, actual 2 (counts)
+    ledger.debit_order(short, "500.00")
+    ledger.tx("-12.00", type="RECHARGE", hour=14)  # orphan_transaction: no expected amount
+    page = render_html(report_day(config, db, DAY, now=RUN))
+    cells = re.findall(r'<td class="num">([^<]*)</td>', page)
+    assert "3 vouchers" in cells and "2 vouchers" in cells
+    assert not any(re.fullmatch(r"\d+ INR", c) for c in cells), cells  # a count is never shown as money
+    assert "—" in cells and "— INR" not in cells and "-12.00 INR" in cells

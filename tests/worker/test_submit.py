@@ -53,6 +53,8 @@ def test_http_status_is_read_before_the_body(http_status, body_status, stored):
     ({"amount": "0"}, "greater than zero"),
     ({"amount": "-5"}, "greater than zero"),
     ({"amount": "ten"}, "whole rupees"),
+    ({"amount": "1e3"}, "written in digits"),  # a number, but as a face value a slip, not 1000 rupees
+    ({"amount": "2E2"}, "written in digits"),
     ({"operator_id": 0}, "operator_id must be greater than zero"),
     ({"nickname": "my phone!"}, "nickname"),
     ({"nickname": "a" * 41}, "nickname"),
@@ -114,8 +116,10 @@ def test_an_interrupted_send_leaves_the_intent_unknown_not_lost(config, wdb):
 def test_409_names_the_force_option_and_discards_the_intent(config, wdb, client):
     number = mobile(0)
     submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
-    with pytest.raises(DuplicateSubmit, match="--force"):
+    with pytest.raises(DuplicateSubmit, match="--force") as refused:
         submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+    assert str(refused.value).startswith("HTTP 409 from the provider's duplicate guard")
+    assert str(refused.value).endswith("submit again with --force")  # what to do last, not the trace id
     assert [r["status"] for r in store.list_rows(wdb)] == ["SUCCESS"]
     forced = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199, force=True)
     assert forced.status == "SUCCESS" and store.get(wdb, forced.local_id)["force"] == 1

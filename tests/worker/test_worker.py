@@ -134,6 +134,28 @@ def test_a_standby_worker_takes_over_when_the_lease_is_released(wdb):
     assert second.held
 
 
+def test_a_standby_worker_stopped_before_it_gets_the_lease_exits_0(config, wdb, monkeypatch):
+    """SIGTERM (systemd's stop) to a worker standing by is a clean stop, not a failure."""
+    monkeypatch.delitem(sys.modules, "gunicorn", raising=False)  # the receiver's tests import it
+    WorkerLease(wdb, holder="other-host:1:ns:abcd").acquire(wait=False)
+    stop = threading.Event()
+    codes: list[object] = []
+
+    def standby_worker() -> None:
+        try:
+            codes.append(run_worker(config, stop=stop, jobs=(POLL,)))
+        except Exception as exc:  # noqa: BLE001 - shown by the assertion below
+            codes.append(exc)
+
+    standby = threading.Thread(target=standby_worker)
+    standby.start()
+    time.sleep(0.3)
+    stop.set()
+    standby.join(timeout=10)
+    assert codes == [0]
+    assert locks.current(wdb, LEASE_NAME).holder == "other-host:1:ns:abcd"  # never taken, never released
+
+
 def test_the_worker_is_never_started_inside_gunicorn(monkeypatch, config):
     monkeypatch.setitem(sys.modules, "gunicorn", object())
     with pytest.raises(WorkerRefused, match="never started inside gunicorn"):
