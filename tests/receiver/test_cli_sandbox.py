@@ -1,0 +1,34 @@
+"""The receiver's commands against the sandbox on loopback: what an operator sees, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from partnerkit.cli import cli
+from partnerkit.config import config_as_env
+
+
+@pytest.fixture
+def env(sandbox_config):
+    return config_as_env(sandbox_config)
+
+
+def run(env, *args, code: int = 0):
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return result
+
+
+def test_webhooks_test_prints_the_answer_fields_not_a_python_repr(env):
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    table = run(env, "webhooks", "test", "1").stdout
+    assert "test delivery queued" in table and "DELIVERY_ID" in table
+    assert "{'" not in table and "True" not in table
+    rows = run(env, "webhooks", "test", "1", "--format", "csv").stdout.splitlines()
+    assert rows[0] == "webhook_id,message,delivery_id,event_id"
+    assert rows[1].startswith("1,test delivery queued,")
+    answer = json.loads(run(env, "webhooks", "test", "1", "--format", "json").stdout)
+    assert answer["success"] is True and answer["data"]["message"] == "test delivery queued"
