@@ -92,10 +92,13 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
         raise click.BadParameter(str(exc), param_hint="--denomination") from exc
     # The create body carries money as a JSON number (the document's create table).
     value = int(amount) if amount == amount.to_integral_value() else amount
+    # The key is checked before the order is placed: vouchers delivered at once must be stored,
+    # and a key error after the wallet is debited invites a second, paid, attempt.
+    cipher = load_cipher(app.config)
     created = _client(app).create_order(product_id=product_id, denomination=value, quantity=quantity,
                                         ref=ref, email=email, idempotency_key=idempotency_key)
     now = utcnow()
-    sealed = [seal(load_cipher(app.config), created.id, v) for v in created.vouchers]
+    sealed = [seal(cipher, created.id, v) for v in created.vouchers]
     status = created.status.upper()
     with transaction(app.db) as conn:
         orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,

@@ -32,3 +32,11 @@ def test_webhooks_test_prints_the_answer_fields_not_a_python_repr(env):
     assert rows[1].startswith("1,test delivery queued,")
     answer = json.loads(run(env, "webhooks", "test", "1", "--format", "json").stdout)
     assert answer["success"] is True and answer["data"]["message"] == "test delivery queued"
+
+
+def test_orders_create_checks_the_voucher_key_before_the_wallet_is_debited(env, sandbox_config, sandbox_server):
+    sandbox_config.key_file.parent.mkdir(parents=True, exist_ok=True)
+    sandbox_config.key_file.write_text("damaged\n")  # too short to be a key: restore it from its backup
+    result = run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1", code=2)
+    assert "voucher key file" in result.output
+    assert sandbox_server.sandbox.orders == {}, "no order placed that could not be stored"
