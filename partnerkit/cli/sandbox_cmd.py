@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import click
 
+from partnerkit.cli.serve import check_listen
+
 
 @click.command("sandbox")
 @click.option("--port", type=click.IntRange(0, 65535), default=8090, show_default=True,
@@ -21,6 +23,7 @@ def sandbox_command(port: int, host: str, speed: float) -> None:
     """Run the provider simulator; prints its base URL, API key, secret and any webhook token it issues."""
     import sandbox  # imported here so that the rest of the CLI never loads the simulator
 
+    check_listen(host, port)
     try:
         sandbox.serve(port=port, speed=speed, host=host, allow_http_webhooks=True, echo=click.echo)
     except OSError as exc:
