@@ -48,7 +48,8 @@ def orders_group() -> None:
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:
     """Local orders, newest first, with how many vouchers are stored."""
     rows = [_money(r) for r in orders.list_orders(app.db, status=status, limit=limit)]
-    emit(rows, LIST_COLUMNS, fmt, empty_message="no orders known yet")
+    emit(rows, LIST_COLUMNS, fmt,
+         empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")
 
 
 @orders_group.command("show")
