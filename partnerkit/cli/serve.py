@@ -57,8 +57,9 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
     from receiver.tokens import require_tokens
 
     config = app.config
+    db = app.db  # first: a path that holds no database must not get a voucher key file beside it
     cipher = load_cipher(config)  # creates the voucher key file once, before workers race for it
-    require_tokens(config, app.db, cipher)
+    require_tokens(config, db, cipher)
     host, port = bind.rsplit(":", 1)
     check_listen(host, int(port))
     env = dict(os.environ)
