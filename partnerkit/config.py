@@ -185,7 +185,9 @@ def read_env_file(path: str | os.PathLike) -> dict[str, str]:
     except OSError as exc:
         raise ConfigError(f"--config file {str(file)!r} cannot be read: {exc.strerror}") from None
     for binding in parse_stream(io.StringIO(text)):
-        if binding.error:
+        # python-dotenv reads a bare word (no "=") as a name without a value and drops it: a
+        # pasted secret, or a setting whose "=" was lost, would vanish without a word.
+        if binding.error or (binding.key is not None and binding.value is None):
             # The line itself is not quoted: it may hold a secret typed without its "=".
             line = binding.original.line + binding.original.string.rstrip("\n").count("\n")  # after blank lines
             raise ConfigError(f"--config file {str(file)!r} line {line} is not KEY=VALUE (or a comment)")

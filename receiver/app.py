@@ -20,9 +20,9 @@ def create_app(config: Config | None = None) -> Flask:
     """Build the receiver; refuse (ConfigError) when no webhook token is accepted."""
     config = load_config() if config is None else config
     redactor = configure_logging(config)
-    cipher = load_cipher(config)
     db = open_db(config.db_path)  # migrates; the views use their own per-thread connections
     try:
+        cipher = load_cipher(config)  # after the database opened: no key file beside a wrong path
         tokens = require_tokens(config, db, cipher)
     finally:
         db.conn.close()

@@ -21,7 +21,7 @@ def healthz():
 
 @bp.get("/readyz")
 def readyz():
-    """The database takes a write lock and a write (rolled back): events can be stored."""
+    """The database takes a write lock and commits a write (inbox.probe_write): events can be stored."""
     rx = current_app.extensions["partnerkit_receiver"]
     try:
         inbox.probe_write(rx.db())

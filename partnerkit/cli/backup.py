@@ -12,7 +12,8 @@ from partnerkit.cli.params import output_file
 @click.argument("destination", type=click.Path(dir_okay=False, writable=True), callback=output_file)
 @pass_app
 def backup_command(app: AppContext, destination: str) -> None:
-    """Copy the live database to FILE (mode 0600) with SQLite's online backup API; safe while running.
+    """Copy the live database to DESTINATION, a new file (mode 0600), with SQLite's online backup API;
+    safe while running.
 
     Back up the voucher key file (PARTNERKIT_DB + '.voucher.key') once as well, unless
     PARTNERKIT_VOUCHER_KEY is set: without the key, stored voucher codes cannot be read.

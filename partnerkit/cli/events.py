@@ -33,7 +33,9 @@ def list_command(app: AppContext, state: str | None, order_id: int | None, limit
         row["duplicates"] = row.pop("duplicate_count")
         if row["state"] == "quarantined":
             row["job_reason"] = row["reason"]
-    emit(rows, COLUMNS, fmt, empty_message="no events received yet")
+    filters = [f"state {state}"] * bool(state) + [f"order {order_id}"] * (order_id is not None)
+    emit(rows, COLUMNS, fmt, empty_message=f"no events with {' and '.join(filters)}" if filters
+         else "no events received yet")
 
 
 @events_group.command("prune")

@@ -48,7 +48,8 @@ def orders_group() -> None:
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:
     """Local orders, newest first, with how many vouchers are stored."""
     rows = [_money(r) for r in orders.list_orders(app.db, status=status, limit=limit)]
-    emit(rows, LIST_COLUMNS, fmt, empty_message="no orders known yet")
+    emit(rows, LIST_COLUMNS, fmt,
+         empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")
 
 
 @orders_group.command("show")
@@ -92,10 +93,13 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
         raise click.BadParameter(str(exc), param_hint="--denomination") from exc
     # The create body carries money as a JSON number (the document's create table).
     value = int(amount) if amount == amount.to_integral_value() else amount
+    # The key is checked before the order is placed: vouchers delivered at once must be stored,
+    # and a key error after the wallet is debited invites a second, paid, attempt.
+    cipher = load_cipher(app.config)
     created = _client(app).create_order(product_id=product_id, denomination=value, quantity=quantity,
                                         ref=ref, email=email, idempotency_key=idempotency_key)
     now = utcnow()
-    sealed = [seal(load_cipher(app.config), created.id, v) for v in created.vouchers]
+    sealed = [seal(cipher, created.id, v) for v in created.vouchers]
     status = created.status.upper()
     with transaction(app.db) as conn:
         orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 
 import click
@@ -30,6 +31,23 @@ def workers_option(func):
                         help="gunicorn worker processes.")(func)
 
 
+def check_listen(host: str, port: int) -> None:
+    """Bind HOST:PORT once and let go: a port in use or an unknown host is one line, exit 1, at once.
+
+    Left to gunicorn, either is five "connection failed" lines over five seconds of retries; the
+    sandbox's server prints two lines of its own. The address is free again the moment this returns
+    (SO_REUSEADDR, as gunicorn binds it), so only a process starting in between can still take it.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:  # socket.gaierror included
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str], dict[str, str]]:
     """Validate everything the receiver needs, then return the gunicorn master's argv and environment.
 
@@ -39,8 +57,11 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
     from receiver.tokens import require_tokens
 
     config = app.config
+    db = app.db  # first: a path that holds no database must not get a voucher key file beside it
     cipher = load_cipher(config)  # creates the voucher key file once, before workers race for it
-    require_tokens(config, app.db, cipher)
+    require_tokens(config, db, cipher)
+    host, port = bind.rsplit(":", 1)
+    check_listen(host, int(port))
     env = dict(os.environ)
     if app.config_file:
         env["PARTNERKIT_CONFIG"] = os.path.abspath(app.config_file)

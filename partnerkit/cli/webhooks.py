@@ -10,6 +10,7 @@ from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
 from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
+from partnerkit.money import dumps
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import utcnow
 
@@ -29,6 +30,18 @@ def _plain(value: Any) -> Any:
     """A client record field for output (the client's MISSING sentinel becomes empty)."""
     return value if isinstance(value, (str, int, float, bool, list, tuple, dict)) or value is None else (
         value.isoformat() if hasattr(value, "isoformat") else None)
+
+
+def _answer_row(webhook_id: int, answer: Any) -> dict:
+    """One table row for an answer whose shape the document does not show: the fields of its `data`
+    (else of the body), nested values as JSON, instead of a Python repr of the whole body."""
+    data = answer.get("data") if isinstance(answer, dict) else None
+    fields = data if isinstance(data, dict) else answer if isinstance(answer, dict) else {"response": answer}
+    row: dict[str, Any] = {"webhook_id": webhook_id}
+    for key, value in fields.items():
+        if key != "success":
+            row[str(key)] = dumps(value) if isinstance(value, (dict, list)) else _plain(value)
+    return row
 
 
 @click.group("webhooks")
@@ -82,7 +95,8 @@ def list_command(app: AppContext, fmt: str) -> None:
 def test_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     """Ask the provider to send a test delivery (`events list` shows it with state test)."""
     result = _client(app).test_webhook(webhook_id)
-    emit([{"webhook_id": webhook_id, "response": result}], ["webhook_id", "response"], fmt, json_value=result)
+    row = _answer_row(webhook_id, result)
+    emit([row], list(row), fmt, json_value=result)
 
 
 @webhooks_group.command("deliveries")

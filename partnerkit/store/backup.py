@@ -24,7 +24,10 @@ def backup(db: Database, destination: str | os.PathLike, *, pages_per_step: int 
     try:
         partial.unlink(missing_ok=True)
         _create_private(partial)
-        with sqlite3.connect(partial) as out:
+        # Closed before the rename, not merely committed (`with sqlite3.connect()` does not close):
+        # the copy is in WAL mode like the live file, and only the last close removes its
+        # -wal and -shm files, which would otherwise stay behind under the .partial name.
+        with contextlib.closing(sqlite3.connect(partial)) as out:
             db.conn.backup(out, pages=pages_per_step)
             result = out.execute("PRAGMA integrity_check").fetchone()[0]
         if result != "ok":

@@ -61,6 +61,15 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
             time.sleep(0.02)
 
 
+def _open_failure(file: Path, exc: Exception) -> str:
+    """Why the file could not be opened, in words where SQLite and mkdir are cryptic about it."""
+    if file.is_dir():
+        return "it is a directory, not a database file"  # SQLite: "unable to open database file"
+    if isinstance(exc, FileExistsError) and exc.filename and os.path.isfile(exc.filename):
+        return f"{exc.filename} is a file where a directory is needed"  # mkdir: "[Errno 17] File exists"
+    return str(exc)
+
+
 def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
             short_lock_waits: bool = False) -> Database:
     """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated.
@@ -79,7 +88,7 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
     except (OSError, sqlite3.Error) as exc:
-        raise StorageError(f"cannot open database {str(file)!r}: {exc}") from exc
+        raise StorageError(f"cannot open database {str(file)!r}: {_open_failure(file, exc)}") from exc
     db = sqlite_utils.Database(conn)
     if short_lock_waits:
         try:

@@ -37,3 +37,14 @@ def test_missing_config_file_exit_2(tmp_path):
     result = run("--config", str(tmp_path / "missing.env"), "config")
     assert result.exit_code == 2
     assert "does not exist" in result.output
+
+
+def test_sandbox_speed_0_freezes_the_clock_as_docs_sandbox_md_says():
+    process = subprocess.Popen([sys.executable, "-m", "partnerkit", "sandbox", "--port", "0", "--speed", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert first.startswith("sandbox listening on http://127.0.0.1:") and "speed x0)" in first, process.stderr.read()

@@ -110,6 +110,8 @@ def test_a_short_token_is_not_quoted_in_the_error():
 @pytest.mark.parametrize("content, message", [
     (b"\xff\xfe\x00P", "is not UTF-8 text"),
     (b"PARTNERKIT_TOLERANCE_S=30\n\nPARTNERKIT_API_SECRET hunter2-no-equals\n", "line 3 is not KEY=VALUE"),
+    (b"# pasted without its name\nhunter2-bare-secret\n", "line 2 is not KEY=VALUE"),
+    (b"PARTNERKIT_TOLERANCE_S=30\nPARTNERKIT_API_SECRET\n", "line 2 is not KEY=VALUE"),
 ])
 def test_an_unreadable_config_file_is_named_without_its_content(tmp_path, content, message):
     file = tmp_path / "bad.env"

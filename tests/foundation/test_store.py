@@ -63,8 +63,13 @@ def test_transaction_rolls_back_and_converts_sqlite_errors(tmp_path):
 def test_unwritable_location_is_a_storage_error(tmp_path):
     blocked = tmp_path / "blocked"
     blocked.write_text("a file, not a directory")
-    with pytest.raises(StorageError, match="cannot open database"):
+    with pytest.raises(StorageError, match="cannot open database .*: .*blocked is a file where a directory is needed"):
         open_db(blocked / "x.db")
+
+
+def test_a_directory_as_database_is_named_as_such(tmp_path):
+    with pytest.raises(StorageError, match="cannot open database .*: it is a directory, not a database file"):
+        open_db(tmp_path)
 
 
 @contextlib.contextmanager

@@ -70,3 +70,15 @@ def test_backup_onto_a_full_disk_fails_in_one_line_and_leaves_nothing(db, tmp_pa
         again.conn.close()
     assert checked == "ok"
     assert left == ["filler.bin"], "no partial copy is left behind"
+
+
+def test_backup_leaves_only_the_backup_file(db, tmp_path):
+    out = tmp_path / "out"
+    backup(db, out / "copy.db")
+    assert sorted(p.name for p in out.iterdir()) == ["copy.db"], "no -wal or -shm of the partial copy is left"
+
+
+def test_backup_help_names_its_argument():
+    help_text = CliRunner().invoke(cli, ["backup", "--help"]).output
+    assert "backup [OPTIONS] DESTINATION" in help_text
+    assert "Copy the live database to DESTINATION, a new file" in help_text

@@ -98,3 +98,12 @@ def test_webhooks_deliveries_stats_retry(env, httpserver):
     rows = json.loads(run(env, "webhooks", "deliveries", "--status", "failed", "--format", "json").stdout)
     assert rows[0]["id"] == 5 and rows[0]["response_status"] == 503
     assert "re-queued" in run(env, "webhooks", "retry", "5").stdout
+
+
+def test_an_empty_filtered_listing_says_what_matched_nothing(client, env):
+    post(client, envelope("evt_a", order_id=101))
+    orders = run(env, "orders", "list", "--status", "failed")
+    assert orders.stdout == "" and orders.stderr.strip() == "no orders in status FAILED"
+    events = run(env, "events", "list", "--state", "quarantined", "--order-id", "101")
+    assert events.stdout == "" and events.stderr.strip() == "no events with state quarantined and order 101"
+    assert run(env, "events", "list", "--order-id", "7").stderr.strip() == "no events with order 7"

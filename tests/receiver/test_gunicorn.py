@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gc
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import requests
 
 from partnerkit.store import open_db
@@ -71,6 +74,32 @@ def test_serve_refuses_to_start_without_a_token(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("Error: no webhook token is accepted")
     assert "Traceback" not in result.stderr
+
+
+def test_serve_on_a_file_that_is_no_database_leaves_no_key_file_beside_it(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("PARTNERKIT_DB pointed here by mistake\n" * 200)
+    env = {k: v for k, v in env_for(tmp_path, PARTNERKIT_DB=str(notes)).items() if k != "PARTNERKIT_VOUCHER_KEY"}
+    result = subprocess.run([PARTNERKIT, "serve", "--bind", "127.0.0.1:1"], env=env, capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].endswith("file is not a database")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"], "no voucher key generated for it"
+
+
+@pytest.mark.parametrize("command", [["serve", "--bind"], ["sandbox", "--port"]])
+def test_a_port_in_use_is_one_line_at_once(tmp_path, command):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        result = subprocess.run([PARTNERKIT, *command, f"127.0.0.1:{port}" if command[0] == "serve" else str(port)],
+                                env=env_for(tmp_path), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert "[ERROR]" not in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - started < 5, "no gunicorn retries"
 
 
 def test_each_worker_freezes_what_it_loaded_so_full_collections_skip_it():
