@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
+from partnerkit.store.vouchers import keyed_values
 
 log = logging.getLogger(__name__)
 VERSION = b"v1"
@@ -97,12 +98,22 @@ def _read_key_file(path: Path) -> bytes:
     return text.encode()
 
 
-def _read_or_create_key_file(path: Path) -> bytes:
-    """Read the key file, or create it atomically with mode 0600 (safe when processes race)."""
+def _read_or_create_key_file(path: Path, db_path: Path) -> bytes:
+    """Read the key file, or create it atomically with mode 0600 (safe when processes race).
+
+    Never beside a database that already holds values sealed with a key (a restore that missed the
+    key file): a new key would leave them unreadable and seal new values under it, so putting the
+    old key back later would break those instead.
+    """
     try:
         return _read_key_file(path)
     except FileNotFoundError:
         pass
+    keyed = keyed_values(Path(db_path))
+    if keyed:
+        raise ConfigError(f"the voucher key file {str(path)!r} is missing, but {str(db_path)!r} holds {keyed} stored "
+                          "voucher(s) or webhook token(s) sealed with it: restore the key file from its backup "
+                          "(or set PARTNERKIT_VOUCHER_KEY to that key); a new key would make them unreadable")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new directory: private to the owner
     temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -124,7 +135,7 @@ def load_cipher(config: Config) -> Cipher:
     if config.voucher_key:
         return Cipher(_secret_from_text(config.voucher_key))
     try:
-        text = _read_or_create_key_file(config.key_file).decode()
+        text = _read_or_create_key_file(config.key_file, config.db_path).decode()
     except OSError as exc:
         raise ConfigError(f"PARTNERKIT_VOUCHER_KEY is not set and the key file {str(config.key_file)!r} "
                           f"cannot be read or created: {exc.strerror}") from exc

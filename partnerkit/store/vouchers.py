@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from sqlite_utils import Database
 
@@ -54,3 +55,24 @@ def for_order(db: Database, order_id: int) -> list[dict]:
 def total(db: Database) -> int:
     """How many vouchers are stored in all."""
     return db.execute("SELECT COUNT(*) FROM vouchers").fetchone()[0]
+
+
+def keyed_values(path: Path) -> int:
+    """How many rows of the database file at `path` depend on the voucher key: stored vouchers (codes
+    sealed, fingerprints keyed) and saved webhook tokens; 0 when the file is not a partnerkit database.
+
+    Read-only (never creates or migrates the file): `partnerkit.crypto` asks it before generating a
+    key, because a new key beside such rows would leave them unreadable.
+    """
+    if not path.is_file():
+        return 0
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return 0
+    try:
+        return sum(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in ("vouchers", "webhook_tokens"))
+    except sqlite3.Error:  # no such table yet, or not a database at all (its own open reports that)
+        return 0
+    finally:
+        conn.close()

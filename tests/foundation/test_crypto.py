@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import datetime, timezone
 
 import pytest
 
 from partnerkit.config import Config, ConfigError
 from partnerkit.crypto import DecryptionError, load_cipher
+from partnerkit.store import open_db, transaction, vouchers, webhook_tokens
+from partnerkit.store.vouchers import SealedVoucher
 
 
 @pytest.fixture
@@ -56,3 +59,32 @@ def test_a_key_file_readable_by_others_is_warned_about(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
         load_cipher(config)
     assert "can be read by other users" in caplog.text
+
+
+@pytest.mark.parametrize("sealed", ["voucher", "webhook token"])
+def test_no_new_key_beside_a_database_that_holds_values_sealed_with_the_old_one(tmp_path, sealed):
+    """A restore that missed the key file: generating a key would leave the stored values unreadable
+    (and seal new ones under it, so putting the old key back later would break those instead)."""
+    config = Config(db_path=tmp_path / "pk.db")
+    cipher = load_cipher(config)
+    db = open_db(config.db_path)
+    now = datetime(2025, 3, 14, tzinfo=timezone.utc)
+    if sealed == "voucher":
+        with transaction(db) as conn:
+            vouchers.add(conn, 5001, [SealedVoucher(cipher.fingerprint("CODE-1"), cipher.encrypt("CODE-1"), None,
+                                                    None, None, None)], now=now)
+    else:
+        webhook_tokens.save(db, "7", cipher.encrypt("token"), now=now)
+    config.key_file.unlink()
+    with pytest.raises(ConfigError, match=r"voucher key file .* is missing, but .* holds 1 stored voucher\(s\) or "
+                                          r"webhook token\(s\) sealed with it: restore the key file"):
+        load_cipher(config)
+    assert not config.key_file.exists()
+    assert load_cipher(Config(db_path=config.db_path, voucher_key="given-in-the-environment-instead")) is not None
+
+
+def test_a_key_is_still_generated_beside_a_database_with_nothing_sealed(tmp_path):
+    config = Config(db_path=tmp_path / "pk.db")
+    open_db(config.db_path)
+    load_cipher(config)
+    assert config.key_file.exists()
