@@ -1,6 +1,8 @@
 """Process facts shared by the worker's lease, `partnerkit run` and the demo.
 
-`alive(pid)`: whether a pid exists and is not a zombie. `die_with_parent`: a child process that dies
+`alive(pid)`: whether a pid exists and is not a zombie; `holder_is_gone(holder)`: whether the
+process behind a worker-lease holder id of this host has died (the worker's takeover and
+`partnerkit status` both ask). `die_with_parent`: a child process that dies
 with its parent, however the parent dies (Linux's parent-death signal). `partnerkit run` starts the gunicorn master with it, and each gunicorn worker arms it against its
 master: without it, a SIGKILLed parent (the OOM killer, `kill -9`) leaves its children serving on
 and holding the port, so the restarted receiver cannot bind it.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Callable
@@ -57,3 +60,26 @@ def alive(pid: int) -> bool:
             return True
         return True
     return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace id ("4026531836"), or "" where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    except OSError:
+        return ""
+
+
+def holder_is_gone(holder: str) -> bool:
+    """True only for a holder of this host and pid namespace whose process no longer exists.
+
+    Anything else (another host, another container, an id in an older format, a pid now reused by
+    some other process) counts as alive: the lease is then left to expire, never taken early.
+    """
+    parts = holder.split(":")
+    namespace = _pid_namespace()
+    if len(parts) != 4 or not namespace or parts[0] != socket.gethostname() or parts[2] != namespace:
+        return False
+    if not parts[1].isdigit() or int(parts[1]) == os.getpid():
+        return False
+    return not alive(int(parts[1]))

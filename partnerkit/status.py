@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from partnerkit.config import Config
+from partnerkit.processes import holder_is_gone
 from partnerkit.store import Database, drifts, inbox, jobs, locks, recharges, reports
 from partnerkit.store.budget import Budget
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -53,12 +54,13 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_used_this_hour": budget.get("general", {}).get("used"),
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
-        "last_report_date": reports.last_report_date(db),
+        "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "open_drifts": len(open_drifts),
         "escalated_drifts": len(escalated),
-        # The worker renews its lease every few seconds: a lease past its expiry was left by a worker
-        # that died (a clean stop deletes it); no lease at all means no worker has run since.
-        "worker_running": lease is not None and lease.expires_at > now,
+        # The worker renews its lease every few seconds: a lease past its expiry, or held by a process
+        # of this host that is gone (kill -9), was left by a worker that died (a clean stop deletes
+        # it); no lease at all means no worker has run since.
+        "worker_running": lease is not None and lease.expires_at > now and not holder_is_gone(lease.holder),
         "worker_lease_holder": lease.holder if lease is not None else None,
         "worker_lease_expires_at": lease.expires_at if lease is not None else None,
     }
@@ -79,8 +81,10 @@ def attention(status: dict[str, Any]) -> list[str]:
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     if not status["worker_running"] and status["worker_lease_holder"] is not None:
-        lines.append(f"the worker {status['worker_lease_holder']} stopped without releasing its lease (expired "
-                     f"{iso(status['worker_lease_expires_at'])}): it crashed or was killed; start `partnerkit worker`")
+        expiry = status["worker_lease_expires_at"]
+        verb = "expired" if expiry <= status["checked_at"] else "expires"  # gone before its lease ran out
+        lines.append(f"the worker {status['worker_lease_holder']} stopped without releasing its lease ({verb} "
+                     f"{iso(expiry)}): it crashed or was killed; start `partnerkit worker`")
     elif not status["worker_running"] and (status["voucher_fetch_backlog"] or status["recharges_processing"]):
         lines.append("no worker is running, yet voucher fetches or PROCESSING recharges are waiting: "
                      "start `partnerkit worker`")

@@ -28,7 +28,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from partnerkit.config import Config
 from partnerkit.errors import PartnerKitError, StorageError
-from partnerkit.processes import alive
+from partnerkit.processes import _pid_namespace, holder_is_gone  # noqa: F401 - both part of this module's API
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.timeutil import iso, utcnow
@@ -50,14 +50,6 @@ class WorkerRefused(PartnerKitError):
     """The worker must not start here (inside gunicorn)."""
 
 
-def _pid_namespace() -> str:
-    """This process's pid namespace id ("4026531836"), or "" where /proc does not say."""
-    try:
-        return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
-    except OSError:
-        return ""
-
-
 def new_holder() -> str:
     """A lease holder id: host:pid:pid-namespace:random (the namespace tells containers apart)."""
     return f"{socket.gethostname()}:{os.getpid()}:{_pid_namespace()}:{uuid.uuid4().hex[:8]}"
@@ -66,21 +58,6 @@ def new_holder() -> str:
 def process_prefix() -> str:
     """The "host:pid:" prefix this process puts on its lease and job-lease owner ids."""
     return f"{socket.gethostname()}:{os.getpid()}:"
-
-
-def holder_is_gone(holder: str) -> bool:
-    """True only for a holder of this host and pid namespace whose process no longer exists.
-
-    Anything else (another host, another container, an id in an older format, a pid now reused by
-    some other process) counts as alive: the lease is then left to expire, never taken early.
-    """
-    parts = holder.split(":")
-    namespace = _pid_namespace()
-    if len(parts) != 4 or not namespace or parts[0] != socket.gethostname() or parts[2] != namespace:
-        return False
-    if not parts[1].isdigit() or int(parts[1]) == os.getpid():
-        return False
-    return not alive(int(parts[1]))
 
 
 def refuse_inside_gunicorn() -> None:

@@ -23,11 +23,6 @@ def get_report(db: Database, day: str) -> dict[str, Any] | None:
     return json.loads(row[0]) if row else None
 
 
-def last_report_date(db: Database) -> str | None:
-    """The latest date that has a report, or None before the first."""
-    return db.execute("SELECT MAX(date) FROM reports").fetchone()[0]
-
-
 def last_complete_report_date(db: Database) -> str | None:
     """The latest date whose report was generated after that UTC day ended, or None.
 

@@ -85,3 +85,36 @@ def test_status_says_when_work_waits_and_no_worker_runs(sandbox_config, db):
     status = collect(sandbox_config, db)
     assert status["voucher_fetch_backlog"] == 1 and status["worker_running"] is False
     assert any("no worker is running" in line for line in status["attention"])
+
+
+def test_status_knows_at_once_when_the_worker_of_this_host_was_killed(sandbox_config, db):
+    """kill -9: the lease stays until it expires (30 s), but its process of this host is gone now."""
+    import subprocess
+    import sys
+
+    from reconcile.scheduler import WorkerLease, new_holder
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = new_holder().split(":")
+        holder[1] = str(child.pid)
+        WorkerLease(db, holder=":".join(holder), ttl_s=30).acquire(wait=False)
+        assert collect(sandbox_config, db)["worker_running"] is True
+        child.kill()
+        child.wait()
+        status = collect(sandbox_config, db)
+    finally:
+        child.kill()
+        child.wait()
+    assert status["worker_running"] is False
+    assert any(f"{':'.join(holder)} stopped without releasing its lease (expires " in line
+               for line in status["attention"])
+
+
+def test_last_report_date_is_the_last_complete_one(sandbox_config, db):
+    """A report of a day still running (`reconcile --date TODAY`) is partial: not the last report."""
+    from partnerkit.store import reports
+
+    reports.save_report(db, {"date": "2026-11-20", "generated_at": "2026-11-21T01:00:00Z", "summary": {}, "drifts": []})
+    reports.save_report(db, {"date": "2026-11-21", "generated_at": "2026-11-21T09:00:00Z", "summary": {}, "drifts": []})
+    assert collect(sandbox_config, db)["last_report_date"] == "2026-11-20"
