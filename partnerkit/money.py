@@ -34,11 +34,13 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text, parse_float=Decimal)
 
 
-def to_decimal(value: Any, *, field: str = "amount", strict: bool = False) -> Decimal:
+def to_decimal(value: Any, *, field: str = "amount", strict: bool = False, typed: bool = False) -> Decimal:
     """Convert a wire amount (int, Decimal, numeric string) to Decimal.
 
     With strict=True an amount with more than 2 decimal places is refused rather than rounded:
     the document promises 2 decimals, and silently rounding money hides a provider fault.
+    With typed=True the string is one a person typed (a CLI option, the submit API): written in
+    digits, never with an exponent ("1e3" is a number, but as money more likely a slip than 1000).
     Anything else that is not an amount (NaN, infinities, |amount| >= MONEY_LIMIT, a string
     that is not a plain ASCII number) raises MoneyError, never another exception.
     """
@@ -55,6 +57,8 @@ def to_decimal(value: Any, *, field: str = "amount", strict: bool = False) -> De
         text = value.strip()
         if len(text) > 64 or not _NUMBER.fullmatch(text):
             raise MoneyError(f"{field}: {value[:40]!r} is not an amount")
+        if typed and ("e" in text or "E" in text):
+            raise MoneyError(f"{field}: {value[:40]!r} is written with an exponent; amounts are written in digits")
         try:
             amount = Decimal(text)
         except InvalidOperation:  # pragma: no cover - the pattern admits only what Decimal reads

@@ -95,12 +95,9 @@ def validate_mobile(value: Any) -> str:
 def validate_amount(value: Any) -> Decimal:
     """Face value in whole rupees greater than zero (a fraction is refused, never rounded)."""
     try:
-        amount = to_decimal(value, field="amount")
+        amount = to_decimal(value, field="amount", typed=True)
     except MoneyError as exc:
         raise RechargeInputError(f"amount must be whole rupees, e.g. 199: {exc}") from None
-    if isinstance(value, str) and ("e" in value or "E" in value):
-        # "1e3" is a number, but as a face value it is more likely a slip than a 1000-rupee recharge.
-        raise RechargeInputError(f"amount must be whole rupees written in digits, e.g. 199, got {value!r}")
     if amount <= 0 or amount != amount.to_integral_value():
         raise RechargeInputError(f"amount must be a whole number of rupees greater than zero, got {value}")
     return amount.quantize(Decimal(1))

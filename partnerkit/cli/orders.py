@@ -88,7 +88,7 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
                    email: str | None, idempotency_key: str | None, fmt: str) -> None:
     """Place a voucher order (wallet debited); vouchers delivered at once are stored encrypted."""
     try:
-        amount = to_decimal(denomination, field="--denomination", strict=True)
+        amount = to_decimal(denomination, field="--denomination", strict=True, typed=True)
     except MoneyError as exc:
         raise click.BadParameter(str(exc), param_hint="--denomination") from exc
     # The create body carries money as a JSON number (the document's create table).

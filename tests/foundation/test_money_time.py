@@ -75,3 +75,11 @@ def test_bad_timestamps_and_days():
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
         parse_day("21/11/2026")
     assert iso(datetime(2026, 1, 1, tzinfo=timezone.utc)) == "2026-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("text", ["1e3", "2E2", " 1.5e2 ", "-1e1"])
+def test_an_amount_a_person_typed_is_never_read_with_an_exponent(text):
+    assert to_decimal(text) == Decimal(text.strip())  # on the wire the document's JSON numbers may have one
+    with pytest.raises(MoneyError, match="written with an exponent; amounts are written in digits"):
+        to_decimal(text, typed=True)
+    assert to_decimal("199.00", typed=True) == Decimal("199.00")

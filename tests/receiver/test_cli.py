@@ -107,3 +107,10 @@ def test_an_empty_filtered_listing_says_what_matched_nothing(client, env):
     events = run(env, "events", "list", "--state", "quarantined", "--order-id", "101")
     assert events.stdout == "" and events.stderr.strip() == "no events with state quarantined and order 101"
     assert run(env, "events", "list", "--order-id", "7").stderr.strip() == "no events with order 7"
+
+
+def test_orders_create_refuses_a_denomination_with_an_exponent_before_ordering(env):
+    """`--denomination 1e3` would order 1000-rupee vouchers from a slip; nothing reaches the provider."""
+    result = CliRunner().invoke(cli, ["orders", "create", "--product-id", "6", "--denomination", "1e3",
+                                      "--quantity", "1"], env=env)
+    assert result.exit_code == 2 and "written with an exponent" in result.output  # a usage error, no request
