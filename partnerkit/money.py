@@ -57,8 +57,6 @@ def to_decimal(value: Any, *, field: str = "amount", strict: bool = False, typed
         text = value.strip()
         if len(text) > 64 or not _NUMBER.fullmatch(text):
             raise MoneyError(f"{field}: {value[:40]!r} is not an amount")
-        if typed and ("e" in text or "E" in text):
-            raise MoneyError(f"{field}: {value[:40]!r} is written with an exponent; amounts are written in digits")
         try:
             amount = Decimal(text)
         except InvalidOperation:  # pragma: no cover - the pattern admits only what Decimal reads
@@ -69,6 +67,8 @@ def to_decimal(value: Any, *, field: str = "amount", strict: bool = False, typed
         raise MoneyError(f"{field}: {value!r} is not a finite amount")
     if amount.copy_abs() >= MONEY_LIMIT:  # copy_abs, not abs(): abs() rounds, and 1E+999999999 overflows
         raise MoneyError(f"{field}: {str(value)[:40]!r} is out of range")
+    if typed and isinstance(value, str) and ("e" in value or "E" in value):  # after the range: 1e999999 is that
+        raise MoneyError(f"{field}: {value[:40]!r} is written with an exponent; amounts are written in digits")
     if strict and amount != amount.quantize(CENT, rounding=ROUND_HALF_UP):
         raise MoneyError(f"{field}: {value!r} has more than 2 decimal places")
     return amount
