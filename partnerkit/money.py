@@ -13,6 +13,8 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
+import msgspec
+
 from partnerkit.timeutil import iso
 
 CENT = Decimal("0.01")
@@ -29,9 +31,23 @@ class MoneyError(ValueError):
     """A value that should be an amount is not one (or has more than 2 decimals when strict)."""
 
 
+# msgspec's decoder builds the same dicts, lists, ints, strings and Decimals as the standard library's
+# json.loads(parse_float=Decimal), in half the time (a day's transaction list is a million records).
+_DECODER = msgspec.json.Decoder(float_hook=Decimal)
+
+
 def loads(text: str | bytes) -> Any:
-    """json.loads with every non-integer number as Decimal (never float)."""
-    return json.loads(text, parse_float=Decimal)
+    """json.loads with every non-integer number as Decimal (never float).
+
+    Whatever msgspec refuses goes through json.loads itself, which is more lenient than strict JSON
+    (NaN and Infinity tokens, a UTF-8 byte-order mark, UTF-16 or UTF-32 bytes, lone surrogate escapes)
+    and raises the ValueError callers expect: an unusual body reads exactly as it always did, and a
+    NaN amount stays one record's problem (refused by `to_decimal`) instead of failing its whole page.
+    """
+    try:
+        return _DECODER.decode(text)
+    except (msgspec.DecodeError, UnicodeEncodeError):  # the latter: a str holding a lone surrogate
+        return json.loads(text, parse_float=Decimal)
 
 
 def to_decimal(value: Any, *, field: str = "amount", strict: bool = False, typed: bool = False) -> Decimal:

@@ -1,9 +1,13 @@
 """Money is Decimal from the wire; time is aware UTC."""
 
+import json
+import math
 from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partnerkit.money import MoneyError, cents, dumps, fmt, from_cents, loads, to_decimal
 from partnerkit.timeutil import iso, parse_day, parse_ts
@@ -14,6 +18,75 @@ def test_loads_never_makes_a_float():
     assert data["payable"] == Decimal("99.10") and isinstance(data["payable"], Decimal)
     assert to_decimal(data["face"]) == Decimal("100")
     assert to_decimal(data["amount"]) == Decimal("12.30")
+
+
+def _standard_loads(text):
+    """What `loads` promises to equal: the standard library with parse_float=Decimal, errors as a type."""
+    try:
+        return json.loads(text, parse_float=Decimal)
+    except ValueError as exc:
+        return ValueError, type(exc)
+
+
+def _same(a, b):
+    """Equal values of equal types all the way down (1 == Decimal(1) == True would hide a difference)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
+def _our_loads(text):
+    try:
+        return loads(text)
+    except ValueError as exc:
+        return ValueError, type(exc)
+
+
+_ODD_BODIES = [b'{"a": 1, "a": 2}', b"123456789012345678901234567890", b"-9223372036854775809", b'"\\ud800"',
+               b'"\\ud83d\\ude00"', b"1e400", b"-0", b"-0.0", b"NaN", b'{"amount": Infinity}', b"-Infinity",
+               b"[1, 2,]", b'{"a": 1}x', b"\xef\xbb\xbf{}", '{"a": "\u00e9"}'.encode("utf-16"), b'"\x00"',
+               b'"a\tb"', b'"\\u0000"', b"", b" ", b"\xff", b"[" * 100 + b"]" * 100, '{"é": 1.10}',
+               '"\ud800"', '{"a": "\udcff"}']
+
+
+@pytest.mark.parametrize("body", _ODD_BODIES)
+def test_loads_reads_odd_bodies_exactly_as_the_standard_library(body):
+    # msgspec does the usual work; whatever it refuses goes through json.loads, so nothing reads differently.
+    assert _same(_our_loads(body), _standard_loads(body))
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.decimals(allow_nan=False, places=None).map(str)
+    | st.text(), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12)
+
+
+def _as_json(value):
+    """JSON text of a generated value; strings that look like Decimals become JSON numbers."""
+    if isinstance(value, str) and value and value[0] in "-0123456789" and "N" not in value and "I" not in value:
+        return value if "." in value or "E" in value or "e" in value else value + ".0"
+    if isinstance(value, list):
+        return "[" + ", ".join(_as_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_as_json(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values, st.integers(min_value=0, max_value=40), st.binary(max_size=2))
+def test_loads_matches_the_standard_library_on_any_body(value, cut, noise):
+    text = _as_json(value)
+    assert _same(_our_loads(text), _standard_loads(text))  # a str, as callers may pass
+    text = text.encode("utf-8", "surrogatepass")
+    assert _same(_our_loads(text), _standard_loads(text))
+    broken = text[:cut] + noise + text[cut:]  # most of these are not JSON: the error must be a ValueError too
+    assert _same(_our_loads(broken), _standard_loads(broken))
 
 
 @pytest.mark.parametrize("bad", [None, True, "abc", "NaN", "Infinity", 1.5, [1], "1_000", "١٢", "²", "0x10", "",
