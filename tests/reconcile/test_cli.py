@@ -137,3 +137,21 @@ def test_by_defaults_to_the_uid_when_the_os_user_has_no_name(invoke, db, drift_i
 def test_report_help_says_what_each_format_holds(invoke):
     text = " ".join(invoke("report", "--help").output.split())
     assert "csv (the drift table)" in text and "html (one self-contained page)" in text
+
+
+@pytest.mark.parametrize("args", [
+    ["drifts", "list"], ["drifts", "history", "d_1a2b3c4d5e6f7a8b"],
+    ["drifts", "resolve", "d_1a2b3c4d5e6f7a8b", "--note", "n"], ["drifts", "escalate", "d_1a2b3c4d5e6f7a8b", "--note", "n"],
+    ["report", "--date", "2025-03-14", "--format", "html"],
+])
+def test_a_database_that_does_not_exist_is_named_not_created(args, tmp_path, monkeypatch):
+    # A mistyped PARTNERKIT_DB answered "no drifts match", or an all-zero report whose files replaced the
+    # real ones in the report directory, from a new empty database created on the spot.
+    missing = tmp_path / "typo" / "partnerkit.db"
+    monkeypatch.setenv("PARTNERKIT_DB", str(missing))
+    monkeypatch.setenv("PARTNERKIT_REPORT_DIR", str(tmp_path / "reports"))
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.strip() == (f"Error: cannot open database {str(missing)!r}: it does not exist "
+                                     "(check PARTNERKIT_DB or --config; the worker creates it)")
+    assert not missing.parent.exists() and not (tmp_path / "reports").exists()
