@@ -155,3 +155,15 @@ def test_a_database_that_does_not_exist_is_named_not_created(args, tmp_path, mon
     assert result.stderr.strip() == (f"Error: cannot open database {str(missing)!r}: it does not exist "
                                      "(check PARTNERKIT_DB or --config; the worker creates it)")
     assert not missing.parent.exists() and not (tmp_path / "reports").exists()
+
+
+def test_a_note_with_a_line_break_stays_on_its_row_in_tables(invoke, db, drift_ids):
+    # A pasted note spilled onto a line of its own that read like the next row; CSV and JSON keep it as is.
+    assert invoke("drifts", "resolve", drift_ids[0], "--note", "credited\nticket 9\x1b[31m", "--by", "asha").exit_code == 0
+    listed = invoke("drifts", "list", "--resolution", "resolved").output.splitlines()
+    assert len(listed) == 2 and listed[1].endswith("credited\\nticket 9\\x1b[31m")
+    history = invoke("drifts", "history", drift_ids[0]).output.splitlines()
+    assert len(history) == 3 and "credited\\nticket 9\\x1b[31m" in history[2]
+    assert get_drift(db, drift_ids[0]).resolution_note == "credited\nticket 9\x1b[31m"  # stored as typed
+    as_csv = list(csv.DictReader(io.StringIO(invoke("drifts", "list", "--format", "csv").output)))
+    assert "credited\nticket 9" in {row["resolution_note"] for row in as_csv}  # CSV quotes the line break
