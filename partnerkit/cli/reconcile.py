@@ -76,7 +76,11 @@ def reconcile_command(app: AppContext, day: date) -> None:
               help="Write to FILE instead of stdout.")
 @pass_app
 def report_command(app: AppContext, day: date, fmt_name: str, output: Path | None) -> None:
-    """The day's report (the stored one with current resolutions; matched from the store if none)."""
+    """The day's report with current resolutions.
+
+    The stored report; for a day without one, the day is matched from the local store (no sync) and,
+    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR.
+    """
     from reconcile.jobs import current_report, report_day, write_atomic
     from reconcile.report import render
 
@@ -115,7 +119,7 @@ def _row(d: drift_store.Drift) -> dict:
 @click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS, case_sensitive=False),
               help="Only this resolution.")
 @click.option("--date", "day", callback=utc_day,
-              help="Only drifts of this report day.")
+              help="Only this report day (UTC), YYYY-MM-DD.")
 @format_option
 @pass_app
 def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: date | None, fmt: str) -> None:

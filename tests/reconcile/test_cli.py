@@ -167,3 +167,11 @@ def test_a_note_with_a_line_break_stays_on_its_row_in_tables(invoke, db, drift_i
     assert get_drift(db, drift_ids[0]).resolution_note == "credited\nticket 9\x1b[31m"  # stored as typed
     as_csv = list(csv.DictReader(io.StringIO(invoke("drifts", "list", "--format", "csv").output)))
     assert "credited\nticket 9" in {row["resolution_note"] for row in as_csv}  # CSV quotes the line break
+
+
+def test_help_gives_the_date_format_and_what_report_writes(invoke):
+    assert "--date TEXT" in invoke("drifts", "list", "--help").output
+    assert "YYYY-MM-DD" in " ".join(invoke("drifts", "list", "--help").output.split())
+    # report of a day without a stored report also writes the day's three files (docs/reconcile.md).
+    text = " ".join(invoke("report", "--help").output.split())
+    assert "writes its three files to PARTNERKIT_REPORT_DIR" in text
