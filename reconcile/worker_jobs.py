@@ -31,6 +31,8 @@ class JobSpec:
     every_s: float
     misfire_grace_s: int
     purpose: str
+    # Result keys that describe the pass rather than count work done (a page read that held nothing).
+    not_work: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if ":" not in self.target:
@@ -38,13 +40,26 @@ class JobSpec:
         if self.every_s <= 0 or self.misfire_grace_s <= 0:
             raise ValueError(f"job {self.id}: every_s and misfire_grace_s must be positive")
 
+    def is_idle(self, result: Any) -> bool:
+        """Whether a run's result reports nothing done: every count 0, every list and map empty, nothing set."""
+        if isinstance(result, dict):
+            return all(_empty(v) for k, v in result.items() if k not in self.not_work)
+        return _empty(result)
+
+
+def _empty(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(_empty(v) for v in value.values())
+    return not value  # 0, False, None, "", [] (a list holds what was done: escalated references, reports)
+
 
 # Misfire grace: frequent jobs skip a run that is late by more than about one interval (the next
 # one is seconds away and reads the same state); the hourly report check is kept even when late.
 JOBS: tuple[JobSpec, ...] = (
     JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller"),
     JobSpec("fetch-vouchers", "partnerkit.vouchers:run_voucher_fetches", 3, 3, "vouchers"),
-    JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up"),
+    JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up",
+            not_work=("pages", "stopped", "since")),
     JobSpec("sync-recent", "reconcile.jobs:sync_recent", 900, 300, "sync"),
     JobSpec("nightly-report", "reconcile.jobs:nightly_job", 3600, 3600, "report"),
 )
@@ -120,7 +135,11 @@ class JobRunner:
                 log.debug("job %s failed", self.spec.id, exc_info=True)
         record = {"job": self.spec.id, "outcome": outcome, "duration_ms": round((time.monotonic() - started) * 1000),
                   "result": result}
-        level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted") else logging.ERROR
+        # A pass that found nothing to do (most runs of the 3-5 s jobs) is DEBUG; one that did work is INFO.
+        if outcome == "ok" and self.spec.is_idle(result):
+            level = logging.DEBUG
+        else:
+            level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted") else logging.ERROR
         log.log(level, "job %s %s", self.spec.id, outcome, extra=record)
         return record
 

@@ -37,6 +37,15 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _table_cell(value: Any) -> str:
+    """A cell on one line: a line break or control character (a pasted note, a provider's reference)
+    is shown escaped, so it can neither start what reads as another row nor reach the terminal."""
+    text = _cell(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str, *, json_value: Any = None) -> str:
     """Render rows as an aligned table, CSV, or JSON (json_value overrides what JSON prints)."""
     if fmt_name == "json":
@@ -48,7 +57,7 @@ def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str, *, json_
         for row in rows:
             writer.writerow([_cell(row.get(c)) for c in columns])
         return buffer.getvalue().rstrip("\n")
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    cells = [[_table_cell(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]

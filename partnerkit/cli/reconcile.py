@@ -35,6 +35,16 @@ def _in_progress(day: date) -> None:
                    err=True)
 
 
+def _existing_db(app: AppContext):
+    """The store, for commands that read what the worker recorded: a database that does not exist is
+    named (a mistyped PARTNERKIT_DB would otherwise give a new empty one: no drifts, an all-zero report)."""
+    path = app.config.db_path
+    if not path.exists():
+        raise click.ClickException(f"cannot open database {str(path)!r}: it does not exist "
+                                   "(check PARTNERKIT_DB or --config; the worker creates it)")
+    return app.db
+
+
 def _client(app: AppContext):
     from partnerkit.client import PartnerClient
 
@@ -66,11 +76,15 @@ def reconcile_command(app: AppContext, day: date) -> None:
               help="Write to FILE instead of stdout.")
 @pass_app
 def report_command(app: AppContext, day: date, fmt_name: str, output: Path | None) -> None:
-    """The day's report (the stored one with current resolutions; matched from the store if none)."""
+    """The day's report with current resolutions.
+
+    The stored report; for a day without one, the day is matched from the local store (no sync) and,
+    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR.
+    """
     from reconcile.jobs import current_report, report_day, write_atomic
     from reconcile.report import render
 
-    report = current_report(app.db, day)
+    report = current_report(_existing_db(app), day)
     if report is None:
         click.echo(f"no stored report for {day}; matching it from the local store (no sync; "
                    f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)
@@ -105,12 +119,12 @@ def _row(d: drift_store.Drift) -> dict:
 @click.option("--resolution", type=click.Choice(drift_store.RESOLUTIONS, case_sensitive=False),
               help="Only this resolution.")
 @click.option("--date", "day", callback=utc_day,
-              help="Only drifts of this report day.")
+              help="Only this report day (UTC), YYYY-MM-DD.")
 @format_option
 @pass_app
 def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: date | None, fmt: str) -> None:
     """List drifts, newest day first."""
-    found = drift_store.list_drifts(app.db, kind=kind, resolution=resolution,
+    found = drift_store.list_drifts(_existing_db(app), kind=kind, resolution=resolution,
                                     report_date=None if day is None else day.isoformat())
     emit([_row(d) for d in found], DRIFT_COLUMNS, fmt, empty_message="no drifts match")
 
@@ -124,7 +138,7 @@ def _os_user() -> str:
 
 
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
-    drift = drift_store.set_resolution(app.db, ident, resolution, note=note, by=by or _os_user(),
+    drift = drift_store.set_resolution(_existing_db(app), ident, resolution, note=note, by=by or _os_user(),
                                        at=utcnow().replace(microsecond=0))
     click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
 
@@ -166,7 +180,7 @@ def drifts_escalate(app: AppContext, ident: str, note: str, by: str | None) -> N
 @pass_app
 def drifts_history(app: AppContext, ident: str, fmt: str) -> None:
     """The audit trail of one drift, oldest first."""
-    drift_store.get_drift(app.db, ident)
+    drift_store.get_drift(_existing_db(app), ident)
     emit(drift_store.audit_trail(app.db, ident), ("seq", "action", "resolution", "note", "by", "at"), fmt)
 
 

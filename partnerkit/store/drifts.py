@@ -113,17 +113,32 @@ def _subject_day(conn: sqlite3.Connection, subject: str, reference: str, fallbac
     return row[0] if row and row[0] else fallback
 
 
-_UPSERT = f"""
+_UPSERT = """
 INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
                     currency, detail, detected_at, last_detected_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(id) DO UPDATE SET
     expected_cents = excluded.expected_cents, actual_cents = excluded.actual_cents,
     currency = excluded.currency, detail = COALESCE(excluded.detail, drifts.detail),
-    last_detected_at = excluded.last_detected_at,
-    resolution = CASE WHEN drifts.resolution = 'resolved' AND drifts.resolution_by = '{SYSTEM_ACTOR}'
-                      THEN 'pending' ELSE drifts.resolution END
+    last_detected_at = excluded.last_detected_at
 """
+
+# A drift partnerkit resolved automatically that is detected again gets back the state it had before,
+# read from the audit trail (the drifts row only holds the auto-resolve). Partnerkit's own rows
+# (auto_resolved, and the reopened ones that restored a state) are skipped; the last other row is the
+# state the drift was in: `detected` (pending, no note), or finance's escalation with its note, by and at.
+AUTO_RESOLVED = ("(SELECT a.action FROM drift_audit a WHERE a.drift_id = {id}"
+                 " ORDER BY a.seq DESC LIMIT 1) = 'auto_resolved'")
+RESTORED_STATE = """
+SELECT r.id,
+       CASE WHEN p.resolution IN ('pending', 'escalated') THEN p.resolution ELSE 'pending' END AS resolution,
+       CASE WHEN p.action != 'detected' AND p.resolution IN ('pending', 'escalated') THEN p.note END AS note,
+       CASE WHEN p.action != 'detected' AND p.resolution IN ('pending', 'escalated') THEN p.by END AS by,
+       CASE WHEN p.action != 'detected' AND p.resolution IN ('pending', 'escalated') THEN p.at END AS at
+FROM {source} r
+LEFT JOIN drift_audit p ON p.seq = (
+    SELECT MAX(a.seq) FROM drift_audit a
+    WHERE a.drift_id = r.id AND NOT (a.by = :actor AND a.action IN ('auto_resolved', 'reopened')))"""
 
 
 def open_drift(db: Database, *, kind: str, subject: str, reference: str, expected: Any, actual: Any,
@@ -140,13 +155,19 @@ def open_drift(db: Database, *, kind: str, subject: str, reference: str, expecte
 
     def write(conn: sqlite3.Connection) -> None:
         report_date = day or _subject_day(conn, subject, str(reference), at[:10])
-        before = conn.execute("SELECT resolution, resolution_by FROM drifts WHERE id = ?", (ident,)).fetchone()
+        before = conn.execute(f"SELECT resolution = 'resolved' AND {AUTO_RESOLVED.format(id='d.id')}"
+                              " FROM drifts d WHERE d.id = ?", (ident,)).fetchone()
         conn.execute(_UPSERT, (ident, kind, subject, str(reference), report_date, _stored(expected, measure),
                                _stored(actual, measure), measure, currency, detail, at, at))
         if before is None:
             _audit(conn, ident, "detected", "pending", detail, SYSTEM_ACTOR, at)
-        elif before == ("resolved", SYSTEM_ACTOR):
-            _audit(conn, ident, "reopened", "pending", "detected again", SYSTEM_ACTOR, at)
+        elif before[0]:
+            _, resolution, note, by, when = conn.execute(
+                RESTORED_STATE.format(source="(SELECT :id AS id)"), {"id": ident, "actor": SYSTEM_ACTOR}).fetchone()
+            conn.execute("UPDATE drifts SET resolution = ?, resolution_note = ?, resolution_by = ?, resolution_at = ?"
+                         " WHERE id = ?", (resolution, note, by, when, ident))
+            _audit(conn, ident, "reopened", resolution, "detected again"
+                   + ("; escalation restored" if resolution == "escalated" else ""), SYSTEM_ACTOR, at)
 
     if db.conn.in_transaction:
         write(db.conn)

@@ -24,7 +24,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from partnerkit.store.drifts import SYSTEM_ACTOR, register_functions
+from partnerkit.store.drifts import AUTO_RESOLVED, RESTORED_STATE, SYSTEM_ACTOR, register_functions
 
 # Recharge states (States and transitions > Recharge); legacy values are stored as SUCCESS by the
 # worker, listed here too so that a legacy row can never escape the spend rules.
@@ -32,7 +32,7 @@ SPEND = "('SUCCESS', 'PROCESSING', 'DELIVERED', 'RECHARGED')"
 CREDITED_BACK = "('FAILED', 'REVERSED')"
 ORDER_REFUNDED = "('FAILED', 'CANCELLED')"
 
-TEMP_TABLES = ("m_found", "m_state", "m_gone", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_candidate")
+TEMP_TABLES = ("m_found", "m_state", "m_restore", "m_gone", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_candidate")
 
 
 @dataclass(frozen=True)
@@ -227,9 +227,15 @@ def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[st
     conn.execute("CREATE TEMP TABLE m_found (id TEXT PRIMARY KEY, kind, subject, reference, expected_cents,"
                  " actual_cents, currency, detail)")
     conn.execute("INSERT OR IGNORE INTO m_found SELECT drift_id(kind, subject, reference), * FROM m_candidate")
+    # reopen: partnerkit resolved it automatically (the audit trail's last row says so; a drift finance
+    # resolved by hand stays resolved, whatever name it was resolved under).
     conn.execute("CREATE TEMP TABLE m_state AS SELECT f.id, d.id IS NULL AS is_new,"
-                 " COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor, 0) AS reopen"
+                 " COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor AND"
+                 f" {AUTO_RESOLVED.format(id='d.id')}, 0) AS reopen"
                  " FROM m_found f LEFT JOIN drifts d USING (id)", p)
+    # The state each of those had before the auto-resolve (pending, or escalated with finance's note).
+    conn.execute("CREATE TEMP TABLE m_restore AS"
+                 + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE reopen)"), p)
     # The day's open drifts not found again, taken before the merge (which touches only found ones):
     # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
     conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id FROM drifts d WHERE d.report_date = :day"
@@ -243,31 +249,28 @@ def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[st
            ON CONFLICT(id) DO UPDATE SET
                report_date = excluded.report_date, expected_cents = excluded.expected_cents,
                actual_cents = excluded.actual_cents, currency = excluded.currency, detail = excluded.detail,
-               last_detected_at = excluded.last_detected_at,
-               resolution = CASE WHEN drifts.resolution = 'resolved' AND drifts.resolution_by = :actor
-                                 THEN 'pending' ELSE drifts.resolution END,
-               resolution_note = CASE WHEN drifts.resolution = 'resolved' AND drifts.resolution_by = :actor
-                                 THEN NULL ELSE drifts.resolution_note END,
-               resolution_by = CASE WHEN drifts.resolution = 'resolved' AND drifts.resolution_by = :actor
-                                 THEN NULL ELSE drifts.resolution_by END,
-               resolution_at = CASE WHEN drifts.resolution = 'resolved' AND drifts.resolution_by = :actor
-                                 THEN NULL ELSE drifts.resolution_at END""", p)
+               last_detected_at = excluded.last_detected_at""", p)
+    conn.execute(
+        """UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) =
+               (SELECT r.resolution, r.note, r.by, r.at FROM m_restore r WHERE r.id = drifts.id)
+           WHERE id IN (SELECT id FROM m_restore)""")
     new = conn.execute(
         """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
            SELECT f.id, 'detected', 'pending', f.detail, :actor, :now FROM m_found f JOIN m_state s USING (id)
            WHERE s.is_new""", p).rowcount
     reopened = conn.execute(
         """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
-           SELECT id, 'reopened', 'pending', 'detected again on ' || :day || ' run', :actor, :now
-           FROM m_state WHERE reopen""", p).rowcount
+           SELECT id, 'reopened', resolution, 'detected again on ' || :day || ' run'
+                  || CASE WHEN resolution = 'escalated' THEN '; escalation restored' ELSE '' END, :actor, :now
+           FROM m_restore""", p).rowcount
     note = f"no longer detected on {day} run"
     conn.execute("INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)"
                  " SELECT id, 'auto_resolved', 'resolved', :note, :actor, :now FROM m_gone", {**p, "note": note})
     resolved = conn.execute(
         "UPDATE drifts SET resolution = 'resolved', resolution_note = :note, resolution_by = :actor,"
         " resolution_at = :now WHERE id IN (SELECT id FROM m_gone)", {**p, "note": note}).rowcount
-    conn.execute("DROP TABLE temp.m_state")
-    conn.execute("DROP TABLE temp.m_gone")
+    for name in ("m_state", "m_restore", "m_gone"):
+        conn.execute(f"DROP TABLE temp.{name}")
     return {"new": new, "reopened": reopened, "auto_resolved": resolved}
 
 

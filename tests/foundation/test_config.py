@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from partnerkit.config import Config, ConfigError, WebhookToken, config_as_env, load_config
+from partnerkit.config import ENV_NAMES, Config, ConfigError, WebhookToken, config_as_env, load_config
 
 
 def test_defaults_match_the_design_table():
@@ -99,6 +99,16 @@ def test_config_round_trips_through_the_environment():
 
 def test_empty_value_means_default():
     assert load_config(environ={"PARTNERKIT_TOLERANCE_S": "  "}) == Config()
+
+
+@pytest.mark.parametrize("name", sorted(ENV_NAMES.values()))
+def test_every_setting_reads_an_empty_value_as_not_set(name, tmp_path):
+    # One rule for all (README, Configuration): PARTNERKIT_REPORT_DIR= is ./var/reports exactly as
+    # PARTNERKIT_DB= is ./var/partnerkit.db, and deploy/partnerkit.env.example's empty credentials are unset.
+    assert load_config(environ={name: ""}) == Config()
+    file = tmp_path / "partnerkit.env"
+    file.write_text(f"{name}=\n")
+    assert load_config(environ={}, config_file=file) == Config()
 
 
 def test_a_short_token_is_not_quoted_in_the_error():

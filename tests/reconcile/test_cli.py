@@ -137,3 +137,41 @@ def test_by_defaults_to_the_uid_when_the_os_user_has_no_name(invoke, db, drift_i
 def test_report_help_says_what_each_format_holds(invoke):
     text = " ".join(invoke("report", "--help").output.split())
     assert "csv (the drift table)" in text and "html (one self-contained page)" in text
+
+
+@pytest.mark.parametrize("args", [
+    ["drifts", "list"], ["drifts", "history", "d_1a2b3c4d5e6f7a8b"],
+    ["drifts", "resolve", "d_1a2b3c4d5e6f7a8b", "--note", "n"], ["drifts", "escalate", "d_1a2b3c4d5e6f7a8b", "--note", "n"],
+    ["report", "--date", "2025-03-14", "--format", "html"],
+])
+def test_a_database_that_does_not_exist_is_named_not_created(args, tmp_path, monkeypatch):
+    # A mistyped PARTNERKIT_DB answered "no drifts match", or an all-zero report whose files replaced the
+    # real ones in the report directory, from a new empty database created on the spot.
+    missing = tmp_path / "typo" / "partnerkit.db"
+    monkeypatch.setenv("PARTNERKIT_DB", str(missing))
+    monkeypatch.setenv("PARTNERKIT_REPORT_DIR", str(tmp_path / "reports"))
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.strip() == (f"Error: cannot open database {str(missing)!r}: it does not exist "
+                                     "(check PARTNERKIT_DB or --config; the worker creates it)")
+    assert not missing.parent.exists() and not (tmp_path / "reports").exists()
+
+
+def test_a_note_with_a_line_break_stays_on_its_row_in_tables(invoke, db, drift_ids):
+    # A pasted note spilled onto a line of its own that read like the next row; CSV and JSON keep it as is.
+    assert invoke("drifts", "resolve", drift_ids[0], "--note", "credited\nticket 9\x1b[31m", "--by", "asha").exit_code == 0
+    listed = invoke("drifts", "list", "--resolution", "resolved").output.splitlines()
+    assert len(listed) == 2 and listed[1].endswith("credited\\nticket 9\\x1b[31m")
+    history = invoke("drifts", "history", drift_ids[0]).output.splitlines()
+    assert len(history) == 3 and "credited\\nticket 9\\x1b[31m" in history[2]
+    assert get_drift(db, drift_ids[0]).resolution_note == "credited\nticket 9\x1b[31m"  # stored as typed
+    as_csv = list(csv.DictReader(io.StringIO(invoke("drifts", "list", "--format", "csv").output)))
+    assert "credited\nticket 9" in {row["resolution_note"] for row in as_csv}  # CSV quotes the line break
+
+
+def test_help_gives_the_date_format_and_what_report_writes(invoke):
+    assert "--date TEXT" in invoke("drifts", "list", "--help").output
+    assert "YYYY-MM-DD" in " ".join(invoke("drifts", "list", "--help").output.split())
+    # report of a day without a stored report also writes the day's three files (docs/reconcile.md).
+    text = " ".join(invoke("report", "--help").output.split())
+    assert "writes its three files to PARTNERKIT_REPORT_DIR" in text

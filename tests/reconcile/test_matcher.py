@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from tests.reconcile.reconcile_helpers import DAY, at
+from partnerkit.store import recharges as recharge_store
 from partnerkit.store.drifts import audit_trail, drift_id, get_drift, list_drifts, open_drift, set_resolution
 from reconcile import matcher
 from reconcile.matcher import match_day
@@ -327,6 +328,93 @@ def test_an_automatically_resolved_drift_that_comes_back_is_reopened(db, ledger)
     run(db)
     assert get_drift(db, ident).resolution == "pending"
     assert [a["action"] for a in audit_trail(db, ident)] == ["detected", "auto_resolved", "reopened"]
+
+
+def _mismatch_that_goes_and_comes_back(db, ledger):
+    """An amount_mismatch found, then gone (the provider corrected the debit), returns a function that brings
+    it back and runs the day again."""
+    rc = ledger.recharge()
+    tid = ledger.debit_recharge(rc, amount="100.00")
+    run(db)
+    ident = one(db, "amount_mismatch").id
+
+    def go(hours: int) -> None:
+        ledger.debit_recharge(rc, id=tid)  # corrected: payable
+        run(db, now=RUN + timedelta(hours=hours))
+        assert get_drift(db, ident).resolution == "resolved"
+
+    def come_back(hours: int) -> None:
+        ledger.debit_recharge(rc, amount="100.00", id=tid)
+        run(db, now=RUN + timedelta(hours=hours))
+
+    return ident, go, come_back
+
+
+def test_an_escalated_drift_auto_resolved_then_found_again_is_escalated_again(db, ledger):
+    ident, go, come_back = _mismatch_that_goes_and_comes_back(db, ledger)
+    escalated_at = RUN + timedelta(minutes=5)
+    set_resolution(db, ident, "escalated", note="ticket 42 with support", by="asha", at=escalated_at)
+    go(1)
+    come_back(2)
+    back = get_drift(db, ident)
+    assert (back.resolution, back.resolution_note, back.resolution_by, back.resolution_at) == (
+        "escalated", "ticket 42 with support", "asha", escalated_at.isoformat().replace("+00:00", "Z"))
+    trail = audit_trail(db, ident)
+    assert [(a["action"], a["resolution"], a["by"]) for a in trail] == [
+        ("detected", "pending", "partnerkit"), ("escalated", "escalated", "asha"),
+        ("auto_resolved", "resolved", "partnerkit"), ("reopened", "escalated", "partnerkit")]
+    assert trail[-1]["note"].startswith(f"detected again on {DAY.isoformat()} run")
+
+
+def test_an_escalation_survives_two_auto_resolutions(db, ledger):
+    ident, go, come_back = _mismatch_that_goes_and_comes_back(db, ledger)
+    set_resolution(db, ident, "escalated", note="ticket 42", by="asha", at=RUN)
+    for hours in (1, 3):
+        go(hours)
+        come_back(hours + 1)
+    back = get_drift(db, ident)
+    assert (back.resolution, back.resolution_note, back.resolution_by) == ("escalated", "ticket 42", "asha")
+    assert [a["action"] for a in audit_trail(db, ident)] == [
+        "detected", "escalated", "auto_resolved", "reopened", "auto_resolved", "reopened"]
+
+
+def test_a_pending_drift_auto_resolved_then_found_again_is_pending_without_the_auto_note(db, ledger):
+    ident, go, come_back = _mismatch_that_goes_and_comes_back(db, ledger)
+    go(1)
+    come_back(2)
+    back = get_drift(db, ident)
+    assert (back.resolution, back.resolution_note, back.resolution_by, back.resolution_at) == ("pending", None, None,
+                                                                                              None)
+    assert audit_trail(db, ident)[-1]["resolution"] == "pending"
+
+
+def test_a_stuck_drift_escalated_auto_resolved_and_recorded_again_by_the_poller_is_escalated(db, ledger):
+    # The poller records stuck_processing through open_drift (same id as the matcher's): it must restore too.
+    rc = ledger.recharge("PROCESSING")
+    ident = open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+                       expected=None, actual=Decimal("98.00"), currency="INR", detected_at=at(10, 31))
+    set_resolution(db, ident, "escalated", note="support ticket 9", by="asha", at=at(10, 40))
+    recharge_store.upsert_from_provider(db, [{**rc, "status": "SUCCESS", "updated_at": at(11).isoformat()}], at(11))
+    ledger.debit_recharge(rc)
+    run(db)
+    assert get_drift(db, ident).resolution == "resolved"
+    open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+               expected=None, actual=Decimal("98.00"), currency="INR", detected_at=RUN + timedelta(hours=1))
+    back = get_drift(db, ident)
+    assert (back.resolution, back.resolution_note, back.resolution_by) == ("escalated", "support ticket 9", "asha")
+    assert [(a["action"], a["resolution"]) for a in audit_trail(db, ident)][-2:] == [
+        ("auto_resolved", "resolved"), ("reopened", "escalated")]
+
+
+def test_a_drift_finance_resolved_by_hand_is_not_reopened_even_if_named_partnerkit(db, ledger):
+    # Whether partnerkit resolved a drift is read from the audit trail, not from the name in resolution_by.
+    ledger.recharge()
+    run(db)
+    d = one(db, "missing_debit")
+    set_resolution(db, d.id, "resolved", note="settled off-line", by="partnerkit", at=RUN)
+    run(db, now=RUN + timedelta(hours=1))
+    assert get_drift(db, d.id).resolution_note == "settled off-line"
+    assert [a["action"] for a in audit_trail(db, d.id)] == ["detected", "resolved"]
 
 
 def test_finance_resolution_is_not_reopened_by_a_rerun(db, ledger):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -82,6 +83,67 @@ def test_run_once_runs_each_job_once_and_logs_one_line_each(config, server, wdb,
     assert [(r.job, r.outcome) for r in lines] == [("poll-recharges", "ok"), ("nightly-report", "unavailable")]
     assert all(isinstance(r.duration_ms, int) for r in lines)
     assert locks.current(wdb, LEASE_NAME) is None  # released after the pass
+
+
+FETCH = next(s for s in JOBS if s.id == "fetch-vouchers")
+
+
+def job_levels(caplog) -> dict[str, str]:
+    """The level of each job's one log line."""
+    return {r.job: r.levelname for r in caplog.records if r.name == "reconcile.worker" and getattr(r, "job", None)}
+
+
+def test_an_idle_pass_logs_at_debug_and_a_pass_that_did_work_at_info(config, server, wdb, client, caplog):
+    # The 3-5 s jobs find nothing to do most of the time: at INFO their lines buried everything else.
+    from reconcile.recharges import submit
+    from tests.worker.worker_helpers import mobile
+
+    caplog.set_level("DEBUG", logger="reconcile.worker")
+    with freeze_time(server.clock.now(), tick=True):
+        idle = run_once(config, jobs=(POLL, FETCH))
+    assert [r["result"]["calls"] for r in idle[:1]] == [0]
+    assert job_levels(caplog) == {"poll-recharges": "DEBUG", "fetch-vouchers": "DEBUG"}
+
+    server.sandbox.settings.update({"processing_delay_s": 1})
+    submit(config, wdb, client, mobile_number=mobile(5), operator_id=1, amount=199)
+    server.advance(10)
+    caplog.clear()
+    with freeze_time(server.clock.now(), tick=True):
+        busy = run_once(config, jobs=(POLL, FETCH))
+    assert busy[0]["result"]["settled"] == 1
+    assert job_levels(caplog) == {"poll-recharges": "INFO", "fetch-vouchers": "DEBUG"}
+
+
+@pytest.mark.parametrize("spec_id, result, idle", [
+    ("poll-recharges", {"candidates": 0, "due": 0, "read": 0, "settled": 0, "calls": 0, "escalated": [],
+                        "budget_exhausted": False, "not_found": [], "backing_off_until": None}, True),
+    ("poll-recharges", {"candidates": 1, "due": 0, "read": 0, "settled": 0, "calls": 0, "escalated": []}, False),
+    ("poll-recharges", {"due": 0, "calls": 0, "budget_exhausted": False, "backing_off_until": "2025-03-14T10:00:00Z"},
+     False),
+    ("fetch-vouchers", {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "vouchers_added": 0, "outcomes": {}}, True),
+    ("fetch-vouchers", {"claimed": 1, "done": 0, "retried": 1, "dead": 0, "vouchers_added": 0,
+                        "outcomes": {"retry": 1}}, False),
+    # catch-up reads one page each time: finding nothing on it is nothing done.
+    ("catch-up-orders", {"pages": 1, "seen": 0, "updated": 0, "fetches_queued": 0, "stopped": "end of list",
+                         "since": "2025-03-13T00:00:00Z", "quarantined": 0, "fetches_revived": 0}, True),
+    ("catch-up-orders", {"pages": 1, "seen": 3, "updated": 0, "fetches_queued": 0, "stopped": "end of list",
+                         "since": "2025-03-13T00:00:00Z", "quarantined": 0, "fetches_revived": 0}, False),
+    ("nightly-report", [], True),  # the hourly check found no day due
+    ("nightly-report", [{"date": "2025-03-14", "drifts": 0}], False),
+    ("sync-recent", {"from_day": "2025-03-14", "to_day": "2025-03-14", "recharges": 0, "transactions": 0,
+                     "wallets": 2, "errors": []}, False),
+])
+def test_which_job_results_count_as_an_idle_pass(spec_id, result, idle):
+    spec = next(s for s in JOBS if s.id == spec_id)
+    assert spec.is_idle(result) is idle
+
+
+def test_the_lease_renewal_is_not_logged_every_10_s(config):
+    # apscheduler logs "Running job ..." and "executed successfully" at INFO for every run.
+    from partnerkit.logs import configure_logging
+
+    configure_logging(config)
+    assert logging.getLogger("apscheduler.executors.lease").getEffectiveLevel() == logging.WARNING
 
 
 def test_a_job_that_raises_never_kills_the_scheduler(config):
