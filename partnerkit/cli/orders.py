@@ -66,13 +66,16 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
     job = jobs.latest_for_orders(app.db, [order_id]).get(order_id) or {}
     row.update({f"job_{k}": v for k, v in job.items()})
     events = inbox.listing(app.db, order_id=order_id, limit=50)
+    for event in events:
+        # `duplicates`, as in `events list`; `duplicate_count` stays as a deprecated JSON alias.
+        event["duplicates"] = event["duplicate_count"]
     if fmt == "json":
         emit([row], list(row), fmt, json_value={**row, "events": events})
         return
     emit([{"field": k, "value": v} for k, v in row.items()], ["field", "value"], fmt)
     if fmt == "table" and events:
         click.echo("")
-        emit(events, ["dedup_key", "event_type", "status", "state", "duplicate_count", "received_at"], fmt)
+        emit(events, ["dedup_key", "event_type", "status", "state", "duplicates", "received_at"], fmt)
 
 
 @orders_group.command("create")

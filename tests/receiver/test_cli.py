@@ -50,6 +50,18 @@ def test_orders_list_and_show(client, env):
     assert missing.exit_code == 1 and "not known locally" in missing.output
 
 
+def test_events_list_and_orders_show_name_the_duplicate_count_alike(client, env):
+    post(client, envelope("evt_twice"))
+    post(client, envelope("evt_twice"))
+    listed = json.loads(run(env, "events", "list", "--format", "json").stdout)[0]
+    shown = json.loads(run(env, "orders", "show", "101", "--format", "json").stdout)["events"][0]
+    assert listed["duplicates"] == shown["duplicates"] == 1
+    assert shown["duplicate_count"] == 1, "the old name stays as an alias for existing scripts"
+    header = run(env, "events", "list", "--format", "csv").stdout.splitlines()[0].split(",")
+    table = run(env, "orders", "show", "101").stdout
+    assert "duplicates" in header and "DUPLICATES" in table and "DUPLICATE_COUNT" not in table
+
+
 def test_vouchers_masked_unless_revealed(client, config, env, httpserver):
     from partnerkit.client import PartnerClient
     from partnerkit.store import open_db
