@@ -18,8 +18,10 @@ def bind_option(func):
     """--bind HOST:PORT, validated."""
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
         match = _BIND.match(value)
-        if not match or not 0 < int(match.group(2)) < 65536:
+        if not match:
             raise click.BadParameter("expected HOST:PORT, e.g. 127.0.0.1:8000")
+        if not 0 < int(match.group(2)) < 65536:
+            raise click.BadParameter(f"port {int(match.group(2))} is out of range: give 1 to 65535")
         return value
     return click.option("--bind", default="127.0.0.1:8000", show_default=True, callback=check,
                         help="HOST:PORT to listen on (keep it on loopback behind a TLS proxy).")(func)

@@ -126,3 +126,13 @@ def test_orders_create_refuses_a_denomination_with_an_exponent_before_ordering(e
     result = CliRunner().invoke(cli, ["orders", "create", "--product-id", "6", "--denomination", "1e3",
                                       "--quantity", "1"], env=env)
     assert result.exit_code == 2 and "written with an exponent" in result.output  # a usage error, no request
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+@pytest.mark.parametrize("bind, message", [("127.0.0.1:99999", "port 99999 is out of range: give 1 to 65535"),
+                                           ("0.0.0.0:0", "port 0 is out of range: give 1 to 65535"),
+                                           ("localhost", "expected HOST:PORT")])
+def test_a_bad_bind_names_what_is_wrong_with_it(command, bind, message):
+    result = CliRunner().invoke(cli, [command, "--bind", bind])
+    assert result.exit_code == 2
+    assert f"Invalid value for '--bind': {message}" in result.output
