@@ -136,3 +136,16 @@ def test_a_bad_bind_names_what_is_wrong_with_it(command, bind, message):
     result = CliRunner().invoke(cli, [command, "--bind", bind])
     assert result.exit_code == 2
     assert f"Invalid value for '--bind': {message}" in result.output
+
+
+def test_vouchers_of_an_order_without_any_says_what_brings_them(client, env):
+    post(client, envelope("evt_d", order_id=101))  # DELIVERED: a fetch is queued for the worker
+    post(client, envelope("evt_p", "order.pending", order_id=102, status="PENDING"))
+    queued = CliRunner().invoke(cli, ["vouchers", "101"], env=env)
+    assert queued.exit_code == 0
+    assert queued.stderr.strip() == (
+        "no vouchers stored for order 101 yet: it is DELIVERED and its voucher fetch is queued; the worker "
+        "fetches it (`partnerkit worker` or `partnerkit run`; `partnerkit serve` alone does not)")
+    pending = CliRunner().invoke(cli, ["vouchers", "102"], env=env)
+    assert pending.stderr.strip().endswith("it is PENDING; vouchers are fetched once the provider delivers it")
+    assert json.loads(run(env, "vouchers", "101", "--format", "json").stdout) == []
