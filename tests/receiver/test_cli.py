@@ -149,3 +149,14 @@ def test_vouchers_of_an_order_without_any_says_what_brings_them(client, env):
     pending = CliRunner().invoke(cli, ["vouchers", "102"], env=env)
     assert pending.stderr.strip().endswith("it is PENDING; vouchers are fetched once the provider delivers it")
     assert json.loads(run(env, "vouchers", "101", "--format", "json").stdout) == []
+
+
+@pytest.mark.parametrize("base, shown", [("http://127.0.0.1:9", "http://127.0.0.1:9"),
+                                         ("http://ops:s3cr3t-pw@127.0.0.1:9", "http://127.0.0.1:9")])
+def test_a_provider_that_cannot_be_reached_is_named_by_its_base_url(config, base, shown):
+    env = config_as_env(replace(config, api_base_url=base))  # nothing listens on port 9
+    result = CliRunner().invoke(cli, ["webhooks", "list"], env=env)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("Error: GET /api/v1/webhooks: connection failed before sending "
+                                     f"(provider at {shown}, from PARTNERKIT_API_BASE_URL)")
+    assert "s3cr3t" not in result.output
