@@ -56,10 +56,11 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
     Validation happens here, before anything forks, so a bad setting is one line and exit 2.
     """
     from partnerkit.crypto import load_cipher
-    from receiver.tokens import require_tokens
+    from receiver.tokens import require_some_token, require_tokens
 
     config = app.config
     db = app.db  # first: a path that holds no database must not get a voucher key file beside it
+    require_some_token(config, db)  # nor a receiver that is refused for want of a token
     cipher = load_cipher(config)  # creates the voucher key file once, before workers race for it
     require_tokens(config, db, cipher)
     host, port = bind.rsplit(":", 1)

@@ -160,3 +160,13 @@ def test_a_provider_that_cannot_be_reached_is_named_by_its_base_url(config, base
     assert result.stderr.strip() == ("Error: GET /api/v1/webhooks: connection failed before sending "
                                      f"(provider at {shown}, from PARTNERKIT_API_BASE_URL)")
     assert "s3cr3t" not in result.output
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_a_receiver_refused_for_want_of_a_token_generates_no_voucher_key(config, tmp_path, command):
+    env = {**config_as_env(replace(config, webhook_tokens=(), voucher_key=None)), "PARTNERKIT_WEBHOOK_TOKENS": ""}
+    result = CliRunner().invoke(cli, [command, "--bind", "127.0.0.1:1"], env=env)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("Error: no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
+                                     "`partnerkit webhooks register`; the receiver refuses to start without one")
+    assert not config.key_file.exists(), "no voucher key generated (and announced) for a receiver that did not start"
