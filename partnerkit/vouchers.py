@@ -276,8 +276,9 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
 
     The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
     range is covered by reading pages of 100 until one reaches `since`. An explicit `since` (the
-    CLI's --since, reconciliation's day) is walked in full, however far back, until the hourly
-    budget runs out (`stopped` "budget"; `reached` says how far it got). The scheduled run, without
+    CLI's --since, reconciliation's day) is walked in full, however far back, until only a tenth of
+    the hourly budget is left, kept for voucher fetches (`stopped` "budget"; `reached` says how far
+    it got). The scheduled run, without
     `since`, starts at the watermark but never further back than `max_lookback` and reads at most
     `max_pages` (default 20) pages, so one order left open for weeks cannot make every run walk
     the whole history.
@@ -289,11 +290,15 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     """
     now = now or utcnow()
     floor = now - max_lookback
+    keep_free = 0
     if since is None:
         stored = orders.get_meta(db, SYNC_WATERMARK)
         since = max(parse_ts(stored) if stored else now - timedelta(days=1), floor)
         max_pages = 20 if max_pages is None else max_pages
-    api = client.with_budget("order_sync", wait=False) if hasattr(client, "with_budget") else client
+    else:
+        # An unbounded walk leaves a tenth of the hour's budget to the voucher fetches customers wait on.
+        keep_free = config.hourly_budget // 10
+    api = client.with_budget("order_sync", wait=False, keep_free=keep_free) if hasattr(client, "with_budget") else client
     summary = SyncSummary(since=iso(since))
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))
     oldest_open: datetime | None = None

@@ -127,7 +127,8 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
 @orders_group.command("sync")
 @click.option("--since", callback=moment,
               help="Read back to orders placed at this ISO 8601 time, however far: the order list has no date "
-                   "filter, so this reads one page of 100 orders per request, within the hourly API budget. "
+                   "filter, so this reads one page of 100 orders per request, leaving a tenth of the hourly API budget "
+                   "to voucher fetches. "
                    "Default: the stored watermark, at most 2 days and 20 pages back.")
 @format_option
 @pass_app
@@ -147,7 +148,7 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
 
 # Why a sync stopped before reaching `since`, as told to the operator.
 INCOMPLETE = {
-    "budget": "the hourly API budget is spent, run it again later",
+    "budget": "the hourly API budget is spent (a tenth is kept for voucher fetches), run it again later",
     "max pages": "the scheduled sync reads at most 20 pages, give --since to read further",
     "page repeated": "the provider answered the same page twice",
 }
