@@ -253,6 +253,7 @@ class SyncSummary:
     since: str | None = None
     quarantined: int = 0  # list records that could not be read (held with the reason)
     fetches_revived: int = 0  # parked voucher fetches given one more try
+    reached: str | None = None  # placed_at of the oldest order read: how far back the walk got
 
 
 def _status_of(summary_item: Any) -> str:
@@ -269,9 +270,18 @@ def revive_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = 
 
 
 def catch_up_orders(config: Config, db: Database, client: Any, since: datetime | None = None, *,
-                    now: datetime | None = None, max_pages: int = 20, page_size: int = 100,
+                    now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
                     max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy()) -> SyncSummary:
     """Walk the order list newest first down to `since` (else the stored watermark); repair local state.
+
+    The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
+    range is covered by reading pages of 100 until one reaches `since`. An explicit `since` (the
+    CLI's --since, reconciliation's day) is walked in full, however far back, until only a tenth of
+    the hourly budget is left, kept for voucher fetches (`stopped` "budget"; `reached` says how far
+    it got). The scheduled run, without
+    `since`, starts at the watermark but never further back than `max_lookback` and reads at most
+    `max_pages` (default 20) pages, so one order left open for weeks cannot make every run walk
+    the whole history.
 
     Also re-arms voucher fetches parked long enough (`revive_parked_fetches`): a parked fetch is
     retried hourly by this job, never left dead forever. A list record that cannot be read is held
@@ -280,16 +290,22 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     """
     now = now or utcnow()
     floor = now - max_lookback
+    keep_free = 0
     if since is None:
         stored = orders.get_meta(db, SYNC_WATERMARK)
-        since = parse_ts(stored) if stored else now - timedelta(days=1)
-    since = max(since, floor)
-    api = client.with_budget("order_sync", wait=False) if hasattr(client, "with_budget") else client
+        since = max(parse_ts(stored) if stored else now - timedelta(days=1), floor)
+        max_pages = 20 if max_pages is None else max_pages
+    else:
+        # An unbounded walk leaves a tenth of the hour's budget to the voucher fetches customers wait on.
+        keep_free = config.hourly_budget // 10
+    api = client.with_budget("order_sync", wait=False, keep_free=keep_free) if hasattr(client, "with_budget") else client
     summary = SyncSummary(since=iso(since))
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))
     oldest_open: datetime | None = None
+    oldest: datetime | None = None
+    listed: set[int] = set()
     page_number = 0
-    while page_number < max_pages:
+    while max_pages is None or page_number < max_pages:
         page_number += 1
         try:
             page = api.list_orders(page=page_number, limit=page_size)
@@ -297,6 +313,12 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
             summary.stopped = "budget"
             return summary
         summary.pages += 1
+        fresh = {o.id for o in page.items} - listed
+        if page.items and not fresh:
+            # A provider that ignores `page` would otherwise be read until the budget is gone.
+            summary.stopped = "page repeated"
+            break
+        listed |= fresh
         unreadable = getattr(page, "malformed", ())
         if unreadable:
             summary.quarantined += len(unreadable)
@@ -311,6 +333,9 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
             for order in items:
                 summary.seen += 1
                 status = _status_of(order)
+                if order.placed_at is not None:
+                    oldest = min(oldest or order.placed_at, order.placed_at)
+                    summary.reached = iso(oldest)
                 if status not in orders.FINAL and order.placed_at is not None:
                     oldest_open = min(oldest_open or order.placed_at, order.placed_at)
                 # Always merge the list's fields, not only on a status change: an order known only

@@ -97,9 +97,50 @@ class GunicornApplication(BaseApplication):
         return self.factory()
 
 
+METRICS_PREFIX = "partnerkit-metrics-"
+
+
 def private_metrics_dir() -> str:
-    """A fresh 0700 directory for prometheus_client's per-process files."""
-    return tempfile.mkdtemp(prefix="partnerkit-metrics-")
+    """A fresh 0700 directory for prometheus_client's per-process files, named after this master's pid.
+
+    A master killed with SIGKILL never runs `_on_exit`; the next one removes what such masters left
+    (`sweep_metrics_dirs`), so a receiver restarted after every kill -9 does not fill the temp dir.
+    """
+    sweep_metrics_dirs()
+    return tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
+
+
+def sweep_metrics_dirs(parent: str | None = None) -> list[str]:
+    """Remove this user's metrics directories whose master process is gone; their paths."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(METRICS_PREFIX):].split("-", 1)[0]
+        if not name.startswith(METRICS_PREFIX) or not pid_text.isdigit():
+            continue  # not ours, or made before directories carried their master's pid
+        path = os.path.join(parent, name)
+        try:
+            if os.stat(path).st_uid != os.getuid() or _alive(int(pid_text)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,12 +21,21 @@ def accepted_tokens(config: Config, db: Database, cipher: Cipher) -> tuple[Webho
     return tuple(config.webhook_tokens) + saved_tokens(db, cipher)
 
 
+NO_TOKEN = ("no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
+            "`partnerkit webhooks register`; the receiver refuses to start without one")
+
+
+def require_some_token(config: Config, db: Database) -> None:
+    """ConfigError unless a token is configured or saved; needs no voucher key (none is generated for it)."""
+    if not config.webhook_tokens and not webhook_tokens.count(db):
+        raise ConfigError(NO_TOKEN)
+
+
 def require_tokens(config: Config, db: Database, cipher: Cipher) -> tuple[WebhookToken, ...]:
     """Accepted tokens, or ConfigError: a receiver with no token would have to fail open."""
     tokens = accepted_tokens(config, db, cipher)
     if not tokens:
-        raise ConfigError("no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
-                          "`partnerkit webhooks register`; the receiver refuses to start without one")
+        raise ConfigError(NO_TOKEN)
     return tokens
 
 

@@ -16,13 +16,14 @@ import os
 import pkgutil
 import sqlite3
 import sys
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 
 from partnerkit import __version__
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
-from partnerkit.errors import PartnerKitError
+from partnerkit.errors import PartnerKitError, TransportError
 
 
 class ConfigExit(click.ClickException):
@@ -47,6 +48,8 @@ class PartnerKitGroup(click.Group):
             return super().invoke(ctx)
         except ConfigError as exc:
             raise ConfigExit(str(exc)) from exc
+        except TransportError as exc:
+            raise click.ClickException(_unreachable(ctx, exc)) from exc
         except PartnerKitError as exc:
             raise click.ClickException(str(exc)) from exc
         except BrokenPipeError:
@@ -55,6 +58,18 @@ class PartnerKitGroup(click.Group):
             raise click.ClickException(_os_error(exc)) from exc
         except sqlite3.Error as exc:  # reads outside a transaction are not converted by the store
             raise click.ClickException(f"database error: {exc}") from exc
+
+
+def _unreachable(ctx: click.Context, exc: TransportError) -> str:
+    """No answer from the provider: say which base URL was tried (without any user:password in it)."""
+    app = ctx.obj
+    base = getattr(app.config, "api_base_url", None) if isinstance(app, AppContext) else None
+    if not base:
+        return str(exc)
+    parts = urlsplit(base)
+    shown = urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))) \
+        if parts.hostname and "@" in parts.netloc else base
+    return f"{exc} (provider at {shown}, from PARTNERKIT_API_BASE_URL)"
 
 
 def _os_error(exc: OSError) -> str:

@@ -66,13 +66,16 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
     job = jobs.latest_for_orders(app.db, [order_id]).get(order_id) or {}
     row.update({f"job_{k}": v for k, v in job.items()})
     events = inbox.listing(app.db, order_id=order_id, limit=50)
+    for event in events:
+        # `duplicates`, as in `events list`; `duplicate_count` stays as a deprecated JSON alias.
+        event["duplicates"] = event["duplicate_count"]
     if fmt == "json":
         emit([row], list(row), fmt, json_value={**row, "events": events})
         return
     emit([{"field": k, "value": v} for k, v in row.items()], ["field", "value"], fmt)
     if fmt == "table" and events:
         click.echo("")
-        emit(events, ["dedup_key", "event_type", "status", "state", "duplicate_count", "received_at"], fmt)
+        emit(events, ["dedup_key", "event_type", "status", "state", "duplicates", "received_at"], fmt)
 
 
 @orders_group.command("create")
@@ -123,14 +126,32 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
 
 @orders_group.command("sync")
 @click.option("--since", callback=moment,
-              help="Walk back to orders placed at this ISO 8601 time (default: the stored watermark).")
+              help="Read back to orders placed at this ISO 8601 time, however far: the order list has no date "
+                   "filter, so this reads one page of 100 orders per request, leaving a tenth of the hourly API budget "
+                   "to voucher fetches. "
+                   "Default: the stored watermark, at most 2 days and 20 pages back.")
 @format_option
 @pass_app
 def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
-    """Repair local orders from the provider's order list and queue missing voucher fetches."""
+    """Repair local orders from the provider's order list and queue missing voucher fetches.
+
+    Exits 1, after printing what it did, when it stopped before the requested time (budget spent).
+    """
     summary = catch_up_orders(app.config, app.db, _client(app), since=since)
     row = vars(summary)
     emit([row], list(row), fmt)
+    if summary.stopped in INCOMPLETE:
+        reached = f"orders placed at {summary.reached}" if summary.reached else "no order"
+        raise click.ClickException(f"the order list was read back to {reached} only, not to {summary.since}: "
+                                   f"{INCOMPLETE[summary.stopped]}; what was read is kept")
+
+
+# Why a sync stopped before reaching `since`, as told to the operator.
+INCOMPLETE = {
+    "budget": "the hourly API budget is spent (a tenth is kept for voucher fetches), run it again later",
+    "max pages": "the scheduled sync reads at most 20 pages, give --since to read further",
+    "page repeated": "the provider answered the same page twice",
+}
 
 
 def register(group: click.Group) -> None:

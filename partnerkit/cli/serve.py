@@ -18,8 +18,10 @@ def bind_option(func):
     """--bind HOST:PORT, validated."""
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
         match = _BIND.match(value)
-        if not match or not 0 < int(match.group(2)) < 65536:
+        if not match:
             raise click.BadParameter("expected HOST:PORT, e.g. 127.0.0.1:8000")
+        if not 0 < int(match.group(2)) < 65536:
+            raise click.BadParameter(f"port {int(match.group(2))} is out of range: give 1 to 65535")
         return value
     return click.option("--bind", default="127.0.0.1:8000", show_default=True, callback=check,
                         help="HOST:PORT to listen on (keep it on loopback behind a TLS proxy).")(func)
@@ -54,10 +56,11 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
     Validation happens here, before anything forks, so a bad setting is one line and exit 2.
     """
     from partnerkit.crypto import load_cipher
-    from receiver.tokens import require_tokens
+    from receiver.tokens import require_some_token, require_tokens
 
     config = app.config
     db = app.db  # first: a path that holds no database must not get a voucher key file beside it
+    require_some_token(config, db)  # nor a receiver that is refused for want of a token
     cipher = load_cipher(config)  # creates the voucher key file once, before workers race for it
     require_tokens(config, db, cipher)
     host, port = bind.rsplit(":", 1)

@@ -8,7 +8,7 @@ from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
 from partnerkit.cli.params import ID
 from partnerkit.crypto import load_cipher
-from partnerkit.store import orders
+from partnerkit.store import jobs, orders
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.vouchers import unseal
 
@@ -30,7 +30,8 @@ def mask(value: str | None, visible: int = 4) -> str | None:
 def vouchers_command(app: AppContext, order_id: int, reveal: bool, fmt: str) -> None:
     """Stored vouchers of one order (decrypted; masked unless --reveal)."""
     rows = voucher_store.for_order(app.db, order_id)
-    if not rows and orders.get(app.db, order_id) is None:
+    order = None if rows else orders.get(app.db, order_id)
+    if not rows and order is None:
         raise click.ClickException(f"order {order_id} is not known locally (see `partnerkit orders list`)")
     cipher = load_cipher(app.config)
     shown = []
@@ -42,7 +43,22 @@ def vouchers_command(app: AppContext, order_id: int, reveal: bool, fmt: str) -> 
         shown.append({c: clear[c] for c in COLUMNS})
     if reveal and shown:
         click.echo(f"revealing {len(shown)} voucher(s) of order {order_id}: treat this output as secret", err=True)
-    emit(shown, COLUMNS, fmt, empty_message=f"no vouchers stored for order {order_id} yet")
+    emit(shown, COLUMNS, fmt, empty_message=None if rows else _why_none(app, order))
+
+
+def _why_none(app: AppContext, order: dict) -> str:
+    """Why an order known locally has no vouchers stored, and what brings them."""
+    head = f"no vouchers stored for order {order['id']} yet"
+    if order["status"] not in orders.DELIVERING:
+        return f"{head}: it is {order['status']}; vouchers are fetched once the provider delivers it"
+    job = jobs.latest_for_orders(app.db, [order["id"]]).get(order["id"])
+    if job is None or job["state"] == "done":
+        return f"{head}: it is {order['status']} but no voucher fetch is queued; `partnerkit orders sync` queues one"
+    if job["state"] == "dead":
+        return (f"{head}: its voucher fetch is parked after {job['attempts']} attempt(s) ({job['last_error']}); "
+                "the order sync retries it hourly")
+    return (f"{head}: it is {order['status']} and its voucher fetch is queued; the worker fetches it "
+            "(`partnerkit worker` or `partnerkit run`; `partnerkit serve` alone does not)")
 
 
 def register(group: click.Group) -> None:

@@ -129,12 +129,16 @@ def stats_command(app: AppContext, fmt: str) -> None:
 
 @webhooks_group.command("retry")
 @click.argument("delivery_id", type=ID)
+@format_option
 @pass_app
-def retry_command(app: AppContext, delivery_id: int) -> None:
+def retry_command(app: AppContext, delivery_id: int, fmt: str) -> None:
     """Re-queue a failed delivery (only while it has attempts left)."""
     result = _client(app).retry_delivery(delivery_id)
-    message = result.get("message") if isinstance(result, dict) else None
-    click.echo(message or f"delivery {delivery_id} re-queued")
+    fields = dict(result) if isinstance(result, dict) else {}
+    row = {"delivery_id": fields.pop("delivery_id", delivery_id),
+           "message": fields.pop("message", None) or f"delivery {delivery_id} re-queued"}
+    row.update({str(k): dumps(v) if isinstance(v, (dict, list)) else _plain(v) for k, v in fields.items()})
+    emit([row], list(row), fmt, json_value=result)
 
 
 def register(group: click.Group) -> None:

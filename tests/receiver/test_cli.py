@@ -50,6 +50,18 @@ def test_orders_list_and_show(client, env):
     assert missing.exit_code == 1 and "not known locally" in missing.output
 
 
+def test_events_list_and_orders_show_name_the_duplicate_count_alike(client, env):
+    post(client, envelope("evt_twice"))
+    post(client, envelope("evt_twice"))
+    listed = json.loads(run(env, "events", "list", "--format", "json").stdout)[0]
+    shown = json.loads(run(env, "orders", "show", "101", "--format", "json").stdout)["events"][0]
+    assert listed["duplicates"] == shown["duplicates"] == 1
+    assert shown["duplicate_count"] == 1, "the old name stays as an alias for existing scripts"
+    header = run(env, "events", "list", "--format", "csv").stdout.splitlines()[0].split(",")
+    table = run(env, "orders", "show", "101").stdout
+    assert "duplicates" in header and "DUPLICATES" in table and "DUPLICATE_COUNT" not in table
+
+
 def test_vouchers_masked_unless_revealed(client, config, env, httpserver):
     from partnerkit.client import PartnerClient
     from partnerkit.store import open_db
@@ -114,3 +126,47 @@ def test_orders_create_refuses_a_denomination_with_an_exponent_before_ordering(e
     result = CliRunner().invoke(cli, ["orders", "create", "--product-id", "6", "--denomination", "1e3",
                                       "--quantity", "1"], env=env)
     assert result.exit_code == 2 and "written with an exponent" in result.output  # a usage error, no request
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+@pytest.mark.parametrize("bind, message", [("127.0.0.1:99999", "port 99999 is out of range: give 1 to 65535"),
+                                           ("0.0.0.0:0", "port 0 is out of range: give 1 to 65535"),
+                                           ("localhost", "expected HOST:PORT")])
+def test_a_bad_bind_names_what_is_wrong_with_it(command, bind, message):
+    result = CliRunner().invoke(cli, [command, "--bind", bind])
+    assert result.exit_code == 2
+    assert f"Invalid value for '--bind': {message}" in result.output
+
+
+def test_vouchers_of_an_order_without_any_says_what_brings_them(client, env):
+    post(client, envelope("evt_d", order_id=101))  # DELIVERED: a fetch is queued for the worker
+    post(client, envelope("evt_p", "order.pending", order_id=102, status="PENDING"))
+    queued = CliRunner().invoke(cli, ["vouchers", "101"], env=env)
+    assert queued.exit_code == 0
+    assert queued.stderr.strip() == (
+        "no vouchers stored for order 101 yet: it is DELIVERED and its voucher fetch is queued; the worker "
+        "fetches it (`partnerkit worker` or `partnerkit run`; `partnerkit serve` alone does not)")
+    pending = CliRunner().invoke(cli, ["vouchers", "102"], env=env)
+    assert pending.stderr.strip().endswith("it is PENDING; vouchers are fetched once the provider delivers it")
+    assert json.loads(run(env, "vouchers", "101", "--format", "json").stdout) == []
+
+
+@pytest.mark.parametrize("base, shown", [("http://127.0.0.1:9", "http://127.0.0.1:9"),
+                                         ("http://ops:s3cr3t-pw@127.0.0.1:9", "http://127.0.0.1:9")])
+def test_a_provider_that_cannot_be_reached_is_named_by_its_base_url(config, base, shown):
+    env = config_as_env(replace(config, api_base_url=base))  # nothing listens on port 9
+    result = CliRunner().invoke(cli, ["webhooks", "list"], env=env)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("Error: GET /api/v1/webhooks: connection failed before sending "
+                                     f"(provider at {shown}, from PARTNERKIT_API_BASE_URL)")
+    assert "s3cr3t" not in result.output
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_a_receiver_refused_for_want_of_a_token_generates_no_voucher_key(config, tmp_path, command):
+    env = {**config_as_env(replace(config, webhook_tokens=(), voucher_key=None)), "PARTNERKIT_WEBHOOK_TOKENS": ""}
+    result = CliRunner().invoke(cli, [command, "--bind", "127.0.0.1:1"], env=env)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("Error: no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
+                                     "`partnerkit webhooks register`; the receiver refuses to start without one")
+    assert not config.key_file.exists(), "no voucher key generated (and announced) for a receiver that did not start"

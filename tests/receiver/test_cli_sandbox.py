@@ -67,3 +67,20 @@ def test_an_order_whose_vouchers_came_with_the_create_is_not_read_again(env, san
     assert sandbox_server.sandbox.calls["GET /api/v1/orders/:id"] == reads_before, "no read for vouchers in hand"
     assert jobs.latest_for_orders(db, [created["id"]])[created["id"]]["state"] == "done"
     assert len(json.loads(run(env, "vouchers", str(created["id"]), "--format", "json").stdout)) == 3
+
+
+def test_webhooks_retry_takes_format_like_every_other_webhooks_command(env, sandbox_server):
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")  # nothing listens there
+    run(env, "webhooks", "test", "1")
+    for minutes in (0, 1, 2, 4, 8):  # the document's retry schedule: 5 attempts, then failed
+        sandbox_server.advance(minutes * 60 + 1)
+    failed = json.loads(run(env, "webhooks", "deliveries", "--status", "failed", "--format", "json").stdout)
+    assert [d["id"] for d in failed] == [1]
+    table = run(env, "webhooks", "retry", "1").stdout.splitlines()
+    assert table[0].split() == ["DELIVERY_ID", "MESSAGE"] and table[1].split()[0] == "1"
+    sandbox_server.advance(61)  # the re-queued attempt fails again
+    answer = json.loads(run(env, "webhooks", "retry", "1", "--format", "json").stdout)
+    assert answer == {"message": "delivery re-queued", "delivery_id": 1}
+    sandbox_server.advance(61)
+    assert run(env, "webhooks", "retry", "1", "--format", "csv").stdout.splitlines() == [
+        "delivery_id,message", "1,delivery re-queued"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
 import socket
 import subprocess
@@ -127,3 +128,37 @@ def test_plain_gunicorn_config_installs_the_same_worker_hook(monkeypatch):
     probe = Probe()
     probe.load_config_from_file(str(Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"))
     assert probe.cfg.post_worker_init is gunicorn_options()["post_worker_init"]
+
+
+def test_a_receiver_killed_with_sigkill_leaves_no_metrics_directory_behind_after_a_restart(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    (temp / f"partnerkit-metrics-{dead_pid}-old").mkdir()
+    (temp / f"partnerkit-metrics-{dead_pid}-old" / "counter_1.db").write_bytes(b"\0" * 64)
+    kept = [f"partnerkit-metrics-{os.getpid()}-live", "partnerkit-metrics-nopid", "unrelated-dir"]
+    for name in kept:
+        (temp / name).mkdir()
+    env = env_for(tmp_path, TMPDIR=str(temp))
+    first = ServedReceiver(env, tmp_path / "first.log", workers=1)
+    with first:
+        master = first.process.pid
+        assert sorted(p.name for p in temp.iterdir() if str(master) in p.name) != []
+        assert not (temp / f"partnerkit-metrics-{dead_pid}-old").exists(), "a dead master's directory is removed"
+        first.process.kill()  # SIGKILL: gunicorn's on_exit never runs
+        first.process.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _listening(first.port):
+            time.sleep(0.05)  # its worker follows its master
+    left = [p.name for p in temp.iterdir() if p.name.startswith(f"partnerkit-metrics-{master}-")]
+    assert len(left) == 1, "the killed master left its directory"
+    with ServedReceiver(env, tmp_path / "second.log", workers=1) as second:
+        assert requests.get(second.base_url + "/readyz", timeout=5).status_code == 200
+        assert not (temp / left[0]).exists(), "the next start removed it"
+        assert all((temp / name).exists() for name in kept), "live, old-style and foreign directories stay"
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0

@@ -1,0 +1,106 @@
+"""`partnerkit orders sync --since` covers the whole requested range, against the sandbox on loopback.
+
+The order list has no date filter, so a range is read page by page (100 orders a page) back to
+`--since`. Regression: an explicit --since used to be clamped to 2 days (and 20 pages) without a
+word, so older orders were silently left out.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from click.testing import CliRunner
+
+from partnerkit.cli import cli
+from partnerkit.client import PartnerClient
+from partnerkit.config import config_as_env, load_config
+from partnerkit.store import open_db
+from sandbox import orders as sandbox_orders
+from sandbox.settings import SandboxSettings
+from sandbox.testing import SandboxServer
+
+OLD, RECENT = 130, 20  # 150 orders: two pages of the list
+
+
+def _place(server: SandboxServer, count: int) -> None:
+    """Orders placed at the sandbox's current time, through its own order logic (no rate limit)."""
+    sb = server.sandbox
+    client = server.clients[0]
+    with sb.lock:
+        for _ in range(count):
+            request = sandbox_orders.parse_create(sb, client, {"product_id": 7, "denomination": 10, "quantity": 1})
+            sandbox_orders.create(sb, client, request)
+
+
+@pytest.fixture
+def history():
+    """A sandbox whose first 130 orders were placed 5 days ago and the last 20 now."""
+    started = datetime.now(timezone.utc) - timedelta(days=5)
+    with SandboxServer(SandboxSettings(start=started), background=False) as server:
+        _place(server, OLD)
+        server.advance(timedelta(days=5).total_seconds())
+        _place(server, RECENT)
+        yield server, started
+
+
+def _env(server: SandboxServer, tmp_path, **extra: str) -> dict:
+    client = server.clients[0]
+    config = load_config(environ={
+        "PARTNERKIT_DB": str(tmp_path / "partnerkit.db"), "PARTNERKIT_API_BASE_URL": server.base_url,
+        "PARTNERKIT_API_KEY": client.key, "PARTNERKIT_API_SECRET": client.secret,
+        "PARTNERKIT_WEBHOOK_TOKENS": "bootstrap-token-for-tests", **extra})
+    return config_as_env(config)
+
+
+def test_since_six_days_ago_reads_every_order_back_to_it(history, tmp_path):
+    server, started = history
+    since = (started - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"],
+                                env=_env(server, tmp_path), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)[0]
+    assert summary["seen"] == OLD + RECENT and summary["pages"] == 2
+    assert summary["stopped"] == "end of list"
+    assert summary["reached"] < (started + timedelta(hours=1)).isoformat()
+    db = open_db(tmp_path / "partnerkit.db")
+    assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == OLD + RECENT
+    # Delivered orders without their vouchers get a fetch queued, old ones included.
+    assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == OLD + RECENT
+
+
+def test_a_range_cut_short_by_the_budget_says_so_and_exits_1(history, tmp_path):
+    server, started = history
+    since = (started - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"],
+                                env=_env(server, tmp_path, PARTNERKIT_HOURLY_BUDGET="1"))
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout)[0]
+    assert summary["pages"] == 1 and summary["seen"] == 100 and summary["stopped"] == "budget"
+    assert "the order list was read back to orders placed at" in result.stderr
+    assert "the hourly API budget is spent (a tenth is kept for voucher fetches)" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_the_help_says_how_far_back_each_way_reads():
+    text = " ".join(CliRunner().invoke(cli, ["orders", "sync", "--help"]).output.split())
+    assert "however far" in text and "2 days" in text and "20 pages" in text
+
+
+def test_a_range_walk_leaves_a_tenth_of_the_budget_to_voucher_fetches(history, tmp_path):
+    server, started = history
+    since = (started - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env = _env(server, tmp_path, PARTNERKIT_HOURLY_BUDGET="10")  # a tenth: 1 request kept free
+    config = load_config(environ=env)
+    db = open_db(config.db_path)
+    with PartnerClient(config, db) as client:
+        for _ in range(8):
+            client.delivery_stats()  # 2 requests of the hour left
+    result = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"], env=env)
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout)[0]
+    assert (summary["pages"], summary["stopped"]) == (1, "budget"), "the second page would eat the reserve"
+    status = json.loads(CliRunner().invoke(cli, ["status", "--format", "json"], env=env).stdout)
+    assert status["budget_remaining_this_hour"] == 1
+    db.conn.close()
