@@ -1,4 +1,4 @@
-"""`partnerkit webhooks register|list|test|deliveries|stats|retry`: the provider's webhook endpoints."""
+"""`partnerkit webhooks register|list|test|delete|deliveries|stats|retry`: the provider's webhook endpoints."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
 from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
+from partnerkit.errors import ApiStatusError
 from partnerkit.money import dumps
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import utcnow
@@ -97,6 +98,40 @@ def test_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     result = _client(app).test_webhook(webhook_id)
     row = _answer_row(webhook_id, result)
     emit([row], list(row), fmt, json_value=result)
+
+
+@webhooks_group.command("delete")
+@click.argument("webhook_id", type=ID)
+@format_option
+@pass_app
+def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
+    """Delete a webhook at the provider and forget its saved token.
+
+    Running receivers stop accepting that token within seconds. A webhook the provider no longer has
+    (404) still has its saved token forgotten; run it again after a failure, it is safe to repeat.
+    """
+    try:
+        _client(app).delete_webhook(webhook_id)
+        deleted = True
+    except ApiStatusError as exc:
+        if exc.status != 404:
+            raise
+        deleted = False
+    forgotten = webhook_tokens.forget(app.db, str(webhook_id))
+    if not deleted and not forgotten:
+        raise click.ClickException(f"webhook {webhook_id}: the provider has no such webhook and no token of it "
+                                   "is saved (`partnerkit webhooks list` shows both)")
+    emit([{"id": webhook_id, "deleted_at_provider": deleted, "token_forgotten": forgotten}],
+         ["id", "deleted_at_provider", "token_forgotten"], fmt)
+    said = [f"webhook {webhook_id} " + ("deleted at the provider" if deleted else "was already gone at the provider")]
+    if forgotten:
+        said.append("its saved token is forgotten (running receivers stop accepting it within seconds)")
+    if any(t.webhook_id == str(webhook_id) for t in app.config.webhook_tokens):
+        said.append("PARTNERKIT_WEBHOOK_TOKENS still binds a token to this id: remove it from the configuration")
+    if not app.config.webhook_tokens and not webhook_tokens.count(app.db):
+        said.append("no webhook token is accepted any more: the receiver rejects every delivery and will refuse to "
+                    "start until `partnerkit webhooks register` or PARTNERKIT_WEBHOOK_TOKENS gives it one")
+    click.echo("; ".join(said), err=True)
 
 
 @webhooks_group.command("deliveries")

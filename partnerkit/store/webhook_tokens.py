@@ -35,6 +35,12 @@ def listing(db: Database) -> list[dict]:
              "created_at": r[4]} for r in cursor.fetchall()]
 
 
+def forget(db: Database, webhook_id: str) -> bool:
+    """Delete the saved token of one webhook; return whether there was one."""
+    with transaction(db) as conn:
+        return conn.execute("DELETE FROM webhook_tokens WHERE webhook_id = ?", (webhook_id,)).rowcount > 0
+
+
 def count(db: Database) -> int:
     """How many tokens are saved."""
     return db.execute("SELECT COUNT(*) FROM webhook_tokens").fetchone()[0]

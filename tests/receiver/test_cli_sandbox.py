@@ -84,3 +84,31 @@ def test_webhooks_retry_takes_format_like_every_other_webhooks_command(env, sand
     sandbox_server.advance(61)
     assert run(env, "webhooks", "retry", "1", "--format", "csv").stdout.splitlines() == [
         "delivery_id,message", "1,delivery re-queued"]
+
+
+def test_webhooks_delete_removes_it_at_the_provider_and_forgets_its_token(env, sandbox_config, sandbox_server):
+    env = {**env, "PARTNERKIT_WEBHOOK_TOKENS": ""}  # empty counts as unset: only saved tokens are accepted
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner", "--name", "second")
+    result = run(env, "webhooks", "delete", "1", "--format", "json")
+    assert json.loads(result.stdout) == [{"id": 1, "deleted_at_provider": True, "token_forgotten": True}]
+    assert "deleted at the provider" in result.stderr and "no webhook token is accepted" not in result.stderr
+    assert sorted(sandbox_server.sandbox.webhooks) == [2]
+    listed = json.loads(run(env, "webhooks", "list", "--format", "json").stdout)
+    assert [(w["id"], w["token_saved"]) for w in listed] == [(2, True)]
+    # Again: the provider answers 404 and nothing is saved: one line, exit 1, no traceback.
+    again = run(env, "webhooks", "delete", "1", code=1)
+    assert "no such webhook and no token of it is saved" in again.output and "Traceback" not in again.output
+    # The last token: deleted, and the operator is told the receiver now accepts nothing.
+    last = run(env, "webhooks", "delete", "2")
+    assert "no webhook token is accepted any more" in last.stderr
+    assert last.stdout.split() == ["ID", "DELETED_AT_PROVIDER", "TOKEN_FORGOTTEN", "2", "yes", "yes"]
+
+
+def test_webhooks_delete_forgets_the_token_of_a_webhook_the_provider_no_longer_has(env, sandbox_server):
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    sandbox_server.sandbox.webhooks.clear()  # deleted at the provider by someone else
+    result = run(env, "webhooks", "delete", "1", "--format", "csv")
+    assert result.stdout.splitlines() == ["id,deleted_at_provider,token_forgotten", "1,no,yes"]
+    assert "already gone at the provider" in result.stderr
+    assert json.loads(run(env, "webhooks", "list", "--format", "json").stdout) == []
