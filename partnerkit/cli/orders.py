@@ -15,7 +15,7 @@ from partnerkit.store import inbox, jobs, orders
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
-from partnerkit.timeutil import utcnow
+from partnerkit.timeutil import iso, utcnow
 from partnerkit.vouchers import catch_up_orders, seal
 
 LIST_COLUMNS = ["id", "reference_code", "status", "quantity", "delivered_quantity", "vouchers_stored", "amount",
@@ -137,6 +137,9 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
 
     Exits 1, after printing what it did, when it stopped before the requested time (budget spent).
     """
+    if since is not None and since > utcnow():
+        raise click.BadParameter(f"{iso(since)} is in the future: orders placed since then cannot exist yet",
+                                 param_hint="'--since'")
     summary = catch_up_orders(app.config, app.db, _client(app), since=since)
     row = vars(summary)
     emit([row], list(row), fmt)

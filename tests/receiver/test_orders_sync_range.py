@@ -104,3 +104,12 @@ def test_a_range_walk_leaves_a_tenth_of_the_budget_to_voucher_fetches(history, t
     status = json.loads(CliRunner().invoke(cli, ["status", "--format", "json"], env=env).stdout)
     assert status["budget_remaining_this_hour"] == 1
     db.conn.close()
+
+
+def test_a_since_in_the_future_is_refused_before_any_call(history, tmp_path):
+    server, _ = history
+    calls = sum(server.sandbox.calls.values())
+    since = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = CliRunner().invoke(cli, ["orders", "sync", "--since", since], env=_env(server, tmp_path))
+    assert result.exit_code == 2 and "is in the future" in result.output and "Traceback" not in result.output
+    assert sum(server.sandbox.calls.values()) == calls, "no page read for a range that cannot hold an order"
