@@ -73,6 +73,7 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("serve",): ["--bind", f"127.0.0.1:{closed_port()}", "--workers", "1"],
         ("status",): [],
         ("vouchers",): ["424242"],
+        ("webhooks", "delete"): ["424242"],
         ("webhooks", "deliveries"): [],
         ("webhooks", "list"): [],
         ("webhooks", "register"): ["--url", "https://partner.example.invalid/webhooks/partner"],
