@@ -54,7 +54,7 @@ def alive(pid: int) -> bool:
     except OSError:  # no /proc here: ask the kernel
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+        except (ProcessLookupError, OverflowError):  # the latter: beyond any pid, so no such process
             return False
         except PermissionError:
             return True

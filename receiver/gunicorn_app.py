@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from gunicorn.app.base import BaseApplication
 
-from partnerkit.processes import die_with_parent
+from partnerkit.processes import alive, die_with_parent
 
 # Method and path only: never headers (signatures, tokens) and never the query string.
 ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
@@ -124,23 +124,13 @@ def sweep_metrics_dirs(parent: str | None = None) -> list[str]:
             continue  # not ours, or made before directories carried their master's pid
         path = os.path.join(parent, name)
         try:
-            if os.stat(path).st_uid != os.getuid() or _alive(int(pid_text)):
+            if os.stat(path).st_uid != os.getuid() or alive(int(pid_text)):
                 continue
         except OSError:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
 
 
 def main(argv: list[str] | None = None) -> None:
