@@ -25,9 +25,14 @@ NO_TOKEN = ("no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run 
             "`partnerkit webhooks register`; the receiver refuses to start without one")
 
 
+def has_some_token(config: Config, db: Database) -> bool:
+    """Whether any token is configured or saved (no voucher key needed to tell)."""
+    return bool(config.webhook_tokens) or webhook_tokens.count(db) > 0
+
+
 def require_some_token(config: Config, db: Database) -> None:
     """ConfigError unless a token is configured or saved; needs no voucher key (none is generated for it)."""
-    if not config.webhook_tokens and not webhook_tokens.count(db):
+    if not has_some_token(config, db):
         raise ConfigError(NO_TOKEN)
 
 

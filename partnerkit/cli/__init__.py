@@ -67,8 +67,8 @@ def _unreachable(ctx: click.Context, exc: TransportError) -> str:
     if not base:
         return str(exc)
     parts = urlsplit(base)
-    shown = urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))) \
-        if parts.hostname and "@" in parts.netloc else base
+    # host[:port] exactly as written (an IPv6 host keeps its brackets), without any user:password@
+    shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
     return f"{exc} (provider at {shown}, from PARTNERKIT_API_BASE_URL)"
 
 

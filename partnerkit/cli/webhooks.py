@@ -110,6 +110,8 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     Running receivers stop accepting that token within seconds. A webhook the provider no longer has
     (404) still has its saved token forgotten; run it again after a failure, it is safe to repeat.
     """
+    from receiver.tokens import has_some_token
+
     try:
         _client(app).delete_webhook(webhook_id)
         deleted = True
@@ -128,7 +130,7 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
         said.append("its saved token is forgotten (running receivers stop accepting it within seconds)")
     if any(t.webhook_id == str(webhook_id) for t in app.config.webhook_tokens):
         said.append("PARTNERKIT_WEBHOOK_TOKENS still binds a token to this id: remove it from the configuration")
-    if not app.config.webhook_tokens and not webhook_tokens.count(app.db):
+    if not has_some_token(app.config, app.db):
         said.append("no webhook token is accepted any more: the receiver rejects every delivery and will refuse to "
                     "start until `partnerkit webhooks register` or PARTNERKIT_WEBHOOK_TOKENS gives it one")
     click.echo("; ".join(said), err=True)
