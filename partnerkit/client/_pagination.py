@@ -28,7 +28,13 @@ def _header_int(headers: Mapping[str, str], *names: str) -> int | None:
 
 def page_from_headers(items: list[T], headers: Mapping[str, str], *, page: int, limit: int | None,
                       malformed: tuple = ()) -> Page[T]:
-    """A Page whose has_more trusts X-Has-More, then X-Total-Pages/Count, then a full page."""
+    """A Page whose has_more trusts X-Has-More, then X-Total-Pages, then X-Total-Count, then a full page.
+
+    A page shorter than the limit asked for ends the walk only when no header says otherwise: a
+    provider that serves fewer rows than asked (a cap it does not announce) while saying more
+    exist is read on, since stopping would silently drop the rest of the range. At worst that
+    costs one request for an empty page, and an empty page always ends the walk.
+    """
     number = _header_int(headers, "X-Page") or page
     per_page = _header_int(headers, "X-Per-Page", "X-Page-Size")
     total_count = _header_int(headers, "X-Total-Count")
@@ -44,12 +50,12 @@ def page_from_headers(items: list[T], headers: Mapping[str, str], *, page: int, 
         has_more = False
     elif total_pages is not None:
         has_more = number < total_pages
-    elif total_count is not None and size:
-        has_more = number * size < total_count
+    elif total_count is not None:
+        # Without X-Per-Page the page size is what came back (a short page may be a cap).
+        per = per_page or (limit if limit is not None and count >= limit else count)
+        has_more = (number - 1) * per + count < total_count
     else:
         has_more = size is not None and count >= size
-    if has_more and size is not None and count < size:
-        has_more = False  # a short page is the last one
     return Page(items, number, per_page, total_count, total_pages, has_more, tuple(malformed))
 
 

@@ -96,3 +96,25 @@ def test_malformed_item_stops_the_walk_unless_quarantined(client, httpserver):
     quarantined = []
     assert [r.id for r in client.iter_recharges(limit=10, on_malformed=quarantined.append)] == [2]
     assert quarantined[0].body["id"] == 1
+
+
+def test_a_short_page_does_not_end_the_walk_when_the_provider_says_more(client, httpserver):
+    # The provider served fewer rows than asked (a cap it did not announce in X-Per-Page) but says
+    # another page exists: the walk reads on rather than dropping the rest of the range.
+    httpserver.expect_request("/api/v1/recharges", query_string={"page": "1", "limit": "3"}).respond_with_json(
+        [p.recharge(id=5), p.recharge(id=4)], headers={"X-Page": "1", "X-Has-More": "true"})
+    httpserver.expect_request("/api/v1/recharges", query_string={"page": "2", "limit": "3"}).respond_with_json(
+        [p.recharge(id=3)], headers={"X-Page": "2", "X-Has-More": "false"})
+    assert [r.id for r in client.iter_recharges(limit=3)] == [5, 4, 3]
+
+
+@pytest.mark.parametrize("headers, page, count, has_more", [
+    ({"X-Total-Pages": "3"}, 1, 2, True),             # short, but two more pages are announced
+    ({"X-Total-Pages": "3"}, 3, 1, False),
+    ({"X-Total-Count": "5"}, 1, 2, True),             # 2 of 5 read (the page size is what came back)
+    ({"X-Total-Count": "5"}, 2, 2, True),             # 4 of 5
+    ({"X-Total-Count": "5", "X-Per-Page": "2"}, 3, 1, False),   # 5 of 5
+    ({"X-Total-Count": "4"}, 2, 2, False),            # 4 of 4
+])
+def test_page_counts_from_the_headers_win_over_a_short_page(headers, page, count, has_more):
+    assert page_from_headers(list(range(count)), headers, page=page, limit=10).has_more is has_more
