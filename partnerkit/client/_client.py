@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping
 
@@ -60,10 +60,13 @@ def _id(value: Any, what: str) -> int:
 
 
 def _day(value: date | str | None, what: str) -> str | None:
+    """A YYYY-MM-DD filter; a datetime is sent as its UTC day (naive ones are UTC, as on the wire)."""
     if value is None:
         return None
     if isinstance(value, datetime):
-        value = value.date()
+        # The local date of an aware datetime can be a day off the UTC day that contains it,
+        # which would start a from_date late or end a to_date early and miss records.
+        value = (value.astimezone(timezone.utc) if value.tzinfo else value).date()
     if isinstance(value, date):
         return value.isoformat()
     if not isinstance(value, str) or len(value) != 10:

@@ -118,3 +118,15 @@ def test_a_short_page_does_not_end_the_walk_when_the_provider_says_more(client, 
 ])
 def test_page_counts_from_the_headers_win_over_a_short_page(headers, page, count, has_more):
     assert page_from_headers(list(range(count)), headers, page=page, limit=10).has_more is has_more
+
+
+def test_a_datetime_filter_is_sent_as_its_utc_day(client, httpserver):
+    # from_date/to_date are UTC days: 01:00 in India on 2 May is still 1 May in UTC, and 23:00 in
+    # New York on 1 May is already 2 May. The local date would start the range late / end it early.
+    from datetime import datetime, timedelta, timezone
+    httpserver.expect_request("/api/v1/recharges").respond_with_json([])
+    ist, new_york = timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-4))
+    client.list_recharges(from_date=datetime(2024, 5, 2, 1, 0, tzinfo=ist),
+                          to_date=datetime(2024, 5, 1, 23, 0, tzinfo=new_york))
+    args = httpserver.log[0][0].args
+    assert (args["from_date"], args["to_date"]) == ("2024-05-01", "2024-05-02")
