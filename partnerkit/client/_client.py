@@ -173,7 +173,10 @@ class PartnerClient:
 
     def preview_recharge(self, operator_id: int, amount: int | Decimal | str) -> ChargeQuote:
         """POST /recharge/charges: quote face, discount and payable; nothing is placed."""
-        resp = self._call("POST", "/recharge/charges", body={"operator_id": operator_id, "amount": _amount(amount)})
+        # "Nothing is placed ... no duplicate guard", and a 500 is "retry with backoff" (Errors,
+        # "Recharge charge preview"): repeating it is harmless, so it is retried like a read.
+        resp = self._call("POST", "/recharge/charges", body={"operator_id": operator_id, "amount": _amount(amount)},
+                          repeatable=True)
         return ChargeQuote.from_payload(_unwrap(resp.body))
 
     def submit_recharge(

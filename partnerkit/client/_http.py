@@ -13,6 +13,8 @@ Which failures are retried (decision, see docs/client.md):
   never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
   A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
   (Errors, "Recharge submit": 500 -> "check for a created recharge before re-sending").
+- The charge preview is a POST that places nothing, and its 500 row says "retry with backoff":
+  it is sent with repeatable=True and retried like a GET.
 """
 
 from __future__ import annotations
@@ -170,11 +172,19 @@ class Transport:
         body: Any = None,
         idempotency_key: str | None = None,
         budget_class: str = "general",
+        repeatable: bool | None = None,
     ) -> Response:
-        """Send one logical request (maybe several attempts) and return its 2xx Response."""
+        """Send one logical request (maybe several attempts) and return its 2xx Response.
+
+        `repeatable`: sending it twice has no more effect than once, so any failure may be retried
+        like a read. Defaults to True for GET and False for writes; a write that only reads (the
+        charge preview: "Nothing is placed") passes True.
+        """
         method = method.upper()
         url = self.base_url + path
         signed = method in SIGNED_METHODS
+        if repeatable is None:
+            repeatable = not signed
         if signed and params:
             raise ValueError(f"{method} {path}: writes never carry a query string (the signed path has none)")
         # Serialize once: these exact bytes are signed and sent on every attempt.
@@ -200,7 +210,7 @@ class Transport:
                                             headers=headers, timeout=self.timeout, allow_redirects=False)
             except requests.RequestException as exc:
                 err = _transport_error(exc, method, path)
-                if attempt < self.retry.max_attempts and (not signed or not err.request_sent):
+                if attempt < self.retry.max_attempts and (repeatable or not err.request_sent):
                     log.info("%s %s: %s; retrying", method, path, err)
                     self.sleep(self.retry.interval(attempt))
                     continue
@@ -212,7 +222,7 @@ class Transport:
                 except errors.MalformedResponse:
                     # A garbled read (cut off on the way) is read again like a 5xx; a write's lost
                     # answer is never re-sent here: the caller replays its key or locates it.
-                    if signed or attempt >= self.retry.max_attempts:
+                    if not repeatable or attempt >= self.retry.max_attempts:
                         raise
                     log.info("%s %s: HTTP %d body is not JSON; retrying (attempt %d)", method, path,
                              resp.status_code, attempt)
@@ -221,12 +231,12 @@ class Transport:
             err = self._status_error(resp, method, path)
             if err.status == 429:
                 self.budget.block(budget_class, err.retry_after)
-            if not self._should_retry(err, signed, attempt, spend):
+            if not self._should_retry(err, repeatable, attempt, spend):
                 raise err
             log.info("%s %s: HTTP %d; retrying (attempt %d)", method, path, err.status, attempt)
             self.sleep(self.retry.interval(attempt, err.retry_after))
 
-    def _should_retry(self, err: errors.ApiStatusError, signed: bool, attempt: int, spend: Spend) -> bool:
+    def _should_retry(self, err: errors.ApiStatusError, repeatable: bool, attempt: int, spend: Spend) -> bool:
         if attempt >= self.retry.max_attempts:
             return False
         if err.retry_after is not None and err.retry_after > spend.max_wait:
@@ -237,7 +247,7 @@ class Transport:
             return spend.wait
         if err.status >= 500:
             # A write is re-sent only on a 503 with Retry-After: the provider says it did nothing.
-            return not signed or (err.status == 503 and err.retry_after is not None)
+            return repeatable or (err.status == 503 and err.retry_after is not None)
         return False
 
     @staticmethod

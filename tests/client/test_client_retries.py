@@ -185,3 +185,14 @@ def test_a_garbled_submit_answer_is_never_resent(client, httpserver, sleeps):
         client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100, idempotency_key="key-garbled-1")
     assert len(httpserver.log) == 1 and sleeps == []
     assert info.value.idempotency_key == "key-garbled-1"  # the caller locates it with this key
+
+
+def test_the_charge_preview_is_retried_on_500_as_its_error_table_says(client, httpserver, sleeps):
+    # Errors, "Recharge charge preview": 500 "Pricing could not be resolved; retry with backoff".
+    # The preview places nothing, so repeating it is as safe as a read.
+    httpserver.expect_ordered_request("/api/v1/recharge/charges", method="POST").respond_with_response(_json(500, ""))
+    httpserver.expect_ordered_request("/api/v1/recharge/charges", method="POST").respond_with_json(
+        {"face": 100, "discount_pct": 0, "discount": 0, "payable": 100})
+    assert client.preview_recharge(operator_id=1, amount=100).payable == 100
+    (first, _), (second, _) = httpserver.log
+    assert first.get_data() == second.get_data() and len(sleeps) == 1
