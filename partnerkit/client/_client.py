@@ -175,7 +175,8 @@ class PartnerClient:
         """POST /recharge/charges: quote face, discount and payable; nothing is placed."""
         # "Nothing is placed ... no duplicate guard", and a 500 is "retry with backoff" (Errors,
         # "Recharge charge preview"): repeating it is harmless, so it is retried like a read.
-        resp = self._call("POST", "/recharge/charges", body={"operator_id": operator_id, "amount": _amount(amount)},
+        body = {"operator_id": _id(operator_id, "operator_id"), "amount": _amount(amount)}
+        resp = self._call("POST", "/recharge/charges", body=body,
                           repeatable=True)
         return ChargeQuote.from_payload(_unwrap(resp.body))
 
@@ -196,7 +197,12 @@ class PartnerClient:
     ) -> SubmitResult:
         """POST /recharges: 200 final or 202 PROCESSING; never re-sent after an ambiguous failure."""
         key = check_idempotency_key(idempotency_key)
-        body: dict[str, Any] = {"mobile_number": mobile_number, "operator_id": operator_id, "amount": _amount(amount)}
+        # operator_id is the number from the operators endpoint; the recharge's `operator` is a
+        # display name that "must not be fed back into submit" (Resources, Recharge).
+        body: dict[str, Any] = {"mobile_number": mobile_number, "operator_id": _id(operator_id, "operator_id"),
+                                "amount": _amount(amount)}
+        if circle_id is not None:
+            _id(circle_id, "circle_id")
         optional = {"circle_id": circle_id, "is_postpaid": is_postpaid, "is_special": is_special,
                     "country_code": country_code, "nickname": nickname, "client_reference": client_reference}
         body.update({k: v for k, v in optional.items() if v is not None})

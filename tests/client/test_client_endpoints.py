@@ -112,7 +112,13 @@ def test_secret_not_in_repr(client):
 
 @pytest.mark.parametrize("call", [lambda c: c.get_recharge(0), lambda c: c.get_order("7"), lambda c: c.get_recharge(True),
                                   lambda c: c.list_orders(limit=101), lambda c: c.list_deliveries(limit=101),
-                                  lambda c: c.preview_recharge(operator_id=1, amount=10.5), lambda c: c.update_webhook(3)])
+                                  lambda c: c.preview_recharge(operator_id=1, amount=10.5), lambda c: c.update_webhook(3),
+                                  # the display name is not an operator_id (Resources, Recharge)
+                                  lambda c: c.preview_recharge(operator_id="Airtel", amount=100),
+                                  lambda c: c.submit_recharge(mobile_number="9876543210", operator_id="Airtel", amount=100),
+                                  lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=0, amount=100),
+                                  lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=3, amount=100,
+                                                              circle_id="Mumbai")])
 def test_bad_arguments_are_refused_before_sending(client, httpserver, call):
     with pytest.raises((ValueError, TypeError)):
         call(client)
