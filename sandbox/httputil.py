@@ -27,7 +27,14 @@ def json_response(obj, status: int = 200, headers: dict | None = None) -> Respon
 
 
 def json_body(message: str = "invalid request body") -> dict:
-    """The request body as a JSON object (floats as Decimal), else ApiError(400, message)."""
+    """The request body as a JSON object (floats as Decimal), else ApiError(400, message).
+
+    "JSON bodies use Content-Type application/json" (Endpoints; "required" on recharge submit):
+    a body sent under another type is refused like a malformed one, so a client that forgets
+    the header fails here and not first in production.
+    """
+    if request.mimetype != "application/json":
+        raise ApiError(400, message, detail="Content-Type must be application/json")
     raw = request.get_data(cache=True)
     try:
         body = loads(raw or b"")

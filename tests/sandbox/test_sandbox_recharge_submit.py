@@ -283,3 +283,25 @@ def test_operators_endpoint(alpha):
     assert ops[1] == {"id": 1, "name": "Airtel", "country_code": "IN", "is_active": True,
                       "supports_prepaid": True, "supports_postpaid": True,
                       "supports_special": True, "requires_circle": False}
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_without_content_type_application_json_is_refused(alpha, content_type):
+    # Recharge submit: "Content-Type application/json (required)"; Endpoints: JSON bodies use it.
+    headers = {"Idempotency-Key": "ctype-key-1", "Content-Type": content_type}
+    body = {"mobile_number": "9876543210", "operator_id": 1, "amount": 100}
+    r = alpha.post(SUBMIT, body, headers=headers)
+    assert (r.status_code, r.json()) == (400, {"error": {"message": "invalid request body"}})
+    assert "Content-Type" in r.headers["X-Sandbox-Reason"]
+    assert alpha.get(SUBMIT).json() == []                        # nothing was created
+    preview = alpha.post(PREVIEW, {"operator_id": 1, "amount": 100}, headers={"Content-Type": content_type})
+    assert (preview.status_code, preview.json()) == (400, {"error": {"message": "invalid request body"}})
+    order = alpha.post("/api/v1/orders", {"product_id": 7, "denomination": 10, "quantity": 1},
+                       headers={"Idempotency-Key": "ctype-order-1", "Content-Type": content_type})
+    assert (order.status_code, order.json()) == (400, {"error": "BadRequest", "message": "Invalid request body format"})
+
+
+def test_content_type_with_a_charset_is_accepted(alpha):
+    r = alpha.post(PREVIEW, {"operator_id": 1, "amount": 100},
+                   headers={"Content-Type": "application/json; charset=utf-8"})
+    assert r.status_code == 200
