@@ -33,12 +33,9 @@ def signature_header(secret: str, timestamp: str | int, method: str, path: str,
 
 
 def parse_signature(value: str) -> tuple[str | None, list[str]]:
-    """(t, [v1 candidates]) from "t=..,v1=.." or a bare hex digest ("sha256=" tolerated)."""
-    value = value.strip()
-    if "=" not in value or value.lower().startswith("sha256="):
-        return None, [value.split("=", 1)[-1].strip().lower()]
+    """(t, [v1 candidates]) from "t=<timestamp>,v1=<hex>"; other parts are ignored."""
     stamp, digests = None, []
-    for part in value.split(","):
+    for part in value.strip().split(","):
         name, _, item = part.strip().partition("=")
         if name == "t":
             stamp = item.strip()
@@ -51,6 +48,9 @@ def verify_request(secrets: list[str], headers, method: str, path: str, query: s
                    body: bytes, *, tolerance_s: int = 300, now: float | None = None) -> None:
     """Raise SignatureError unless one secret signed this request within the window.
 
+    Both headers are required in the document's form (Authentication 4): X-Timestamp, and
+    X-Signature as t=<timestamp>,v1=<hex> with t equal to X-Timestamp. A bare hex digest (the
+    webhook form) is refused: accepting it here would let a client bug pass the sandbox.
     "path" is read as the request path with the /api/v1 prefix; when a query string is
     present, a signature over path or over path + "?" + query is accepted (both readings).
     The window is checked against real time: clients send wall-clock unix seconds.
@@ -58,11 +58,13 @@ def verify_request(secrets: list[str], headers, method: str, path: str, query: s
     raw = headers.get("X-Signature")
     if not raw:
         raise SignatureError("missing X-Signature header")
-    stamp_in_sig, digests = parse_signature(raw)
-    stamp = headers.get("X-Timestamp") or stamp_in_sig
+    stamp = headers.get("X-Timestamp")
     if not stamp:
         raise SignatureError("missing X-Timestamp header")
-    if stamp_in_sig is not None and stamp_in_sig != stamp:
+    stamp_in_sig, digests = parse_signature(raw)
+    if stamp_in_sig is None or not digests:
+        raise SignatureError("X-Signature must be t=<timestamp>,v1=<hex HMAC-SHA256>")
+    if stamp_in_sig != stamp:
         raise SignatureError("t= in X-Signature differs from X-Timestamp")
     try:
         stamp_value = int(stamp)

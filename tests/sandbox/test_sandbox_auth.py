@@ -76,23 +76,34 @@ def test_signature_by_hand_is_pinned(alpha):
     ("stale by 6 minutes", {"ts_offset": -360}, "5-minute window"),
     ("future by 6 minutes", {"ts_offset": 360}, "5-minute window"),
     ("missing signature", {"drop": ("X-Signature",)}, "missing X-Signature"),
+    # Authentication 4 sends both headers, the signature as t=<ts>,v1=<hex>: nothing less passes.
+    ("missing timestamp", {"drop": ("X-Timestamp",)}, "missing X-Timestamp"),
+    ("bare hex digest", {"bare": True}, "t=<timestamp>,v1="),
+    ("sha256= prefix", {"bare": "sha256="}, "t=<timestamp>,v1="),
+    ("t= without v1=", {"header": "t={ts}"}, "t=<timestamp>,v1="),
+    ("t= differs", {"header": "t=1,v1={sig}"}, "differs from X-Timestamp"),
     ("garbage digest", {"sig": "00" * 32}, "does not match"),
 ])
 def test_bad_signatures_are_401(alpha, case, kwargs, reason):
     kwargs = dict(kwargs)
     if "ts_offset" in kwargs:             # computed now, not at collection time
         kwargs["ts"] = str(int(time.time()) + kwargs.pop("ts_offset"))
+    if "bare" in kwargs or "header" in kwargs:
+        ts = kwargs["ts"] = str(int(time.time()))
+        sig = hand_signature(alpha.client.secret, ts, "POST", "/api/v1/recharge/charges",
+                             b'{"operator_id": 1, "amount": 100}')
+        prefix = kwargs.pop("bare", None)
+        kwargs["header"] = (kwargs.get("header") or "{prefix}{sig}").format(
+            ts=ts, sig=sig, prefix=prefix if isinstance(prefix, str) else "")
     r = _signed_preview(alpha, **kwargs)
     assert r.status_code == 401, case
     assert r.json()["error"]["message"].startswith("invalid request signature")
     assert reason in r.headers["X-Sandbox-Reason"]
 
 
-def test_bare_hex_signature_and_signing_secret_are_tolerated(alpha):
-    ts = str(int(time.time()))
-    body = b'{"operator_id": 1, "amount": 100}'
-    bare = hand_signature(alpha.client.secret, ts, "POST", "/api/v1/recharge/charges", body)
-    assert _signed_preview(alpha, ts=ts, header=bare).status_code == 200
+def test_the_credentials_signing_secret_is_accepted_as_well_as_the_api_secret(alpha):
+    # Authentication 4 keys the HMAC with the API secret, 5 with the credential's signing secret.
+    assert _signed_preview(alpha).status_code == 200
     assert _signed_preview(alpha, secret=alpha.client.signing_secret).status_code == 200
 
 
