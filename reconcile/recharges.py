@@ -31,6 +31,10 @@ log = logging.getLogger("reconcile.recharges")
 MOBILE = re.compile(r"^[0-9]{10}$")  # Limits: digits only, 10 digits for India
 NICKNAME_MAX = 40  # Limits: alphanumeric, max 40 characters
 KEY_LIFETIME = timedelta(hours=24)  # Limits: idempotency record lifetime
+# Those 24 hours run on the provider's clock, from when it received the key. A replay is sent only
+# this far inside them: to a provider whose clock is ahead of ours, a key replayed at 23h59m by
+# our clock may already be forgotten, and the "replay" is then a new request, a second recharge.
+KEY_REPLAY_MARGIN = timedelta(hours=1)
 LOCATE_WINDOW = timedelta(minutes=10)  # step 3: created_at within this of our submit (document silent)
 LOCATE_MAX_PAGES = 5
 LOCATE_PAGE_SIZE = 200
@@ -244,14 +248,14 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         return outcome
     fresh = store.get(db, row["local_id"]) or row
     return SubmitOutcome(row["local_id"], fresh["status"], row["idempotency_key"], row["client_reference"],
-                         message=_not_found_message(row, notes), row=fresh)
+                         message=_not_found_message(row, notes, replayable=_replayable(row, now)), row=fresh)
 
 
 def _replay_same_key(db: Database, client: Any, row: dict, now: datetime, notes: list[str]) -> SubmitOutcome | None:
     """Step 1: the same Idempotency-Key within 24 hours replays the original answer, recharge id included."""
-    submitted = parse_ts(row["submitted_at"])
-    if not row["idempotency_key"] or submitted is None or now - submitted >= KEY_LIFETIME:
-        notes.append("same Idempotency-Key: not tried (older than the key's 24 hours)")
+    if not _replayable(row, now):
+        notes.append(f"same Idempotency-Key: not tried (older than {_hours(KEY_LIFETIME - KEY_REPLAY_MARGIN)} hours; "
+                     f"the provider forgets a key after {_hours(KEY_LIFETIME)} hours on its own clock)")
         return None
     request = SubmitRequest(row["mobile_number"], row["operator_id"], from_cents(row["amount_cents"]),  # type: ignore[arg-type]
                             row["circle_id"], _flag(row["is_postpaid"]), _flag(row["is_special"]),
@@ -264,6 +268,16 @@ def _replay_same_key(db: Database, client: Any, row: dict, now: datetime, notes:
         store.note_error(db, row["local_id"], f"locate step 1: {exc}", utcnow())
         return None
     return _link(db, row, result.recharge, status, "idempotency_key", http_status=result.http_status)
+
+
+def _replayable(row: dict, now: datetime) -> bool:
+    """True while the provider certainly still holds the row's Idempotency-Key (see KEY_REPLAY_MARGIN)."""
+    submitted = parse_ts(row["submitted_at"])
+    return bool(row["idempotency_key"]) and submitted is not None and now - submitted < KEY_LIFETIME - KEY_REPLAY_MARGIN
+
+
+def _hours(span: timedelta) -> int:
+    return int(span.total_seconds() // 3600)
 
 
 def _flag(value: Any) -> bool | None:
@@ -331,11 +345,16 @@ def _search_only(db: Database, client: Any, mobile: str, face: Decimal, client_r
                          located_by="search" if matches else None, message=message)
 
 
-def _not_found_message(row: dict, notes: list[str]) -> str:
+def _not_found_message(row: dict, notes: list[str], *, replayable: bool) -> str:
     local = row["local_id"]
-    return (f"Local recharge #{local} ({row['mobile_number']}, {from_cents(row['amount_cents'])}) is UNKNOWN: "
+    head = (f"Local recharge #{local} ({row['mobile_number']}, {from_cents(row['amount_cents'])}) is UNKNOWN: "
             f"the provider shows no matching recharge yet ({'; '.join(notes)}). Do NOT submit it again with a new "
-            f"key. Run `partnerkit recharges locate --local-id {local}` again in a few minutes: it replays the same "
-            f"Idempotency-Key ({row['idempotency_key']}), which can never create a second recharge. If the "
-            f"provider keeps failing, contact support with that Idempotency-Key and client_reference "
-            f"{row['client_reference']}.")
+            f"key. ")
+    if not replayable:
+        return head + (f"Its Idempotency-Key ({row['idempotency_key']}) is too old to replay safely, so locate only "
+                       f"searches now; contact support with that Idempotency-Key and client_reference "
+                       f"{row['client_reference']}.")
+    return head + (f"Run `partnerkit recharges locate --local-id {local}` again in a few minutes: it replays the same "
+                   f"Idempotency-Key ({row['idempotency_key']}), which can never create a second recharge. If the "
+                   f"provider keeps failing, contact support with that Idempotency-Key and client_reference "
+                   f"{row['client_reference']}.")

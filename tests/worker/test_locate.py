@@ -114,3 +114,38 @@ def test_manual_locate_by_number_and_amount_uses_the_open_intent(config, wdb, cl
 def test_locate_refuses_an_unknown_local_id(config, wdb, client):
     with pytest.raises(ValueError, match="no local recharge #99"):
         locate(config, wdb, client, local_id=99)
+
+
+def test_a_key_near_the_end_of_its_24_hours_is_not_replayed(config, wdb, client, server, stats):
+    """The provider keeps a key 24 hours on its own clock. Ours may be behind it: a replay sent at
+    23.5 hours by our clock can reach a provider that has already forgotten the key, and then it
+    is a new request, a second real recharge. Near the end, locate searches instead."""
+    from datetime import timedelta
+
+    number = mobile(0)
+    created = client.submit_recharge(mobile_number=number, operator_id=1, amount=199,
+                                     idempotency_key="pk-edge-key-0001", client_reference="edge-1")
+    submitted = created.recharge.created_at
+    local_id = store.record_intent(wdb, idempotency_key="pk-edge-key-0001", mobile_number=number, operator_id=1,
+                                   amount=created.recharge.face, client_reference="edge-1", submitted_at=submitted)
+    store.mark_unknown(wdb, local_id, "timeout", submitted)
+    server.advance(24 * 3600 + 40 * 60)  # the provider's clock is 40 minutes ahead of ours
+    stats.mark()
+    outcome = locate(config, wdb, client, local_id=local_id, now=submitted + timedelta(hours=23, minutes=30))
+    assert stats.calls(SUBMIT) == 0 and provider_count(server, number) == 1
+    assert outcome.located_by == "client_reference" and outcome.recharge.id == created.recharge.id
+
+
+def test_nothing_found_past_the_replay_window_says_to_call_support_not_to_replay(config, wdb, client, server, stats):
+    from datetime import timedelta
+
+    from partnerkit.timeutil import utcnow
+
+    submitted = utcnow() - timedelta(hours=23, minutes=10)
+    local_id = store.record_intent(wdb, idempotency_key="pk-old-key-00001", mobile_number=mobile(0), operator_id=1,
+                                   amount=199, client_reference="old-1", submitted_at=submitted)
+    store.mark_unknown(wdb, local_id, "timeout", submitted)
+    outcome = locate(config, wdb, client, local_id=local_id)
+    assert outcome.status == "UNKNOWN" and stats.calls(SUBMIT) == 0
+    assert "too old to replay safely" in outcome.message and "pk-old-key-00001" in outcome.message
+    assert "again in a few minutes" not in outcome.message
