@@ -41,6 +41,9 @@ def test_key_attached_to_status_errors(client, httpserver):
     with pytest.raises(errors.DuplicateRecharge) as info:
         client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100, idempotency_key="dup-key-01")
     assert info.value.idempotency_key == "dup-key-01"
+    # The duplicate guard is answered by a person (--force), never by the client: sent once, no force.
+    (request, _), = httpserver.log
+    assert info.value.retryable is False and "force" not in request.get_json()
 
 
 def test_key_attached_to_a_malformed_answer(client, httpserver):

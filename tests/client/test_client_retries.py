@@ -196,3 +196,27 @@ def test_the_charge_preview_is_retried_on_500_as_its_error_table_says(client, ht
     assert client.preview_recharge(operator_id=1, amount=100).payable == 100
     (first, _), (second, _) = httpserver.log
     assert first.get_data() == second.get_data() and len(sleeps) == 1
+
+
+def test_every_attempt_of_a_write_is_signed_again_with_its_own_timestamp(config, db, httpserver):
+    # A retry after a long Retry-After would fall outside the 5-minute window (Authentication 4)
+    # if it reused the first attempt's X-Timestamp.
+    import hashlib
+    import hmac
+
+    from freezegun import freeze_time
+
+    httpserver.expect_ordered_request("/api/v1/orders", method="POST").respond_with_json(
+        {"error": "TooManyRequests", "message": "slow down"}, status=429, headers={"Retry-After": "1"})
+    httpserver.expect_ordered_request("/api/v1/orders", method="POST").respond_with_json(p.order_created())
+    with freeze_time("2024-05-01 10:00:00") as frozen:
+        client = PartnerClient(config, db, retry=FAST, sleep=lambda s: frozen.tick(400))
+        client.create_order(product_id=7, denomination=50, quantity=2, idempotency_key="order-key-resign")
+    (first, _), (second, _) = httpserver.log
+    assert int(second.headers["X-Timestamp"]) - int(first.headers["X-Timestamp"]) == 400
+    for request in (first, second):
+        ts = request.headers["X-Timestamp"]
+        digest = hmac.new(p.API_SECRET.encode(), ts.encode() + b"POST/api/v1/orders" + request.get_data(),
+                          hashlib.sha256).hexdigest()
+        assert request.headers["X-Signature"] == f"t={ts},v1={digest}"
+    assert first.get_data() == second.get_data()
