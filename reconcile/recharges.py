@@ -150,10 +150,15 @@ def is_ambiguous(exc: BaseException) -> bool:
 
 def status_from_answer(http_status: int, body_status: str) -> str:
     """Recharge submit: the HTTP status carries meaning and is read before the body."""
-    stored, _ = store.normalise_status(body_status)
     if http_status == 202:
         return "PROCESSING"  # accepted, not settled: only polling settles it, whatever the body says
     if http_status == 200:
+        try:
+            stored, _ = store.normalise_status(body_status)
+        except errors.StorageError:
+            # A status the document does not name: the provider took the request (the wallet may be
+            # debited), so the recharge is kept and read again by the poller, never discarded.
+            return "PROCESSING"
         return stored  # SUCCESS or FAILED is final; a 200 PROCESSING is simply polled
     raise errors.MalformedResponse(f"recharge submit answered HTTP {http_status}, not 200 or 202", status=http_status)
 

@@ -40,6 +40,8 @@ def test_submit_outcomes_follow_the_document_table(config, wdb, client, digit, h
     (202, "PROCESSING", "PROCESSING"),
     (202, "SUCCESS", "PROCESSING"),   # 202 means not settled, whatever the body says: poll it
     (200, "PROCESSING", "PROCESSING"),
+    (200, "QUEUED", "PROCESSING"),    # a status the document does not name: kept and read again
+    (202, "QUEUED", "PROCESSING"),
 ])
 def test_http_status_is_read_before_the_body(http_status, body_status, stored):
     assert status_from_answer(http_status, body_status) == stored
@@ -129,3 +131,23 @@ def test_a_definite_refusal_discards_the_intent(config, wdb, client):
     with pytest.raises(BadRequest, match="circle_id is required"):
         submit(config, wdb, client, mobile_number=mobile(0), operator_id=3, amount=199)  # Vi needs a circle
     assert store.list_rows(wdb) == []
+
+
+@pytest.mark.parametrize("http_status", [200, 202])
+def test_an_answer_with_a_status_the_document_does_not_name_is_kept_and_polled(httpserver, tmp_path, http_status):
+    """A 2xx answer means the wallet may be debited: whatever its body status says, the recharge is
+    linked and read again by the poller, never discarded as if the provider had refused it."""
+    from partnerkit.client import PartnerClient
+
+    config = config_for(httpserver.url_for("").rstrip("/"), "pk_test_key", "sk_test_secret_0123456789", tmp_path)
+    db = open_db(config.db_path)
+    answer = {"id": 7002, "reference_number": "RCH7002", "status": "QUEUED", "sub_status": "AT_VENDOR",
+              "mobile_number": "9876543210", "operator_id": 1, "face": 199.00, "discount": 4.98,
+              "payable": 194.02, "created_at": "2025-03-10T10:00:00Z"}
+    httpserver.expect_oneshot_request("/api/v1/recharges", method="POST").respond_with_response(
+        Response(json.dumps(answer), status=http_status, content_type="application/json"))
+    with PartnerClient(config, db) as client:
+        outcome = submit(config, db, client, mobile_number="9876543210", operator_id=1, amount=199)
+    [row] = store.list_rows(db)
+    assert outcome.status == row["status"] == "PROCESSING"
+    assert row["provider_id"] == 7002 and row["reference_number"] == "RCH7002" and row["payable_cents"] == 19402
