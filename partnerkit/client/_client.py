@@ -176,8 +176,7 @@ class PartnerClient:
         # "Nothing is placed ... no duplicate guard", and a 500 is "retry with backoff" (Errors,
         # "Recharge charge preview"): repeating it is harmless, so it is retried like a read.
         body = {"operator_id": _id(operator_id, "operator_id"), "amount": _amount(amount)}
-        resp = self._call("POST", "/recharge/charges", body=body,
-                          repeatable=True)
+        resp = self._call("POST", "/recharge/charges", body=body, repeatable=True)
         return ChargeQuote.from_payload(_unwrap(resp.body))
 
     def submit_recharge(

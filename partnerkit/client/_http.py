@@ -246,7 +246,7 @@ class Transport:
             # budget gets the RateLimited error at once instead of sleeping here.
             return spend.wait
         if err.status >= 500:
-            # A write is re-sent only on a 503 with Retry-After: the provider says it did nothing.
+            # Any other write is re-sent only on a 503 with Retry-After: the provider says it did nothing.
             return repeatable or (err.status == 503 and err.retry_after is not None)
         return False
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
 from partnerkit.client import page_from_headers
@@ -123,7 +125,6 @@ def test_page_counts_from_the_headers_win_over_a_short_page(headers, page, count
 def test_a_datetime_filter_is_sent_as_its_utc_day(client, httpserver):
     # from_date/to_date are UTC days: 01:00 in India on 2 May is still 1 May in UTC, and 23:00 in
     # New York on 1 May is already 2 May. The local date would start the range late / end it early.
-    from datetime import datetime, timedelta, timezone
     httpserver.expect_request("/api/v1/recharges").respond_with_json([])
     ist, new_york = timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-4))
     client.list_recharges(from_date=datetime(2024, 5, 2, 1, 0, tzinfo=ist),

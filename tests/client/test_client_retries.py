@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import socket
 import time
 
 import pytest
+from freezegun import freeze_time
 from werkzeug import Response
 
 from partnerkit import errors
@@ -201,11 +204,6 @@ def test_the_charge_preview_is_retried_on_500_as_its_error_table_says(client, ht
 def test_every_attempt_of_a_write_is_signed_again_with_its_own_timestamp(config, db, httpserver):
     # A retry after a long Retry-After would fall outside the 5-minute window (Authentication 4)
     # if it reused the first attempt's X-Timestamp.
-    import hashlib
-    import hmac
-
-    from freezegun import freeze_time
-
     httpserver.expect_ordered_request("/api/v1/orders", method="POST").respond_with_json(
         {"error": "TooManyRequests", "message": "slow down"}, status=429, headers={"Retry-After": "1"})
     httpserver.expect_ordered_request("/api/v1/orders", method="POST").respond_with_json(p.order_created())

@@ -6,10 +6,13 @@ re-sends with a new key on its own.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from partnerkit.errors import ApiTimeout
 from partnerkit.store import recharges as store
+from partnerkit.timeutil import utcnow
 from reconcile.recharges import locate, submit
 from tests.worker.worker_helpers import SUBMIT, make_config, mobile
 
@@ -120,8 +123,6 @@ def test_a_key_near_the_end_of_its_24_hours_is_not_replayed(config, wdb, client,
     """The provider keeps a key 24 hours on its own clock. Ours may be behind it: a replay sent at
     23.5 hours by our clock can reach a provider that has already forgotten the key, and then it
     is a new request, a second real recharge. Near the end, locate searches instead."""
-    from datetime import timedelta
-
     number = mobile(0)
     created = client.submit_recharge(mobile_number=number, operator_id=1, amount=199,
                                      idempotency_key="pk-edge-key-0001", client_reference="edge-1")
@@ -137,10 +138,6 @@ def test_a_key_near_the_end_of_its_24_hours_is_not_replayed(config, wdb, client,
 
 
 def test_nothing_found_past_the_replay_window_says_to_call_support_not_to_replay(config, wdb, client, server, stats):
-    from datetime import timedelta
-
-    from partnerkit.timeutil import utcnow
-
     submitted = utcnow() - timedelta(hours=23, minutes=10)
     local_id = store.record_intent(wdb, idempotency_key="pk-old-key-00001", mobile_number=mobile(0), operator_id=1,
                                    amount=199, client_reference="old-1", submitted_at=submitted)
