@@ -8,13 +8,12 @@ receiver and the worker stored), `output` (progress lines and the summary). See 
 from __future__ import annotations
 
 import logging
-import signal
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from partnerkit.demo.output import Progress, display_path, print_next_steps, print_report
+from partnerkit.demo.signals import Interrupted, checkpoint, forget, ignored, interruptible, pause
 from partnerkit.demo.stack import DemoError, Stack, prepare_workdir
 
 DEFAULT_WORKDIR = Path("var/demo")
@@ -23,40 +22,19 @@ DEFAULT_SPEED = 40.0
 __all__ = ["run_demo", "DemoError", "Interrupted", "DEFAULT_WORKDIR", "DEFAULT_SPEED"]
 
 
-class Interrupted(BaseException):
-    """Ctrl-C or SIGTERM: stop everything and exit 128 + signal number."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise(signum: int, _frame: object) -> None:
-    raise Interrupted(signum)
-
-
-@contextmanager
-def _signals(handler: Callable | int) -> Iterator[None]:
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
 def run_demo(workdir: Path = DEFAULT_WORKDIR, speed: float = DEFAULT_SPEED, keep_running: bool = False,
              echo: Callable[[str], None] | None = None) -> None:
     """Run the whole demo; DemoError (one-line reason) or Interrupted on failure. Always cleans up."""
     progress = Progress(echo) if echo else Progress()
     stack: Stack | None = None
     log_stream = None
-    with _signals(_raise):
+    with interruptible():
         try:
             paths = prepare_workdir(workdir)
             stack = Stack(paths, speed)
             log_stream = open(paths.logs / "demo.log", "a", encoding="utf-8")
             _play(stack, progress, log_stream, keep_running)
+            checkpoint()  # a signal noted where it could not be raised is not a success
         except DemoError:
             raise
         except Interrupted:
@@ -67,7 +45,7 @@ def run_demo(workdir: Path = DEFAULT_WORKDIR, speed: float = DEFAULT_SPEED, keep
             where = f" (details in {display_path(stack.paths.logs / 'demo.log')})" if stack else ""
             raise DemoError(f"{type(exc).__name__}: {exc}{where}") from exc
         finally:
-            with _signals(signal.SIG_IGN):  # a second Ctrl-C must not leave children behind
+            with ignored():  # a second Ctrl-C must not leave children behind
                 if stack is not None:
                     stack.close()
                     progress.step("stopped the worker, the receiver and the sandbox")
@@ -140,8 +118,9 @@ def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> N
             try:
                 while True:
                     stack.check_children()
-                    time.sleep(1)
+                    pause(1)
             except Interrupted:
+                forget()
                 return  # the way --keep-running is meant to end: not a failure
     finally:
         db.conn.close()

@@ -20,6 +20,7 @@ from typing import Callable
 
 import requests
 
+from partnerkit.demo.signals import pause
 from partnerkit.processes import alive
 
 STOP_TIMEOUT_S = 10.0  # gunicorn's graceful_timeout; then SIGKILL
@@ -150,7 +151,7 @@ class Child:
             except requests.RequestException:
                 pass
             tick()
-            time.sleep(0.1)
+            pause(0.1)
         raise ProcessFailed(f"{self.name} did not answer {url} within {timeout_s:.0f} s; see {self.log_path}")
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:

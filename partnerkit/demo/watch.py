@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from partnerkit.demo.output import Progress
+from partnerkit.demo.signals import pause
 from partnerkit.demo.stack import DemoError, Stack
 from partnerkit.store import Database, inbox
 from partnerkit.store import orders as order_store
@@ -58,7 +59,7 @@ def wait_until(stack: Stack, condition: Callable[[], Any], timeout_s: float, wha
         if time.monotonic() >= deadline:
             raise DemoError(f"{what} did not happen within {timeout_s:.0f} s "
                             f"(see the logs in {stack.paths.logs})")
-        time.sleep(every_s)
+        pause(every_s)
 
 
 def event_path(db: Database, order_id: int) -> list[str]:
