@@ -76,7 +76,7 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     webhook_id = str(created.id)
     webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
                         now=utcnow(), name=created.name, url=created.url, events=list(created.events))
-    emit([{"id": created.id, "name": created.name, "url": created.url, "events": ",".join(created.events)}],
+    emit([{"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}],
          ["id", "name", "url", "events"], fmt)
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
@@ -90,7 +90,7 @@ def list_command(app: AppContext, fmt: str) -> None:
     """Webhooks at the provider, and whether the receiver holds each one's token."""
     saved = {row["webhook_id"] for row in webhook_tokens.listing(app.db)}
     rows = [{"id": w.id, "name": _plain(w.name), "url": _plain(w.url),
-             "events": ",".join(w.events) if isinstance(w.events, (list, tuple)) else None,
+             "events": list(w.events) if isinstance(w.events, (list, tuple)) else None,
              "is_active": _plain(w.is_active), "created_at": _plain(w.created_at), "token_saved": str(w.id) in saved}
             for w in _client(app).list_webhooks()]
     emit(rows, ["id", "name", "url", "events", "is_active", "created_at", "token_saved"], fmt,
@@ -225,7 +225,7 @@ def stats_command(app: AppContext, fmt: str) -> None:
     """Delivery statistics: totals and the last 24 hours."""
     stats = _client(app).delivery_stats()
     row = {k: v for k, v in vars(stats).items() if k != "raw"}
-    emit([row], list(row), fmt)
+    emit([row], list(row), fmt, json_value=row)  # one object in JSON, like `status`
 
 
 @webhooks_group.command("retry")

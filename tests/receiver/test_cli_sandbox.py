@@ -172,3 +172,29 @@ def test_webhooks_update_of_an_unknown_webhook_is_one_line_with_exit_1(env, sand
     result = run(env, "webhooks", "update", "424242", "--name", "x", code=1)
     assert result.stderr.strip().splitlines() == [
         "Error: webhook 424242: the provider has no such webhook (`partnerkit webhooks list` shows yours)"]
+
+
+def test_webhook_events_are_a_json_array_and_joined_text_in_tables(env):
+    events = ["order.delivered", "order.failed"]
+    args = ["--url", "https://127.0.0.1:9/webhooks/partner", "--events", events[0], "--events", events[1]]
+    registered, = json.loads(run(env, "webhooks", "register", *args, "--format", "json").stdout)
+    assert registered == {"id": 1, "name": "partnerkit", "url": "https://127.0.0.1:9/webhooks/partner",
+                          "events": events}
+    listed, = json.loads(run(env, "webhooks", "list", "--format", "json").stdout)
+    assert listed["events"] == events
+    assert run(env, "webhooks", "register", *args, "--format", "csv").stdout.splitlines() == [
+        "id,name,url,events", '2,partnerkit,https://127.0.0.1:9/webhooks/partner,"order.delivered,order.failed"']
+    table = run(env, "webhooks", "list").stdout.splitlines()
+    assert [line.split()[3] for line in table[1:]] == ["order.delivered,order.failed"] * 2
+
+
+def test_webhooks_stats_in_json_is_one_object_like_status(env, sandbox_server):
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")  # nothing listens there
+    run(env, "webhooks", "test", "1")
+    sandbox_server.advance(1)
+    stats = json.loads(run(env, "webhooks", "stats", "--format", "json").stdout)
+    assert isinstance(stats, dict) and set(stats) == {
+        "total_count", "pending_count", "delivered_count", "failed_count", "last_24h_total", "last_24h_delivered",
+        "last_24h_failed"}
+    assert stats["total_count"] == stats["last_24h_total"] == 1
+    assert run(env, "webhooks", "stats", "--format", "csv").stdout.splitlines()[1].startswith("1,")
