@@ -1,4 +1,4 @@
-"""`partnerkit webhooks register|list|test|update|delete|deliveries|stats|retry`: the provider's webhook endpoints."""
+"""`partnerkit webhooks register|list|test|update|delete|deliveries|stats|retry`: the provider's webhooks."""
 
 from __future__ import annotations
 

@@ -156,8 +156,8 @@ def test_webhooks_update_of_a_webhook_without_a_saved_token_saves_nothing(env, s
 
 @pytest.mark.parametrize("args, code, match", [
     ([], 2, "give at least one of --name, --url, --events, --active/--inactive"),
-    (["--url", "http://partner.example.com/webhooks/partner"], 1, "--url is plain HTTP, and the provider delivers "
-                                                                 "to HTTPS URLs only"),
+    (["--url", "http://partner.example.com/webhooks/partner"], 1,
+     "--url is plain HTTP, and the provider delivers to HTTPS URLs only"),
     (["--name", ""], 1, "webhook 1 not updated: HTTP 400"),
 ])
 def test_webhooks_update_refusals_are_one_line_and_change_nothing(env, sandbox_server, args, code, match):
