@@ -1,8 +1,13 @@
-"""The Flask application factory: `create_app(config)`."""
+"""The Flask application factory: `create_app(config)`, and the app's JSON error answers."""
 
 from __future__ import annotations
 
-from flask import Flask
+import json
+import logging
+import re
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, InternalServerError
 
 from partnerkit.config import Config, load_config
 from partnerkit.crypto import load_cipher
@@ -14,6 +19,8 @@ from receiver.budget import remaining_budget
 from receiver.metrics import Metrics
 from receiver.state import RECEIVER_BUSY_TIMEOUT_MS, Receiver
 from receiver.tokens import require_tokens
+
+log = logging.getLogger(__name__)
 
 
 def create_app(config: Config | None = None) -> Flask:
@@ -36,5 +43,29 @@ def create_app(config: Config | None = None) -> Flask:
     app.extensions["partnerkit_receiver"] = receiver
     app.register_blueprint(views.blueprint(config.webhook_path))
     app.register_blueprint(health.bp)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected_error)
     app.wsgi_app = views.WebhookRoute(app.wsgi_app, config.webhook_path, receiver)  # the hot path, see views
     return app
+
+
+def _http_error(exc: HTTPException) -> Response:
+    """Any HTTP error as the webhook answers: `{"status":"not_found"}`, werkzeug's headers (Allow) kept."""
+    response = exc.get_response()  # status and headers (Allow on 405); its HTML body is replaced
+    response.set_data(json.dumps({"status": _status_word(exc)}, separators=(",", ":")) + "\n")
+    response.content_type = "application/json"
+    return response
+
+
+def _unexpected_error(exc: Exception) -> Response:
+    """A bug outside the webhook's own guards: logged once, answered 500 in JSON, never a traceback."""
+    # Method and path only: headers, query string and body can carry tokens. The formatter's
+    # redactor still guards the traceback's text.
+    log.error("request failed: unexpected error", exc_info=exc,
+              extra={"method": request.method, "path": request.path, "http_status": 500})
+    return _http_error(InternalServerError())
+
+
+def _status_word(exc: HTTPException) -> str:
+    """werkzeug's name in snake case: "Method Not Allowed" -> "method_not_allowed"."""
+    return re.sub(r"[^a-z0-9]+", "_", exc.name.lower()).strip("_")

@@ -1,6 +1,7 @@
 """Listing output shared by every command: table (default), json or csv.
 
-JSON goes to stdout alone (money as 2-decimal strings, times ISO 8601); messages go to stderr.
+JSON goes to stdout alone (money as 2-decimal strings, times ISO 8601, lists as arrays); messages
+go to stderr. A table or CSV cell shows a list as comma-joined text.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def _cell(value: Any) -> str:
         return iso(value) or ""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):  # e.g. a webhook's events: an array in JSON, one cell here
+        return ",".join(_cell(item) for item in value)
     return str(value)
 
 

@@ -1,4 +1,4 @@
-"""`partnerkit webhooks register|list|test|delete|deliveries|stats|retry`: the provider's webhook endpoints."""
+"""`partnerkit webhooks register|list|test|update|delete|deliveries|stats|retry`: the provider's webhooks."""
 
 from __future__ import annotations
 
@@ -33,13 +33,21 @@ def _plain(value: Any) -> Any:
         value.isoformat() if hasattr(value, "isoformat") else None)
 
 
+def _answer_fields(answer: Any) -> dict | None:
+    """The fields of an answer whose shape the document does not show: its `data` object, else the
+    body itself when that is an object, else None."""
+    if not isinstance(answer, dict):
+        return None
+    data = answer.get("data")
+    return data if isinstance(data, dict) else answer
+
+
 def _answer_row(webhook_id: int, answer: Any) -> dict:
-    """One table row for an answer whose shape the document does not show: the fields of its `data`
-    (else of the body), nested values as JSON, instead of a Python repr of the whole body."""
-    data = answer.get("data") if isinstance(answer, dict) else None
-    fields = data if isinstance(data, dict) else answer if isinstance(answer, dict) else {"response": answer}
+    """One table row for an answer whose shape the document does not show: its fields (see
+    `_answer_fields`), nested values as JSON, instead of a Python repr of the whole body."""
+    fields = _answer_fields(answer)
     row: dict[str, Any] = {"webhook_id": webhook_id}
-    for key, value in fields.items():
+    for key, value in (fields if fields is not None else {"response": answer}).items():
         if key != "success":
             row[str(key)] = dumps(value) if isinstance(value, (dict, list)) else _plain(value)
     return row
@@ -68,7 +76,7 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     webhook_id = str(created.id)
     webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
                         now=utcnow(), name=created.name, url=created.url, events=list(created.events))
-    emit([{"id": created.id, "name": created.name, "url": created.url, "events": ",".join(created.events)}],
+    emit([{"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}],
          ["id", "name", "url", "events"], fmt)
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
@@ -82,7 +90,7 @@ def list_command(app: AppContext, fmt: str) -> None:
     """Webhooks at the provider, and whether the receiver holds each one's token."""
     saved = {row["webhook_id"] for row in webhook_tokens.listing(app.db)}
     rows = [{"id": w.id, "name": _plain(w.name), "url": _plain(w.url),
-             "events": ",".join(w.events) if isinstance(w.events, (list, tuple)) else None,
+             "events": list(w.events) if isinstance(w.events, (list, tuple)) else None,
              "is_active": _plain(w.is_active), "created_at": _plain(w.created_at), "token_saved": str(w.id) in saved}
             for w in _client(app).list_webhooks()]
     emit(rows, ["id", "name", "url", "events", "is_active", "created_at", "token_saved"], fmt,
@@ -136,6 +144,62 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     click.echo("; ".join(said), err=True)
 
 
+@webhooks_group.command("update")
+@click.argument("webhook_id", type=ID)
+@click.option("--name", help="New friendly name.")
+@click.option("--url", help="New public HTTPS URL of your receiver (the provider refuses plain HTTP).")
+@click.option("--events", "events", multiple=True, type=click.Choice(ORDER_EVENTS),
+              help="Event type to subscribe to (repeat; replaces the subscribed list).")
+@click.option("--active/--inactive", "is_active", default=None,
+              help="Resume or pause deliveries to this webhook.")
+@format_option
+@pass_app
+def update_command(app: AppContext, webhook_id: int, name: str | None, url: str | None, events: tuple[str, ...],
+                   is_active: bool | None, fmt: str) -> None:
+    """Change a webhook's name, URL, events or active state at the provider (give at least one).
+
+    Its saved token stays as it is; the name, URL and events saved beside it follow the change.
+    """
+    fields = {key: value for key, value in (("name", name), ("url", url), ("events", list(events) or None),
+                                            ("is_active", is_active)) if value is not None}
+    if not fields:
+        raise click.UsageError("give at least one of --name, --url, --events, --active/--inactive")
+    try:
+        answer = _client(app).update_webhook(webhook_id, **fields)
+    except ApiStatusError as exc:
+        if exc.status == 404:
+            raise click.ClickException(f"webhook {webhook_id}: the provider has no such webhook "
+                                       "(`partnerkit webhooks list` shows yours)") from exc
+        if not 400 <= exc.status < 500:
+            raise
+        hint = ("; --url is plain HTTP, and the provider delivers to HTTPS URLs only"
+                if url is not None and url.lower().startswith("http:") else "")
+        raise click.ClickException(f"webhook {webhook_id} not updated: {exc}{hint}") from exc
+    saved = webhook_tokens.update_details(app.db, str(webhook_id), **_saved_details(fields, answer))
+    row = _answer_row(webhook_id, answer)
+    emit([row], list(row), fmt, json_value=answer)
+    said = f"webhook {webhook_id} updated at the provider"
+    if saved and fields.keys() & {"name", "url", "events"}:
+        said += "; the name, URL and events saved with its token follow the change"
+    if is_active is False:
+        said += f"; it is paused: the provider sends it nothing until `webhooks update {webhook_id} --active`"
+    click.echo(said, err=True)
+
+
+def _saved_details(sent: dict, answer: Any) -> dict:
+    """name, url and events to keep beside a saved token: as the provider's answer shows them
+    (its shape is not in the document), else as sent and accepted."""
+    shown = _answer_fields(answer) or {}
+    details = {}
+    for key, kind in (("name", str), ("url", str), ("events", list)):
+        for source in (shown, sent):
+            value = source.get(key)
+            if isinstance(value, kind) and (kind is not list or all(isinstance(e, str) for e in value)):
+                details[key] = value
+                break
+    return details
+
+
 @webhooks_group.command("deliveries")
 @click.option("--status", type=click.Choice(["pending", "delivered", "failed"]))
 @click.option("--event-type", type=click.Choice(ORDER_EVENTS))
@@ -161,7 +225,7 @@ def stats_command(app: AppContext, fmt: str) -> None:
     """Delivery statistics: totals and the last 24 hours."""
     stats = _client(app).delivery_stats()
     row = {k: v for k, v in vars(stats).items() if k != "raw"}
-    emit([row], list(row), fmt)
+    emit([row], list(row), fmt, json_value=row)  # one object in JSON, like `status`
 
 
 @webhooks_group.command("retry")

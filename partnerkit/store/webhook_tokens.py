@@ -35,6 +35,17 @@ def listing(db: Database) -> list[dict]:
              "created_at": r[4]} for r in cursor.fetchall()]
 
 
+def update_details(db: Database, webhook_id: str, *, name: str | None = None, url: str | None = None,
+                   events: list[str] | None = None) -> bool:
+    """Refresh the saved name, url and events of one webhook (None keeps a field; the token is
+    untouched); return whether a token of it is saved."""
+    with transaction(db) as conn:
+        return conn.execute(
+            """UPDATE webhook_tokens SET name = COALESCE(?, name), url = COALESCE(?, url),
+                   events = COALESCE(?, events) WHERE webhook_id = ?""",
+            (name, url, json.dumps(events) if events is not None else None, webhook_id)).rowcount > 0
+
+
 def forget(db: Database, webhook_id: str) -> bool:
     """Delete the saved token of one webhook; return whether there was one."""
     with transaction(db) as conn:

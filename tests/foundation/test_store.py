@@ -6,11 +6,12 @@ import stat
 import subprocess
 import sys
 import threading
+from datetime import datetime, timezone
 
 import pytest
 
 from partnerkit.errors import StorageError
-from partnerkit.store import open_db, transaction
+from partnerkit.store import open_db, transaction, webhook_tokens
 from partnerkit.store.migrations import current_version, discover, migrate
 
 
@@ -114,3 +115,16 @@ def test_begin_gives_up_after_the_busy_timeout_with_a_storage_error(tmp_path):
                 pass
     with transaction(db) as conn:  # and the connection is usable once the lock is free
         conn.execute("INSERT INTO meta (key, value, updated_at) VALUES ('k', 'v', 'now')")
+
+
+def test_updating_a_saved_webhook_keeps_its_token_and_every_detail_not_given(tmp_path):
+    db = open_db(tmp_path / "x.db")
+    now = datetime(2025, 3, 14, tzinfo=timezone.utc)
+    webhook_tokens.save(db, "7", b"sealed", now=now, name="first", url="https://a.example/w", events=["order.failed"])
+    assert webhook_tokens.update_details(db, "7", url="https://b.example/w") is True
+    assert webhook_tokens.update_details(db, "8", name="no such row") is False
+    saved, = webhook_tokens.listing(db)
+    assert (saved["name"], saved["url"], saved["events"]) == ("first", "https://b.example/w", ["order.failed"])
+    webhook_tokens.update_details(db, "7", events=["order.delivered"])
+    assert webhook_tokens.listing(db)[0]["events"] == ["order.delivered"]
+    assert webhook_tokens.sealed(db) == [("7", b"sealed")]

@@ -106,7 +106,7 @@ def test_webhooks_deliveries_stats_retry(env, httpserver):
         headers={"X-Page": "1", "X-Total-Count": "1", "X-Total-Pages": "1", "X-Page-Size": "20"})
     httpserver.expect_request("/api/v1/webhooks/deliveries/5/retry", method="POST").respond_with_json(
         {"success": True, "data": {"message": "Delivery re-queued", "delivery_id": 5}})
-    assert json.loads(run(env, "webhooks", "stats", "--format", "json").stdout)[0]["failed_count"] == 1
+    assert json.loads(run(env, "webhooks", "stats", "--format", "json").stdout)["failed_count"] == 1
     rows = json.loads(run(env, "webhooks", "deliveries", "--status", "failed", "--format", "json").stdout)
     assert rows[0]["id"] == 5 and rows[0]["response_status"] == 503
     assert "re-queued" in run(env, "webhooks", "retry", "5").stdout

@@ -11,9 +11,11 @@ from click.testing import CliRunner
 from partnerkit.cli import cli
 from partnerkit.client import PartnerClient
 from partnerkit.config import config_as_env
-from partnerkit.store import jobs, open_db
+from partnerkit.crypto import load_cipher
+from partnerkit.store import jobs, open_db, webhook_tokens
 from partnerkit.vouchers import run_voucher_fetches
 from receiver.app import create_app
+from receiver.tokens import saved_tokens
 from tests.receiver.conftest import envelope, post
 
 
@@ -112,3 +114,87 @@ def test_webhooks_delete_forgets_the_token_of_a_webhook_the_provider_no_longer_h
     assert result.stdout.splitlines() == ["id,deleted_at_provider,token_forgotten", "1,no,yes"]
     assert "already gone at the provider" in result.stderr
     assert json.loads(run(env, "webhooks", "list", "--format", "json").stdout) == []
+
+
+def test_webhooks_update_changes_it_at_the_provider_and_the_details_saved_with_its_token(env, sandbox_config,
+                                                                                          sandbox_server):
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    hook = sandbox_server.sandbox.webhooks[1]
+    token = hook.token
+    result = run(env, "webhooks", "update", "1", "--name", "renamed", "--url", "https://127.0.0.1:8/webhooks/partner",
+                 "--events", "order.delivered", "--events", "order.failed", "--inactive", "--format", "json")
+    answer = json.loads(result.stdout)  # the provider's answer as it came
+    assert (answer["id"], answer["name"], answer["events"], answer["is_active"]) == (
+        1, "renamed", ["order.delivered", "order.failed"], False)
+    assert (hook.name, hook.url, hook.events, hook.is_active) == (
+        "renamed", "https://127.0.0.1:8/webhooks/partner", ["order.delivered", "order.failed"], False)
+    assert "updated at the provider" in result.stderr and "--active" in result.stderr
+    db = open_db(sandbox_config.db_path)
+    saved, = webhook_tokens.listing(db)
+    assert (saved["name"], saved["url"], saved["events"]) == (
+        "renamed", "https://127.0.0.1:8/webhooks/partner", ["order.delivered", "order.failed"])
+    accepted = saved_tokens(db, load_cipher(sandbox_config))
+    assert [(t.webhook_id, t.token) for t in accepted] == [("1", token)]  # the token itself is untouched
+    # One field at a time; table and csv print the answer's fields like `webhooks test` does.
+    table = run(env, "webhooks", "update", "1", "--active").stdout.splitlines()
+    assert table[0].split()[:3] == ["WEBHOOK_ID", "ID", "NAME"] and "yes" in table[1].split()
+    assert hook.is_active is True and hook.name == "renamed"
+    rows = run(env, "webhooks", "update", "1", "--name", "third", "--format", "csv").stdout.splitlines()
+    assert rows[0].startswith("webhook_id,id,name,url,events,is_active") and rows[1].startswith("1,1,third,")
+    assert webhook_tokens.listing(db)[0]["name"] == "third"
+
+
+def test_webhooks_update_of_a_webhook_without_a_saved_token_saves_nothing(env, sandbox_config, sandbox_server):
+    db = open_db(sandbox_config.db_path)
+    with PartnerClient(sandbox_config, db) as client:  # registered elsewhere: its token was never saved here
+        created = client.create_webhook(name="elsewhere", url="https://127.0.0.1:9/x", events=["order.failed"])
+    result = run(env, "webhooks", "update", str(created.id), "--events", "order.delivered")
+    assert sandbox_server.sandbox.webhooks[created.id].events == ["order.delivered"]
+    assert "saved with its token" not in result.stderr
+    assert webhook_tokens.listing(db) == []
+
+
+@pytest.mark.parametrize("args, code, match", [
+    ([], 2, "give at least one of --name, --url, --events, --active/--inactive"),
+    (["--url", "http://partner.example.com/webhooks/partner"], 1,
+     "--url is plain HTTP, and the provider delivers to HTTPS URLs only"),
+    (["--name", ""], 1, "webhook 1 not updated: HTTP 400"),
+])
+def test_webhooks_update_refusals_are_one_line_and_change_nothing(env, sandbox_server, args, code, match):
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    result = run(env, "webhooks", "update", "1", *args, code=code)
+    assert match in result.stderr.strip().splitlines()[-1] and "Traceback" not in result.output
+    hook = sandbox_server.sandbox.webhooks[1]
+    assert (hook.name, hook.url, hook.updated_at) == ("partnerkit", "https://127.0.0.1:9/webhooks/partner", None)
+
+
+def test_webhooks_update_of_an_unknown_webhook_is_one_line_with_exit_1(env, sandbox_server):
+    result = run(env, "webhooks", "update", "424242", "--name", "x", code=1)
+    assert result.stderr.strip().splitlines() == [
+        "Error: webhook 424242: the provider has no such webhook (`partnerkit webhooks list` shows yours)"]
+
+
+def test_webhook_events_are_a_json_array_and_joined_text_in_tables(env):
+    events = ["order.delivered", "order.failed"]
+    args = ["--url", "https://127.0.0.1:9/webhooks/partner", "--events", events[0], "--events", events[1]]
+    registered, = json.loads(run(env, "webhooks", "register", *args, "--format", "json").stdout)
+    assert registered == {"id": 1, "name": "partnerkit", "url": "https://127.0.0.1:9/webhooks/partner",
+                          "events": events}
+    listed, = json.loads(run(env, "webhooks", "list", "--format", "json").stdout)
+    assert listed["events"] == events
+    assert run(env, "webhooks", "register", *args, "--format", "csv").stdout.splitlines() == [
+        "id,name,url,events", '2,partnerkit,https://127.0.0.1:9/webhooks/partner,"order.delivered,order.failed"']
+    table = run(env, "webhooks", "list").stdout.splitlines()
+    assert [line.split()[3] for line in table[1:]] == ["order.delivered,order.failed"] * 2
+
+
+def test_webhooks_stats_in_json_is_one_object_like_status(env, sandbox_server):
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")  # nothing listens there
+    run(env, "webhooks", "test", "1")
+    sandbox_server.advance(1)
+    stats = json.loads(run(env, "webhooks", "stats", "--format", "json").stdout)
+    assert isinstance(stats, dict) and set(stats) == {
+        "total_count", "pending_count", "delivered_count", "failed_count", "last_24h_total", "last_24h_delivered",
+        "last_24h_failed"}
+    assert stats["total_count"] == stats["last_24h_total"] == 1
+    assert run(env, "webhooks", "stats", "--format", "csv").stdout.splitlines()[1].startswith("1,")

@@ -54,8 +54,14 @@ def test_same_event_to_two_workers_at_once_is_accepted_once(tmp_path):
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(deliver_twice, results))
         metrics = "".join(requests.get(served.base_url + "/metrics", timeout=5).text for _ in range(4))
+        # Outside the webhook's POST, Flask's error pages are JSON under gunicorn too (Allow kept).
+        missing, wrong_method = requests.get(served.base_url + "/nope", timeout=5), requests.get(url, timeout=5)
     log = served.log()
     assert all(sorted(r) == ["accepted", "duplicate"] for r in results.values()), results
+    assert (missing.status_code, missing.headers["Content-Type"], missing.text) == (
+        404, "application/json", '{"status":"not_found"}\n')
+    assert (wrong_method.status_code, wrong_method.json()) == (405, {"status": "method_not_allowed"})
+    assert "POST" in wrong_method.headers["Allow"]
     db = open_db(tmp_path / "pk.db")
     assert db.execute("SELECT COUNT(*), SUM(duplicate_count) FROM inbox").fetchone() == (events, events)
     assert db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'").fetchone() == (events,)

@@ -80,6 +80,7 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("webhooks", "retry"): ["424242"],
         ("webhooks", "stats"): [],
         ("webhooks", "test"): ["424242"],
+        ("webhooks", "update"): ["424242", "--name", "renamed"],
         ("worker",): ["--once", "--no-wait"],
     }.get(path)
 
@@ -370,6 +371,7 @@ def test_an_unreachable_provider_is_one_line_with_exit_1(tmp_path):
     (["orders", "create", "--product-id", "7", "--denomination", "ten", "--quantity", "1"], 2, "not an amount"),
     (["orders", "sync", "--since", "yesterday"], 2, "not an ISO 8601 timestamp"),
     (["orders", "sync", "--since", "9999-12-31T23:59:59-23:00"], 2, "out of range"),
+    (["webhooks", "update", "424242"], 2, "give at least one of --name, --url, --events, --active/--inactive"),
 ])
 def test_bad_values_are_one_line(args, code, match, tmp_path):
     result = run_in_process(args, environment(tmp_path))

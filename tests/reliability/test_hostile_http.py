@@ -219,6 +219,8 @@ def fuzz(served: ServedReceiver, db_path, count: int, seed: int) -> None:
         assert answer.status < 500, (plan.kind, answer.status, answer.body[:200])
         if not plan.signed:
             assert answer.status in plan.expect, (plan.kind, answer.status, answer.body[:200], plan.raw[:300])
+            if answer.status in (404, 405) and answer.body:  # the app's error answers: JSON, never HTML
+                assert json.loads(answer.body)["status"] in ("not_found", "method_not_allowed"), answer.body[:200]
             continue
         assert answer.status in plan.expect, (plan.kind, answer.status, answer.body[:200], plan.raw[:300])
         if answer.status != 200:
