@@ -28,7 +28,7 @@ def events_group() -> None:
 def list_command(app: AppContext, state: str | None, order_id: int | None, limit: int, fmt: str) -> None:
     """Received events, newest first: processed, quarantined (with reason) or test; duplicates seen;
     the order's voucher fetch job and why it is waiting or parked."""
-    rows = inbox.listing(app.db, limit=limit, state=state, order_id=order_id)
+    rows = inbox.listing(app.existing_db, limit=limit, state=state, order_id=order_id)
     for row in rows:
         row["duplicates"] = row.pop("duplicate_count")
         if row["state"] == "quarantined":
@@ -47,7 +47,7 @@ def prune_command(app: AppContext, older_than_days: int) -> None:
     """Delete old inbox rows (dedup keys are kept at least 30 days)."""
     from datetime import timedelta
 
-    deleted = inbox.prune(app.db, now=utcnow(), keep=timedelta(days=older_than_days))
+    deleted = inbox.prune(app.existing_db, now=utcnow(), keep=timedelta(days=older_than_days))
     click.echo(f"deleted {deleted} inbox rows older than {older_than_days} days", err=True)
 
 

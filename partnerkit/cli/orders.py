@@ -47,7 +47,7 @@ def orders_group() -> None:
 @pass_app
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:
     """Local orders, newest first, with how many vouchers are stored."""
-    rows = [_money(r) for r in orders.list_orders(app.db, status=status, limit=limit)]
+    rows = [_money(r) for r in orders.list_orders(app.existing_db, status=status, limit=limit)]
     emit(rows, LIST_COLUMNS, fmt,
          empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")
 
@@ -58,7 +58,7 @@ def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> N
 @pass_app
 def show_command(app: AppContext, order_id: int, fmt: str) -> None:
     """One local order: state, vouchers stored, fetch job, and its events."""
-    row = orders.get(app.db, order_id)
+    row = orders.get(app.existing_db, order_id)
     if row is None:
         raise click.ClickException(f"order {order_id} is not known locally (try `partnerkit orders sync`)")
     row = _money(row)
