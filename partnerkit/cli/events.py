@@ -22,7 +22,8 @@ def events_group() -> None:
 @events_group.command("list")
 @click.option("--state", type=click.Choice(["processed", "quarantined", "test"]), help="Only events in this state.")
 @click.option("--order-id", type=ID, help="Only events of this order.")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
+              help="At most this many events, newest first.")
 @format_option
 @pass_app
 def list_command(app: AppContext, state: str | None, order_id: int | None, limit: int, fmt: str) -> None:

@@ -42,7 +42,8 @@ def orders_group() -> None:
 
 @orders_group.command("list")
 @click.option("--status", help="Only orders in this status (any case).")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
+              help="At most this many orders, newest first.")
 @format_option
 @pass_app
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:
@@ -79,9 +80,11 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 
 
 @orders_group.command("create")
-@click.option("--product-id", type=ID, required=True)
+@click.option("--product-id", type=ID, required=True,
+              help="The provider's product id (its catalog: GET /api/v1/products).")
 @click.option("--denomination", required=True, help="Per-voucher amount, e.g. 500 or 500.00.")
-@click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64)
+@click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64,
+              help="Number of vouchers (at most the product's max_quantity).")
 @click.option("--ref", help="Your reference code for the order.")
 @click.option("--email", help="Customer e-mail.")
 @click.option("--idempotency-key", help="Reuse the key of an earlier attempt to replay it instead of ordering twice.")

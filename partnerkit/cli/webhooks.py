@@ -52,7 +52,7 @@ def webhooks_group() -> None:
 
 @webhooks_group.command("register")
 @click.option("--url", required=True, help="Your receiver's public HTTPS URL, ending in the webhook path.")
-@click.option("--name", default="partnerkit", show_default=True)
+@click.option("--name", default="partnerkit", show_default=True, help="A label for the webhook at the provider.")
 @click.option("--events", "events", multiple=True, type=click.Choice(ORDER_EVENTS),
               help="Event type to subscribe to (repeat; default: all order events).")
 @click.option("--credential-id", type=ID, help="Sign with this API credential's signing secret.")
@@ -137,12 +137,15 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
 
 
 @webhooks_group.command("deliveries")
-@click.option("--status", type=click.Choice(["pending", "delivered", "failed"]))
-@click.option("--event-type", type=click.Choice(ORDER_EVENTS))
-@click.option("--order-id", type=ID)
-@click.option("--webhook-id", "webhook_url_id", type=ID)
-@click.option("--page", type=click.IntRange(1), default=1, show_default=True, callback=at_most_int64)
-@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.option("--status", type=click.Choice(["pending", "delivered", "failed"]),
+              help="Only deliveries in this state (failed: the provider gave up retrying).")
+@click.option("--event-type", type=click.Choice(ORDER_EVENTS), help="Only deliveries of this event type.")
+@click.option("--order-id", type=ID, help="Only deliveries about this order.")
+@click.option("--webhook-id", "webhook_url_id", type=ID,
+              help="Only deliveries to this webhook (an ID of `webhooks list`).")
+@click.option("--page", type=click.IntRange(1), default=1, show_default=True, callback=at_most_int64,
+              help="Which page of deliveries, newest first.")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True, help="Deliveries per page.")
 @format_option
 @pass_app
 def deliveries_command(app: AppContext, fmt: str, **filters: Any) -> None:
