@@ -34,6 +34,8 @@ def _cell(value: Any) -> str:
         return iso(value) or ""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, (dict, list, tuple)):  # a job's result: JSON, not a Python repr (None, False, '...')
+        return dumps(value)
     return str(value)
 
 
