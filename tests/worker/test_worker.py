@@ -152,7 +152,6 @@ def test_a_starting_worker_logs_its_own_line_not_apschedulers(config, caplog):
     from partnerkit.logs import configure_logging
 
     configure_logging(config)
-    caplog.set_level(logging.DEBUG, logger="reconcile.worker")
     scheduler = build_scheduler(config, jobs=(JobSpec("slow", f"{__name__}:slow_job", 60, 1, "test"),),
                                 client_factory=lambda *a: None)
     scheduler.start(paused=True)
