@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine with Python 3.11 and make:
 #   make demo   - bootstrap .venv, install, run the end-to-end demo on the sandbox
-#   make test   - bootstrap .venv with test extras, run the whole suite
+#   make test   - bootstrap .venv with test extras, run the suite except the `slow` tests (make soak runs those)
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python

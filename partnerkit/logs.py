@@ -105,7 +105,10 @@ def configure_logging(config: Config | None = None, *, level: str | None = None,
     logging._srcfile = None  # type: ignore[attr-defined]
     root.setLevel(level or (config.log_level if config else "INFO"))
     # Chatty libraries stay at WARNING; their lines would also carry URLs with ids, not secrets.
-    # The worker's jobs log their own line; apscheduler's would add two per run (the lease's every 10 s).
-    for name in ("urllib3", "apscheduler.executors.default", "apscheduler.executors.lease", "werkzeug"):
+    # The worker's jobs log their own line; apscheduler's would add two per run (the lease's every 10 s),
+    # and its scheduler thirteen at start-up ("Adding job tentatively", "Added job ...") that repeat the
+    # worker's own "worker started with jobs ..."; a missed run time is a WARNING and still shows.
+    for name in ("urllib3", "apscheduler.scheduler", "apscheduler.executors.default", "apscheduler.executors.lease",
+                 "werkzeug"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return redactor

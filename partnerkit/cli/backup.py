@@ -21,7 +21,7 @@ def backup_command(app: AppContext, destination: str) -> None:
     from partnerkit.store.backup import backup
 
     try:
-        path = backup(app.db, destination)
+        path = backup(app.existing_db, destination)
     except OSError as exc:  # e.g. a parent that is a file: the store's cleanup meets it before its own try
         raise click.ClickException(f"cannot write backup {destination}: {exc.strerror or exc}") from exc
     click.echo(f"backed up {app.config.db_path} to {path}", err=True)

@@ -15,6 +15,7 @@ class AppContext:
         self.config_file = config_file
         self._config: Config | None = None
         self._db: Database | None = None
+        self.db_created = False  # `db` found no file and created a new, empty database
 
     @property
     def config(self) -> Config:
@@ -24,9 +25,26 @@ class AppContext:
 
     @property
     def db(self) -> Database:
+        """The store, created (empty, migrated) if the file does not exist yet."""
         if self._db is None:
-            self._db = open_db(self.config.db_path)
+            path = self.config.db_path
+            created = not path.exists()
+            self._db = open_db(path)
+            self.db_created = created
         return self._db
+
+    @property
+    def existing_db(self) -> Database:
+        """The store, for commands that only read what the receiver and the worker recorded.
+
+        A database that does not exist is named instead of created: a mistyped PARTNERKIT_DB would
+        otherwise answer from a new empty one ("no events received yet", "nothing needs attention",
+        an all-zero report, a backup of nothing)."""
+        path = self.config.db_path
+        if self._db is None and not path.exists():
+            raise click.ClickException(f"cannot open database {str(path)!r}: it does not exist "
+                                       "(check PARTNERKIT_DB or --config; the worker creates it)")
+        return self.db
 
 
 pass_app = click.make_pass_decorator(AppContext)

@@ -22,13 +22,14 @@ def events_group() -> None:
 @events_group.command("list")
 @click.option("--state", type=click.Choice(["processed", "quarantined", "test"]), help="Only events in this state.")
 @click.option("--order-id", type=ID, help="Only events of this order.")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
+              help="At most this many events, newest first.")
 @format_option
 @pass_app
 def list_command(app: AppContext, state: str | None, order_id: int | None, limit: int, fmt: str) -> None:
     """Received events, newest first: processed, quarantined (with reason) or test; duplicates seen;
     the order's voucher fetch job and why it is waiting or parked."""
-    rows = inbox.listing(app.db, limit=limit, state=state, order_id=order_id)
+    rows = inbox.listing(app.existing_db, limit=limit, state=state, order_id=order_id)
     for row in rows:
         row["duplicates"] = row.pop("duplicate_count")
         if row["state"] == "quarantined":
@@ -47,7 +48,7 @@ def prune_command(app: AppContext, older_than_days: int) -> None:
     """Delete old inbox rows (dedup keys are kept at least 30 days)."""
     from datetime import timedelta
 
-    deleted = inbox.prune(app.db, now=utcnow(), keep=timedelta(days=older_than_days))
+    deleted = inbox.prune(app.existing_db, now=utcnow(), keep=timedelta(days=older_than_days))
     click.echo(f"deleted {deleted} inbox rows older than {older_than_days} days", err=True)
 
 

@@ -42,12 +42,13 @@ def orders_group() -> None:
 
 @orders_group.command("list")
 @click.option("--status", help="Only orders in this status (any case).")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
+              help="At most this many orders, newest first.")
 @format_option
 @pass_app
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:
     """Local orders, newest first, with how many vouchers are stored."""
-    rows = [_money(r) for r in orders.list_orders(app.db, status=status, limit=limit)]
+    rows = [_money(r) for r in orders.list_orders(app.existing_db, status=status, limit=limit)]
     emit(rows, LIST_COLUMNS, fmt,
          empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")
 
@@ -58,7 +59,7 @@ def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> N
 @pass_app
 def show_command(app: AppContext, order_id: int, fmt: str) -> None:
     """One local order: state, vouchers stored, fetch job, and its events."""
-    row = orders.get(app.db, order_id)
+    row = orders.get(app.existing_db, order_id)
     if row is None:
         raise click.ClickException(f"order {order_id} is not known locally (try `partnerkit orders sync`)")
     row = _money(row)
@@ -79,9 +80,11 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 
 
 @orders_group.command("create")
-@click.option("--product-id", type=ID, required=True)
+@click.option("--product-id", type=ID, required=True,
+              help="The provider's product id (its catalog: GET /api/v1/products).")
 @click.option("--denomination", required=True, help="Per-voucher amount, e.g. 500 or 500.00.")
-@click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64)
+@click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64,
+              help="Number of vouchers (at most the product's max_quantity).")
 @click.option("--ref", help="Your reference code for the order.")
 @click.option("--email", help="Customer e-mail.")
 @click.option("--idempotency-key", help="Reuse the key of an earlier attempt to replay it instead of ordering twice.")

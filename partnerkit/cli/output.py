@@ -35,8 +35,10 @@ def _cell(value: Any) -> str:
         return iso(value) or ""
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, (list, tuple)):  # e.g. a webhook's events: an array in JSON, one cell here
-        return ",".join(_cell(item) for item in value)
+    if isinstance(value, (list, tuple)) and not any(isinstance(v, (dict, list, tuple)) for v in value):
+        return ",".join(_cell(item) for item in value)  # e.g. a webhook's events: an array in JSON, one cell here
+    if isinstance(value, (dict, list, tuple)):  # a job's result: JSON, not a Python repr (None, False, '...')
+        return dumps(value)
     return str(value)
 
 

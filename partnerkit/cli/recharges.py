@@ -98,7 +98,7 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
 @pass_app
 def list_command(app: AppContext, fmt: str, status: str | None, limit: int | None) -> None:
     """Recharges partnerkit knows, newest first."""
-    views = [recharge_view(r) for r in store.list_rows(app.db, status=status, limit=limit)]
+    views = [recharge_view(r) for r in store.list_rows(app.existing_db, status=status, limit=limit)]
     emit(views, TABLE_COLUMNS, fmt, empty_message="no recharges")
 
 
@@ -112,7 +112,7 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
     if text.isdigit() and not (text.isascii() and int(text) <= MAX_INT64):
         row = None  # "²" or a number past SQLite's INTEGER: no id, and store.find would raise on it
     else:
-        row = store.find(app.db, key)
+        row = store.find(app.existing_db, key)
     if row is None:
         raise click.ClickException(f"no recharge with id, reference_number or local id {key!r}")
     view = recharge_view(row)

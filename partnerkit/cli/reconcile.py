@@ -35,16 +35,6 @@ def _in_progress(day: date) -> None:
                    err=True)
 
 
-def _existing_db(app: AppContext):
-    """The store, for commands that read what the worker recorded: a database that does not exist is
-    named (a mistyped PARTNERKIT_DB would otherwise give a new empty one: no drifts, an all-zero report)."""
-    path = app.config.db_path
-    if not path.exists():
-        raise click.ClickException(f"cannot open database {str(path)!r}: it does not exist "
-                                   "(check PARTNERKIT_DB or --config; the worker creates it)")
-    return app.db
-
-
 def _client(app: AppContext):
     from partnerkit.client import PartnerClient
 
@@ -56,10 +46,20 @@ def _client(app: AppContext):
 @click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
 @pass_app
 def reconcile_command(app: AppContext, day: date) -> None:
-    """Sync one UTC day from the provider, match it, and write its report."""
+    """Sync one UTC day from the provider, match it, and write its report.
+
+    A database that does not exist yet is created, with a one-line warning on stderr (the sync fills it
+    from the provider; if it was meant to be the worker's, PARTNERKIT_DB is mistyped).
+    """
     from reconcile.jobs import reconcile_day
 
-    report = reconcile_day(app.config, app.db, _client(app), day)
+    client = _client(app)
+    if app.db_created:
+        # Allowed (the sync reads the day from the provider first), but a mistyped PARTNERKIT_DB lands
+        # here too, and then every recharge the provider lists is reported as unknown_to_partner.
+        click.echo(f"warning: database {str(app.config.db_path)!r} did not exist and was created; if that is "
+                   "not the worker's database, check PARTNERKIT_DB or --config", err=True)
+    report = reconcile_day(app.config, app.db, client, day)
     s = report["summary"]
     click.echo(f"{report['date']}: {s['recharges_total']} recharges, {s['orders_total']} orders, "
                f"{s['transactions_total']} transactions; {s['matched']} matched, {s['drifted']} drifted, "
@@ -84,7 +84,7 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     from reconcile.jobs import current_report, report_day, write_atomic
     from reconcile.report import render
 
-    report = current_report(_existing_db(app), day)
+    report = current_report(app.existing_db, day)
     if report is None:
         click.echo(f"no stored report for {day}; matching it from the local store (no sync; "
                    f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)
@@ -124,7 +124,7 @@ def _row(d: drift_store.Drift) -> dict:
 @pass_app
 def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: date | None, fmt: str) -> None:
     """List drifts, newest day first."""
-    found = drift_store.list_drifts(_existing_db(app), kind=kind, resolution=resolution,
+    found = drift_store.list_drifts(app.existing_db, kind=kind, resolution=resolution,
                                     report_date=None if day is None else day.isoformat())
     emit([_row(d) for d in found], DRIFT_COLUMNS, fmt, empty_message="no drifts match")
 
@@ -138,7 +138,7 @@ def _os_user() -> str:
 
 
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
-    drift = drift_store.set_resolution(_existing_db(app), ident, resolution, note=note, by=by or _os_user(),
+    drift = drift_store.set_resolution(app.existing_db, ident, resolution, note=note, by=by or _os_user(),
                                        at=utcnow().replace(microsecond=0))
     click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
 
@@ -180,7 +180,7 @@ def drifts_escalate(app: AppContext, ident: str, note: str, by: str | None) -> N
 @pass_app
 def drifts_history(app: AppContext, ident: str, fmt: str) -> None:
     """The audit trail of one drift, oldest first."""
-    drift_store.get_drift(_existing_db(app), ident)
+    drift_store.get_drift(app.existing_db, ident)
     emit(drift_store.audit_trail(app.db, ident), ("seq", "action", "resolution", "note", "by", "at"), fmt)
 
 

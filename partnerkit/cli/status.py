@@ -15,7 +15,7 @@ def status_command(app: AppContext, fmt: str) -> None:
     """Last webhook, voucher backlog and parked jobs, PROCESSING recharges, budget, last report, open drifts."""
     from partnerkit.status import collect
 
-    status = collect(app.config, app.db)
+    status = collect(app.config, app.existing_db)
     rows = [{"item": key, "value": value} for key, value in status.items() if key != "attention"]
     rows += [{"item": "attention", "value": line} for line in status["attention"] or ["nothing needs attention"]]
     emit(rows, ["item", "value"], fmt, json_value=status)

@@ -29,7 +29,7 @@ def mask(value: str | None, visible: int = 4) -> str | None:
 @pass_app
 def vouchers_command(app: AppContext, order_id: int, reveal: bool, fmt: str) -> None:
     """Stored vouchers of one order (decrypted; masked unless --reveal)."""
-    rows = voucher_store.for_order(app.db, order_id)
+    rows = voucher_store.for_order(app.existing_db, order_id)
     order = None if rows else orders.get(app.db, order_id)
     if not rows and order is None:
         raise click.ClickException(f"order {order_id} is not known locally (see `partnerkit orders list`)")

@@ -11,7 +11,6 @@ from partnerkit.cli.output import emit, format_option
 from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
 from partnerkit.errors import ApiStatusError
-from partnerkit.money import dumps
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import utcnow
 
@@ -44,12 +43,13 @@ def _answer_fields(answer: Any) -> dict | None:
 
 def _answer_row(webhook_id: int, answer: Any) -> dict:
     """One table row for an answer whose shape the document does not show: its fields (see
-    `_answer_fields`), nested values as JSON, instead of a Python repr of the whole body."""
+    `_answer_fields`) instead of a Python repr of the whole body; the output module shows a list
+    of names comma-joined and any other nested value as JSON."""
     fields = _answer_fields(answer)
     row: dict[str, Any] = {"webhook_id": webhook_id}
     for key, value in (fields if fields is not None else {"response": answer}).items():
         if key != "success":
-            row[str(key)] = dumps(value) if isinstance(value, (dict, list)) else _plain(value)
+            row[str(key)] = _plain(value)
     return row
 
 
@@ -60,7 +60,7 @@ def webhooks_group() -> None:
 
 @webhooks_group.command("register")
 @click.option("--url", required=True, help="Your receiver's public HTTPS URL, ending in the webhook path.")
-@click.option("--name", default="partnerkit", show_default=True)
+@click.option("--name", default="partnerkit", show_default=True, help="A label for the webhook at the provider.")
 @click.option("--events", "events", multiple=True, type=click.Choice(ORDER_EVENTS),
               help="Event type to subscribe to (repeat; default: all order events).")
 @click.option("--credential-id", type=ID, help="Sign with this API credential's signing secret.")
@@ -201,12 +201,15 @@ def _saved_details(sent: dict, answer: Any) -> dict:
 
 
 @webhooks_group.command("deliveries")
-@click.option("--status", type=click.Choice(["pending", "delivered", "failed"]))
-@click.option("--event-type", type=click.Choice(ORDER_EVENTS))
-@click.option("--order-id", type=ID)
-@click.option("--webhook-id", "webhook_url_id", type=ID)
-@click.option("--page", type=click.IntRange(1), default=1, show_default=True, callback=at_most_int64)
-@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.option("--status", type=click.Choice(["pending", "delivered", "failed"]),
+              help="Only deliveries in this state (failed: the provider gave up retrying).")
+@click.option("--event-type", type=click.Choice(ORDER_EVENTS), help="Only deliveries of this event type.")
+@click.option("--order-id", type=ID, help="Only deliveries about this order.")
+@click.option("--webhook-id", "webhook_url_id", type=ID,
+              help="Only deliveries to this webhook (an ID of `webhooks list`).")
+@click.option("--page", type=click.IntRange(1), default=1, show_default=True, callback=at_most_int64,
+              help="Which page of deliveries, newest first.")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True, help="Deliveries per page.")
 @format_option
 @pass_app
 def deliveries_command(app: AppContext, fmt: str, **filters: Any) -> None:
@@ -238,7 +241,7 @@ def retry_command(app: AppContext, delivery_id: int, fmt: str) -> None:
     fields = dict(result) if isinstance(result, dict) else {}
     row = {"delivery_id": fields.pop("delivery_id", delivery_id),
            "message": fields.pop("message", None) or f"delivery {delivery_id} re-queued"}
-    row.update({str(k): dumps(v) if isinstance(v, (dict, list)) else _plain(v) for k, v in fields.items()})
+    row.update({str(k): _plain(v) for k, v in fields.items()})
     emit([row], list(row), fmt, json_value=result)
 
 

@@ -7,13 +7,14 @@ import sys
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.output import FORMATS, emit
 
 
 @click.command("worker")
 @click.option("--once", is_flag=True, help="Run one pass of every job, ignoring intervals, and exit (for cron).")
 @click.option("--no-wait", is_flag=True, help="Exit instead of standing by when another worker holds the lease.")
-@format_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="With --once, the format of its table of job results; json and csv go to stdout alone.")
 @pass_app
 def worker_command(app: AppContext, fmt: str, once: bool, no_wait: bool) -> None:
     """Poll recharges, fetch vouchers, sync and report on schedule; one worker per database."""

@@ -2,7 +2,8 @@
 
 Modules: `stack` (working directory, sandbox, config file, child processes), `processes` (ports,
 start, readiness, stop without orphans), `script` (the day), `watch` (reading back what the
-receiver and the worker stored), `output` (progress lines and the summary). See docs/demo.md.
+receiver and the worker stored), `output` (progress lines and the summary), `signals` (Ctrl-C and
+SIGTERM). See docs/demo.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from partnerkit.cli import cli
@@ -37,6 +38,22 @@ def test_missing_config_file_exit_2(tmp_path):
     result = run("--config", str(tmp_path / "missing.env"), "config")
     assert result.exit_code == 2
     assert "does not exist" in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["status"], ["backup", "copy.db"], ["events", "list"], ["events", "prune"], ["orders", "list"],
+    ["orders", "show", "5001"], ["vouchers", "5001"], ["recharges", "list"], ["recharges", "show", "100001"],
+])
+def test_commands_that_read_the_local_store_refuse_a_database_that_does_not_exist(args, tmp_path):
+    # A mistyped PARTNERKIT_DB gave a new empty database on the spot: `status` said "nothing needs
+    # attention", `backup` "backed up" an empty file, the listings "no events received yet".
+    missing = tmp_path / "typo" / "partnerkit.db"
+    args = [str(tmp_path / a) if a == "copy.db" else a for a in args]
+    result = CliRunner().invoke(cli, args, env={"PARTNERKIT_DB": str(missing)})
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.strip() == (f"Error: cannot open database {str(missing)!r}: it does not exist "
+                                     "(check PARTNERKIT_DB or --config; the worker creates it)")
+    assert not missing.parent.exists() and not (tmp_path / "copy.db").exists()
 
 
 def test_sandbox_speed_0_freezes_the_clock_as_docs_sandbox_md_says():

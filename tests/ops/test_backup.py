@@ -47,6 +47,7 @@ def test_backup_never_overwrites(db, tmp_path):
 
 
 def test_backup_command(tmp_path):
+    open_db(tmp_path / "live.db").conn.close()
     env = {"PARTNERKIT_DB": str(tmp_path / "live.db")}
     result = CliRunner().invoke(cli, ["backup", str(tmp_path / "b.db")], env=env)
     assert result.exit_code == 0, result.output

@@ -55,3 +55,16 @@ def test_every_help_works_without_configuration(tmp_path):
                             env={"PATH": "", "PARTNERKIT_DB": str(tmp_path / "never-created.db")}, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert not (tmp_path / "never-created.db").exists()  # --help opens no database
+
+
+def test_every_option_says_what_it_does():
+    # `--limit`, `--page`, `--product-id` and the deliveries filters showed only a type and a default.
+    silent = []
+    for path in _all_paths(cli):
+        command = cli
+        for part in path:
+            command = command.commands[part]
+        for param in command.params:
+            if isinstance(param, click.Option) and not (param.help or "").strip():
+                silent.append(f"partnerkit {' '.join(path)} {param.opts[0]}")
+    assert silent == []

@@ -157,6 +157,28 @@ def test_a_database_that_does_not_exist_is_named_not_created(args, tmp_path, mon
     assert not missing.parent.exists() and not (tmp_path / "reports").exists()
 
 
+def test_reconcile_on_a_database_that_does_not_exist_creates_it_with_a_warning(sandbox_server, tmp_path,
+                                                                                 monkeypatch):
+    # A first run on a new database is legitimate (the sync fills it from the provider), but a mistyped
+    # PARTNERKIT_DB used to create one silently and report every provider recharge as unknown_to_partner.
+    missing = tmp_path / "typo" / "partnerkit.db"
+    client = sandbox_server.clients[0]
+    for name, value in {"PARTNERKIT_DB": str(missing), "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports"),
+                        "PARTNERKIT_API_BASE_URL": sandbox_server.base_url, "PARTNERKIT_API_KEY": client.key,
+                        "PARTNERKIT_API_SECRET": client.secret}.items():
+        monkeypatch.setenv(name, value)
+    day = (sandbox_server.clock.now() - timedelta(days=1)).date().isoformat()
+    first = CliRunner().invoke(cli, ["reconcile", "--date", day])
+    assert first.exit_code == 0, first.output
+    warning, summary = first.stderr.splitlines()
+    assert warning == (f"warning: database {str(missing)!r} did not exist and was created; if that is not the "
+                       "worker's database, check PARTNERKIT_DB or --config")
+    assert summary.startswith(f"{day}: ") and missing.exists()
+    assert (tmp_path / "reports" / f"partnerkit-report-{day}.json").exists()
+    again = CliRunner().invoke(cli, ["reconcile", "--date", day])
+    assert again.exit_code == 0 and again.stderr.startswith(f"{day}: ") and "warning" not in again.stderr
+
+
 def test_a_note_with_a_line_break_stays_on_its_row_in_tables(invoke, db, drift_ids):
     # A pasted note spilled onto a line of its own that read like the next row; CSV and JSON keep it as is.
     assert invoke("drifts", "resolve", drift_ids[0], "--note", "credited\nticket 9\x1b[31m", "--by", "asha").exit_code == 0

@@ -380,6 +380,7 @@ def test_bad_values_are_one_line(args, code, match, tmp_path):
 
 def test_unwritable_outputs_are_one_line_with_exit_1(tmp_path):
     env = environment(tmp_path)
+    existing_database(tmp_path)  # report and backup refuse a missing one before they look at their output
     (tmp_path / "a-file").write_text("x")
     assert_one_line_error(*run_in_process(["report", "--date", "2024-05-01", "--output",
                                            str(tmp_path / "a-file" / "r.html")], env), code=2, usage=True,
@@ -388,7 +389,6 @@ def test_unwritable_outputs_are_one_line_with_exit_1(tmp_path):
                           match="a-file' is not a directory")
     assert_one_line_error(*run_in_process(["backup", str(tmp_path / "a-file")], env), code=1, match="already exists")
     (tmp_path / "reports").write_text("a file where the report directory should be")
-    existing_database(tmp_path)
     assert_one_line_error(*run_in_process(["report", "--date", "2024-05-01", "--output", str(tmp_path / "out" / "r.html")],
                                           environment(tmp_path, PARTNERKIT_REPORT_DIR=str(tmp_path / "reports"))),
                           code=1, match="reports is a file where a directory is needed")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -83,3 +85,13 @@ def test_worker_once_runs_one_pass_and_reports_each_job(run):
     assert set(jobs) == {"poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent", "nightly-report"}
     assert jobs["poll-recharges"] == "ok"
     assert result.exit_code == (1 if {"error", "unavailable"} & set(jobs.values()) else 0)
+
+
+def test_worker_once_shows_each_jobs_result_as_json_in_the_table(run):
+    # The table and CSV showed a job's result as a Python repr: {'escalated': [], 'backing_off_until': None}.
+    table = CliRunner().invoke(cli, ["worker", "--once"]).stdout.splitlines()
+    poll = next(line for line in table if line.startswith("poll-recharges"))
+    result = json.loads(poll[poll.index("{"):])
+    assert result["escalated"] == [] and result["backing_off_until"] is None
+    rows = list(csv.DictReader(io.StringIO(CliRunner().invoke(cli, ["worker", "--once", "--format", "csv"]).stdout)))
+    assert json.loads(rows[0]["result"])["budget_exhausted"] is False

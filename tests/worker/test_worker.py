@@ -146,6 +146,19 @@ def test_the_lease_renewal_is_not_logged_every_10_s(config):
     assert logging.getLogger("apscheduler.executors.lease").getEffectiveLevel() == logging.WARNING
 
 
+def test_a_starting_worker_logs_its_own_line_not_apschedulers(config, caplog):
+    # apscheduler.scheduler logged 13 INFO lines at every start ("Adding job tentatively ...", "Added job
+    # ... to job store", "Scheduler started") beside the worker's one "worker started with jobs ...".
+    from partnerkit.logs import configure_logging
+
+    configure_logging(config)
+    scheduler = build_scheduler(config, jobs=(JobSpec("slow", f"{__name__}:slow_job", 60, 1, "test"),),
+                                client_factory=lambda *a: None)
+    scheduler.start(paused=True)
+    scheduler.shutdown(wait=False)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("apscheduler")] == []
+
+
 def test_a_job_that_raises_never_kills_the_scheduler(config):
     def broken(config, db, client):
         raise RuntimeError("boom")
