@@ -211,7 +211,7 @@ class Transport:
             except requests.RequestException as exc:
                 err = _transport_error(exc, method, path)
                 if attempt < self.retry.max_attempts and (repeatable or not err.request_sent):
-                    log.info("%s %s: %s; retrying", method, path, err)
+                    log.info("%s; retrying", err)  # err names the method and path already
                     self.sleep(self.retry.interval(attempt))
                     continue
                 raise err from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import socket
 import time
 
@@ -125,6 +126,16 @@ def test_connection_refused_is_retried_even_for_a_write(config, db):
     assert info.value.request_sent is False and info.value.idempotency_key == "order-key-0001"
     assert len(sleeps) == FAST.max_attempts - 1
     assert client.budget.usage()["order_create"]["used"] == FAST.max_attempts
+
+
+def test_a_retried_connection_failure_is_logged_naming_the_call_once(config, db, caplog):
+    from dataclasses import replace
+    cfg = replace(config, api_base_url=f"http://127.0.0.1:{_closed_port()}")
+    client = PartnerClient(cfg, db, retry=FAST, sleep=lambda s: None)
+    with caplog.at_level(logging.INFO, logger="partnerkit.client"), pytest.raises(errors.TransportError):
+        client.list_wallets()
+    retries = [r.getMessage() for r in caplog.records if r.getMessage().endswith("retrying")]
+    assert retries and all(m == "GET /api/v1/wallets: connection failed before sending; retrying" for m in retries)
 
 
 def test_redirects_are_not_followed(client, httpserver):
