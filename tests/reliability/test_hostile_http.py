@@ -127,6 +127,10 @@ def plan_request(rng: random.Random, n: int, now: int, recent: list[Plan]) -> Pl
         plan.raw = build(b"POST", PATH, swapped, body)
     elif kind == "chunked":
         plan.raw = build(b"POST", PATH, headers, body, chunked=True)
+    elif kind == "longer_length":  # declares 5 bytes more than it sends, then half-closes: what arrived is
+        # exactly what was signed, so it is stored (the signature, not the header, decides), never a 500
+        plan.raw = build(b"POST", PATH, headers + [(b"Content-Length", b"%d" % (len(body) + 5))], body,
+                         content_length=False)
     elif kind == "replay" and recent:
         original = rng.choice(recent)
         plan = Plan("replay", original.raw, signed=True, body=original.body, read_headers=original.read_headers)
