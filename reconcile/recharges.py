@@ -153,13 +153,7 @@ def status_from_answer(http_status: int, body_status: str) -> str:
     if http_status == 202:
         return "PROCESSING"  # accepted, not settled: only polling settles it, whatever the body says
     if http_status == 200:
-        try:
-            stored, _ = store.normalise_status(body_status)
-        except errors.StorageError:
-            # A status the document does not name: the provider took the request (the wallet may be
-            # debited), so the recharge is kept and read again by the poller, never discarded.
-            return "PROCESSING"
-        return stored  # SUCCESS or FAILED is final; a 200 PROCESSING is simply polled
+        return _stored_status(body_status)  # SUCCESS or FAILED is final; a 200 PROCESSING is simply polled
     raise errors.MalformedResponse(f"recharge submit answered HTTP {http_status}, not 200 or 202", status=http_status)
 
 
@@ -327,8 +321,18 @@ def _search(db: Database, client: Any, row: dict, now: datetime, notes: list[str
     return None
 
 
+def _stored_status(status: Any) -> str:
+    """The stored status of a recharge the provider holds. A status the document does not name is
+    kept as PROCESSING: the provider took the request (the wallet may be debited), so the recharge
+    is linked and read again by the poller, never discarded or left UNKNOWN."""
+    try:
+        return store.normalise_status(status)[0]
+    except errors.StorageError:
+        return "PROCESSING"
+
+
 def _link(db: Database, row: dict, recharge: Any, status: str, step: str, *, http_status: int | None = None) -> SubmitOutcome:
-    stored, _ = store.normalise_status(status)
+    stored = _stored_status(status)
     linked = store.record_response(db, row["local_id"], recharge, status=stored, seen_at=utcnow(), http_status=http_status)
     log.info("located local recharge #%s as %s by %s", row["local_id"], recharge.id, step,
              extra={"local_id": row["local_id"], "recharge_id": recharge.id, "located_by": step})

@@ -146,3 +146,27 @@ def test_nothing_found_past_the_replay_window_says_to_call_support_not_to_replay
     assert outcome.status == "UNKNOWN" and stats.calls(SUBMIT) == 0
     assert "too old to replay safely" in outcome.message and "pk-old-key-00001" in outcome.message
     assert "again in a few minutes" not in outcome.message
+
+
+def test_a_recharge_found_by_search_with_a_status_the_document_does_not_name_is_linked_and_polled(httpserver, tmp_path):
+    """Step 2 finds the recharge, but its status is none the document names: it is linked as
+    PROCESSING (the poller reads it again), not an error out of locate that leaves it UNKNOWN."""
+    from partnerkit.client import PartnerClient
+    from partnerkit.store import open_db
+    from tests.client.client_payloads import recharge
+    from tests.worker.worker_helpers import config_for
+
+    config = config_for(httpserver.url_for("").rstrip("/"), "pk_test_key", "sk_test_secret_0123456789", tmp_path)
+    db = open_db(config.db_path)
+    submitted = utcnow() - timedelta(hours=23, minutes=30)  # past the key's replay window: search only
+    local_id = store.record_intent(db, idempotency_key="pk-old-key-0001", mobile_number="9876543210", operator_id=1,
+                                   amount=100, client_reference="order-4711", submitted_at=submitted)
+    store.mark_unknown(db, local_id, "timeout", submitted)
+    httpserver.expect_request("/api/v1/recharges", method="GET").respond_with_json(
+        [recharge(id=7003, reference_number="RCH7003", status="QUEUED", client_reference="order-4711",
+                  created_at=submitted.isoformat().replace("+00:00", "Z"))])
+    with PartnerClient(config, db) as client:
+        outcome = locate(config, db, client, local_id=local_id)
+    row = store.get(db, local_id)
+    assert outcome.located_by == "client_reference" and outcome.status == row["status"] == "PROCESSING"
+    assert row["provider_id"] == 7003 and row["reference_number"] == "RCH7003"
