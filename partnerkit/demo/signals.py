@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import signal
 import time
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Callable, Iterator
 
 
 class Interrupted(BaseException):
@@ -61,25 +61,27 @@ def pause(seconds: float) -> None:
 
 
 @contextmanager
-def interruptible() -> Iterator[None]:
-    """Note SIGINT and SIGTERM for checkpoint()/pause() inside the block; the old handlers after it."""
-    global _pending, _sleeping
-    _pending, _sleeping = None, False
-    previous = {s: signal.signal(s, _note) for s in (signal.SIGINT, signal.SIGTERM)}
+def _handlers(handler: Callable | int) -> Iterator[None]:
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        _sleeping = False
         for signum, old in previous.items():
             signal.signal(signum, old)
 
 
 @contextmanager
-def ignored() -> Iterator[None]:
-    """SIGINT and SIGTERM ignored inside the block (a second Ctrl-C must not leave children behind)."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+def interruptible() -> Iterator[None]:
+    """Note SIGINT and SIGTERM for checkpoint()/pause() inside the block; the old handlers after it."""
+    global _pending, _sleeping
+    _pending, _sleeping = None, False
     try:
-        yield
+        with _handlers(_note):
+            yield
     finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
+        _sleeping = False
+
+
+def ignored() -> AbstractContextManager[None]:
+    """SIGINT and SIGTERM ignored inside the block (a second Ctrl-C must not leave children behind)."""
+    return _handlers(signal.SIG_IGN)
