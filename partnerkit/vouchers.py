@@ -21,6 +21,7 @@ from partnerkit.config import Config
 from partnerkit.crypto import Cipher, load_cipher
 from partnerkit.money import cents
 from partnerkit.store import Database, jobs, orders, quarantine, vouchers
+from partnerkit.store.budget import background_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
 from partnerkit.store.vouchers import SealedVoucher
@@ -296,8 +297,7 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
         since = max(parse_ts(stored) if stored else now - timedelta(days=1), floor)
         max_pages = 20 if max_pages is None else max_pages
     else:
-        # An unbounded walk leaves a tenth of the hour's budget to the voucher fetches customers wait on.
-        keep_free = config.hourly_budget // 10
+        keep_free = background_reserve(config.hourly_budget)  # an unbounded walk: see there
     api = client.with_budget("order_sync", wait=False, keep_free=keep_free) if hasattr(client, "with_budget") else client
     summary = SyncSummary(since=iso(since))
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
+from partnerkit.store.budget import background_reserve
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
 from partnerkit.timeutil import iso, utcnow
@@ -311,8 +312,14 @@ def snapshot_wallets(db: Any, client: Any, *, now: datetime) -> int:
 
 def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, now: datetime | None = None,
                orders: bool = True) -> SyncSummary:
-    """Sync recharges, orders, transactions and wallet balances for [first, last], every page."""
+    """Sync recharges, orders, transactions and wallet balances for [first, last], every page.
+
+    The walks leave the voucher fetches their reserve of the hour (`background_reserve`): a busy
+    day's pages outnumber the hour's budget, and a sync stopped by it (BudgetExhausted) simply runs
+    again next time, while a customer waiting for vouchers would not."""
     now = (now or utcnow()).replace(microsecond=0)
+    if hasattr(client, "leaving"):  # the PartnerClient; stand-ins in tests and the benchmark have no budget
+        client = client.leaving(background_reserve(config.hourly_budget))
     summary = SyncSummary(first.isoformat(), last.isoformat())
     summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now)
     if orders:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping
@@ -149,6 +150,14 @@ class PartnerClient:
         view = object.__new__(PartnerClient)
         view._transport = self._transport
         view._spend = Spend(purpose, wait, self._spend.max_wait if max_wait is None else max_wait, keep_free)
+        return view
+
+    def leaving(self, keep_free: int) -> "PartnerClient":
+        """This client, spending and waiting as it does, but stopping while `keep_free` requests of the hour
+        remain (for other callers: see partnerkit.store.budget.background_reserve)."""
+        view = object.__new__(PartnerClient)
+        view._transport = self._transport
+        view._spend = replace(self._spend, keep_free=keep_free)
         return view
 
     def close(self) -> None:

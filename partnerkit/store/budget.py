@@ -55,6 +55,16 @@ class ProviderView:
     blocked_until: float | None = None
 
 
+def background_reserve(hourly_budget: int) -> int:
+    """Requests of the hour a long background walk leaves to the voucher fetches customers wait on.
+
+    The syncs (recharges, transactions) and the order catch-up over a date range read every page
+    of their lists, which on a busy day is more than the hour holds; with no reserve they would
+    take all of it and starve the fetches. A tenth: a walk's own pace barely changes.
+    """
+    return hourly_budget // 10
+
+
 def key_hash(api_key: str) -> str:
     """The budget rows' key: SHA-256 hex of the API key (the key itself is never stored)."""
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
