@@ -148,7 +148,7 @@ def test_repeated_sigkills_under_chaotic_duplicated_deliveries_lose_nothing_and_
 
 
 def test_sigkill_during_a_recharge_poll_the_next_run_settles_every_recharge(tmp_path):
-    # The poller's read (a list walk or a read by id; never the sync's 1000-row pages) is held until the worker is dead.
+    # The poller's read (a list walk or a read by id; never the sync's RECHARGE_PAGE-row pages) is held until the worker is dead.
     poll = Gate("GET", r"^/api/v1/recharges(/\d+)?$", query=lambda args: args.get("limit") != str(RECHARGE_PAGE))
     # The provider settles nothing on its own: the outcomes are set after the kill, so only a read can learn them.
     with CrashStack(tmp_path, _settings(speed=1.0, processing_delay_s=3600), gates=(poll,)) as stack:
