@@ -19,7 +19,7 @@ from partnerkit.store import reports as report_store
 from partnerkit.timeutil import utcnow
 from reconcile import report as report_mod
 from reconcile.matcher import MatchResult, match_day
-from reconcile.sync import SyncSummary, incremental_start, sync_range
+from reconcile.sync import Progress, SyncSummary, incremental_start, sync_range
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,11 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     return report
 
 
-def reconcile_day(config: Any, db: Any, client: Any, day: date, *, now: datetime | None = None) -> dict[str, Any]:
+def reconcile_day(config: Any, db: Any, client: Any, day: date, *, now: datetime | None = None,
+                  progress: Progress | None = None) -> dict[str, Any]:
     """Sync one UTC day (every page), match it and write its report."""
     now = (now or utcnow()).replace(microsecond=0)
-    sync_range(config, db, client, day, day, now=now)
+    sync_range(config, db, client, day, day, now=now, progress=progress)
     return report_day(config, db, day, now=now)
 
 

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from itertools import islice
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
@@ -37,6 +37,10 @@ RECHARGE_PAGE = 5000
 TRANSACTION_PAGE = 500
 UPSERT_GROUP = 1000  # records waiting for the worker's upsert (see RechargePages)
 SEEN_GROUP = 50_000  # provider ids noted as seen per transaction (see RechargePages)
+
+# Called after each batch a sync stores, with the entity ("recharges", "transactions") and how many of its
+# records were read so far: `partnerkit reconcile` prints it now and then, since a busy day is minutes of pages.
+Progress = Callable[[str, int], None]
 
 
 @dataclass
@@ -202,7 +206,8 @@ class RechargePages:
         return self.records, self.inserted
 
 
-def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:
+def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime,
+                   progress: Progress | None = None) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new).
 
     A record the client cannot read (MalformedResponse: a field missing or malformed) is quarantined
@@ -220,6 +225,8 @@ def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: dateti
     records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE, on_malformed=hold)
     for batch in _batches(records):
         pages.add(batch)  # records partnerkit never submitted are inserted by the worker's upsert, origin 'provider'
+        if progress is not None:
+            progress("recharges", pages.records)
     seen, new = pages.close()
     ledger_store.record_sync(db, "recharges", from_day=first.isoformat(), to_day=last.isoformat(), started_at=stamp,
                              count=seen, days=days_between(first, last), advance_to=_complete_through(last, now))
@@ -236,7 +243,8 @@ def _held_recharges(db: Any) -> set[int]:
     return ids
 
 
-def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: datetime) -> tuple[int, int]:
+def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: datetime,
+                      progress: Progress | None = None) -> tuple[int, int]:
     """Read every wallet transaction of [first, last] through the alias mapping; return (stored, quarantined).
 
     A record that fits no alias is quarantined (`transaction:<id>` when it shows an integer id) and the
@@ -244,8 +252,12 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     """
     stamp = iso(now)
     with TransactionPages(db, stamp, held=_held_transactions(db)) as pages:
+        read = 0
         for batch in _batches(client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE)):
             pages.add(batch)
+            read += len(batch)
+            if progress is not None:
+                progress("transactions", read)
         stored, bad_count = pages.close()
     ledger_store.record_sync(db, "transactions", from_day=first.isoformat(), to_day=last.isoformat(),
                              started_at=stamp, count=stored, days=days_between(first, last),
@@ -315,7 +327,7 @@ def snapshot_wallets(db: Any, client: Any, *, now: datetime) -> int:
 
 
 def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, now: datetime | None = None,
-               orders: bool = True) -> SyncSummary:
+               orders: bool = True, progress: Progress | None = None) -> SyncSummary:
     """Sync recharges, orders, transactions and wallet balances for [first, last], every page.
 
     The walks leave the voucher fetches their reserve of the hour (`background_reserve`): a busy
@@ -325,14 +337,15 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     if hasattr(client, "leaving"):  # the PartnerClient; stand-ins in tests and the benchmark have no budget
         client = client.leaving(background_reserve(config.hourly_budget))
     summary = SyncSummary(first.isoformat(), last.isoformat())
-    summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now)
+    summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress)
     if orders:
         try:
             summary.orders = sync_orders(config, db, client, first, now=now)
         except ImportError as exc:  # the receiver's order sync is not installed in this build
             summary.errors.append(f"order sync unavailable: {exc}")
             log.warning("order sync unavailable: %s", exc)
-    summary.transactions, summary.quarantined = sync_transactions(db, client, first, last, now=now)
+    summary.transactions, summary.quarantined = sync_transactions(db, client, first, last, now=now,
+                                                                  progress=progress)
     summary.wallets = snapshot_wallets(db, client, now=now)
     return summary
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import time
 from datetime import date
 from pathlib import Path
 
@@ -35,6 +36,21 @@ def _in_progress(day: date) -> None:
                    err=True)
 
 
+class _Progress:
+    """Prints how far the day's sync has read, to stderr, at most every `every` seconds (a busy day is
+    minutes of pages; silence would look like a hang)."""
+
+    def __init__(self, day: date, every: float = 5.0) -> None:
+        self.day, self.every = day, every
+        self.last = time.monotonic()
+
+    def __call__(self, entity: str, read: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            click.echo(f"{self.day}: {entity}, {read:,} read so far", err=True)
+
+
 def _client(app: AppContext):
     from partnerkit.client import PartnerClient
 
@@ -48,6 +64,7 @@ def _client(app: AppContext):
 def reconcile_command(app: AppContext, day: date) -> None:
     """Sync one UTC day from the provider, match it, and write its report.
 
+    A busy day is minutes of pages: how far the sync has read is printed on stderr every few seconds.
     A database that does not exist yet is created, with a one-line warning on stderr (the sync fills it
     from the provider; if it was meant to be the worker's, PARTNERKIT_DB is mistyped).
     """
@@ -59,7 +76,7 @@ def reconcile_command(app: AppContext, day: date) -> None:
         # here too, and then every recharge the provider lists is reported as unknown_to_partner.
         click.echo(f"warning: database {str(app.config.db_path)!r} did not exist and was created; if that is "
                    "not the worker's database, check PARTNERKIT_DB or --config", err=True)
-    report = reconcile_day(app.config, app.db, client, day)
+    report = reconcile_day(app.config, app.db, client, day, progress=_Progress(day))
     s = report["summary"]
     click.echo(f"{report['date']}: {s['recharges_total']} recharges, {s['orders_total']} orders, "
                f"{s['transactions_total']} transactions; {s['matched']} matched, {s['drifted']} drifted, "

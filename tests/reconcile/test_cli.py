@@ -197,3 +197,18 @@ def test_help_gives_the_date_format_and_what_report_writes(invoke):
     # report of a day without a stored report also writes the day's three files (docs/reconcile.md).
     text = " ".join(invoke("report", "--help").output.split())
     assert "writes its three files to PARTNERKIT_REPORT_DIR" in text
+
+
+def test_reconcile_progress_is_printed_at_most_every_few_seconds(capsys):
+    from datetime import date
+
+    from partnerkit.cli.reconcile import _Progress
+
+    with freeze_time("2025-03-14T01:00:00Z") as clock:
+        progress = _Progress(date(2025, 3, 13), every=5.0)
+        progress("recharges", 5000)  # at once: nothing yet
+        clock.tick(6)
+        progress("recharges", 150000)
+        clock.tick(1)
+        progress("transactions", 500)  # a second later: nothing
+    assert capsys.readouterr().err == "2025-03-13: recharges, 150,000 read so far\n"

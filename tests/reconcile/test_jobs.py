@@ -199,3 +199,11 @@ def test_the_nightly_job_logs_a_summary_not_the_drift_table(config, db, provider
     assert line["files"] == [str(config.report_dir / f"partnerkit-report-2025-03-13.{f}") for f in ("json", "csv", "html")]
     [drift] = list_drifts(db)
     assert drift.id not in json.dumps(line)  # a day of 100k drifts would otherwise be one 35 MB log line
+
+
+def test_reconcile_day_reports_its_progress_per_entity(config, db, provider):
+    calls = []
+    report = reconcile_day(config, db, provider, date(2025, 3, 12), now=datetime(2025, 3, 13, 2, tzinfo=timezone.utc),
+                           progress=lambda entity, read: calls.append((entity, read)))
+    assert calls == [("recharges", 3), ("transactions", 3)]
+    assert report["summary"]["recharges_total"] == 3 and report["summary"]["transactions_total"] == 3
