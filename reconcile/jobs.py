@@ -19,7 +19,7 @@ from partnerkit.store import reports as report_store
 from partnerkit.timeutil import utcnow
 from reconcile import report as report_mod
 from reconcile.matcher import MatchResult, match_day
-from reconcile.sync import Progress, SyncSummary, incremental_start, sync_range
+from reconcile.sync import Progress, SyncSummary, incremental_start, sync_range, transactions_from
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,12 @@ def current_report(db: Any, day: date) -> dict[str, Any] | None:
 
 
 def sync_recent(config: Any, db: Any, client: Any, now: datetime | None = None) -> SyncSummary:
-    """Incremental sync from the watermark (less the lookback) through today."""
+    """Incremental sync from the watermark (less the lookback) through today; transactions only from the
+    first day not yet read in full after it ended (reconcile.sync.transactions_from)."""
     now = (now or utcnow()).replace(microsecond=0)
-    return sync_range(config, db, client, incremental_start(db, now.date()), now.date(), now=now)
+    first = incremental_start(db, now.date())
+    return sync_range(config, db, client, first, now.date(), now=now,
+                      transactions_first=transactions_from(db, first, now))
 
 
 def due_dates(last_reported: str | None, now: datetime, due_hour: int) -> list[date]:

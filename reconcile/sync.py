@@ -21,7 +21,7 @@ from partnerkit.store import quarantine
 from partnerkit.store.budget import background_reserve
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
-from partnerkit.timeutil import iso, utcnow
+from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.ledger import canonical_json
 from reconcile.ledger_writer import TransactionPages
 
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 BATCH = 1000
 LOOKBACK = timedelta(days=1)
+SETTLED_AFTER = timedelta(hours=1)  # see transactions_from
 # Every page is a request of the hourly budget (docs/reconcile.md, "Budget"): 5000 takes a fifth of
 # the requests 1000-record pages took. The list allows 10000 (Limits); half of that keeps a page's
 # answer near 3 MB and its parsed records near 7 MB, from a provider whose speed with its largest
@@ -327,8 +328,10 @@ def snapshot_wallets(db: Any, client: Any, *, now: datetime) -> int:
 
 
 def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, now: datetime | None = None,
-               orders: bool = True, progress: Progress | None = None) -> SyncSummary:
-    """Sync recharges, orders, transactions and wallet balances for [first, last], every page.
+               orders: bool = True, progress: Progress | None = None,
+               transactions_first: date | None = None) -> SyncSummary:
+    """Sync recharges, orders, transactions and wallet balances for [first, last], every page
+    (transactions from `transactions_first` when given: see `transactions_from`).
 
     The walks leave the voucher fetches their reserve of the hour (`background_reserve`): a busy
     day's pages outnumber the hour's budget, and a sync stopped by it (BudgetExhausted) simply runs
@@ -344,10 +347,30 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
         except ImportError as exc:  # the receiver's order sync is not installed in this build
             summary.errors.append(f"order sync unavailable: {exc}")
             log.warning("order sync unavailable: %s", exc)
-    summary.transactions, summary.quarantined = sync_transactions(db, client, first, last, now=now,
-                                                                  progress=progress)
+    summary.transactions, summary.quarantined = sync_transactions(db, client, transactions_first or first, last,
+                                                                  now=now, progress=progress)
     summary.wallets = snapshot_wallets(db, client, now=now)
     return summary
+
+
+def transactions_from(db: Any, first: date, now: datetime) -> date:
+    """The first day from `first` on whose transactions an incremental sync must still read.
+
+    A wallet transaction is a ledger entry: once written it is not rewritten, and what happens later
+    (a refund, a reversal) is a new entry on the day it happens. So a past day that a complete sync
+    read after it had ended (SETTLED_AFTER later: the nightly run does) holds nothing new, and the
+    15-minute sync skips it, while it still re-reads that day's recharges (a status can change late).
+    On a busy day that was most of the sync's requests: transactions come 500 to a page.
+    `partnerkit reconcile --date` and the nightly run read their days in full, whatever this says.
+    """
+    day = first
+    while day < now.date():
+        synced = ledger_store.coverage(db, "transactions", day.isoformat())
+        ended = datetime.combine(day + timedelta(days=1), time(0), tzinfo=timezone.utc)
+        if synced is None or parse_ts(synced, field="synced_at") < ended + SETTLED_AFTER:
+            break
+        day += timedelta(days=1)
+    return day
 
 
 def incremental_start(db: Any, today: date) -> date:

@@ -207,3 +207,22 @@ def test_reconcile_day_reports_its_progress_per_entity(config, db, provider):
                            progress=lambda entity, read: calls.append((entity, read)))
     assert calls == [("recharges", 3), ("transactions", 3)]
     assert report["summary"]["recharges_total"] == 3 and report["summary"]["transactions_total"] == 3
+
+
+def test_the_15_minute_sync_skips_transactions_of_days_read_in_full_after_they_ended(config, db, provider):
+    with freeze_time("2025-03-13T23:50:00Z"):
+        sync_recent(config, db, provider)  # first run: today only, before it ends
+    provider.calls.clear()
+    with freeze_time("2025-03-14T00:10:00Z"):
+        sync_recent(config, db, provider)  # from the watermark (the 12th); the 13th was read while it lasted
+    assert ("transactions", date(2025, 3, 12), date(2025, 3, 14)) in provider.calls
+    with freeze_time("2025-03-14T01:00:00Z"):
+        nightly(config, db, provider)  # reads the 13th in full, an hour after it ended
+    provider.calls.clear()
+    provider.add_day(date(2025, 3, 14), n=2)
+    with freeze_time("2025-03-14T01:15:00Z"):
+        summary = sync_recent(config, db, provider)
+    assert ("recharges", date(2025, 3, 13), date(2025, 3, 14)) in provider.calls  # a status can change late
+    assert ("transactions", date(2025, 3, 14), date(2025, 3, 14)) in provider.calls  # a ledger entry cannot
+    assert summary.transactions == 2
+    assert ledger_store.coverage(db, "transactions", "2025-03-13") == "2025-03-14T01:00:00Z"
