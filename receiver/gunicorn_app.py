@@ -3,25 +3,94 @@
 `partnerkit serve` validates the configuration, then replaces itself with
 `python -m receiver.gunicorn_app --bind ... --workers N` so that PROMETHEUS_MULTIPROC_DIR is set
 before prometheus_client is first imported in the gunicorn master (workers inherit it by fork).
+Its workers are gunicorn's sync workers, except that a request gunicorn refuses itself is answered
+in the app's small JSON rather than gunicorn's HTML page (`JsonErrorWorker`).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
+import re
 import shutil
 import sys
 import tempfile
+from http import HTTPStatus
 from typing import Any, Callable
 
+from gunicorn import util
 from gunicorn.app.base import BaseApplication
+from gunicorn.workers.sync import SyncWorker
 
 from partnerkit.processes import alive, die_with_parent
 
 # Method and path only: never headers (signatures, tokens) and never the query string.
 ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
 DEFAULT_BIND = "127.0.0.1:8000"
+# By name, as gunicorn's own config file would give it (this module runs as __main__ under `serve`).
+WORKER_CLASS = "receiver.gunicorn_app.JsonErrorWorker"
+
+
+class _Withheld:
+    """Takes the place of the client socket while gunicorn writes its own error page: the bytes are
+    kept here and never sent (util.write_error -> write_nonblock -> sendall)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def gettimeout(self) -> float:
+        return 0.0  # "already non-blocking": write_nonblock writes at once
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def send(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+
+class JsonErrorWorker(SyncWorker):
+    """gunicorn's sync worker, answering a request gunicorn refuses itself in the receiver's JSON.
+
+    A request gunicorn cannot parse (request line, method, version, a header, a header or line over
+    its limits) never reaches the app: gunicorn answers it from `handle_error` with an HTML page.
+    Here gunicorn still decides the status and logs the refusal as it always does; only the page
+    is replaced by the app's form, `{"status":"bad_request"}`. Nothing else is overridden, so a
+    request that parses costs exactly what it costs under the plain sync worker.
+    """
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        withheld = _Withheld()
+        super().handle_error(req, withheld, addr, exc)
+        try:
+            util.write_nonblock(client, error_answer(_status_of(bytes(withheld.data))))
+        except Exception:  # the client is gone: as gunicorn does, say so at debug level only
+            self.log.debug("Failed to send error message.")
+
+
+def _status_of(page: bytes) -> HTTPStatus:
+    """The status of gunicorn's error page (`HTTP/1.1 400 Bad Request`); 500 if it shows none."""
+    match = re.match(rb"HTTP/1\.[01] (\d{3}) ", page)
+    try:
+        return HTTPStatus(int(match.group(1))) if match else HTTPStatus.INTERNAL_SERVER_ERROR
+    except ValueError:
+        return HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+def error_answer(status: HTTPStatus) -> bytes:
+    """A whole HTTP/1.1 answer in the app's error form (receiver.app): werkzeug's name in snake case."""
+    from werkzeug.http import HTTP_STATUS_CODES  # where werkzeug's exceptions take their names
+
+    word = re.sub(r"[^a-z0-9]+", "_", HTTP_STATUS_CODES.get(status.value, status.phrase).lower()).strip("_")
+    body = json.dumps({"status": word}, separators=(",", ":")).encode() + b"\n"
+    head = (f"HTTP/1.1 {status.value} {status.phrase}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    return head.encode("latin-1") + body
 
 
 def _child_exit(server: Any, worker: Any) -> None:
@@ -62,7 +131,7 @@ def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: s
     return {
         "bind": bind,
         "workers": workers,
-        "worker_class": "sync",
+        "worker_class": WORKER_CLASS,  # sync, with gunicorn's own refusals answered in JSON
         "timeout": 30,  # the document's receiver timeout; a request takes milliseconds
         "graceful_timeout": 10,
         "keepalive": 2,

@@ -7,7 +7,7 @@ from datetime import datetime
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.output import emit, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64, moment
 from partnerkit.crypto import load_cipher
 from partnerkit.money import MoneyError, cents, from_cents, to_decimal
@@ -70,10 +70,8 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
     for event in events:
         # `duplicates`, as in `events list`; `duplicate_count` stays as a deprecated JSON alias.
         event["duplicates"] = event["duplicate_count"]
-    if fmt == "json":
-        emit([row], list(row), fmt, json_value={**row, "events": events})
-        return
-    emit([{"field": k, "value": v} for k, v in row.items()], ["field", "value"], fmt)
+    emit_one(row, fmt, json_value={**row, "events": events},
+             rows=[{"field": k, "value": v} for k, v in row.items()], columns=["field", "value"])
     if fmt == "table" and events:
         click.echo("")
         emit(events, ["dedup_key", "event_type", "status", "state", "duplicates", "received_at"], fmt)
@@ -119,7 +117,7 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
             jobs.queue(conn, created.id, now=now, expected_status=status, expected_count=created.quantity)
     row = {"id": created.id, "ref": created.ref, "status": status, "amount": created.amount,
            "quantity": created.quantity, "vouchers_stored": stored, "idempotency_key": created.idempotency_key}
-    emit([row], list(row), fmt)
+    emit_one(row, fmt)
     if status not in orders.DELIVERING:
         click.echo(f"order {created.id} is {status}: its vouchers are fetched when the provider announces "
                    "delivery (or the order sync notices it)", err=True)
@@ -144,8 +142,7 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
         raise click.BadParameter(f"{iso(since)} is in the future: orders placed since then cannot exist yet",
                                  param_hint="'--since'")
     summary = catch_up_orders(app.config, app.db, _client(app), since=since)
-    row = vars(summary)
-    emit([row], list(row), fmt)
+    emit_one(vars(summary), fmt)
     if summary.stopped in INCOMPLETE:
         reached = f"orders placed at {summary.reached}" if summary.reached else "no order"
         raise click.ClickException(f"the order list was read back to {reached} only, not to {summary.since}: "

@@ -1,7 +1,9 @@
-"""Listing output shared by every command: table (default), json or csv.
+"""Output shared by every command: table (default), json or csv.
 
-JSON goes to stdout alone (money as 2-decimal strings, times ISO 8601, lists as arrays); messages
-go to stderr. A table or CSV cell shows a list as comma-joined text.
+Two shapes, one function each: `emit` prints a listing (a JSON array, however many rows), and
+`emit_one` what a command reports about one thing (one JSON object, never an array of one). JSON
+goes to stdout alone (money as 2-decimal strings, times ISO 8601, lists as arrays); messages go to
+stderr. A table or CSV cell shows a list as comma-joined text.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import csv
 import io
 from decimal import Decimal
 from datetime import datetime
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import click
 
@@ -51,10 +53,10 @@ def _table_cell(value: Any) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
-def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str, *, json_value: Any = None) -> str:
-    """Render rows as an aligned table, CSV, or JSON (json_value overrides what JSON prints)."""
+def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str) -> str:
+    """Render rows as an aligned table, CSV, or a JSON array."""
     if fmt_name == "json":
-        return dumps(list(rows) if json_value is None else json_value, indent=2)
+        return dumps(list(rows), indent=2)
     if fmt_name == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -69,11 +71,25 @@ def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str, *, json_
     return "\n".join(lines)
 
 
-def emit(rows: Iterable[dict], columns: Sequence[str], fmt_name: str, *, json_value: Any = None,
-         empty_message: str | None = None) -> None:
-    """Print rows in the chosen format; an empty table prints `empty_message` to stderr."""
+def emit(rows: Iterable[dict], columns: Sequence[str], fmt_name: str, *, empty_message: str | None = None) -> None:
+    """Print a listing in the chosen format; an empty table prints `empty_message` to stderr."""
     rows = list(rows)
     if not rows and fmt_name == "table" and empty_message:
         click.echo(empty_message, err=True)
         return
-    click.echo(render(rows, columns, fmt_name, json_value=json_value))
+    click.echo(render(rows, columns, fmt_name))
+
+
+def emit_one(record: Mapping[str, Any], fmt_name: str, *, columns: Sequence[str] | None = None,
+             json_value: Any = None, rows: Sequence[dict] | None = None) -> None:
+    """Print what a command reports about one thing: one JSON object, never an array of one.
+
+    JSON prints `json_value` when it is an object (e.g. the provider's answer as it came), else the
+    record. A table or CSV shows the record as one row, or the given `rows` instead (a field/value
+    layout), under `columns` (default: the keys of the first row shown).
+    """
+    if fmt_name == "json":
+        click.echo(dumps(dict(json_value if isinstance(json_value, Mapping) else record), indent=2))
+        return
+    shown = [dict(record)] if rows is None else list(rows)
+    click.echo(render(shown, list(columns if columns is not None else shown[0] if shown else ()), fmt_name))

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.output import emit, emit_one, format_option
 from partnerkit.cli.params import ID, MAX_INT64, at_most_int64
 from partnerkit.money import from_cents
 from partnerkit.store import recharges as store
@@ -56,7 +56,7 @@ def _client(app: AppContext) -> Any:
 def _finish(outcome: Any, fmt: str) -> None:
     """Print the outcome row, the message on stderr, and exit with the documented code."""
     if outcome.row:
-        emit([recharge_view(outcome.row)], TABLE_COLUMNS, fmt, json_value=recharge_view(outcome.row))
+        emit_one(recharge_view(outcome.row), fmt, columns=TABLE_COLUMNS)
     click.echo(outcome.message, err=True)
     if outcome.status in ("UNKNOWN", "INTENT"):
         sys.exit(EXIT_UNKNOWN)
@@ -116,8 +116,8 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
     if row is None:
         raise click.ClickException(f"no recharge with id, reference_number or local id {key!r}")
     view = recharge_view(row)
-    rows = [{"field": name, "value": value} for name, value in view.items()]
-    emit(rows, ["field", "value"], fmt, json_value=view)
+    emit_one(view, fmt, rows=[{"field": name, "value": value} for name, value in view.items()],
+             columns=["field", "value"])
 
 
 @recharges_group.command("locate")

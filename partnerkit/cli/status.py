@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.output import emit_one, format_option
 
 
 @click.command("status")
@@ -18,7 +18,7 @@ def status_command(app: AppContext, fmt: str) -> None:
     status = collect(app.config, app.existing_db)
     rows = [{"item": key, "value": value} for key, value in status.items() if key != "attention"]
     rows += [{"item": "attention", "value": line} for line in status["attention"] or ["nothing needs attention"]]
-    emit(rows, ["item", "value"], fmt, json_value=status)
+    emit_one(status, fmt, rows=rows, columns=["item", "value"])
 
 
 def register(group: click.Group) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.output import emit, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
 from partnerkit.errors import ApiStatusError
@@ -76,8 +76,7 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     webhook_id = str(created.id)
     webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
                         now=utcnow(), name=created.name, url=created.url, events=list(created.events))
-    emit([{"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}],
-         ["id", "name", "url", "events"], fmt)
+    emit_one({"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}, fmt)
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
                "within seconds)", err=True)
@@ -104,8 +103,7 @@ def list_command(app: AppContext, fmt: str) -> None:
 def test_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     """Ask the provider to send a test delivery (`events list` shows it with state test)."""
     result = _client(app).test_webhook(webhook_id)
-    row = _answer_row(webhook_id, result)
-    emit([row], list(row), fmt, json_value=result)
+    emit_one(_answer_row(webhook_id, result), fmt, json_value=result)
 
 
 @webhooks_group.command("delete")
@@ -131,8 +129,7 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     if not deleted and not forgotten:
         raise click.ClickException(f"webhook {webhook_id}: the provider has no such webhook and no token of it "
                                    "is saved (`partnerkit webhooks list` shows both)")
-    emit([{"id": webhook_id, "deleted_at_provider": deleted, "token_forgotten": forgotten}],
-         ["id", "deleted_at_provider", "token_forgotten"], fmt)
+    emit_one({"id": webhook_id, "deleted_at_provider": deleted, "token_forgotten": forgotten}, fmt)
     said = [f"webhook {webhook_id} " + ("deleted at the provider" if deleted else "was already gone at the provider")]
     if forgotten:
         said.append("its saved token is forgotten (running receivers stop accepting it within seconds)")
@@ -176,8 +173,7 @@ def update_command(app: AppContext, webhook_id: int, name: str | None, url: str 
                 if url is not None and url.lower().startswith("http:") else "")
         raise click.ClickException(f"webhook {webhook_id} not updated: {exc}{hint}") from exc
     saved = webhook_tokens.update_details(app.db, str(webhook_id), **_saved_details(fields, answer))
-    row = _answer_row(webhook_id, answer)
-    emit([row], list(row), fmt, json_value=answer)
+    emit_one(_answer_row(webhook_id, answer), fmt, json_value=answer)
     said = f"webhook {webhook_id} updated at the provider"
     if saved and fields.keys() & {"name", "url", "events"}:
         said += "; the name, URL and events saved with its token follow the change"
@@ -227,8 +223,7 @@ def deliveries_command(app: AppContext, fmt: str, **filters: Any) -> None:
 def stats_command(app: AppContext, fmt: str) -> None:
     """Delivery statistics: totals and the last 24 hours."""
     stats = _client(app).delivery_stats()
-    row = {k: v for k, v in vars(stats).items() if k != "raw"}
-    emit([row], list(row), fmt, json_value=row)  # one object in JSON, like `status`
+    emit_one({k: v for k, v in vars(stats).items() if k != "raw"}, fmt)
 
 
 @webhooks_group.command("retry")
@@ -242,7 +237,7 @@ def retry_command(app: AppContext, delivery_id: int, fmt: str) -> None:
     row = {"delivery_id": fields.pop("delivery_id", delivery_id),
            "message": fields.pop("message", None) or f"delivery {delivery_id} re-queued"}
     row.update({str(k): _plain(v) for k, v in fields.items()})
-    emit([row], list(row), fmt, json_value=result)
+    emit_one(row, fmt, json_value=result)
 
 
 def register(group: click.Group) -> None:

@@ -52,7 +52,7 @@ def test_orders_create_checks_the_voucher_key_before_the_wallet_is_debited(env, 
 
 def test_an_order_whose_vouchers_came_with_the_create_is_not_read_again(env, sandbox_config, sandbox_server):
     created = json.loads(run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "3",
-                             "--format", "json").stdout)[0]
+                             "--format", "json").stdout)
     assert created["status"] == "DELIVERED" and created["vouchers_stored"] == 3
     # The provider's order.delivered webhook arrives after the create answered: it queues a fetch.
     app = create_app(replace(sandbox_config, log_level="ERROR"))
@@ -93,7 +93,7 @@ def test_webhooks_delete_removes_it_at_the_provider_and_forgets_its_token(env, s
     run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
     run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner", "--name", "second")
     result = run(env, "webhooks", "delete", "1", "--format", "json")
-    assert json.loads(result.stdout) == [{"id": 1, "deleted_at_provider": True, "token_forgotten": True}]
+    assert json.loads(result.stdout) == {"id": 1, "deleted_at_provider": True, "token_forgotten": True}
     assert "deleted at the provider" in result.stderr and "no webhook token is accepted" not in result.stderr
     assert sorted(sandbox_server.sandbox.webhooks) == [2]
     listed = json.loads(run(env, "webhooks", "list", "--format", "json").stdout)
@@ -177,7 +177,7 @@ def test_webhooks_update_of_an_unknown_webhook_is_one_line_with_exit_1(env, sand
 def test_webhook_events_are_a_json_array_and_joined_text_in_tables(env):
     events = ["order.delivered", "order.failed"]
     args = ["--url", "https://127.0.0.1:9/webhooks/partner", "--events", events[0], "--events", events[1]]
-    registered, = json.loads(run(env, "webhooks", "register", *args, "--format", "json").stdout)
+    registered = json.loads(run(env, "webhooks", "register", *args, "--format", "json").stdout)
     assert registered == {"id": 1, "name": "partnerkit", "url": "https://127.0.0.1:9/webhooks/partner",
                           "events": events}
     listed, = json.loads(run(env, "webhooks", "list", "--format", "json").stdout)

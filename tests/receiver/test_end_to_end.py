@@ -49,7 +49,7 @@ def test_partial_then_full_delivery_reaches_the_vouchers_command(tmp_path):
         cli(served._env, "webhooks", "register", "--url", served.base_url + "/webhooks/partner")
         with served:
             created = json.loads(cli(served._env, "orders", "create", "--product-id", "2", "--denomination", "500",
-                                     "--quantity", "4", "--ref", "partial-e2e-1", "--format", "json").stdout)[0]
+                                     "--quantity", "4", "--ref", "partial-e2e-1", "--format", "json").stdout)
             order_id = created["id"]
             config = load_config(environ=env)
             db = open_db(config.db_path)

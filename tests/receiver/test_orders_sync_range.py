@@ -60,7 +60,7 @@ def test_since_six_days_ago_reads_every_order_back_to_it(history, tmp_path):
     result = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"],
                                 env=_env(server, tmp_path), catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout)[0]
+    summary = json.loads(result.stdout)
     assert summary["seen"] == OLD + RECENT and summary["pages"] == 2
     assert summary["stopped"] == "end of list"
     assert summary["reached"] < (started + timedelta(hours=1)).isoformat()
@@ -76,7 +76,7 @@ def test_a_range_cut_short_by_the_budget_says_so_and_exits_1(history, tmp_path):
     result = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"],
                                 env=_env(server, tmp_path, PARTNERKIT_HOURLY_BUDGET="1"))
     assert result.exit_code == 1
-    summary = json.loads(result.stdout)[0]
+    summary = json.loads(result.stdout)
     assert summary["pages"] == 1 and summary["seen"] == 100 and summary["stopped"] == "budget"
     assert "the order list was read back to orders placed at" in result.stderr
     assert "the hourly API budget is spent (a tenth is kept for voucher fetches)" in result.stderr
@@ -99,7 +99,7 @@ def test_a_range_walk_leaves_a_tenth_of_the_budget_to_voucher_fetches(history, t
             client.delivery_stats()  # 2 requests of the hour left
     result = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"], env=env)
     assert result.exit_code == 1
-    summary = json.loads(result.stdout)[0]
+    summary = json.loads(result.stdout)
     assert (summary["pages"], summary["stopped"]) == (1, "budget"), "the second page would eat the reserve"
     status = json.loads(CliRunner().invoke(cli, ["status", "--format", "json"], env=env).stdout)
     assert status["budget_remaining_this_hour"] == 1

@@ -275,10 +275,10 @@ def full_run(tmp_path_factory):
                      "key file": db_path.with_name("pk.db.voucher.key")}
             with served:
                 now_order = json.loads(_cli(run, "orders create 8", "orders", "create", "--product-id", "8",
-                                            "--denomination", "50", "--quantity", "2", "--format", "json").stdout)[0]
+                                            "--denomination", "50", "--quantity", "2", "--format", "json").stdout)
                 # Quantity over 10: fulfilled later, announced by webhooks; product 1's claim URLs carry the code.
                 later = json.loads(_cli(run, "orders create 1", "orders", "create", "--product-id", "1",
-                                        "--denomination", "100", "--quantity", "11", "--format", "json").stdout)[0]
+                                        "--denomination", "100", "--quantity", "11", "--format", "json").stdout)
                 order_ids = [now_order["id"], later["id"]]
 
                 def delivered_and_announced():
