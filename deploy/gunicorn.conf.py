@@ -18,24 +18,11 @@ import os
 
 from receiver.gunicorn_app import gunicorn_options
 
-_options = gunicorn_options(
+# Every setting gunicorn_options() gives, by name: gunicorn reads this module's names, so nothing can be
+# left behind here (a list copied by hand once lacked post_fork, which stops a worker whose master died).
+for _name, _value in gunicorn_options(
     bind=os.environ.get("RECEIVER_BIND", "127.0.0.1:8000"),
     workers=int(os.environ.get("RECEIVER_WORKERS", "2")),
     log_level=os.environ.get("PARTNERKIT_LOG_LEVEL", "info"),
-)
-
-bind = _options["bind"]
-workers = _options["workers"]
-worker_class = _options["worker_class"]
-timeout = _options["timeout"]
-graceful_timeout = _options["graceful_timeout"]
-keepalive = _options["keepalive"]
-accesslog = _options["accesslog"]
-errorlog = _options["errorlog"]
-access_log_format = _options["access_log_format"]
-loglevel = _options["loglevel"]
-proc_name = _options["proc_name"]
-preload_app = _options["preload_app"]
-post_worker_init = _options["post_worker_init"]
-child_exit = _options["child_exit"]
-control_socket_disable = _options["control_socket_disable"]
+).items():
+    globals()[_name] = _value

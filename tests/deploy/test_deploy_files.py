@@ -108,3 +108,8 @@ def test_gunicorn_conf_loads_with_the_receivers_own_settings(monkeypatch):
     assert cfg.access_log_format == ACCESS_LOG_FORMAT
     assert "%({" not in cfg.access_log_format  # no request or response header is ever logged
     assert cfg.preload_app is False
+    from receiver.gunicorn_app import gunicorn_options
+
+    for name, value in gunicorn_options(workers=3).items():  # every setting, hooks included (post_fork once missed)
+        if name in cfg.settings and name != "bind":
+            assert cfg.settings[name].value == value, name
