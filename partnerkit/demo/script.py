@@ -114,7 +114,6 @@ class ScriptedDay:
         args = ["orders", "create", "--product-id", str(product_id), "--denomination", str(denomination),
                 "--quantity", str(quantity), "--format", "json"] + (["--ref", ref] if ref else [])
         created = self.stack.run_command(*args)
-        created = created[0] if isinstance(created, list) else created
         order_id, status = int(created["id"]), str(created["status"]).upper()
         how = kind
         if ref and ref.startswith("partial-"):

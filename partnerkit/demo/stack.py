@@ -195,7 +195,6 @@ class Stack:
         url = f"{self.receiver_url}{self.config.webhook_path if self.config else '/webhooks/partner'}"
         created = self.run_command("webhooks", "register", "--url", url, "--name", "partnerkit-demo",
                                    "--format", "json")
-        created = created[0] if isinstance(created, list) else created
         self.webhook_id = int(created["id"])
         return created
 
