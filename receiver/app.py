@@ -52,7 +52,7 @@ def create_app(config: Config | None = None) -> Flask:
 def _http_error(exc: HTTPException) -> Response:
     """Any HTTP error as the webhook answers: `{"status":"not_found"}`, werkzeug's headers (Allow) kept."""
     response = exc.get_response()  # status and headers (Allow on 405); its HTML body is replaced
-    response.set_data(json.dumps({"status": _status_word(exc)}, separators=(",", ":")) + "\n")
+    response.set_data(json.dumps({"status": status_word(exc.name)}, separators=(",", ":")) + "\n")
     response.content_type = "application/json"
     return response
 
@@ -66,6 +66,7 @@ def _unexpected_error(exc: Exception) -> Response:
     return _http_error(InternalServerError())
 
 
-def _status_word(exc: HTTPException) -> str:
-    """werkzeug's name in snake case: "Method Not Allowed" -> "method_not_allowed"."""
-    return re.sub(r"[^a-z0-9]+", "_", exc.name.lower()).strip("_")
+def status_word(name: str) -> str:
+    """An HTTP status's name in snake case, the `status` of every error answer: "Method Not Allowed" ->
+    "method_not_allowed" (also gunicorn's own refusals: receiver.gunicorn_app.error_answer)."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")

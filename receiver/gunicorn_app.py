@@ -86,8 +86,10 @@ def error_answer(status: HTTPStatus) -> bytes:
     """A whole HTTP/1.1 answer in the app's error form (receiver.app): werkzeug's name in snake case."""
     from werkzeug.http import HTTP_STATUS_CODES  # where werkzeug's exceptions take their names
 
-    word = re.sub(r"[^a-z0-9]+", "_", HTTP_STATUS_CODES.get(status.value, status.phrase).lower()).strip("_")
-    body = json.dumps({"status": word}, separators=(",", ":")).encode() + b"\n"
+    from receiver.app import status_word
+
+    body = json.dumps({"status": status_word(HTTP_STATUS_CODES.get(status.value, status.phrase))},
+                      separators=(",", ":")).encode() + b"\n"
     head = (f"HTTP/1.1 {status.value} {status.phrase}\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
