@@ -20,6 +20,7 @@ Which failures are retried (decision, see docs/client.md):
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -122,13 +123,18 @@ def _transport_error(exc: requests.RequestException, method: str, path: str) -> 
 
 
 def _rate_headers(headers: Mapping[str, str]) -> dict[str, Any]:
+    """X-RateLimit-Limit/Remaining/Reset as numbers; a garbled value is treated as absent, never trusted."""
     def number(name: str) -> float | None:
         try:
-            return float(headers[name]) if name in headers else None
+            value = float(headers[name]) if name in headers else None
         except ValueError:
             return None
+        # "inf" and "nan" parse as floats; int() of them would raise out of the client.
+        return value if value is not None and math.isfinite(value) else None
     limit, remaining, reset = (number(f"X-RateLimit-{n}") for n in ("Limit", "Remaining", "Reset"))
-    return {"limit": None if limit is None else int(limit), "remaining": None if remaining is None else int(remaining), "reset": reset}
+    # A limit below 1 is not a limit (Limits: 1000 per hour): believed, it would stop every process.
+    return {"limit": int(limit) if limit is not None and limit >= 1 else None,
+            "remaining": None if remaining is None else int(remaining), "reset": reset}
 
 
 class Transport:
