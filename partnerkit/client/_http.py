@@ -7,8 +7,8 @@ adapter is therefore mounted with retries off, and requests' exceptions are conv
 partnerkit's tree once, here, with `raise ... from exc`.
 
 Which failures are retried (decision, see docs/client.md):
-- GET: 429 (after Retry-After), 5xx, connection errors and a 2xx body that is not JSON (cut off
-  on the way), up to RetryPolicy.max_attempts.
+- GET: 429 (after Retry-After, else X-RateLimit-Reset), 5xx, connection errors and a 2xx body
+  that is not JSON (cut off on the way), up to RetryPolicy.max_attempts.
 - POST/PUT/DELETE: only when the failure proves nothing was processed: the connection was
   never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
   A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
@@ -221,7 +221,8 @@ class Transport:
                     self.sleep(self.retry.interval(attempt))
                     continue
                 raise err from exc
-            self.budget.observe(ticket, **_rate_headers(resp.headers))
+            rate = _rate_headers(resp.headers)
+            self.budget.observe(ticket, **rate)
             if 200 <= resp.status_code < 300:
                 try:
                     return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
@@ -236,6 +237,11 @@ class Transport:
                     continue
             err = self._status_error(resp, method, path)
             if err.status == 429:
+                if err.retry_after is None:
+                    # Errors, "Other" promises Retry-After on a 429; without it X-RateLimit-Reset
+                    # (Limits) says when the window reopens, read by the budget's one rule. Neither
+                    # usable: None, and the budget blocks for its default.
+                    err.retry_after = self.budget.until_reset(budget_class, rate["reset"])
                 self.budget.block(budget_class, err.retry_after)
             if not self._should_retry(err, repeatable, attempt, spend):
                 raise err
