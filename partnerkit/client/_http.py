@@ -222,6 +222,10 @@ class Transport:
                     continue
                 raise err from exc
             rate = _rate_headers(resp.headers)
+            if resp.status_code == 429:
+                # The block below alone says when the class reopens. A 429's Remaining (0) without
+                # a Reset would be trusted for a whole window and outlast the provider's Retry-After.
+                rate["remaining"] = None
             self.budget.observe(ticket, **rate)
             if 200 <= resp.status_code < 300:
                 try:

@@ -116,13 +116,27 @@ def test_retry_after_still_wins_over_x_ratelimit_reset(server, config):
     assert info.value.retry_after == 7.0 and _blocked_for(client) == 7.0
 
 
-@freeze_time("2024-05-01 10:00:00")
-def test_a_429_with_neither_header_blocks_for_the_default(server, config):
-    _fault(server, scope="wallet", omit=["Retry-After", "X-RateLimit-Reset", "X-RateLimit-Remaining"])
-    client = PartnerClient(config, open_db(config.db_path), wait_for_budget=False, retry=FAST)
-    with pytest.raises(errors.RateLimited) as info:
-        client.list_wallets()
-    assert info.value.retry_after is None and _blocked_for(client) == DEFAULT_BLOCK_S
+@pytest.mark.parametrize("omit, wait", [
+    (["Retry-After", "X-RateLimit-Reset"], DEFAULT_BLOCK_S),   # neither usable: the default
+    (["X-RateLimit-Reset"], 7.0),                              # Retry-After alone
+])
+def test_a_429s_remaining_0_does_not_outlast_its_block(server, config, omit, wait):
+    # X-RateLimit-Remaining: 0 without a Reset is trusted for a whole window on a 2xx; on a 429
+    # that held every process for an hour whatever the Retry-After said.
+    _fault(server, scope="wallet", seconds=7, omit=omit)
+    with freeze_time("2024-05-01 10:00:00") as frozen:
+        client = PartnerClient(config, open_db(config.db_path), wait_for_budget=False, retry=FAST)
+        with pytest.raises(errors.RateLimited):
+            client.list_wallets()
+        assert _blocked_for(client) == wait
+        _fault(server)
+        frozen.tick(wait - 1)
+        with pytest.raises(errors.BudgetExhausted) as info:
+            client.list_wallets()
+        assert info.value.retry_after == 1.0
+        frozen.tick(1)
+        assert client.list_wallets()
+    assert server.sandbox.calls["GET /api/v1/wallets"] == 2
 
 
 @freeze_time("2024-05-01 10:00:00")
