@@ -74,11 +74,14 @@ def _guard():
     else:                                        # Limits: general 1000 per hour
         bucket, limit, window = "general", sb.settings.hourly_limit, 3600
     if "rate_limit" in active:                   # injected: refused before the window counts it
-        seconds = max(1, math.ceil(active["rate_limit"].seconds or 0))
-        g.ratelimit = {"allowed": False, "limit": limit, "remaining": 0, "reset_in": seconds}
+        fault = active["rate_limit"]
+        seconds = max(1, math.ceil(fault.seconds or 0))
+        g.ratelimit = {"allowed": False, "limit": limit, "remaining": 0, "reset_in": seconds,
+                       "omit": fault.omit}
         _count_fault(sb, "rate_limit")
         raise ApiError(429, "rate limit exceeded", code="RATE_LIMIT_EXCEEDED",
-                       headers={"Retry-After": str(seconds)}, detail="fault 'rate_limit' is set")
+                       headers={} if "Retry-After" in fault.omit else {"Retry-After": str(seconds)},
+                       detail="fault 'rate_limit' is set")
     state = take(sb, me.key, bucket, limit, window)
     g.ratelimit = state
     if not state["allowed"]:
@@ -160,9 +163,12 @@ def app_sandbox() -> Sandbox:
 def _decorate(response):
     state = g.get("ratelimit")
     if state is not None:
-        response.headers["X-RateLimit-Limit"] = str(state["limit"])
-        response.headers["X-RateLimit-Remaining"] = str(state["remaining"])
-        response.headers["X-RateLimit-Reset"] = str(int(time.time()) + state["reset_in"])
+        headers = {"X-RateLimit-Limit": str(state["limit"]),
+                   "X-RateLimit-Remaining": str(state["remaining"]),
+                   "X-RateLimit-Reset": str(int(time.time()) + state["reset_in"])}
+        for name, value in headers.items():
+            if name not in state.get("omit", ()):
+                response.headers[name] = value
     if request.path.startswith(API_PREFIX):
         response.headers.setdefault("X-Trace-ID", uuid.uuid4().hex)
     return response

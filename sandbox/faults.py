@@ -9,7 +9,8 @@ Settings hold ``faults`` as a mapping name -> Fault.  Two families:
 
     general faults (any /api/v1 endpoint in `scope`, on a fraction `rate` of requests)
         http_500        500 in the endpoint's error shape, before the view: nothing is written
-        rate_limit      429 with Retry-After = `seconds` and X-RateLimit-* (Remaining 0)
+        rate_limit      429 with Retry-After = `seconds` and X-RateLimit-* (Remaining 0); `omit`
+                        leaves named headers out (a 429 without the Retry-After the document promises)
         slow            the answer is held `seconds` real seconds after the work is committed
         malformed_json  a 2xx answer's body is cut in half (invalid JSON), after the commit
         missing_fields  records in list/detail answers lose required fields
@@ -51,6 +52,8 @@ ALIASES = {"all": "all", "*": "all", "wallets": "wallet", "recharge": "recharges
 
 # Default seconds: Retry-After for rate_limit, the hold for slow.
 DEFAULT_SECONDS = {"rate_limit": 30.0, "slow": 15.0}
+# The rate-limit headers of a 429 (Errors "Other", Limits) that rate_limit's `omit` may leave out.
+RATE_LIMIT_HEADERS = ("Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
 
 # Record kinds of the read endpoints, their required fields dropped by default, their money.
 READ_RECORDS = {          # endpoint -> (kind, is_list)
@@ -82,6 +85,7 @@ class Fault:
     seconds: float | None = None
     fields: tuple[str, ...] = ()
     ids: tuple[int, ...] = ()
+    omit: tuple[str, ...] = ()
 
     def public(self) -> dict:
         """JSON view, as PATCH /sandbox/settings accepts it back."""
@@ -92,6 +96,8 @@ class Fault:
             out["fields"] = list(self.fields)
         if self.ids:
             out["ids"] = list(self.ids)
+        if self.omit:
+            out["omit"] = list(self.omit)
         return out
 
     def applies_to(self, endpoint: str | None, template: str) -> bool:
@@ -141,7 +147,7 @@ def make(name: str, spec) -> Fault:
         spec = {}
     if not isinstance(spec, dict):
         raise ValueError(f"fault {name}: the spec must be an object")
-    unknown = set(spec) - {"scope", "rate", "seconds", "fields", "ids"}
+    unknown = set(spec) - {"scope", "rate", "seconds", "fields", "ids", "omit"}
     if unknown:
         raise ValueError(f"fault {name}: unknown keys {', '.join(sorted(unknown))}")
     try:
@@ -165,7 +171,22 @@ def make(name: str, spec) -> Fault:
     if isinstance(ids, (str, int)) or not all(isinstance(i, int) and not isinstance(i, bool)
                                               for i in ids):
         raise ValueError(f"fault {name}: ids must be a list of record ids")
-    return Fault(name, _scope(spec.get("scope")), rate, seconds, tuple(fields), tuple(ids))
+    return Fault(name, _scope(spec.get("scope")), rate, seconds, tuple(fields), tuple(ids),
+                 _omit(name, spec.get("omit")))
+
+
+def _omit(name: str, raw) -> tuple[str, ...]:
+    """rate_limit's headers to leave out, in their canonical spelling (matched case-insensitively)."""
+    if not raw:
+        return ()
+    if name != "rate_limit":
+        raise ValueError(f"fault {name}: omit applies to rate_limit only")
+    known = {h.lower(): h for h in RATE_LIMIT_HEADERS}
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, (list, tuple)) or not all(isinstance(h, str) and h.strip().lower() in known
+                                                       for h in items):
+        raise ValueError(f"fault {name}: omit must list headers among {', '.join(RATE_LIMIT_HEADERS)}")
+    return tuple(dict.fromkeys(known[h.strip().lower()] for h in items))
 
 
 def normalise(value) -> dict[str, Fault]:

@@ -87,6 +87,20 @@ def _amount(value: int | Decimal | str) -> int | Decimal | str:
     return value
 
 
+def _walk_filters(filters: Mapping[str, Any], what: str) -> None:
+    """ValueError for a status filter on a walk over every page (docs/client.md, "Walking lists").
+
+    A record that leaves the status filter during the walk (a PROCESSING recharge settles, a
+    PENDING order is delivered) moves every later record up one place, and the next page, read by
+    offset, starts one record late: that record is never seen. The other filters (dates, search,
+    ids, product, type) select on fields that never change, so a walk under them is complete.
+    """
+    if filters.get("status") is not None:
+        raise ValueError(f"{what} takes no status filter: a record that changes status during the walk shifts "
+                         "the pages after it and another record is skipped. Walk by date and test .status on "
+                         "each record; list_*(status=...) reads one page, for display.")
+
+
 def _unwrap(body: Any, *keys: str) -> Any:
     """The payload inside {success, data: {...}} / {data: ...} envelopes, or the body itself."""
     if isinstance(body, dict) and "data" in body and ("success" in body or set(body) == {"data"}):
@@ -245,7 +259,8 @@ class PartnerClient:
         return self._page("/recharges", Recharge.from_payload, params, "recharges")
 
     def iter_recharges(self, *, limit: int = 1000, on_malformed=None, **filters: Any) -> Iterator[Recharge]:
-        """Every recharge matching the filters, walking all pages."""
+        """Every recharge matching the filters (no status filter: see _walk_filters), walking all pages."""
+        _walk_filters(filters, "iter_recharges")
         return iterate(lambda n: self.list_recharges(page=n, limit=limit, **filters), on_malformed=on_malformed)
 
     def list_operators(self, **params: Any) -> Any:
@@ -279,7 +294,8 @@ class PartnerClient:
         return self._page("/orders", OrderSummary.from_payload, params, "orders")
 
     def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[OrderSummary]:
-        """Every order matching the filters, walking all pages."""
+        """Every order matching the filters (no status filter: see _walk_filters), walking all pages."""
+        _walk_filters(filters, "iter_orders")
         return iterate(lambda n: self.list_orders(page=n, limit=limit, **filters), on_malformed=on_malformed)
 
     def get_order(self, order_id: int) -> OrderDetail:
@@ -375,7 +391,8 @@ class PartnerClient:
         return self._page("/webhooks/deliveries", WebhookDelivery.from_payload, params, "deliveries")
 
     def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[WebhookDelivery]:
-        """Every delivery matching the filters, walking all pages."""
+        """Every delivery matching the filters (no status filter: see _walk_filters), walking all pages."""
+        _walk_filters(filters, "iter_deliveries")
         return iterate(lambda n: self.list_deliveries(page=n, limit=limit, **filters), on_malformed=on_malformed)
 
     def delivery_stats(self) -> DeliveryStats:

@@ -7,8 +7,8 @@ adapter is therefore mounted with retries off, and requests' exceptions are conv
 partnerkit's tree once, here, with `raise ... from exc`.
 
 Which failures are retried (decision, see docs/client.md):
-- GET: 429 (after Retry-After), 5xx, connection errors and a 2xx body that is not JSON (cut off
-  on the way), up to RetryPolicy.max_attempts.
+- GET: 429 (after Retry-After, else X-RateLimit-Reset), 5xx, connection errors and a 2xx body
+  that is not JSON (cut off on the way), up to RetryPolicy.max_attempts.
 - POST/PUT/DELETE: only when the failure proves nothing was processed: the connection was
   never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
   A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
@@ -20,6 +20,7 @@ Which failures are retried (decision, see docs/client.md):
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -122,13 +123,18 @@ def _transport_error(exc: requests.RequestException, method: str, path: str) -> 
 
 
 def _rate_headers(headers: Mapping[str, str]) -> dict[str, Any]:
+    """X-RateLimit-Limit/Remaining/Reset as numbers; a garbled value is treated as absent, never trusted."""
     def number(name: str) -> float | None:
         try:
-            return float(headers[name]) if name in headers else None
+            value = float(headers[name]) if name in headers else None
         except ValueError:
             return None
+        # "inf" and "nan" parse as floats; int() of them would raise out of the client.
+        return value if value is not None and math.isfinite(value) else None
     limit, remaining, reset = (number(f"X-RateLimit-{n}") for n in ("Limit", "Remaining", "Reset"))
-    return {"limit": None if limit is None else int(limit), "remaining": None if remaining is None else int(remaining), "reset": reset}
+    # A limit below 1 is not a limit (Limits: 1000 per hour): believed, it would stop every process.
+    return {"limit": int(limit) if limit is not None and limit >= 1 else None,
+            "remaining": None if remaining is None else int(remaining), "reset": reset}
 
 
 class Transport:
@@ -215,7 +221,12 @@ class Transport:
                     self.sleep(self.retry.interval(attempt))
                     continue
                 raise err from exc
-            self.budget.observe(ticket, **_rate_headers(resp.headers))
+            rate = _rate_headers(resp.headers)
+            if resp.status_code == 429:
+                # The block below alone says when the class reopens. A 429's Remaining (0) without
+                # a Reset would be trusted for a whole window and outlast the provider's Retry-After.
+                rate["remaining"] = None
+            self.budget.observe(ticket, **rate)
             if 200 <= resp.status_code < 300:
                 try:
                     return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
@@ -230,6 +241,11 @@ class Transport:
                     continue
             err = self._status_error(resp, method, path)
             if err.status == 429:
+                if err.retry_after is None:
+                    # Errors, "Other" promises Retry-After on a 429; without it X-RateLimit-Reset
+                    # (Limits) says when the window reopens, read by the budget's one rule. Neither
+                    # usable: None, and the budget blocks for its default.
+                    err.retry_after = self.budget.until_reset(budget_class, rate["reset"])
                 self.budget.block(budget_class, err.retry_after)
             if not self._should_retry(err, repeatable, attempt, spend):
                 raise err

@@ -8,12 +8,14 @@ The window is SLIDING (a log of send times): in any window-long interval we send
 limit, which stays inside the provider's limit whether the provider counts fixed or sliding
 windows. Every acquisition runs inside BEGIN IMMEDIATE, so two processes can never both take
 the last request. The provider's X-RateLimit-* headers can only tighten the local view, and a
-429 blocks the class for everybody until Retry-After has passed.
+429 blocks the class for everybody until Retry-After has passed (without one, until
+X-RateLimit-Reset; see `seconds_until_reset`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from partnerkit.store.db import Database, open_db, transaction
 
 GENERAL = "general"
 ORDER_CREATE = "order_create"
-DEFAULT_BLOCK_S = 60.0  # a 429 without Retry-After or X-RateLimit-Reset blocks this long
+DEFAULT_BLOCK_S = 60.0  # a 429 with neither a Retry-After nor a usable X-RateLimit-Reset blocks this long
 _EPOCH_THRESHOLD = 1_000_000_000  # an X-RateLimit-Reset above this is a unix time, else seconds
 
 
@@ -68,6 +70,22 @@ def background_reserve(hourly_budget: int) -> int:
 def key_hash(api_key: str) -> str:
     """The budget rows' key: SHA-256 hex of the API key (the key itself is never stored)."""
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def seconds_until_reset(reset: float | None, *, now: float, window_s: float) -> float | None:
+    """Seconds from `now` until an X-RateLimit-Reset value, from 0 to `window_s`; None if absent or not a number.
+
+    The document lists the header without its unit (README, choices): above 10^9 it is a unix
+    time, anything else seconds from now.
+    """
+    if reset is None or not math.isfinite(reset):
+        return None
+    seconds = reset - now if reset > _EPOCH_THRESHOLD else reset
+    # Never negative: a moment already past (a clock a little off ours) means the window has reopened.
+    # Never more than one window of the class: the provider's window (Limits: an hour, a minute)
+    # reopens within it, so a Reset further off is a unit misread (milliseconds) or a clock far
+    # off, and believing it would stop every process sharing the key for days.
+    return min(max(0.0, seconds), window_s)
 
 
 def wait_needed(
@@ -152,7 +170,8 @@ class Budget:
                 return ticket
             remaining_wait = deadline - self._now()
             if not wait or needed > remaining_wait:
-                why = " (the provider answered 429: nothing is sent until its Retry-After has passed)" if blocked else ""
+                why = (" (the provider answered 429: nothing is sent until its Retry-After or X-RateLimit-Reset"
+                       " has passed)") if blocked else ""
                 raise BudgetExhausted(
                     f"request budget {budget_class!r} has no room for {purpose!r}; retry in {needed:.1f}s{why}",
                     retry_after=needed,
@@ -207,12 +226,8 @@ class Budget:
             return
         now = self._now()
         window = self.limit(ticket.budget_class).window_s
-        if reset is None:
-            until = now + window  # no reset given: trust the figure for a whole window
-        elif reset > _EPOCH_THRESHOLD:
-            until = float(reset)
-        else:
-            until = now + float(reset)
+        wait = seconds_until_reset(reset, now=now, window_s=window)
+        until = now + (window if wait is None else wait)  # no reset given: trust the figure for a whole window
         with self._lock, transaction(self._db) as conn:
             conn.execute(
                 "INSERT INTO budget_state (key_hash, class, provider_limit, provider_remaining, provider_after_id,"
@@ -227,6 +242,10 @@ class Budget:
                 " WHERE provider_after_id IS NULL OR excluded.provider_after_id >= provider_after_id",
                 (self._key, ticket.budget_class, limit, remaining, ticket.id, until, now),
             )
+
+    def until_reset(self, budget_class: str, reset: float | None) -> float | None:
+        """Seconds from now until X-RateLimit-Reset, at most one window of the class; None if unusable."""
+        return seconds_until_reset(reset, now=self._now(), window_s=self.limit(budget_class).window_s)
 
     def block(self, budget_class: str, retry_after: float | None) -> float:
         """A 429: no process sends in this class until retry_after seconds from now; returns the moment."""

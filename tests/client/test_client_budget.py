@@ -173,3 +173,19 @@ def test_two_processes_share_one_budget(httpserver, tmp_path):
     assert sum(r["ok"] for r in results) == 50
     assert sum(r["exhausted"] for r in results) == 30
     assert len(httpserver.log) == 50
+
+
+@pytest.mark.parametrize("headers", [
+    {"X-RateLimit-Limit": "inf", "X-RateLimit-Remaining": "nan", "X-RateLimit-Reset": "inf"},
+    {"X-RateLimit-Limit": "1e400", "X-RateLimit-Remaining": "-1e400"},
+    {"X-RateLimit-Limit": "0"},
+    {"X-RateLimit-Limit": "-5"},
+    {"X-RateLimit-Limit": "many", "X-RateLimit-Remaining": "some"},
+])
+def test_garbled_rate_limit_headers_are_ignored_not_raised(client, httpserver, headers):
+    # float() accepts "inf" and "nan"; int() of them used to raise out of the client.
+    httpserver.expect_request("/api/v1/wallets").respond_with_json([], headers=headers)
+    assert client.list_wallets() == []
+    usage = client.budget.usage()[GENERAL]
+    assert (usage["limit"], usage["remaining"]) == (1000, 999)
+

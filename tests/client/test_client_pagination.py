@@ -131,3 +131,14 @@ def test_a_datetime_filter_is_sent_as_its_utc_day(client, httpserver):
                           to_date=datetime(2024, 5, 1, 23, 0, tzinfo=new_york))
     args = httpserver.log[0][0].args
     assert (args["from_date"], args["to_date"]) == ("2024-05-01", "2024-05-02")
+
+
+@pytest.mark.parametrize("walk", ["iter_recharges", "iter_orders", "iter_deliveries"])
+def test_a_walk_refuses_a_status_filter_before_sending(client, httpserver, walk):
+    # A record leaving the filter mid-walk shifts the later pages: the walk would skip a record
+    # (docs/client.md, "Walking lists"). One page with list_*(status=...) is still fine.
+    with pytest.raises(ValueError, match=rf"^{walk} takes no status filter: .* Walk by date and test \.status"):
+        getattr(client, walk)(status="PROCESSING")
+    assert httpserver.log == [] and client.budget.usage()["general"]["used"] == 0
+    httpserver.expect_request("/api/v1/recharges").respond_with_json([])
+    assert list(client.iter_recharges(status=None)) == []  # status=None is no filter

@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from decimal import Decimal
 
 import pytest
@@ -53,6 +54,9 @@ def test_old_names_and_new_mapping_are_both_accepted(alpha, sb):
     ({"slow": {"seconds": -1}}, "seconds must be a number >= 0"),
     ({"slow": {"sekonds": 1}}, "unknown keys sekonds"),
     (["http_500", "gremlins"], "unknown fault 'gremlins'"),
+    ({"rate_limit": {"omit": ["X-Nope"]}}, "omit must list headers among Retry-After"),
+    ({"rate_limit": {"omit": "Retry-After, X-RateLimit-Reset"}}, "omit must list headers among"),
+    ({"slow": {"omit": ["Retry-After"]}}, "fault slow: omit applies to rate_limit only"),
 ])
 def test_invalid_fault_settings_are_400_and_change_nothing(alpha, sb, faults, message):
     r = alpha.control("PATCH", "/settings", {"faults": faults, "hourly_limit": 7})
@@ -129,6 +133,24 @@ def test_rate_limit_is_429_with_retry_after_and_does_not_use_the_window(alpha, s
     assert alpha.get(ORDERS).headers["X-RateLimit-Remaining"] == "998"
     stats = alpha.control("GET", "/stats").json()
     assert stats["faults_injected"] == {"rate_limit": 1} and stats["total"] == 3
+
+
+def test_rate_limit_can_leave_out_the_retry_after_the_document_promises(alpha):
+    # Errors, "Other" promises Retry-After on a 429; a provider may still send only the
+    # X-RateLimit-* headers (Limits), or none at all.
+    shown = switch(alpha, "rate_limit", scope="wallet", seconds=7, omit=["retry-after"])
+    assert shown["rate_limit"]["omit"] == ["Retry-After"]       # canonical spelling, accepted back
+    before = int(time.time())
+    r = alpha.get(WALLETS)
+    assert r.status_code == 429 and "Retry-After" not in r.headers
+    assert before + 7 <= int(r.headers["X-RateLimit-Reset"]) <= int(time.time()) + 7
+    assert r.headers["X-RateLimit-Remaining"] == "0"
+    switch(alpha, "rate_limit", scope="wallet", omit=["Retry-After", "X-RateLimit-Reset"])
+    r = alpha.get(WALLETS)
+    assert r.status_code == 429 and "Retry-After" not in r.headers and "X-RateLimit-Reset" not in r.headers
+    assert r.headers["X-RateLimit-Limit"] == "1000"
+    off(alpha)
+    assert "X-RateLimit-Reset" in alpha.get(WALLETS).headers      # answers after the fault are whole
 
 
 # ---- slow -------------------------------------------------------------------------------------
