@@ -81,12 +81,21 @@ def secrets_of(config: Config) -> list[str]:
 _installed: dict[str, object] = {}
 
 
+def process_redactor() -> Redactor:
+    """This process's one redactor: the root handler's (`configure_logging`) and that of any handler
+    partnerkit formats without owning it (gunicorn's error log), so a secret learned later by either
+    path is redacted by both. A forked child shares its parent's until it learns its own."""
+    redactor = _installed.get("redactor")
+    if not isinstance(redactor, Redactor):
+        redactor = _installed["redactor"] = Redactor()
+    return redactor
+
+
 def configure_logging(config: Config | None = None, *, level: str | None = None, stream: IO[str] | None = None) -> Redactor:
     """Install the JSON formatter on the root logger (idempotent); return its redactor."""
     root = logging.getLogger()
-    redactor = _installed.get("redactor")
-    if not isinstance(redactor, Redactor):
-        redactor = Redactor()
+    redactor = process_redactor()
+    if not isinstance(_installed.get("handler"), logging.Handler):
         handler = logging.StreamHandler(stream or sys.stderr)
         handler.setFormatter(JsonFormatter(redactor))
         handler.set_name("partnerkit")
@@ -94,7 +103,6 @@ def configure_logging(config: Config | None = None, *, level: str | None = None,
             if existing.get_name() == "partnerkit":
                 root.removeHandler(existing)
         root.addHandler(handler)
-        _installed["redactor"] = redactor
         _installed["handler"] = handler
     elif stream is not None:
         _installed["handler"].setStream(stream)  # type: ignore[union-attr]

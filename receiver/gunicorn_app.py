@@ -20,7 +20,7 @@ import tempfile
 from http import HTTPStatus
 from typing import Any, Callable
 
-from gunicorn import util
+from gunicorn import glogging, util
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers.sync import SyncWorker
 
@@ -31,6 +31,22 @@ ACCESS_LOG_FORMAT = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
 DEFAULT_BIND = "127.0.0.1:8000"
 # By name, as gunicorn's own config file would give it (this module runs as __main__ under `serve`).
 WORKER_CLASS = "receiver.gunicorn_app.JsonErrorWorker"
+LOGGER_CLASS = "receiver.gunicorn_app.JsonLogger"
+
+
+class JsonLogger(glogging.Logger):
+    """gunicorn's logger with its error log (start-up, worker boots and exits, timeouts, refused requests)
+    written as partnerkit's JSON lines through the process's redactor, like every other line of the
+    receiver; a refused request's line repeats what the client sent, query string included.
+    The access log keeps its own short format (ACCESS_LOG_FORMAT)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        from partnerkit.logs import JsonFormatter, process_redactor
+
+        formatter = JsonFormatter(process_redactor())
+        for handler in self.error_log.handlers:
+            handler.setFormatter(formatter)
 
 
 class _Withheld:
@@ -134,6 +150,7 @@ def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: s
         "bind": bind,
         "workers": workers,
         "worker_class": WORKER_CLASS,  # sync, with gunicorn's own refusals answered in JSON
+        "logger_class": LOGGER_CLASS,  # gunicorn's error log in partnerkit's JSON lines
         "timeout": 30,  # the document's receiver timeout; a request takes milliseconds
         "graceful_timeout": 10,
         "keepalive": 2,
