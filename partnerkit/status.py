@@ -6,7 +6,7 @@ worker without talking to either (or to the provider: it spends no API budget).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from partnerkit.config import Config
@@ -17,6 +17,17 @@ from partnerkit.timeutil import iso, parse_ts, utcnow
 
 ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
 WORKER_LEASE = "worker"  # reconcile.scheduler.LEASE_NAME (partnerkit does not import reconcile)
+# The nightly job checks hourly whether a report is due, and a busy day's sync takes a while: a report
+# not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
+REPORT_GRACE = timedelta(hours=2)
+
+
+def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
+    """The latest day whose nightly report should exist by now (REPORT_GRACE after its due hour) when
+    the last complete report is older; None when nothing is late, or before the first report."""
+    then = now - REPORT_GRACE
+    latest = (then.date() - timedelta(days=1 if then.hour >= due_hour else 2)).isoformat()
+    return latest if last_report is not None and last_report < latest else None
 
 
 def _age_s(moment: str | None, now: datetime) -> int | None:
@@ -55,6 +66,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
+        "report_overdue_date": None,
         "open_drifts": len(open_drifts),
         "escalated_drifts": len(escalated),
         # The worker renews its lease every few seconds: a lease past its expiry, or held by a process
@@ -64,6 +76,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "worker_lease_holder": lease.holder if lease is not None else None,
         "worker_lease_expires_at": lease.expires_at if lease is not None else None,
     }
+    status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc)
     status["attention"] = attention(status)
     return status
 
@@ -88,6 +101,11 @@ def attention(status: dict[str, Any]) -> list[str]:
     elif not status["worker_running"] and (status["voucher_fetch_backlog"] or status["recharges_processing"]):
         lines.append("no worker is running, yet voucher fetches or PROCESSING recharges are waiting: "
                      "start `partnerkit worker`")
+    if status["report_overdue_date"]:
+        lines.append(f"the nightly report for {status['report_overdue_date']} is overdue (last complete report: "
+                     f"{status['last_report_date']}): the worker's `nightly-report` log lines say why (an error, or "
+                     "`budget_exhausted` on a day with more pages than the hour's budget); `partnerkit reconcile --date "
+                     f"{status['report_overdue_date']}` runs it by hand")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
     return lines

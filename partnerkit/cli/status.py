@@ -12,7 +12,8 @@ from partnerkit.cli.output import emit_one, format_option
 @format_option
 @pass_app
 def status_command(app: AppContext, fmt: str) -> None:
-    """Last webhook, voucher backlog and parked jobs, PROCESSING recharges, budget, last report, open drifts."""
+    """Last webhook, voucher backlog and parked jobs, PROCESSING recharges, budget, last report (and one overdue
+    two hours past PARTNERKIT_DUE_HOUR_UTC), open drifts, and what needs a person now."""
     from partnerkit.status import collect
 
     status = collect(app.config, app.existing_db)

@@ -118,3 +118,19 @@ def test_last_report_date_is_the_last_complete_one(sandbox_config, db):
     reports.save_report(db, {"date": "2026-11-20", "generated_at": "2026-11-21T01:00:00Z", "summary": {}, "drifts": []})
     reports.save_report(db, {"date": "2026-11-21", "generated_at": "2026-11-21T09:00:00Z", "summary": {}, "drifts": []})
     assert collect(sandbox_config, db)["last_report_date"] == "2026-11-20"
+
+
+def test_status_says_when_the_nightly_report_is_overdue(sandbox_config, db):
+    from partnerkit.store import reports
+
+    assert sandbox_config.due_hour_utc == 1
+    reports.save_report(db, {"date": "2026-11-19", "generated_at": "2026-11-20T01:00:00Z", "summary": {}, "drifts": []})
+    with freeze_time("2026-11-21T02:59:00Z"):  # the 20th's report is due from 01:00, late from 03:00
+        assert collect(sandbox_config, db)["report_overdue_date"] is None
+    with freeze_time("2026-11-21T03:00:00Z"):
+        status = collect(sandbox_config, db)
+    assert status["report_overdue_date"] == "2026-11-20"
+    assert any("nightly report for 2026-11-20 is overdue" in line for line in status["attention"])
+    reports.save_report(db, {"date": "2026-11-20", "generated_at": "2026-11-21T03:05:00Z", "summary": {}, "drifts": []})
+    with freeze_time("2026-11-21T03:10:00Z"):
+        assert collect(sandbox_config, db)["report_overdue_date"] is None
