@@ -15,6 +15,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
+from partnerkit.errors import ApiError
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 BATCH = 1000
 LOOKBACK = timedelta(days=1)
 SETTLED_AFTER = timedelta(hours=1)  # see transactions_from
+RESUME_WITHIN = timedelta(hours=6)  # an interrupted walk older than this starts over (see _Walk)
 # Every page is a request of the hourly budget (docs/reconcile.md, "Budget"): 5000 takes a fifth of
 # the requests 1000-record pages took. The list allows 10000 (Limits); half of that keeps a page's
 # answer near 3 MB and its parsed records near 7 MB, from a provider whose speed with its largest
@@ -207,6 +209,62 @@ class RechargePages:
         return self.records, self.inserted
 
 
+class _Walk:
+    """One entity's walk of [first, last]: from page 1, or on from where an interrupted one stopped.
+
+    A walk the budget or the provider stops (any ApiError: BudgetExhausted, a 429, a 5xx or timeout
+    after the client's retries) ends its records there instead of raising at once, so the sync stores
+    everything it read; `finish()` then notes the page to read next (partnerkit.store.ledger
+    `keep_walk_position`) and raises. The next sync of the same entity and range, within RESUME_WITHIN,
+    starts at that page, and the coverage it claims when it reaches the end counts from when the first
+    part began. Before, each run started at page 1 again, and a day with more pages than an hour's
+    budget was never read to its end. Re-reading a page is harmless (every write is an upsert), and
+    no record is skipped: the lists grow at their ends (newest first), which moves older records
+    onto later pages, never earlier ones.
+    """
+
+    def __init__(self, db: Any, entity: str, first: date, last: date, now: datetime) -> None:
+        self.db, self.entity, self.now = db, entity, now
+        self.days = (first.isoformat(), last.isoformat())
+        self.started, self.start_page = iso(now), 1
+        self.walk: Any = None
+        self.stopped: ApiError | None = None
+        kept = ledger_store.walk_position(db, entity, *self.days)
+        if kept is not None:
+            page, started, _ = kept
+            begun = parse_ts(started, field="started_at")
+            if begun is not None and begun <= now <= begun + RESUME_WITHIN:
+                self.start_page, self.started = page, started
+                log.info("%s sync of %s..%s reads on from page %d (begun %s)", entity, *self.days, page, started)
+
+    def options(self) -> dict[str, int]:
+        """The client's start_page, when reading on (stand-ins without it are only ever asked from page 1)."""
+        return {"start_page": self.start_page} if self.start_page > 1 else {}
+
+    def records(self, walk: Any) -> Iterator[Any]:
+        """The walk's records until it ends, or until the provider or the budget stops it."""
+        self.walk = walk
+        try:
+            yield from walk
+        except ApiError as exc:
+            self.stopped = exc
+
+    def finish(self) -> str:
+        """After everything read is stored: keep the place and raise if the walk was stopped; else the
+        time the walk began (its coverage counts from there)."""
+        if self.stopped is not None:
+            next_page = getattr(self.walk, "next_page", None)
+            if next_page is not None:
+                ledger_store.keep_walk_position(self.db, self.entity, *self.days, next_page=next_page,
+                                                started_at=self.started, stopped_at=iso(self.now),
+                                                reason=str(self.stopped))
+                log.info("%s sync of %s..%s stopped before page %d: %s", self.entity, *self.days, next_page,
+                         self.stopped)
+            raise self.stopped
+        ledger_store.forget_walk(self.db, self.entity, *self.days, older_than=iso(self.now - RESUME_WITHIN))
+        return self.started
+
+
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime,
                    progress: Progress | None = None) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new).
@@ -216,20 +274,22 @@ def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: dateti
     bad record never stops the sync (nor, through it, the nightly report). A quarantined record
     read correctly again is released: by the worker's upsert, or here when it is stored unchanged.
     """
-    stamp = iso(now)
     pages = RechargePages(db, now, held=_held_recharges(db))
 
     def hold(bad: Any) -> None:
         log.warning("quarantined an unreadable recharge record: %s", bad)
         quarantine.hold(db, "recharge", [(f"recharge record unreadable: {bad}", bad.body)], now=now)
 
-    records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE, on_malformed=hold)
-    for batch in _batches(records):
+    walk = _Walk(db, "recharges", first, last, now)
+    records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE, on_malformed=hold,
+                                    **walk.options())
+    for batch in _batches(walk.records(records)):
         pages.add(batch)  # records partnerkit never submitted are inserted by the worker's upsert, origin 'provider'
         if progress is not None:
             progress("recharges", pages.records)
     seen, new = pages.close()
-    ledger_store.record_sync(db, "recharges", from_day=first.isoformat(), to_day=last.isoformat(), started_at=stamp,
+    began = walk.finish()
+    ledger_store.record_sync(db, "recharges", from_day=first.isoformat(), to_day=last.isoformat(), started_at=began,
                              count=seen, days=days_between(first, last), advance_to=_complete_through(last, now))
     return seen, new
 
@@ -252,16 +312,19 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     rest of its page stored; a quarantined id this sync stores correctly is released (TransactionPages).
     """
     stamp = iso(now)
+    walk = _Walk(db, "transactions", first, last, now)
+    records = client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE, **walk.options())
     with TransactionPages(db, stamp, held=_held_transactions(db)) as pages:
         read = 0
-        for batch in _batches(client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE)):
+        for batch in _batches(walk.records(records)):
             pages.add(batch)
             read += len(batch)
             if progress is not None:
                 progress("transactions", read)
         stored, bad_count = pages.close()
+    began = walk.finish()
     ledger_store.record_sync(db, "transactions", from_day=first.isoformat(), to_day=last.isoformat(),
-                             started_at=stamp, count=stored, days=days_between(first, last),
+                             started_at=began, count=stored, days=days_between(first, last),
                              advance_to=_complete_through(last, now))
     return stored, bad_count
 

@@ -11,7 +11,7 @@ See docs/client.md for the budget, retries, idempotency and signing decisions.
 from partnerkit.client._client import PartnerClient, check_idempotency_key, new_idempotency_key
 from partnerkit.client._errors import error_from_response, parse_error_body, parse_retry_after
 from partnerkit.client._http import RetryPolicy, Spend
-from partnerkit.client._pagination import iterate, page_from_headers
+from partnerkit.client._pagination import Walk, iterate, page_from_headers
 from partnerkit.client._records import (
     MISSING,
     ChargeQuote,
@@ -53,6 +53,7 @@ __all__ = [
     "encode_body",
     "error_from_response",
     "iterate",
+    "Walk",
     "new_idempotency_key",
     "page_from_headers",
     "parse_error_body",

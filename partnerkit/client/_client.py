@@ -14,7 +14,7 @@ import requests
 
 from partnerkit import timeutil
 from partnerkit.client._http import RetryPolicy, Spend, Transport
-from partnerkit.client._pagination import iterate, page_from_headers
+from partnerkit.client._pagination import Walk, iterate, page_from_headers
 from partnerkit.client._records import (
     ChargeQuote, DeliveryStats, OrderCreated, OrderDetail, OrderSummary, Page, Recharge, SubmitResult,
     Webhook, WebhookCreated, WebhookDelivery,
@@ -258,10 +258,13 @@ class PartnerClient:
                   "from_date": _day(from_date, "from_date"), "to_date": _day(to_date, "to_date")}
         return self._page("/recharges", Recharge.from_payload, params, "recharges")
 
-    def iter_recharges(self, *, limit: int = 1000, on_malformed=None, **filters: Any) -> Iterator[Recharge]:
-        """Every recharge matching the filters (no status filter: see _walk_filters), walking all pages."""
+    def iter_recharges(self, *, limit: int = 1000, on_malformed=None, start_page: int = 1,
+                       **filters: Any) -> Walk[Recharge]:
+        """Every recharge matching the filters (no status filter: see _walk_filters), walking all pages from
+        `start_page`; the walk's `next_page` says where it stopped."""
         _walk_filters(filters, "iter_recharges")
-        return iterate(lambda n: self.list_recharges(page=n, limit=limit, **filters), on_malformed=on_malformed)
+        return iterate(lambda n: self.list_recharges(page=n, limit=limit, **filters), start=start_page,
+                       on_malformed=on_malformed)
 
     def list_operators(self, **params: Any) -> Any:
         """GET /recharge/operators: the source of operator_id values (shape not shown; raw JSON)."""
@@ -337,9 +340,10 @@ class PartnerClient:
                  "to_date": _day(to_date, "to_date"), "order_id": order_id, "type": type, **params}
         return self._page("/transactions", None, query, "transactions", "items")
 
-    def iter_transactions(self, *, limit: int = 100, **filters: Any) -> Iterator[dict]:
-        """Every transaction matching the filters, walking all pages."""
-        return iterate(lambda n: self.list_transactions(page=n, limit=limit, **filters))
+    def iter_transactions(self, *, limit: int = 100, start_page: int = 1, **filters: Any) -> Walk[dict]:
+        """Every transaction matching the filters, walking all pages from `start_page`; the walk's
+        `next_page` says where it stopped."""
+        return iterate(lambda n: self.list_transactions(page=n, limit=limit, **filters), start=start_page)
 
     # --- Webhooks ----------------------------------------------------------------------------
 

@@ -59,33 +59,58 @@ def page_from_headers(items: list[T], headers: Mapping[str, str], *, page: int, 
     return Page(items, number, per_page, total_count, total_pages, has_more, tuple(malformed))
 
 
+class Walk(Iterator[T]):
+    """Every item of every page from `start`, skipping ids already seen on earlier pages (`iterate`).
+
+    `next_page` is the page the walk reads next: while it runs, and after it stopped on an error
+    (the page that failed; every item of the pages before it was handed out), so a caller that
+    stored those items can start a later walk there. None once the last page was read.
+    """
+
+    def __init__(self, fetch: Callable[[int], Page[T]], *, start: int = 1,
+                 on_malformed: Callable[[MalformedResponse], None] | None = None, max_pages: int = 100_000) -> None:
+        self.fetch, self.on_malformed, self.max_pages = fetch, on_malformed, max_pages
+        self.next_page: int | None = start
+        self._items = self._walk()
+
+    def __iter__(self) -> "Walk[T]":
+        return self
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def _walk(self) -> Iterator[T]:
+        seen: set[Any] = set()
+        for _ in range(self.max_pages):
+            current = self.fetch(self.next_page)  # type: ignore[arg-type]
+            for bad in current.malformed:
+                if self.on_malformed is None:
+                    raise bad
+                self.on_malformed(bad)
+            for item in current.items:
+                key = getattr(item, "id", None) if not isinstance(item, dict) else item.get("id")
+                if key is not None:
+                    if key in seen:
+                        continue  # new rows arriving at the head shift older ones onto the next page
+                    seen.add(key)
+                yield item
+            if not current.has_more:
+                self.next_page = None
+                return
+            self.next_page = current.page + 1
+
+
 def iterate(
     fetch: Callable[[int], Page[T]],
     *,
     start: int = 1,
     on_malformed: Callable[[MalformedResponse], None] | None = None,
     max_pages: int = 100_000,
-) -> Iterator[T]:
+) -> Walk[T]:
     """Yield every item of every page from `start`, skipping ids already seen on earlier pages.
 
     A record that fails to parse is passed to `on_malformed` (to quarantine it); without one,
-    its MalformedResponse is raised, so a bad record is never skipped silently.
+    its MalformedResponse is raised, so a bad record is never skipped silently. The walk's
+    `next_page` says where it stopped (see Walk).
     """
-    seen: set[Any] = set()
-    number = start
-    for _ in range(max_pages):
-        current = fetch(number)
-        for bad in current.malformed:
-            if on_malformed is None:
-                raise bad
-            on_malformed(bad)
-        for item in current.items:
-            key = getattr(item, "id", None) if not isinstance(item, dict) else item.get("id")
-            if key is not None:
-                if key in seen:
-                    continue  # new rows arriving at the head shift older ones onto the next page
-                seen.add(key)
-            yield item
-        if not current.has_more:
-            return
-        number = current.page + 1
+    return Walk(fetch, start=start, on_malformed=on_malformed, max_pages=max_pages)

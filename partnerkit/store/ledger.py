@@ -200,6 +200,36 @@ def coverage(db: Database, entity: str, day: str) -> str | None:
     return row[0] if row else None
 
 
+def walk_position(db: Database, entity: str, from_day: str, to_day: str) -> tuple[int, str, str] | None:
+    """(next page, started_at, stopped_at) of an interrupted walk of this entity and range, or None."""
+    row = db.execute("SELECT next_page, started_at, stopped_at FROM sync_walks WHERE entity = ? AND from_day = ?"
+                     " AND to_day = ?", (entity, from_day, to_day)).fetchone()
+    return None if row is None else (int(row[0]), row[1], row[2])
+
+
+def keep_walk_position(db: Database, entity: str, from_day: str, to_day: str, *, next_page: int, started_at: str,
+                       stopped_at: str, reason: str) -> None:
+    """Note where a walk stopped (after what it read was stored), for its next run to read on."""
+    def work(conn: sqlite3.Connection) -> int:
+        conn.execute("INSERT INTO sync_walks (entity, from_day, to_day, next_page, started_at, stopped_at, reason)"
+                     " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(entity, from_day, to_day) DO UPDATE SET"
+                     " next_page = excluded.next_page, started_at = excluded.started_at,"
+                     " stopped_at = excluded.stopped_at, reason = excluded.reason",
+                     (entity, from_day, to_day, next_page, started_at, stopped_at, reason[:300]))
+        return 0
+    _in_transaction(db, work)
+
+
+def forget_walk(db: Database, entity: str, from_day: str, to_day: str, *, older_than: str) -> None:
+    """The walk of this entity and range reached its end: nothing to read on from. Positions of this
+    entity left by walks of other ranges that stopped before `older_than` go too (nothing resumes them)."""
+    def work(conn: sqlite3.Connection) -> int:
+        conn.execute("DELETE FROM sync_walks WHERE entity = ? AND ((from_day = ? AND to_day = ?) OR stopped_at < ?)",
+                     (entity, from_day, to_day, older_than))
+        return 0
+    _in_transaction(db, work)
+
+
 def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str) -> None:
     """Note that a sync found these recharges in the provider's list at `seen_at`."""
     # One statement over a JSON array per page: no Python call per id (a day can list a million).

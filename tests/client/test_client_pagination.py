@@ -142,3 +142,23 @@ def test_a_walk_refuses_a_status_filter_before_sending(client, httpserver, walk)
     assert httpserver.log == [] and client.budget.usage()["general"]["used"] == 0
     httpserver.expect_request("/api/v1/recharges").respond_with_json([])
     assert list(client.iter_recharges(status=None)) == []  # status=None is no filter
+
+
+def test_a_walk_tells_the_page_it_stopped_before_and_none_once_it_ended():
+    from partnerkit.client import iterate
+    from partnerkit.errors import BudgetExhausted
+
+    def fetch(n):
+        if n == 3:
+            raise BudgetExhausted("no room")
+        return page_from_headers([{"id": n * 10}, {"id": n * 10 + 1}], {"X-Total-Pages": "4"}, page=n, limit=2)
+
+    walk = iterate(fetch, start=1)
+    got = []
+    with pytest.raises(BudgetExhausted):
+        for item in walk:
+            got.append(item["id"])
+    assert got == [10, 11, 20, 21] and walk.next_page == 3  # every item of pages 1-2 handed out; read on at 3
+    pages = {n: page_from_headers([{"id": n}], {"X-Total-Pages": "4"}, page=n, limit=1) for n in (3, 4)}
+    rest = iterate(pages.__getitem__, start=walk.next_page)
+    assert [i["id"] for i in rest] == [3, 4] and rest.next_page is None
