@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -90,13 +91,25 @@ def current_report(db: Any, day: date) -> dict[str, Any] | None:
     return report_mod.with_drifts(stored, drift_store.list_drifts(db, report_date=day.isoformat()))
 
 
-def sync_recent(config: Any, db: Any, client: Any, now: datetime | None = None) -> SyncSummary:
+# One sync at a time in a process: the worker runs its jobs in threads, and the nightly run (yesterday, in
+# full) and sync-recent (yesterday and today) would otherwise read yesterday's pages twice over, at
+# 01:00 every night, from the same hourly budget. The worker lease keeps a second worker out.
+_SYNCING = threading.Lock()
+
+
+def sync_recent(config: Any, db: Any, client: Any, now: datetime | None = None) -> SyncSummary | dict[str, str]:
     """Incremental sync from the watermark (less the lookback) through today; transactions only from the
-    first day not yet read in full after it ended (reconcile.sync.transactions_from)."""
+    first day not yet read in full after it ended (reconcile.sync.transactions_from). Skipped while
+    another sync of this process runs (the nightly one reads the same days): the next turn is minutes away."""
     now = (now or utcnow()).replace(microsecond=0)
-    first = incremental_start(db, now.date())
-    return sync_range(config, db, client, first, now.date(), now=now,
-                      transactions_first=transactions_from(db, first, now))
+    if not _SYNCING.acquire(blocking=False):
+        return {"skipped": "another sync of this worker is running"}
+    try:
+        first = incremental_start(db, now.date())
+        return sync_range(config, db, client, first, now.date(), now=now,
+                          transactions_first=transactions_from(db, first, now))
+    finally:
+        _SYNCING.release()
 
 
 def due_dates(last_reported: str | None, now: datetime, due_hour: int) -> list[date]:
@@ -115,7 +128,8 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     if not days:
         return []
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
-    sync_range(config, db, client, days[0], days[-1], now=now)
+    with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
+        sync_range(config, db, client, days[0], days[-1], now=now)
     reports = [report_day(config, db, d, now=now) for d in days]
     since = (days[0] - timedelta(days=RECHECK_DAYS)).isoformat()
     for earlier in drift_store.open_days(db, since=since, before=days[0].isoformat()):

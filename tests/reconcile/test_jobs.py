@@ -226,3 +226,15 @@ def test_the_15_minute_sync_skips_transactions_of_days_read_in_full_after_they_e
     assert ("transactions", date(2025, 3, 14), date(2025, 3, 14)) in provider.calls  # a ledger entry cannot
     assert summary.transactions == 2
     assert ledger_store.coverage(db, "transactions", "2025-03-13") == "2025-03-14T01:00:00Z"
+
+
+def test_sync_recent_skips_its_turn_while_another_sync_of_the_worker_runs(config, db, provider):
+    from reconcile import jobs
+
+    with jobs._SYNCING:  # the nightly run's sync, in another scheduler thread
+        with freeze_time("2025-03-14T01:00:00Z"):
+            assert sync_recent(config, db, provider) == {"skipped": "another sync of this worker is running"}
+    assert provider.calls == []  # not one page read twice
+    with freeze_time("2025-03-14T01:15:00Z"):
+        sync_recent(config, db, provider)  # the next turn runs
+    assert ("recharges", date(2025, 3, 14), date(2025, 3, 14)) in provider.calls
