@@ -86,6 +86,7 @@ class SubmitOutcome:
     located_by: str | None = None
     message: str = ""
     row: dict = field(default_factory=dict, repr=False)
+    matches: list = field(default_factory=list, repr=False)  # NOT_RECORDED: the provider's matching recharges
 
 
 def validate_mobile(value: Any) -> str:
@@ -351,7 +352,7 @@ def _search_only(db: Database, client: Any, mobile: str, face: Decimal, client_r
     message = (f"No local intent for {mobile} / {face}; the provider shows {len(matches)} matching recharge(s)"
                + (":\n  " + "\n  ".join(lines) if lines else "") + ("\n" + "; ".join(notes) if notes else ""))
     return SubmitOutcome(0, "NOT_RECORDED", None, client_reference, recharge=matches[0] if len(matches) == 1 else None,
-                         located_by="search" if matches else None, message=message)
+                         located_by="search" if matches else None, message=message, matches=matches)
 
 
 def _not_found_message(row: dict, notes: list[str], *, replayable: bool) -> str:

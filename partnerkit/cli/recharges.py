@@ -139,6 +139,14 @@ def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_numbe
     outcome = locate(app.config, app.db, _client(app), local_id=local_id, mobile_number=mobile_number,
                      amount=amount, client_reference=client_reference)
     if outcome.status == "NOT_RECORDED":
+        # Nothing local to show: the provider's matching recharges (a script reading JSON gets them too).
+        found = [{"id": r.id, "reference_number": r.reference_number, "status": r.status, "face": r.face,
+                  "client_reference": r.client_reference, "created_at": r.created_at} for r in outcome.matches]
+        if fmt == "table":
+            click.echo(outcome.message, err=True)
+            return
+        emit_one({"status": "NOT_RECORDED", "local_id": None, "mobile_number": mobile_number, "matches": found}, fmt,
+                 rows=found, columns=["id", "reference_number", "status", "face", "client_reference", "created_at"])
         click.echo(outcome.message, err=True)
         return
     _finish(outcome, fmt)

@@ -95,3 +95,18 @@ def test_worker_once_shows_each_jobs_result_as_json_in_the_table(run):
     assert result["escalated"] == [] and result["backing_off_until"] is None
     rows = list(csv.DictReader(io.StringIO(CliRunner().invoke(cli, ["worker", "--once", "--format", "csv"]).stdout)))
     assert json.loads(rows[0]["result"])["budget_exhausted"] is False
+
+
+def test_locate_without_a_local_intent_prints_the_providers_matches_as_one_object(run, client):
+    number = mobile(0)
+    client.submit_recharge(mobile_number=number, operator_id=1, amount=99, client_reference="elsewhere")
+    result = run("recharges", "locate", "--mobile", number, "--amount", "99", "--format", "json")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert body["status"] == "NOT_RECORDED" and body["local_id"] is None and body["mobile_number"] == number
+    [match] = body["matches"]
+    assert match["face"] == "99.00" and match["client_reference"] == "elsewhere" and match["created_at"].endswith("Z")
+    assert "1 matching recharge" in result.stderr
+    rows = list(csv.DictReader(io.StringIO(run("recharges", "locate", "--mobile", number, "--amount", "99",
+                                               "--format", "csv").stdout)))
+    assert [r["client_reference"] for r in rows] == ["elsewhere"]
