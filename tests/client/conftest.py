@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import pytest
 
 from partnerkit.client import PartnerClient
@@ -39,3 +42,13 @@ def sleeps() -> list[float]:
 def client(config, db, sleeps) -> PartnerClient:
     with PartnerClient(config, db, retry=FAST, sleep=sleeps.append) as c:
         yield c
+
+
+@contextmanager
+def alpha_client(server, tmp_path) -> Iterator[PartnerClient]:
+    """A client of the sandbox's seeded client alpha, on a migrated SQLite file in tmp_path."""
+    alpha = next(c for c in server.clients if c.name == "alpha")
+    config = Config(db_path=tmp_path / "pk.db", api_base_url=server.base_url, api_key=alpha.key,
+                    api_secret=alpha.secret, http_timeout_s=5)
+    with PartnerClient(config, open_db(config.db_path), retry=FAST) as client:
+        yield client

@@ -8,13 +8,10 @@ from decimal import Decimal
 import pytest
 
 from partnerkit import errors
-from partnerkit.client import PartnerClient
-from partnerkit.config import Config
-from partnerkit.store import open_db
 from sandbox.settings import SandboxSettings
 from sandbox.testing import SandboxServer
 
-from tests.client.client_payloads import FAST
+from tests.client.conftest import alpha_client
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +22,7 @@ def server():
 
 @pytest.fixture
 def sandbox_client(server, tmp_path):
-    alpha = next(c for c in server.clients if c.name == "alpha")
-    config = Config(db_path=tmp_path / "pk.db", api_base_url=server.base_url, api_key=alpha.key,
-                    api_secret=alpha.secret, http_timeout_s=5)
-    with PartnerClient(config, open_db(config.db_path), retry=FAST) as client:
+    with alpha_client(server, tmp_path) as client:
         yield client
 
 

@@ -11,13 +11,10 @@ from __future__ import annotations
 import pytest
 import requests
 
-from partnerkit.client import PartnerClient
-from partnerkit.config import Config
-from partnerkit.store import open_db
 from sandbox.settings import SandboxSettings
 from sandbox.testing import SandboxServer
 
-from tests.client.client_payloads import FAST
+from tests.client.conftest import alpha_client
 
 # Last digit of the mobile number (docs/sandbox.md): 0 SUCCESS at once, 8 PROCESSING until settled.
 OUTCOMES = "808088"
@@ -31,10 +28,7 @@ def server():
 
 @pytest.fixture
 def client(server, tmp_path):
-    alpha = next(c for c in server.clients if c.name == "alpha")
-    config = Config(db_path=tmp_path / "pk.db", api_base_url=server.base_url, api_key=alpha.key,
-                    api_secret=alpha.secret, http_timeout_s=5)
-    with PartnerClient(config, open_db(config.db_path), retry=FAST) as c:
+    with alpha_client(server, tmp_path) as c:
         yield c
 
 

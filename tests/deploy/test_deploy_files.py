@@ -86,22 +86,11 @@ def test_dockerfile_is_slim_non_root_with_healthcheck():
 
 
 def test_gunicorn_conf_loads_with_the_receivers_own_settings(monkeypatch):
-    from gunicorn.app.base import Application
-
     from receiver.gunicorn_app import ACCESS_LOG_FORMAT
-
-    class Probe(Application):
-        def init(self, parser, opts, args):
-            return None
-
-        def load(self):
-            return None
+    from tests.receiver.servers import deploy_gunicorn_config
 
     monkeypatch.setenv("RECEIVER_WORKERS", "3")
-    monkeypatch.setattr(sys, "argv", ["gunicorn"])
-    probe = Probe()
-    probe.load_config_from_file(str(DEPLOY / "gunicorn.conf.py"))
-    cfg = probe.cfg
+    cfg = deploy_gunicorn_config(monkeypatch)
     assert cfg.workers == 3
     assert cfg.timeout == 30  # the document's receiver timeout
     assert cfg.bind == ["127.0.0.1:8000"]

@@ -15,6 +15,23 @@ import requests
 PARTNERKIT = str(Path(sys.executable).with_name("partnerkit"))
 
 
+def deploy_gunicorn_config(monkeypatch) -> object:
+    """gunicorn's Config as plain `gunicorn -c deploy/gunicorn.conf.py` would load it (no process started)."""
+    from gunicorn.app.base import Application
+
+    class Probe(Application):
+        def init(self, parser, opts, args):
+            return None
+
+        def load(self):
+            return None
+
+    monkeypatch.setattr(sys, "argv", ["gunicorn"])
+    probe = Probe()
+    probe.load_config_from_file(str(Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"))
+    return probe.cfg
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
@@ -19,7 +18,7 @@ import requests
 from partnerkit.store import open_db
 from receiver.gunicorn_app import gunicorn_options
 from tests.receiver.conftest import TOKEN, VOUCHER_KEY, envelope, signed_headers
-from tests.receiver.servers import PARTNERKIT, ServedReceiver
+from tests.receiver.servers import PARTNERKIT, ServedReceiver, deploy_gunicorn_config
 
 
 def env_for(tmp_path, **extra):
@@ -121,19 +120,7 @@ def test_each_worker_freezes_what_it_loaded_so_full_collections_skip_it():
 
 
 def test_plain_gunicorn_config_installs_the_same_worker_hook(monkeypatch):
-    from gunicorn.app.base import Application
-
-    class Probe(Application):
-        def init(self, parser, opts, args):
-            return None
-
-        def load(self):
-            return None
-
-    monkeypatch.setattr(sys, "argv", ["gunicorn"])
-    probe = Probe()
-    probe.load_config_from_file(str(Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"))
-    assert probe.cfg.post_worker_init is gunicorn_options()["post_worker_init"]
+    assert deploy_gunicorn_config(monkeypatch).post_worker_init is gunicorn_options()["post_worker_init"]
 
 
 def test_a_receiver_killed_with_sigkill_leaves_no_metrics_directory_behind_after_a_restart(tmp_path):

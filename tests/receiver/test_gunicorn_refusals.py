@@ -10,8 +10,6 @@ from __future__ import annotations
 import inspect
 import json
 import socket
-import sys
-from pathlib import Path
 
 import pytest
 import requests
@@ -21,7 +19,7 @@ from gunicorn.workers.sync import SyncWorker
 
 from receiver.gunicorn_app import JsonErrorWorker, gunicorn_options
 from tests.receiver.conftest import envelope, signed_headers
-from tests.receiver.servers import ServedReceiver
+from tests.receiver.servers import ServedReceiver, deploy_gunicorn_config
 from tests.receiver.test_gunicorn import env_for
 from tests.reliability.hostile_http import build, send, worker_pids
 
@@ -123,17 +121,6 @@ def test_handle_error_answers_json_and_leaves_gunicorns_logging_as_it_is(exc, st
 
 
 def test_serve_and_the_plain_gunicorn_config_use_that_worker(monkeypatch):
-    from gunicorn.app.base import Application
-
-    class Probe(Application):
-        def init(self, parser, opts, args):
-            return None
-
-        def load(self):
-            return None
-
-    monkeypatch.setattr(sys, "argv", ["gunicorn"])
-    probe = Probe()
-    probe.load_config_from_file(str(Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"))
-    assert probe.cfg.worker_class is JsonErrorWorker
-    assert probe.cfg.worker_class_str == gunicorn_options()["worker_class"]
+    cfg = deploy_gunicorn_config(monkeypatch)
+    assert cfg.worker_class is JsonErrorWorker
+    assert cfg.worker_class_str == gunicorn_options()["worker_class"]
