@@ -397,8 +397,8 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     (transactions from `transactions_first` when given: see `transactions_from`).
 
     The walks leave the voucher fetches their reserve of the hour (`background_reserve`): a busy
-    day's pages outnumber the hour's budget, and a sync stopped by it (BudgetExhausted) simply runs
-    again next time, while a customer waiting for vouchers would not."""
+    day's pages outnumber the hour's budget, and a sync stopped by it (BudgetExhausted) reads on from
+    its page next time (`_Walk`), while a customer waiting for vouchers would not wait well."""
     now = (now or utcnow()).replace(microsecond=0)
     if hasattr(client, "leaving"):  # the PartnerClient; stand-ins in tests and the benchmark have no budget
         client = client.leaving(background_reserve(config.hourly_budget))
