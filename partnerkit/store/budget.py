@@ -57,6 +57,11 @@ class ProviderView:
     blocked_until: float | None = None
 
 
+def _duration(seconds: float) -> str:
+    """12.0s, or 58 min once it is minutes (a spent hourly budget says "retry in 60 min", not 3600.0s)."""
+    return f"{seconds:.1f}s" if seconds < 120 else f"{round(seconds / 60)} min"
+
+
 def background_reserve(hourly_budget: int) -> int:
     """Requests of the hour a long background walk leaves to the voucher fetches customers wait on.
 
@@ -173,7 +178,7 @@ class Budget:
                 why = (" (the provider answered 429: nothing is sent until its Retry-After or X-RateLimit-Reset"
                        " has passed)") if blocked else ""
                 raise BudgetExhausted(
-                    f"request budget {budget_class!r} has no room for {purpose!r}; retry in {needed:.1f}s{why}",
+                    f"request budget {budget_class!r} has no room for {purpose!r}; retry in {_duration(needed)}{why}",
                     retry_after=needed,
                     budget_class=budget_class,
                 )

@@ -189,3 +189,18 @@ def test_garbled_rate_limit_headers_are_ignored_not_raised(client, httpserver, h
     usage = client.budget.usage()[GENERAL]
     assert (usage["limit"], usage["remaining"]) == (1000, 999)
 
+
+
+def test_a_spent_hour_is_refused_in_minutes_not_thousands_of_seconds(tmp_path):
+    from partnerkit.errors import BudgetExhausted
+    from partnerkit.store import open_db
+    from partnerkit.store.budget import Budget, Limit
+
+    clock = [1_000_000.0]
+    budget = Budget(open_db(tmp_path / "b.db"), "key", limits={"general": Limit(1, 3600.0)}, clock=lambda: clock[0])
+    budget.acquire(purpose="first", wait=False)
+    with pytest.raises(BudgetExhausted, match=r"retry in 60 min"):
+        budget.acquire(purpose="second", wait=False)
+    clock[0] += 3600 - 30
+    with pytest.raises(BudgetExhausted, match=r"retry in 30\.0s"):
+        budget.acquire(purpose="second", wait=False)
