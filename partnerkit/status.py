@@ -11,7 +11,7 @@ from typing import Any
 
 from partnerkit.config import Config
 from partnerkit.processes import holder_is_gone
-from partnerkit.store import Database, drifts, inbox, jobs, locks, recharges, reports
+from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, recharges, reports
 from partnerkit.store.budget import Budget
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
@@ -67,6 +67,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
+        # A sync the budget or the provider stopped, reading on from its page at its next run.
+        "syncs_reading_on": [f"{w['entity']} {w['from_day']}..{w['to_day']} from page {w['next_page']} (begun "
+                             f"{w['started_at']})" for w in ledger.walk_positions(db)],
         "open_drifts": len(open_drifts),
         "escalated_drifts": len(escalated),
         # The worker renews its lease every few seconds: a lease past its expiry, or held by a process

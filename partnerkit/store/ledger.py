@@ -207,6 +207,13 @@ def walk_position(db: Database, entity: str, from_day: str, to_day: str) -> tupl
     return None if row is None else (int(row[0]), row[1], row[2])
 
 
+def walk_positions(db: Database) -> list[dict]:
+    """Every interrupted walk waiting to read on, oldest first (for `partnerkit status`)."""
+    cols = ("entity", "from_day", "to_day", "next_page", "started_at", "stopped_at", "reason")
+    rows = db.execute(f"SELECT {', '.join(cols)} FROM sync_walks ORDER BY started_at, entity").fetchall()
+    return [dict(zip(cols, row)) for row in rows]
+
+
 def keep_walk_position(db: Database, entity: str, from_day: str, to_day: str, *, next_page: int, started_at: str,
                        stopped_at: str, reason: str) -> None:
     """Note where a walk stopped (after what it read was stored), for its next run to read on."""

@@ -134,3 +134,13 @@ def test_status_says_when_the_nightly_report_is_overdue(sandbox_config, db):
     reports.save_report(db, {"date": "2026-11-20", "generated_at": "2026-11-21T03:05:00Z", "summary": {}, "drifts": []})
     with freeze_time("2026-11-21T03:10:00Z"):
         assert collect(sandbox_config, db)["report_overdue_date"] is None
+
+
+def test_status_lists_a_sync_reading_on_from_where_it_stopped(sandbox_config, db):
+    from partnerkit.store import ledger
+
+    assert collect(sandbox_config, db)["syncs_reading_on"] == []
+    ledger.keep_walk_position(db, "transactions", "2026-11-20", "2026-11-20", next_page=41, reason="no room",
+                              started_at="2026-11-21T01:00:00Z", stopped_at="2026-11-21T01:20:00Z")
+    assert collect(sandbox_config, db)["syncs_reading_on"] == [
+        "transactions 2026-11-20..2026-11-20 from page 41 (begun 2026-11-21T01:00:00Z)"]
