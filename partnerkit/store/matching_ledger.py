@@ -47,7 +47,7 @@ def _statements(wallet: str) -> tuple[str, ...]:
         """INSERT INTO l_chain (id, amount, balance, currency)
             SELECT id, amount_cents, balance_after_cents, currency FROM transactions
             WHERE created_at >= :start AND created_at < :end AND balance_after_cents IS NOT NULL
-            ORDER BY currency, created_at, length(id), id""",
+            ORDER BY currency, rtrim(created_at, 'Z'), length(id), id""",
     )
 
 
@@ -64,7 +64,12 @@ def _orphans(wallet: str) -> str:
           AND COALESCE(t.type, '') NOT IN ({wallet})"""
 
 
-# The first row of a currency chains from that currency's last balance before the day.
+# Time order of stored times: they are ISO text ending in Z, with a fraction only when there is one
+# ("...T02:00:00Z", "...T02:00:00.500000Z"), so as text a whole second sorts after its own fractions;
+# without the Z it sorts before them (a prefix), and the fractions (always 6 digits) among themselves.
+# The first row of a currency chains from that currency's last balance before the day: the last
+# second that has one is found through the created_at index (text order is time order across
+# seconds), then that second's rows are put in time order.
 _BREAKS = """
     SELECT 'balance_discontinuity', 'wallet', id, prev + amount, balance, currency,
            'balance_after does not follow from the previous transaction'
@@ -73,7 +78,11 @@ _BREAKS = """
                       ELSE (SELECT p.balance_after_cents FROM transactions p
                             WHERE p.created_at < :start AND p.currency IS b.currency
                               AND p.balance_after_cents IS NOT NULL
-                            ORDER BY p.created_at DESC, length(p.id) DESC, p.id DESC LIMIT 1) END AS prev
+                              AND p.created_at >= (SELECT substr(q.created_at, 1, 19) FROM transactions q
+                                                   WHERE q.created_at < :start AND q.currency IS b.currency
+                                                     AND q.balance_after_cents IS NOT NULL
+                                                   ORDER BY q.created_at DESC LIMIT 1)
+                            ORDER BY rtrim(p.created_at, 'Z') DESC, length(p.id) DESC, p.id DESC LIMIT 1) END AS prev
           FROM l_chain b LEFT JOIN l_chain a ON a.seq = b.seq - 1)
     WHERE prev IS NOT NULL AND prev + amount != balance"""
 

@@ -278,6 +278,25 @@ def test_first_transaction_of_the_day_chains_from_the_previous_day(db, ledger):
     assert found(db) == {("balance_discontinuity", "wallet", first)}
 
 
+def test_a_whole_second_comes_before_the_fractions_of_that_second_in_the_chain(db, ledger):
+    # Stored times are ISO text ("...T02:00:00Z", "...T02:00:00.500000Z"): as text the whole second sorts
+    # after its own fractions, which put the chain out of time order (two false discontinuities).
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", hour=1)
+    ledger.tx("-100.00", type="TOPUP", balance_after="900.00", created_at="2025-03-14T02:00:00Z")
+    ledger.tx("-100.00", type="TOPUP", balance_after="800.00", created_at="2025-03-14T02:00:00.500Z")
+    ledger.tx("-50.00", type="TOPUP", balance_after="750.00", created_at="2025-03-14T02:00:01.250Z")
+    run(db)
+    assert found(db) == set()
+
+
+def test_the_day_chains_from_the_previous_days_last_balance_in_time_not_text_order(db, ledger):
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", created_at="2025-03-13T23:59:59Z")
+    ledger.tx("-100.00", type="TOPUP", balance_after="900.00", created_at="2025-03-13T23:59:59.900Z")
+    ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)
+    run(db)
+    assert found(db) == set()
+
+
 # --- stable ids, resolutions, automatic resolution ---------------------------------------------
 
 def test_drift_ids_are_derived_from_kind_subject_and_reference(db, ledger):
