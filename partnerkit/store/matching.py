@@ -146,11 +146,13 @@ _ORDERS = (
                'ORDER debit differs from the order amount'
         FROM m_oagg o WHERE o.named_id IS NOT NULL AND o.named_debit IS NOT o.amount_cents
           AND (o.wallet_currency IS NULL OR o.currency IS NULL OR o.wallet_currency = o.currency)""",
+    # More than one debit in all: one debit carrying the order_id when the named one is not found is
+    # that order's missing_debit, not a duplicate.
     """INSERT INTO m_candidate
         SELECT 'duplicate_debit', 'order', CAST(o.id AS TEXT), COALESCE(o.named_debit, o.amount_cents),
                COALESCE(o.named_debit, 0) + o.extra_debit, COALESCE(o.wallet_currency, o.currency),
                (o.extra_n + (o.named_id IS NOT NULL)) || ' debits for one order'
-        FROM m_oagg o WHERE o.extra_n > 0""",
+        FROM m_oagg o WHERE o.extra_n + (o.named_id IS NOT NULL) > 1""",
     f"""INSERT INTO m_candidate
         SELECT 'missing_refund', 'order', CAST(o.id AS TEXT), o.named_debit, o.credit,
                COALESCE(o.wallet_currency, o.currency), o.status || ' order not refunded in full'

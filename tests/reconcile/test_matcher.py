@@ -216,6 +216,15 @@ def test_second_debit_for_an_order_is_duplicate_debit(db, ledger):
     assert one(db, "duplicate_debit").actual == Decimal("1000.00")
 
 
+def test_one_debit_for_an_order_is_never_a_duplicate_even_when_it_is_not_the_named_one(db, ledger):
+    # The order names transaction 900001, the wallet shows one debit carrying its order_id under another
+    # id: the named debit is missing, but one debit is not two ("1 debits for one order").
+    oid = ledger.order(transaction_id=900_001)
+    ledger.tx("-500.00", type="ORDER", order_id=oid)
+    run(db)
+    assert found(db) == {("missing_debit", "order", str(oid))}
+
+
 @pytest.mark.parametrize("status", ["FAILED", "CANCELLED"])
 def test_failed_or_cancelled_order_must_be_refunded(db, ledger, status):
     refunded, unrefunded = ledger.order(status), ledger.order(status)
