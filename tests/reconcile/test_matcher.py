@@ -235,6 +235,23 @@ def test_failed_or_cancelled_order_must_be_refunded(db, ledger, status):
     assert found(db) == {("missing_refund", "order", str(unrefunded))}
 
 
+@pytest.mark.parametrize("status", ["FAILED", "CANCELLED"])
+def test_failed_order_is_refunded_what_was_debited_duplicates_included(db, ledger, status):
+    # "FAILED and CANCELLED orders must be refunded (credits carrying the order id, for the debited
+    # amount)": both debits back is the refund in full, not an unexpected one; the named one alone is short.
+    full, short = ledger.order(status), ledger.order(status)
+    for oid in (full, short):
+        ledger.debit_order(oid, "500.00")
+        ledger.tx("-500.00", type="ORDER", order_id=oid)
+        ledger.tx("500.00", type="REFUND", order_id=oid)
+    ledger.tx("500.00", type="REFUND", order_id=full, day=DAY + timedelta(days=1))
+    run(db)
+    assert found(db) == {("duplicate_debit", "order", str(full)), ("duplicate_debit", "order", str(short)),
+                         ("missing_refund", "order", str(short))}
+    d = one(db, "missing_refund")
+    assert (d.expected, d.actual) == (Decimal("1000.00"), Decimal("500.00"))
+
+
 def test_refund_of_a_delivered_order_is_unexpected_refund(db, ledger):
     oid = ledger.order()
     ledger.debit_order(oid, "500.00")
