@@ -323,6 +323,19 @@ def test_the_day_chains_from_the_previous_days_last_balance_in_time_not_text_ord
     assert found(db) == set()
 
 
+def test_a_transaction_without_balance_after_is_no_break_in_the_chain(db, ledger):
+    # balance_after is optional: a movement that does not show it is still a movement, not a gap in the
+    # history; the next balance cannot be chained from a row that has none.
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=1), hour=22)
+    ledger.tx("-10.00", type="TOPUP", day=DAY - timedelta(days=1), hour=23)
+    ledger.tx("-100.00", type="TOPUP", balance_after="890.00", hour=1)
+    ledger.tx("-100.00", type="TOPUP", hour=2)
+    ledger.tx("-50.00", type="TOPUP", balance_after="740.00", hour=3)
+    broken = ledger.tx("-50.00", type="TOPUP", balance_after="600.00", hour=4)
+    run(db)
+    assert found(db) == {("balance_discontinuity", "wallet", broken)}
+
+
 # --- stable ids, resolutions, automatic resolution ---------------------------------------------
 
 def test_drift_ids_are_derived_from_kind_subject_and_reference(db, ledger):
