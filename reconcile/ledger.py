@@ -107,12 +107,16 @@ def _keys_as_text(value: Any) -> Any:
     return value
 
 
+# Fields read upper-cased: two aliases that differ only in case say the same thing ("DEBIT", "debit").
+_UPPER_FIELDS = frozenset({"type", "direction", "currency"})
+
+
 def _pick(record: Mapping[str, Any], field: str) -> Any:
-    """The value under any alias of `field`; aliases that disagree are refused."""
+    """The value under any alias of `field`; aliases that disagree (as the field is read) are refused."""
     found = [(name, record[name]) for name in ALIASES[field] if name in record and record[name] not in (None, "")]
     if not found:
         return None
-    values = {str(v) for _, v in found}
+    values = {str(v).upper() if field in _UPPER_FIELDS else str(v) for _, v in found}
     if len(values) > 1:
         raise _Unfit(f"{' and '.join(n for n, _ in found)} disagree")
     return found[0][1]

@@ -146,21 +146,27 @@ _ORDERS = (
                'ORDER debit differs from the order amount'
         FROM m_oagg o WHERE o.named_id IS NOT NULL AND o.named_debit IS NOT o.amount_cents
           AND (o.wallet_currency IS NULL OR o.currency IS NULL OR o.wallet_currency = o.currency)""",
+    # More than one debit in all: one debit carrying the order_id when the named one is not found is
+    # that order's missing_debit, not a duplicate.
     """INSERT INTO m_candidate
         SELECT 'duplicate_debit', 'order', CAST(o.id AS TEXT), COALESCE(o.named_debit, o.amount_cents),
                COALESCE(o.named_debit, 0) + o.extra_debit, COALESCE(o.wallet_currency, o.currency),
                (o.extra_n + (o.named_id IS NOT NULL)) || ' debits for one order'
-        FROM m_oagg o WHERE o.extra_n > 0""",
+        FROM m_oagg o WHERE o.extra_n + (o.named_id IS NOT NULL) > 1""",
+    # FAILED and CANCELLED: refunded "for the debited amount", every debit carrying the order id
+    # included (as a FAILED recharge's credit is held against all its debits).
     f"""INSERT INTO m_candidate
-        SELECT 'missing_refund', 'order', CAST(o.id AS TEXT), o.named_debit, o.credit,
+        SELECT 'missing_refund', 'order', CAST(o.id AS TEXT), o.named_debit + o.extra_debit, o.credit,
                COALESCE(o.wallet_currency, o.currency), o.status || ' order not refunded in full'
-        FROM m_oagg o WHERE o.status IN {ORDER_REFUNDED} AND o.named_id IS NOT NULL AND o.credit < o.named_debit""",
+        FROM m_oagg o WHERE o.status IN {ORDER_REFUNDED} AND o.named_id IS NOT NULL
+          AND o.credit < o.named_debit + o.extra_debit""",
     f"""INSERT INTO m_candidate
         SELECT 'unexpected_refund', 'order', CAST(o.id AS TEXT),
-               CASE WHEN o.status IN {ORDER_REFUNDED} THEN o.named_debit ELSE 0 END, o.credit,
-               COALESCE(o.wallet_currency, o.currency), o.status || ' order credited'
+               CASE WHEN o.status IN {ORDER_REFUNDED} THEN COALESCE(o.named_debit, 0) + o.extra_debit ELSE 0 END,
+               o.credit, COALESCE(o.wallet_currency, o.currency), o.status || ' order credited'
         FROM m_oagg o
-        WHERE o.credit > 0 AND (o.status NOT IN {ORDER_REFUNDED} OR o.credit > COALESCE(o.named_debit, 0))""",
+        WHERE o.credit > 0 AND (o.status NOT IN {ORDER_REFUNDED}
+                                OR o.credit > COALESCE(o.named_debit, 0) + o.extra_debit)""",
     # DELIVERED: every voucher stored. PARTIALLY_DELIVERED: the delivered ones (at least one).
     """INSERT INTO m_candidate
         SELECT 'voucher_shortfall', 'order', CAST(o.id AS TEXT),

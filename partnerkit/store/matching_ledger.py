@@ -6,8 +6,10 @@ matcher's connection works through the recharges (sqlite3 releases the GIL while
 so the two use both cores). `ledger_findings` returns what it found:
 
 - orphans: the day's transactions linked to no recharge or order (each probe stops at the first link);
-- balance discontinuities: the day's rows with a balance, copied in chain order (`l_chain`), so that
-  each row's predecessor is seq - 1 (a rowid lookup; a window function runs several times slower);
+- balance discontinuities: the day's rows of every currency that shows a balance_after that day,
+  copied in chain order (`l_chain`), so that each row's predecessor is seq - 1 (a rowid lookup; a
+  window function runs several times slower). balance_after is optional: a row that has one is
+  checked against its predecessor's, when that has one too (a row without is still a movement);
 - totals per (currency, hour) in one GROUP BY.
 
 Parameters (named): :start, :end (the day as an ISO range); the wallet movement types are bound one
@@ -43,11 +45,17 @@ def _statements(wallet: str) -> tuple[str, ...]:
         "CREATE TEMP TABLE l_ordtx (tx_id TEXT PRIMARY KEY) WITHOUT ROWID",
         "INSERT OR IGNORE INTO l_ordtx SELECT CAST(transaction_id AS TEXT) FROM orders WHERE transaction_id IS NOT NULL",
         # Consecutive balance_after must chain by the amounts, per currency (one wallet per currency).
+        # Rows without a balance are copied too, in currencies that show one that day (the IN list is
+        # built once, and only when a row without a balance is met).
         "CREATE TEMP TABLE l_chain (seq INTEGER PRIMARY KEY, id TEXT, amount INTEGER, balance INTEGER, currency TEXT)",
         """INSERT INTO l_chain (id, amount, balance, currency)
             SELECT id, amount_cents, balance_after_cents, currency FROM transactions
-            WHERE created_at >= :start AND created_at < :end AND balance_after_cents IS NOT NULL
-            ORDER BY currency, created_at, length(id), id""",
+            WHERE created_at >= :start AND created_at < :end
+              AND (balance_after_cents IS NOT NULL
+                   OR COALESCE(currency, '') IN (SELECT DISTINCT COALESCE(currency, '') FROM transactions
+                                                 WHERE created_at >= :start AND created_at < :end
+                                                   AND balance_after_cents IS NOT NULL))
+            ORDER BY currency, rtrim(created_at, 'Z'), length(id), id""",
     )
 
 
@@ -64,7 +72,12 @@ def _orphans(wallet: str) -> str:
           AND COALESCE(t.type, '') NOT IN ({wallet})"""
 
 
-# The first row of a currency chains from that currency's last balance before the day.
+# Time order of stored times: they are ISO text ending in Z, with a fraction only when there is one
+# ("...T02:00:00Z", "...T02:00:00.500000Z"), so as text a whole second sorts after its own fractions;
+# without the Z it sorts before them (a prefix), and the fractions (always 6 digits) among themselves.
+# The first row of a currency chains from that currency's last transaction before the day (when it
+# shows a balance): the last second that has one is found through the created_at index (text order
+# is time order across seconds), then that second's rows are put in time order.
 _BREAKS = """
     SELECT 'balance_discontinuity', 'wallet', id, prev + amount, balance, currency,
            'balance_after does not follow from the previous transaction'
@@ -72,9 +85,11 @@ _BREAKS = """
                  CASE WHEN a.seq IS NOT NULL AND a.currency IS b.currency THEN a.balance
                       ELSE (SELECT p.balance_after_cents FROM transactions p
                             WHERE p.created_at < :start AND p.currency IS b.currency
-                              AND p.balance_after_cents IS NOT NULL
-                            ORDER BY p.created_at DESC, length(p.id) DESC, p.id DESC LIMIT 1) END AS prev
-          FROM l_chain b LEFT JOIN l_chain a ON a.seq = b.seq - 1)
+                              AND p.created_at >= (SELECT substr(q.created_at, 1, 19) FROM transactions q
+                                                   WHERE q.created_at < :start AND q.currency IS b.currency
+                                                   ORDER BY q.created_at DESC LIMIT 1)
+                            ORDER BY rtrim(p.created_at, 'Z') DESC, length(p.id) DESC, p.id DESC LIMIT 1) END AS prev
+          FROM l_chain b LEFT JOIN l_chain a ON a.seq = b.seq - 1 WHERE b.balance IS NOT NULL)
     WHERE prev IS NOT NULL AND prev + amount != balance"""
 
 

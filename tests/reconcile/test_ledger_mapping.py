@@ -104,6 +104,22 @@ def test_unfit_records_are_quarantined_with_the_reason(record, reason):
     assert result.raw == raw
 
 
+@pytest.mark.parametrize("record, field, expected", [
+    ({"amount": "98.00", "direction": "DEBIT", "entry_type": "debit"}, "amount", Decimal("-98.00")),
+    ({"type": "Recharge", "transaction_type": "RECHARGE"}, "type", "RECHARGE"),
+])
+def test_aliases_that_differ_only_in_case_agree_on_fields_read_upper_cased(record, field, expected):
+    # direction, type and currency are read upper-cased: "DEBIT" and "debit" say the same thing, and
+    # quarantining the record as a disagreement left its recharge with a false missing_debit.
+    assert getattr(read(**record), field) == expected
+    assert page_row(record) is not None
+
+
+def page_row(record):
+    page = map_page([{**BASE, **record}])
+    return page.table_rows()[0] if not page.bad else None
+
+
 @pytest.mark.parametrize("raw", [None, "T1,-98.00", ["T1"], 7])
 def test_a_record_that_is_not_an_object_is_quarantined_not_a_crash(raw):
     assert isinstance(map_transaction(raw), Quarantined)

@@ -216,6 +216,15 @@ def test_second_debit_for_an_order_is_duplicate_debit(db, ledger):
     assert one(db, "duplicate_debit").actual == Decimal("1000.00")
 
 
+def test_one_debit_for_an_order_is_never_a_duplicate_even_when_it_is_not_the_named_one(db, ledger):
+    # The order names transaction 900001, the wallet shows one debit carrying its order_id under another
+    # id: the named debit is missing, but one debit is not two ("1 debits for one order").
+    oid = ledger.order(transaction_id=900_001)
+    ledger.tx("-500.00", type="ORDER", order_id=oid)
+    run(db)
+    assert found(db) == {("missing_debit", "order", str(oid))}
+
+
 @pytest.mark.parametrize("status", ["FAILED", "CANCELLED"])
 def test_failed_or_cancelled_order_must_be_refunded(db, ledger, status):
     refunded, unrefunded = ledger.order(status), ledger.order(status)
@@ -224,6 +233,23 @@ def test_failed_or_cancelled_order_must_be_refunded(db, ledger, status):
     ledger.tx("500.00", type="REFUND", order_id=refunded)
     run(db)
     assert found(db) == {("missing_refund", "order", str(unrefunded))}
+
+
+@pytest.mark.parametrize("status", ["FAILED", "CANCELLED"])
+def test_failed_order_is_refunded_what_was_debited_duplicates_included(db, ledger, status):
+    # "FAILED and CANCELLED orders must be refunded (credits carrying the order id, for the debited
+    # amount)": both debits back is the refund in full, not an unexpected one; the named one alone is short.
+    full, short = ledger.order(status), ledger.order(status)
+    for oid in (full, short):
+        ledger.debit_order(oid, "500.00")
+        ledger.tx("-500.00", type="ORDER", order_id=oid)
+        ledger.tx("500.00", type="REFUND", order_id=oid)
+    ledger.tx("500.00", type="REFUND", order_id=full, day=DAY + timedelta(days=1))
+    run(db)
+    assert found(db) == {("duplicate_debit", "order", str(full)), ("duplicate_debit", "order", str(short)),
+                         ("missing_refund", "order", str(short))}
+    d = one(db, "missing_refund")
+    assert (d.expected, d.actual) == (Decimal("1000.00"), Decimal("500.00"))
 
 
 def test_refund_of_a_delivered_order_is_unexpected_refund(db, ledger):
@@ -276,6 +302,38 @@ def test_first_transaction_of_the_day_chains_from_the_previous_day(db, ledger):
     first = ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)
     run(db)
     assert found(db) == {("balance_discontinuity", "wallet", first)}
+
+
+def test_a_whole_second_comes_before_the_fractions_of_that_second_in_the_chain(db, ledger):
+    # Stored times are ISO text ("...T02:00:00Z", "...T02:00:00.500000Z"): as text the whole second sorts
+    # after its own fractions, which put the chain out of time order (two false discontinuities).
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", hour=1)
+    ledger.tx("-100.00", type="TOPUP", balance_after="900.00", created_at="2025-03-14T02:00:00Z")
+    ledger.tx("-100.00", type="TOPUP", balance_after="800.00", created_at="2025-03-14T02:00:00.500Z")
+    ledger.tx("-50.00", type="TOPUP", balance_after="750.00", created_at="2025-03-14T02:00:01.250Z")
+    run(db)
+    assert found(db) == set()
+
+
+def test_the_day_chains_from_the_previous_days_last_balance_in_time_not_text_order(db, ledger):
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", created_at="2025-03-13T23:59:59Z")
+    ledger.tx("-100.00", type="TOPUP", balance_after="900.00", created_at="2025-03-13T23:59:59.900Z")
+    ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)
+    run(db)
+    assert found(db) == set()
+
+
+def test_a_transaction_without_balance_after_is_no_break_in_the_chain(db, ledger):
+    # balance_after is optional: a movement that does not show it is still a movement, not a gap in the
+    # history; the next balance cannot be chained from a row that has none.
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=1), hour=22)
+    ledger.tx("-10.00", type="TOPUP", day=DAY - timedelta(days=1), hour=23)
+    ledger.tx("-100.00", type="TOPUP", balance_after="890.00", hour=1)
+    ledger.tx("-100.00", type="TOPUP", hour=2)
+    ledger.tx("-50.00", type="TOPUP", balance_after="740.00", hour=3)
+    broken = ledger.tx("-50.00", type="TOPUP", balance_after="600.00", hour=4)
+    run(db)
+    assert found(db) == {("balance_discontinuity", "wallet", broken)}
 
 
 # --- stable ids, resolutions, automatic resolution ---------------------------------------------
