@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from partnerkit.store import drifts as drift_store
+from partnerkit.store import matching as matching_store
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import reports as report_store
 from partnerkit.timeutil import utcnow
@@ -131,8 +132,13 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
         sync_range(config, db, client, days[0], days[-1], now=now)
     reports = [report_day(config, db, d, now=now) for d in days]
-    since = (days[0] - timedelta(days=RECHECK_DAYS)).isoformat()
-    for earlier in drift_store.open_days(db, since=since, before=days[0].isoformat()):
+    # Earlier days matched again: those with drifts still open (a late refund resolves one), and those
+    # whose recharges or orders got a transaction on the nights just reported (a refund of a SUCCESS
+    # recharge, a second debit: linked, so never an orphan, and judged by its subject's day alone).
+    since, first = (days[0] - timedelta(days=RECHECK_DAYS)).isoformat(), days[0].isoformat()
+    again = set(drift_store.open_days(db, since=since, before=first))
+    again.update(matching_store.days_with_late_entries(db, first, days[-1].isoformat(), since=since))
+    for earlier in sorted(again):
         report_day(config, db, date.fromisoformat(earlier), now=now)
     return reports
 

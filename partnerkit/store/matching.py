@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from datetime import date, timedelta
 from typing import Any, Iterable
 
 from partnerkit.store.drifts import AUTO_RESOLVED, RESTORED_STATE, SYSTEM_ACTOR, register_functions
@@ -311,6 +312,36 @@ def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, A
 BULK_RECHARGE_COLUMNS = ("local_id", "idempotency_key", "provider_id", "reference_number", "origin", "mobile_number",
                          "status", "face_cents", "discount_cents", "payable_cents", "currency", "submitted_at",
                          "provider_created_at", "updated_at")
+
+
+def days_with_late_entries(db: Any, first: str, last: str, *, since: str) -> list[str]:
+    """Days in [since, first) whose recharges or orders have a wallet transaction dated in [first, last].
+
+    A credit or a second debit that arrives days after its recharge or order is linked to it, so it is
+    never an orphan, and only the rules of the subject's own day can judge it (an unexpected_refund for
+    a SUCCESS recharge, a duplicate_debit): that day must be matched again. Days are the matcher's:
+    the provider's creation time, else partnerkit's own submit time, and an order's placed_at.
+    """
+    rows = db.execute(
+        """SELECT day FROM (
+               SELECT substr(COALESCE(r.provider_created_at, r.submitted_at), 1, 10) AS day
+               FROM transactions t JOIN recharges r ON r.provider_id = t.recharge_id
+               WHERE t.created_at >= :start AND t.created_at < :end AND t.recharge_id IS NOT NULL
+               UNION
+               SELECT substr(COALESCE(r.provider_created_at, r.submitted_at), 1, 10)
+               FROM transactions t JOIN recharges r ON r.reference_number = t.reference_number
+               WHERE t.created_at >= :start AND t.created_at < :end AND t.reference_number IS NOT NULL
+               UNION
+               SELECT substr(o.placed_at, 1, 10)
+               FROM transactions t JOIN orders o ON o.id = t.order_id
+               WHERE t.created_at >= :start AND t.created_at < :end AND t.order_id IS NOT NULL)
+           WHERE day >= :since AND day < :first ORDER BY day""",
+        {"start": first, "end": _day_after(last), "since": since, "first": first}).fetchall()
+    return [r[0] for r in rows]
+
+
+def _day_after(day: str) -> str:
+    return (date.fromisoformat(day) + timedelta(days=1)).isoformat()
 
 
 def bulk_load_recharges(conn: sqlite3.Connection, rows: Any) -> None:

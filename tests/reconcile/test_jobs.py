@@ -240,9 +240,6 @@ def test_sync_recent_skips_its_turn_while_another_sync_of_the_worker_runs(config
     assert ("recharges", date(2025, 3, 14), date(2025, 3, 14)) in provider.calls
 
 
-@pytest.mark.xfail(strict=True, reason="reconcile.jobs.nightly re-matches an earlier day only while it has open "
-                                       "drifts: a credit that arrives later for a recharge of a clean day is "
-                                       "linked (never an orphan) and no day's rules see it (owner: reconcile.jobs)")
 def test_a_later_credit_for_a_recharge_of_a_clean_day_is_reported(config, db, provider):
     with freeze_time("2025-03-14T01:00:00Z"):
         assert nightly(config, db, provider)[0]["drifts"] == []  # 2025-03-13 matched clean
