@@ -233,11 +233,14 @@ def _escalate(db: Database, candidates: tuple[PollItem, ...], now: datetime, sum
         row = store.get(db, item.local_id)
         if row is None or row["status"] != "PROCESSING" or row["escalated_at"]:
             continue  # settled by this pass's reads
-        reference = row["reference_number"] or str(row["provider_id"])
+        # The matcher's reference and figures for the same drift (partnerkit.store.matching, RECHARGE_RULES):
+        # the drift id derives from the reference, and the nightly match rewrites the figures.
+        reference = row["reference_number"] or row["idempotency_key"] or f"local:{row['local_id']}"
+        payable = row["payable_cents"] if row["payable_cents"] is not None else row["amount_cents"]
         # Drift first, flag second: a crash in between re-records the same drift (stable id), never loses it.
         open_drift(db, kind="stuck_processing", subject="recharge", reference=reference,
-                   expected=None, actual=from_cents(row["payable_cents"]), currency=row["currency"] or "INR",
-                   detected_at=now)
+                   expected=None if payable is None else from_cents(payable), actual=None,
+                   currency=row["currency"] or "INR", detected_at=now)
         if store.mark_escalated(db, item.local_id, now):
             summary.escalated.append(reference)
             log.warning("recharge %s still PROCESSING after 30 minutes: escalate to support with reference_number %s",

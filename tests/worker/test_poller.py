@@ -89,6 +89,14 @@ def test_still_processing_after_30_minutes_is_escalated_once_and_kept_on_5_minut
     assert 1800 <= escalated_age < 1810
     drifts = wdb.execute("SELECT kind, subject, reference, resolution FROM drifts").fetchall()
     assert drifts == [("stuck_processing", "recharge", reference, "pending")]
+    # The nightly match finds the same drift (same id) with the same figures: expected payable, no actual.
+    written = wdb.execute("SELECT id, expected_cents, actual_cents FROM drifts").fetchall()
+    assert written == [(written[0][0], row["payable_cents"], None)]
+    from reconcile.matcher import match_day
+
+    match_day(wdb, parse_ts(row["provider_created_at"]).date(), now=ours)
+    assert wdb.execute("SELECT id, expected_cents, actual_cents FROM drifts WHERE kind = 'stuck_processing'"
+                       ).fetchall() == written
     late = [age for age in reads_at if age > 1800]
     assert [round(b - a) for a, b in zip(late, late[1:])] == [300] * (len(late) - 1) and len(late) >= 2
     early = [age for age in reads_at if age <= 60]
