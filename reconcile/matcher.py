@@ -4,8 +4,9 @@ The rules (DESIGN.md "Worker and reconciliation"; the document's sections in bra
 
 - A recharge is matched against **payable**, never face ["Reconcile against payable, not face"].
   SUCCESS (legacy DELIVERED / RECHARGED) and PROCESSING are spend: exactly one debit of payable,
-  no credit. FAILED and REVERSED show the debit and its credit back, net zero ["FAILED and
-  REVERSED recharges are credited back and are not spend"].
+  in the recharge's currency, no credit. FAILED and REVERSED show the debit and its credit back,
+  net zero ["FAILED and REVERSED recharges are credited back and are not spend"]. A second debit
+  is judged on the net: credited back, it is no longer a duplicate.
 - An order matches the ORDER transaction named by its transaction_id, for its amount; FAILED and
   CANCELLED must be refunded ["Order > States": Refunded]. A wallet in another currency than the
   order is a conversion ["wallet auto-selection ... applies forex conversion"]: matched by the

@@ -53,20 +53,38 @@ class Rule:
 
 
 # Columns of m_rdrift: local_id, provider_id, origin, status, payable_cents, currency, ref, created_at,
-# debit_n, debit, credit_n, credit (over the recharge's linked transactions, 0 when none), unseen.
+# debit_n, debit, credit_n, credit (over the recharge's linked transactions, 0 when none), foreign_currency (the
+# currency of a debit in another currency than the recharge's, else NULL), unseen.
+#
+# Judged on the net: a second debit the provider credited back leaves the wallet as if it had been
+# taken once, so a duplicate is only one while the net is still over what the recharge owes (payable
+# when spend, nothing when credited back), and a credit up to the duplicate's excess is its correction,
+# not an unexpected refund. A duplicate_debit therefore resolves itself when its credit arrives, as a
+# missing_refund does. One debit and a credit stay as they were: the amount is judged on the debit.
+OWED = f"CASE WHEN status IN {SPEND} THEN COALESCE(payable_cents, 0) ELSE 0 END"
+EXCESS = f"(debit_n > 1) * MAX(debit - {OWED}, 0)"  # what a second debit took beyond what is owed
 RECHARGE_RULES = (
     # Reconcile against payable, not face (Recharge endpoints > reconciliation rules).
     Rule("missing_debit", "payable_cents", "0", "status || ' recharge with no wallet debit'",
          f"(status IN {SPEND} OR status IN {CREDITED_BACK}) AND debit_n = 0"),
-    Rule("duplicate_debit", "payable_cents", "debit", "debit_n || ' debits for one recharge'", "debit_n > 1"),
-    Rule("amount_mismatch", "payable_cents", "debit", "'debit differs from payable'",
-         "debit_n = 1 AND debit IS NOT payable_cents"),
+    Rule("duplicate_debit", "payable_cents", f"CASE WHEN status IN {SPEND} THEN debit - credit ELSE debit END",
+         "debit_n || ' debits for one recharge' || CASE WHEN credit_n > 0 THEN ', not all credited back' ELSE '' END",
+         f"debit_n > 1 AND debit - credit > {OWED}"),
+    # A debit in another currency is never a match, whatever its figure: the recharge endpoints know
+    # no conversion (only orders select a wallet), so the debit is not this recharge's amount.
+    Rule("amount_mismatch", "payable_cents", "debit",
+         "CASE WHEN foreign_currency IS NOT NULL"
+         " THEN 'debited in ' || foreign_currency || ', the recharge is in ' || currency"
+         " ELSE 'debit differs from payable' END",
+         "foreign_currency IS NOT NULL OR (debit_n = 1 AND debit IS NOT payable_cents)"),
     # FAILED and REVERSED: the debit and its credit back, net zero.
     Rule("missing_refund", "debit", "credit", "status || ' recharge not credited back in full'",
          f"status IN {CREDITED_BACK} AND debit_n > 0 AND credit < debit"),
-    Rule("unexpected_refund", f"CASE WHEN status IN {SPEND} THEN 0 ELSE debit END", "credit",
-         f"status || ' recharge credited back' || CASE WHEN status IN {SPEND} THEN '' ELSE ' more than debited' END",
-         f"(status IN {SPEND} AND credit_n > 0) OR (status IN {CREDITED_BACK} AND credit > debit)"),
+    Rule("unexpected_refund", f"CASE WHEN status IN {SPEND} THEN {EXCESS} ELSE debit END", "credit",
+         f"status || ' recharge credited back' || CASE WHEN status IN {SPEND} THEN"
+         f" CASE WHEN debit_n > 1 THEN ' more than its second debit took' ELSE '' END ELSE ' more than debited' END",
+         f"(status IN {SPEND} AND credit_n > 0 AND credit > {EXCESS})"
+         f" OR (status IN {CREDITED_BACK} AND credit > debit)"),
     Rule("stuck_processing", "payable_cents", "NULL",
          "'still PROCESSING after 30 minutes: escalate to support with reference_number'",
          "status = 'PROCESSING' AND created_at < :stuck_before"),
@@ -94,6 +112,8 @@ def _recharges(where: str) -> str:
                COALESCE(r.provider_created_at, r.submitted_at) AS created_at,
                COALESCE(SUM(t.amount_cents < 0), 0) AS debit_n, COALESCE(-SUM(MIN(t.amount_cents, 0)), 0) AS debit,
                COALESCE(SUM(t.amount_cents > 0), 0) AS credit_n, COALESCE(SUM(MAX(t.amount_cents, 0)), 0) AS credit,
+               MAX(CASE WHEN t.amount_cents < 0 AND t.currency != COALESCE(r.currency, 'INR') THEN t.currency END)
+                   AS foreign_currency,
                CASE WHEN r.origin = 'partner' AND :covered IS NOT NULL
                     THEN NOT COALESCE((SELECT s.seen_at >= :covered FROM recharge_seen s
                                        WHERE s.provider_id = r.provider_id), 0)
@@ -113,6 +133,14 @@ _RECHARGE_DRIFTS = f"""CREATE TEMP TABLE m_rdrift AS
     UNION ALL
     SELECT * FROM ({_recharges('r.provider_created_at IS NULL AND r.submitted_at >= :start AND r.submitted_at < :end')})
     WHERE {_ANY_RULE}"""
+
+# An order's debits in all (the named ORDER debit and any other carrying its id), what it owes the
+# wallet net (its named debit, else its amount; nothing once FAILED or CANCELLED), and what a second
+# debit took beyond that.
+ORDER_DEBITS = "(o.extra_n + (o.named_id IS NOT NULL))"
+ORDER_DEBITED = "(COALESCE(o.named_debit, 0) + o.extra_debit)"
+ORDER_OWED = f"CASE WHEN o.status IN {ORDER_REFUNDED} THEN 0 ELSE COALESCE(o.named_debit, o.amount_cents) END"
+ORDER_EXCESS = f"({ORDER_DEBITS} > 1) * MAX({ORDER_DEBITED} - {ORDER_OWED}, 0)"
 
 _ORDERS = (
     # The day's orders, with their stored vouchers.
@@ -148,12 +176,15 @@ _ORDERS = (
         FROM m_oagg o WHERE o.named_id IS NOT NULL AND o.named_debit IS NOT o.amount_cents
           AND (o.wallet_currency IS NULL OR o.currency IS NULL OR o.wallet_currency = o.currency)""",
     # More than one debit in all: one debit carrying the order_id when the named one is not found is
-    # that order's missing_debit, not a duplicate.
-    """INSERT INTO m_candidate
+    # that order's missing_debit, not a duplicate. Judged on the net, as a recharge's (ORDER_OWED,
+    # ORDER_EXCESS): a second debit refunded leaves the order matched.
+    f"""INSERT INTO m_candidate
         SELECT 'duplicate_debit', 'order', CAST(o.id AS TEXT), COALESCE(o.named_debit, o.amount_cents),
-               COALESCE(o.named_debit, 0) + o.extra_debit, COALESCE(o.wallet_currency, o.currency),
-               (o.extra_n + (o.named_id IS NOT NULL)) || ' debits for one order'
-        FROM m_oagg o WHERE o.extra_n + (o.named_id IS NOT NULL) > 1""",
+               {ORDER_DEBITED} - CASE WHEN o.status IN {ORDER_REFUNDED} THEN 0 ELSE o.credit END,
+               COALESCE(o.wallet_currency, o.currency),
+               {ORDER_DEBITS} || ' debits for one order'
+               || CASE WHEN o.credit > 0 THEN ', not all refunded' ELSE '' END
+        FROM m_oagg o WHERE {ORDER_DEBITS} > 1 AND {ORDER_DEBITED} - o.credit > {ORDER_OWED}""",
     # FAILED and CANCELLED: refunded "for the debited amount", every debit carrying the order id
     # included (as a FAILED recharge's credit is held against all its debits).
     f"""INSERT INTO m_candidate
@@ -163,11 +194,13 @@ _ORDERS = (
           AND o.credit < o.named_debit + o.extra_debit""",
     f"""INSERT INTO m_candidate
         SELECT 'unexpected_refund', 'order', CAST(o.id AS TEXT),
-               CASE WHEN o.status IN {ORDER_REFUNDED} THEN COALESCE(o.named_debit, 0) + o.extra_debit ELSE 0 END,
+               CASE WHEN o.status IN {ORDER_REFUNDED} THEN {ORDER_DEBITED} ELSE {ORDER_EXCESS} END,
                o.credit, COALESCE(o.wallet_currency, o.currency), o.status || ' order credited'
+               || CASE WHEN o.status NOT IN {ORDER_REFUNDED} AND {ORDER_DEBITS} > 1
+                       THEN ' more than its second debit took' ELSE '' END
         FROM m_oagg o
-        WHERE o.credit > 0 AND (o.status NOT IN {ORDER_REFUNDED}
-                                OR o.credit > COALESCE(o.named_debit, 0) + o.extra_debit)""",
+        WHERE o.credit > 0 AND (o.status NOT IN {ORDER_REFUNDED} AND o.credit > {ORDER_EXCESS}
+                                OR o.credit > {ORDER_DEBITED})""",
     # DELIVERED: every voucher stored. PARTIALLY_DELIVERED: the delivered ones (at least one).
     """INSERT INTO m_candidate
         SELECT 'voucher_shortfall', 'order', CAST(o.id AS TEXT),

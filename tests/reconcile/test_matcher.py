@@ -81,6 +81,75 @@ def test_two_debits_for_one_recharge_is_duplicate_debit(db, ledger):
     assert one(db, "duplicate_debit").actual == Decimal("196.00")
 
 
+def test_a_second_debit_credited_back_leaves_the_recharge_matched(db, ledger):
+    # Judged on the net: the provider took payable twice and gave the second back, so the wallet paid
+    # payable once. Neither a duplicate_debit nor an unexpected_refund stays open.
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    ledger.credit_recharge(rc, minute=9)
+    assert run(db).matched == 1
+    assert found(db) == set()
+
+
+def test_a_duplicate_debit_credited_back_in_part_is_still_a_duplicate_at_its_net(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    ledger.credit_recharge(rc, amount="50.00", minute=9)
+    run(db)
+    assert found(db) == {("duplicate_debit", "recharge", rc["reference_number"])}
+    d = one(db, "duplicate_debit")
+    assert (d.expected, d.actual) == (Decimal("98.00"), Decimal("146.00"))
+
+
+def test_a_credit_beyond_the_duplicate_is_an_unexpected_refund_of_the_excess(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    ledger.credit_recharge(rc, amount="196.00", minute=9)
+    run(db)
+    assert found(db) == {("unexpected_refund", "recharge", rc["reference_number"])}
+    d = one(db, "unexpected_refund")
+    assert (d.expected, d.actual) == (Decimal("98.00"), Decimal("196.00"))
+
+
+def test_a_late_credit_for_a_duplicate_debit_resolves_it_automatically(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    run(db)
+    d = one(db, "duplicate_debit")
+    ledger.credit_recharge(rc, day=DAY + timedelta(days=1))
+    result = run(db, now=RUN + timedelta(days=1))
+    assert result.changes["auto_resolved"] == 1 and found(db) == set()
+    assert get_drift(db, d.id).resolution == "resolved"
+
+
+@pytest.mark.parametrize("status", ["FAILED", "REVERSED"])
+def test_a_credited_back_recharge_debited_twice_and_credited_twice_is_net_zero(db, ledger, status):
+    whole, short = ledger.recharge(status), ledger.recharge(status)
+    for rc in (whole, short):
+        ledger.debit_recharge(rc)
+        ledger.debit_recharge(rc, minute=2)
+        ledger.credit_recharge(rc, minute=9)
+    ledger.credit_recharge(whole, minute=10)
+    run(db)
+    assert found(db) == {("duplicate_debit", "recharge", short["reference_number"]),
+                         ("missing_refund", "recharge", short["reference_number"])}
+
+
+def test_a_debit_in_another_currency_than_the_recharge_is_amount_mismatch(db, ledger):
+    rc = ledger.recharge()
+    ledger.tx("-98.00", type="RECHARGE", recharge_id=rc["id"], reference_number=rc["reference_number"],
+              currency="USD")
+    run(db)
+    d = one(db, "amount_mismatch")
+    assert (d.reference, d.expected, d.actual, d.currency) == (rc["reference_number"], Decimal("98.00"),
+                                                               Decimal("98.00"), "INR")
+    assert "USD" in d.detail or "currency" in d.detail
+
+
 def test_debit_linked_by_reference_only_counts(db, ledger):
     rc = ledger.recharge()
     ledger.tx("-98.00", type="RECHARGE", reference="%s" % rc["reference_number"])
@@ -216,6 +285,26 @@ def test_second_debit_for_an_order_is_duplicate_debit(db, ledger):
     assert one(db, "duplicate_debit").actual == Decimal("1000.00")
 
 
+def test_a_second_order_debit_credited_back_leaves_the_order_matched(db, ledger):
+    oid = ledger.order()
+    ledger.debit_order(oid, "500.00")
+    ledger.tx("-500.00", type="ORDER", order_id=oid, minute=3)
+    ledger.tx("500.00", type="REFUND", order_id=oid, minute=9)
+    assert run(db).matched == 1
+    assert found(db) == set()
+
+
+def test_a_refund_beyond_an_orders_second_debit_is_unexpected(db, ledger):
+    oid = ledger.order()
+    ledger.debit_order(oid, "500.00")
+    ledger.tx("-500.00", type="ORDER", order_id=oid, minute=3)
+    ledger.tx("800.00", type="REFUND", order_id=oid, minute=9)
+    run(db)
+    assert found(db) == {("unexpected_refund", "order", str(oid))}
+    d = one(db, "unexpected_refund")
+    assert (d.expected, d.actual) == (Decimal("500.00"), Decimal("800.00"))
+
+
 def test_one_debit_for_an_order_is_never_a_duplicate_even_when_it_is_not_the_named_one(db, ledger):
     # The order names transaction 900001, the wallet shows one debit carrying its order_id under another
     # id: the named debit is missing, but one debit is not two ("1 debits for one order").
@@ -246,8 +335,9 @@ def test_failed_order_is_refunded_what_was_debited_duplicates_included(db, ledge
         ledger.tx("500.00", type="REFUND", order_id=oid)
     ledger.tx("500.00", type="REFUND", order_id=full, day=DAY + timedelta(days=1))
     run(db)
-    assert found(db) == {("duplicate_debit", "order", str(full)), ("duplicate_debit", "order", str(short)),
-                         ("missing_refund", "order", str(short))}
+    # Both debits refunded: the wallet is whole, nothing stays open. One refunded: the duplicate and the
+    # shortfall it caused.
+    assert found(db) == {("duplicate_debit", "order", str(short)), ("missing_refund", "order", str(short))}
     d = one(db, "missing_refund")
     assert (d.expected, d.actual) == (Decimal("1000.00"), Decimal("500.00"))
 
