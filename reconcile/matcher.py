@@ -33,8 +33,8 @@ from partnerkit.store.matching_ledger import LedgerFindings
 from partnerkit.timeutil import iso, utcnow
 
 # Transaction types that move the wallet without a recharge or order behind them; never orphans.
-WALLET_TYPES = ("TOPUP", "TOP_UP", "DEPOSIT", "FUNDING", "CREDIT_TOPUP", "CONVERSION", "FX", "FOREX",
-                "FX_CONVERSION", "FX_FEE", "CONVERSION_FEE", "OPENING_BALANCE")
+WALLET_TYPES = ("TOPUP", "TOP_UP", "DEPOSIT", "FUNDING", "CREDIT_TOPUP", "OPENING_BALANCE",
+                *matching.CONVERSION_TYPES)
 # Recommended polling: "Beyond 30 min: ... escalate to support with reference_number".
 STUCK_AFTER = timedelta(minutes=30)
 # From this many transactions in the day, the wallet's side of matching runs on a second connection
@@ -92,7 +92,8 @@ def _result(day: date, now: datetime, raw: dict[str, Any], ledger: LedgerFinding
         spend[currency], refunds[currency] = from_cents(debits), from_cents(credits)
     conversions = [{"order_id": c["order_id"], "transaction_id": c["transaction_id"],
                     "order_currency": c["order_currency"], "order_amount": from_cents(c["order_amount_cents"]),
-                    "wallet_currency": c["wallet_currency"], "debited": from_cents(c["debited_cents"])}
+                    "wallet_currency": c["wallet_currency"], "debited": from_cents(c["debited_cents"]),
+                    "charges": from_cents(c["charges_cents"])}
                    for c in raw["conversions"]]
     return MatchResult(
         day=day, matched_at=now, recharges_total=sum(raw["recharge_status"].values()),

@@ -91,7 +91,8 @@ def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime
         "counts_by_status": {"recharges": dict(result.recharge_status), "orders": dict(result.order_status),
                              "drifts": {}},
         "spend_by_hour": {c or "?": [fmt(v) for v in hours] for c, hours in sorted(result.spend_by_hour.items())},
-        "conversions": [{**c, "order_amount": fmt(c["order_amount"]), "debited": fmt(c["debited"])}
+        "conversions": [{**c, "order_amount": fmt(c["order_amount"]), "debited": fmt(c["debited"]),
+                         "charges": fmt(c["charges"])}
                         for c in result.conversions],
         "quarantined": bad,
     }

@@ -32,6 +32,12 @@ from partnerkit.store.drifts import AUTO_RESOLVED, RESTORED_STATE, SYSTEM_ACTOR,
 SPEND = "('SUCCESS', 'PROCESSING', 'DELIVERED', 'RECHARGED')"
 CREDITED_BACK = "('FAILED', 'REVERSED')"
 ORDER_REFUNDED = "('FAILED', 'CANCELLED')"
+# Transaction types of a currency conversion or its charge (upper-cased by the mapping): wallet movements,
+# never orphans (reconcile.matcher.WALLET_TYPES), and on a converted order its conversion's charges.
+CONVERSION_TYPES = ("CONVERSION", "FX", "FOREX", "FX_CONVERSION", "FX_FEE", "CONVERSION_FEE")
+# Of those, the charges: money the wallet spent, so counted in the report's spend (a conversion itself
+# moves money between the partner's own wallets and is not).
+CHARGE_TYPES = ("FX_FEE", "CONVERSION_FEE")
 
 TEMP_TABLES = ("m_found", "m_state", "m_restore", "m_gone", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_candidate")
 
@@ -137,6 +143,10 @@ _RECHARGE_DRIFTS = f"""CREATE TEMP TABLE m_rdrift AS
 # An order's debits in all (the named ORDER debit and any other carrying its id), what it owes the
 # wallet net (its named debit, else its amount; nothing once FAILED or CANCELLED), and what a second
 # debit took beyond that.
+_CHARGE = (f"(x.type IN {CONVERSION_TYPES} AND n.currency IS NOT NULL AND o.currency IS NOT NULL"
+           " AND n.currency != o.currency)")
+# A FAILED or CANCELLED converted order is refunded its debits; whether its conversion charge comes back
+# too is not said, so a refund of both is no more unexpected than a refund of the debits alone.
 ORDER_DEBITS = "(o.extra_n + (o.named_id IS NOT NULL))"
 ORDER_DEBITED = "(COALESCE(o.named_debit, 0) + o.extra_debit)"
 ORDER_OWED = f"CASE WHEN o.status IN {ORDER_REFUNDED} THEN 0 ELSE COALESCE(o.named_debit, o.amount_cents) END"
@@ -153,14 +163,19 @@ _ORDERS = (
     """CREATE TEMP TABLE m_ordtx (tx_id TEXT PRIMARY KEY) WITHOUT ROWID""",
     """INSERT OR IGNORE INTO m_ordtx SELECT CAST(transaction_id AS TEXT) FROM orders
         WHERE transaction_id IS NOT NULL""",
-    # Per order: the named ORDER debit, any other debits and the credits linked by order_id.
-    """CREATE TEMP TABLE m_oagg AS
+    # Per order: the named ORDER debit, any other debits and the credits linked by order_id. On a
+    # converted order (the named debit in another currency than the order), a debit of a conversion
+    # type is the conversion's charge ("conversion charges may be added per client configuration;
+    # conversions are logged in the transaction history"): counted apart, never a second debit.
+    f"""CREATE TEMP TABLE m_oagg AS
         SELECT o.id, o.status, o.amount_cents, o.currency, o.quantity, o.delivered_quantity, o.vouchers,
                o.tx_id, n.id AS named_id, -n.amount_cents AS named_debit, n.currency AS wallet_currency,
                (SELECT COUNT(*) FROM transactions x WHERE x.order_id = o.id AND x.amount_cents < 0
-                   AND x.id IS NOT o.tx_id) AS extra_n,
+                   AND x.id IS NOT o.tx_id AND NOT {_CHARGE}) AS extra_n,
                (SELECT -COALESCE(SUM(x.amount_cents), 0) FROM transactions x WHERE x.order_id = o.id
-                   AND x.amount_cents < 0 AND x.id IS NOT o.tx_id) AS extra_debit,
+                   AND x.amount_cents < 0 AND x.id IS NOT o.tx_id AND NOT {_CHARGE}) AS extra_debit,
+               (SELECT -COALESCE(SUM(x.amount_cents), 0) FROM transactions x WHERE x.order_id = o.id
+                   AND x.amount_cents < 0 AND x.id IS NOT o.tx_id AND {_CHARGE}) AS charges,
                (SELECT COALESCE(SUM(x.amount_cents), 0) FROM transactions x WHERE x.order_id = o.id
                    AND x.amount_cents > 0) AS credit
         FROM m_order o LEFT JOIN transactions n ON n.id = o.tx_id AND n.amount_cents < 0""",
@@ -194,13 +209,13 @@ _ORDERS = (
           AND o.credit < o.named_debit + o.extra_debit""",
     f"""INSERT INTO m_candidate
         SELECT 'unexpected_refund', 'order', CAST(o.id AS TEXT),
-               CASE WHEN o.status IN {ORDER_REFUNDED} THEN {ORDER_DEBITED} ELSE {ORDER_EXCESS} END,
+               CASE WHEN o.status IN {ORDER_REFUNDED} THEN {ORDER_DEBITED} + o.charges ELSE {ORDER_EXCESS} END,
                o.credit, COALESCE(o.wallet_currency, o.currency), o.status || ' order credited'
                || CASE WHEN o.status NOT IN {ORDER_REFUNDED} AND {ORDER_DEBITS} > 1
                        THEN ' more than its second debit took' ELSE '' END
         FROM m_oagg o
         WHERE o.credit > 0 AND (o.status NOT IN {ORDER_REFUNDED} AND o.credit > {ORDER_EXCESS}
-                                OR o.credit > {ORDER_DEBITED})""",
+                                OR o.credit > {ORDER_DEBITED} + o.charges)""",
     # DELIVERED: every voucher stored. PARTIALLY_DELIVERED: the delivered ones (at least one).
     """INSERT INTO m_candidate
         SELECT 'voucher_shortfall', 'order', CAST(o.id AS TEXT),
@@ -335,7 +350,8 @@ def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, A
         "order_status": dict(conn.execute("SELECT status, COUNT(*) FROM m_order GROUP BY 1 ORDER BY 1").fetchall()),
         "conversions": _rows(conn.execute(
             """SELECT id AS order_id, currency AS order_currency, amount_cents AS order_amount_cents,
-                      wallet_currency, named_debit AS debited_cents, named_id AS transaction_id
+                      wallet_currency, named_debit AS debited_cents, charges AS charges_cents,
+                      named_id AS transaction_id
                FROM m_oagg WHERE named_id IS NOT NULL AND wallet_currency IS NOT NULL AND currency IS NOT NULL
                  AND wallet_currency != currency ORDER BY id""")),
         "detected_ids": [r[0] for r in conn.execute("SELECT id FROM m_found ORDER BY id").fetchall()],

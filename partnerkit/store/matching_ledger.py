@@ -22,6 +22,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from partnerkit.store.matching import CHARGE_TYPES
+
 TEMP_TABLES = ("l_ordtx", "l_chain")
 
 
@@ -95,13 +97,15 @@ _BREAKS = """
 
 def _totals(wallet: str) -> str:
     """All of the day's transactions (n) and those not wallet movements (counted, their debits and
-    credits) per (currency, hour): the report's money figures are sums of these rows."""
+    credits) per (currency, hour): the report's money figures are sums of these rows. A conversion's
+    charge is a wallet movement (never an orphan) but money spent, so it is counted."""
     return f"""
         SELECT COALESCE(currency, '') AS currency, CAST(substr(created_at, 12, 2) AS INTEGER) AS hour,
                COUNT(*) AS n, SUM(NOT w) AS counted,
                SUM(CASE WHEN w THEN 0 ELSE MIN(amount_cents, 0) END) AS debit_cents,
                SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents
-        FROM (SELECT currency, created_at, amount_cents, COALESCE(type, '') IN ({wallet}) AS w
+        FROM (SELECT currency, created_at, amount_cents,
+                     COALESCE(type, '') IN ({wallet}) AND COALESCE(type, '') NOT IN {CHARGE_TYPES} AS w
               FROM transactions WHERE created_at >= :start AND created_at < :end)
         GROUP BY 1, 2 ORDER BY 1, 2"""
 

@@ -274,7 +274,34 @@ def test_wallet_in_another_currency_is_a_conversion_not_a_mismatch(db, ledger):
     assert found(db) == set()
     assert result.conversions == [{"order_id": oid, "transaction_id": str(oid + 500_000), "order_currency": "USD",
                                    "order_amount": Decimal("6.00"), "wallet_currency": "INR",
-                                   "debited": Decimal("510.00")}]
+                                   "debited": Decimal("510.00"), "charges": Decimal("0.00")}]
+
+
+def test_a_conversion_charge_is_listed_with_its_conversion_not_a_duplicate(db, ledger):
+    # "conversion charges may be added per client configuration; conversions are logged in the
+    # transaction history": a charge debit carrying the order id of a converted order is the
+    # conversion's, listed with it. The same charge on an order paid in its own currency is not
+    # documented, so it stays a second debit.
+    converted, plain = ledger.order(amount="6.00", currency="USD"), ledger.order(amount="500.00")
+    ledger.debit_order(converted, "510.00", currency="INR")
+    ledger.tx("-7.65", type="fx_fee", order_id=converted, minute=2)
+    ledger.debit_order(plain, "500.00")
+    ledger.tx("-7.65", type="FX_FEE", order_id=plain, minute=2)
+    result = run(db)
+    assert found(db) == {("duplicate_debit", "order", str(plain))}
+    assert [(c["order_id"], c["debited"], c["charges"]) for c in result.conversions] == [
+        (converted, Decimal("510.00"), Decimal("7.65"))]
+    assert result.spend == {"INR": Decimal("1025.30")}  # a charge is money spent, a conversion is not
+
+
+@pytest.mark.parametrize("refund", ["510.00", "517.65"])
+def test_a_failed_conversion_is_refunded_with_or_without_its_charge(db, ledger, refund):
+    oid = ledger.order("FAILED", amount="6.00", currency="USD")
+    ledger.debit_order(oid, "510.00", currency="INR")
+    ledger.tx("-7.65", type="CONVERSION_FEE", order_id=oid, minute=2)
+    ledger.tx(refund, type="REFUND", order_id=oid, minute=9)
+    run(db)
+    assert found(db) == set()
 
 
 def test_second_debit_for_an_order_is_duplicate_debit(db, ledger):

@@ -35,6 +35,7 @@ def report(db, ledger, config):
     ledger.tx("-12.00", id="<img src=http://evil.example/x>", type="RECHARGE", hour=14)  # orphan, hostile id
     oid = ledger.order(amount="6.00", currency="USD")
     ledger.debit_order(oid, "510.00")
+    ledger.tx("-7.65", type="FX_FEE", order_id=oid, hour=11)  # the conversion's charge: spend, not a duplicate
     ledger.quarantine("no amount")
     return report_day(config, db, DAY, now=RUN)
 
@@ -45,10 +46,12 @@ def test_json_has_the_contract_fields(report):
     summary = report["summary"]
     for key in ("recharges_total", "orders_total", "transactions_total", "matched", "drifted", "unmatched"):
         assert isinstance(summary[key], int), key
-    assert (summary["recharges_total"], summary["orders_total"], summary["transactions_total"]) == (3, 1, 4)
+    assert (summary["recharges_total"], summary["orders_total"], summary["transactions_total"]) == (3, 1, 5)
     assert (summary["matched"], summary["drifted"], summary["unmatched"]) == (2, 2, 1)
-    assert summary["spend"] == {"INR": "718.50"} and summary["refunds"] == {"INR": "0.00"}
+    assert summary["spend"] == {"INR": "726.15"} and summary["refunds"] == {"INR": "0.00"}
     assert summary["quarantined"] == 1 and summary["conversions"] == 1
+    [conversion] = report["conversions"]
+    assert (conversion["debited"], conversion["charges"], conversion["wallet_currency"]) == ("510.00", "7.65", "INR")
     assert report["counts_by_status"]["recharges"] == {"FAILED": 1, "SUCCESS": 2}
     assert report["counts_by_status"]["drifts"] == {"pending": 3, "resolved": 0, "escalated": 0}
 
@@ -87,7 +90,7 @@ def test_html_is_self_contained_with_an_svg_chart(report):
     assert "&lt;img src=http://evil.example/x&gt;" in page  # escaped, never markup
     for drift in report["drifts"]:
         assert drift["id"] in page
-    assert "718.50" in page
+    assert "726.15" in page and "7.65 INR" in page  # the spend, and the conversion's charge in its table
 
 
 def test_stored_report_shows_finance_resolutions_later(db, report):
