@@ -88,17 +88,23 @@ def price(product: Product, denomination: Decimal, quantity: int) -> tuple[Decim
 
 def choose_wallet(sb, client: Client, currency: str, amount: Decimal,
                   wallet_id: int | None) -> tuple[Wallet, Decimal, Decimal]:
-    """(wallet, debit in wallet currency, rate): same-currency wallet first, else convert."""
+    """(wallet, debit in wallet currency, rate): same-currency wallet first, else convert.
+
+    A converted debit needs room for its conversion charge too (`conversion_charge`)."""
     def cost(wallet):
         rate = wallets.fx_rate(sb, currency, wallet.currency)
         return (None, None) if rate is None else (q2(amount * rate), rate)
+
+    def fits(wallet, debit):
+        charge = conversion_charge(sb, debit) if wallet.currency != currency else Decimal("0")
+        return debit is not None and wallet.balance >= debit + charge
 
     if wallet_id is not None:
         wallet = sb.wallets.get(wallet_id)
         if wallet is None or wallet.client_key != client.key:
             raise ApiError(404, "Wallet not found")
         debit, rate = cost(wallet)
-        if debit is None or wallet.balance < debit:
+        if not fits(wallet, debit):
             raise ApiError(400, "Insufficient funds in your wallet")
         return wallet, debit, rate
     own = wallets.client_wallets(sb, client.key)
@@ -107,9 +113,14 @@ def choose_wallet(sb, client: Client, currency: str, amount: Decimal,
     ordered = sorted(own, key=lambda w: w.currency != currency)   # product currency first
     for wallet in ordered:
         debit, rate = cost(wallet)
-        if debit is not None and wallet.balance >= debit:
+        if fits(wallet, debit):
             return wallet, debit, rate
     raise ApiError(400, "Insufficient funds in your wallet")
+
+
+def conversion_charge(sb, debit: Decimal) -> Decimal:
+    """The charge on a converted debit (settings.conversion_charge_pct, rounded half up to cents)."""
+    return q2(debit * sb.settings.conversion_charge_pct / 100)
 
 
 def create(sb, client: Client, req: CreateRequest) -> Order:
@@ -128,6 +139,9 @@ def create(sb, client: Client, req: CreateRequest) -> Order:
                  "fx_rate": rate}
     txn = wallets.post(sb, wallet, "ORDER", "DEBIT", debit, created_at=now, order_id=order_id,
                        description=f"order {ref}", **links)
+    if links and conversion_charge(sb, debit) > 0:
+        wallets.post(sb, wallet, "FX_FEE", "DEBIT", conversion_charge(sb, debit), created_at=now,
+                     order_id=order_id, description=f"conversion charge of order {ref}")
     script = next((s for p, s in SCRIPTS.items() if ref.startswith(p)), "deliver")
     order = Order(order_id, client.key, ref, txn.id, product.id, req.quantity,
                   req.denomination, amount, discount, product.currency, "PENDING", now,

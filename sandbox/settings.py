@@ -29,6 +29,10 @@ class SandboxSettings:
     allow_http_webhooks: bool = False       # plain http only to loopback, only when True
     recharge_enabled: bool = True           # global kill switch: False -> 503
     fx_rates: dict[tuple[str, str], Decimal] = field(default_factory=_default_fx_rates)
+    # Order endpoints: "conversion charges may be added per client configuration; conversions are
+    # logged in the transaction history". A percent of the converted debit, posted as its own FX_FEE
+    # debit carrying the order id (0: none; one setting for every client here).
+    conversion_charge_pct: Decimal = Decimal("0")
     webhook_timeout_s: float = 30           # Delivery rules 1 (real seconds: HTTP is real)
     webhook_max_attempts: int = 5
     webhook_retry_delays_s: tuple[int, ...] = (60, 120, 240, 480)
@@ -66,6 +70,13 @@ class SandboxSettings:
                 value = tuple(value)
             elif key == "fx_rates":
                 value = {tuple(k.split(":")): Decimal(str(v)) for k, v in value.items()}
+            elif key == "conversion_charge_pct":
+                try:
+                    value = Decimal(str(value))
+                except ArithmeticError:
+                    raise ValueError(f"conversion_charge_pct must be a number, not {value!r}") from None
+                if not value.is_finite() or value < 0:
+                    raise ValueError(f"conversion_charge_pct must be 0 or more, not {value}")
             converted[key] = value
         for key, value in converted.items():
             setattr(self, key, value)
@@ -84,5 +95,7 @@ class SandboxSettings:
                 value = sorted(value) if isinstance(value, frozenset) else list(value)
             elif isinstance(value, datetime):
                 value = value.isoformat()
+            elif isinstance(value, Decimal):
+                value = str(value)
             out[f.name] = value
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 import requests
@@ -94,3 +95,21 @@ def test_every_drift_kind_on_the_sandbox_with_the_same_ids_on_a_rerun(world):
     assert sorted(d["id"] for d in again["drifts"]) == sorted(d["id"] for d in first["drifts"])
     assert next(d for d in again["drifts"] if d["id"] == escalated["id"])["resolution"] == "escalated"
     assert again["summary"]["recharges_total"] == first["summary"]["recharges_total"] == 10
+
+
+def test_a_converted_order_with_its_charge_reconciles_on_the_sandbox(world):
+    # The document: "conversion charges may be added per client configuration; conversions are logged in
+    # the transaction history". The sandbox posts the charge as an FX_FEE debit with the order id.
+    server, config, db, client = world
+    day = YESTERDAY_10.date()
+    control(server, "PATCH", "/settings", conversion_charge_pct="2")
+    usd = next(w for w in client.list_wallets() if w["currency"] == "USD")
+    created = client.create_order(product_id=7, denomination=10, quantity=1, wallet_id=usd["id"])
+    report = reconcile_day(config, db, client, day)
+    mine = {d["kind"] for d in report["drifts"] if d["reference"] == str(created.id)}
+    assert mine <= {"voucher_shortfall"}, mine  # its vouchers are never fetched here; no money drift
+    [conversion] = report["conversions"]
+    assert (conversion["order_id"], conversion["wallet_currency"], conversion["order_currency"]) == (
+        created.id, "USD", "INR")
+    assert Decimal(conversion["charges"]) == (Decimal(conversion["debited"]) * 2 / 100).quantize(Decimal("0.01"))
+    assert Decimal(report["summary"]["spend"]["USD"]) == Decimal(conversion["debited"]) + Decimal(conversion["charges"])

@@ -1,9 +1,10 @@
 """Orders: creation error table, immediate vs asynchronous fulfilment, list and detail."""
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
+import requests
 
 ORDERS = "/api/v1/orders"
 
@@ -159,6 +160,28 @@ def test_conversion_from_another_currency_wallet(gamma):
     assert (txn["original_amount"], txn["original_currency"]) == ("100.00", "INR")
     assert Decimal(txn["fx_rate"]) > 0
     assert gamma.balance("USD") == before - expected
+
+
+def test_a_conversion_charge_is_its_own_fx_fee_debit_when_configured(gamma, server):
+    response = requests.patch(f"{server.base_url}/sandbox/settings", json={"conversion_charge_pct": "1.5"}, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.json()["conversion_charge_pct"] == "1.5"
+    before = gamma.balance("USD")
+    body = gamma.order(product_id=7, denomination=100, quantity=1).json()
+    txns = {t["type"]: t for t in gamma.get("/api/v1/transactions", {"order_id": body["id"]}).json()}
+    assert set(txns) == {"ORDER", "FX_FEE"}
+    debit = Decimal(txns["ORDER"]["amount"])
+    charge = (debit * Decimal("1.5") / 100).quantize(Decimal("0.01"), ROUND_HALF_UP)
+    assert (Decimal(txns["FX_FEE"]["amount"]), txns["FX_FEE"]["direction"]) == (charge, "DEBIT")
+    assert txns["FX_FEE"]["order_id"] == body["id"] and txns["FX_FEE"]["currency"] == "USD"
+    assert gamma.balance("USD") == before - debit - charge
+
+
+def test_a_conversion_charge_setting_must_be_a_number_of_zero_or_more(server):
+    for bad in ("-1", "lots"):
+        response = requests.patch(f"{server.base_url}/sandbox/settings", json={"conversion_charge_pct": bad},
+                                  timeout=10)
+        assert response.status_code == 400 and "conversion_charge_pct" in response.text
 
 
 def test_usd_product_prefers_usd_wallet_then_converts(alpha, beta):
