@@ -140,17 +140,21 @@ _RECHARGE_DRIFTS = f"""CREATE TEMP TABLE m_rdrift AS
     SELECT * FROM ({_recharges('r.provider_created_at IS NULL AND r.submitted_at >= :start AND r.submitted_at < :end')})
     WHERE {_ANY_RULE}"""
 
-# An order's debits in all (the named ORDER debit and any other carrying its id), what it owes the
-# wallet net (its named debit, else its amount; nothing once FAILED or CANCELLED), and what a second
-# debit took beyond that.
+# A transaction x of order o whose named debit n is in another currency (a conversion) and whose type
+# is a conversion's: that conversion's charge.
 _CHARGE = (f"(x.type IN {CONVERSION_TYPES} AND n.currency IS NOT NULL AND o.currency IS NOT NULL"
            " AND n.currency != o.currency)")
-# A FAILED or CANCELLED converted order is refunded its debits; whether its conversion charge comes back
-# too is not said, so a refund of both is no more unexpected than a refund of the debits alone.
+# An order's debits in all (the named ORDER debit and any other carrying its id, charges apart), what it
+# owes the wallet net (its named debit, else its amount; nothing once FAILED or CANCELLED), and what a
+# second debit took beyond that.
 ORDER_DEBITS = "(o.extra_n + (o.named_id IS NOT NULL))"
 ORDER_DEBITED = "(COALESCE(o.named_debit, 0) + o.extra_debit)"
 ORDER_OWED = f"CASE WHEN o.status IN {ORDER_REFUNDED} THEN 0 ELSE COALESCE(o.named_debit, o.amount_cents) END"
 ORDER_EXCESS = f"({ORDER_DEBITS} > 1) * MAX({ORDER_DEBITED} - {ORDER_OWED}, 0)"
+# The most an order may be credited: a FAILED or CANCELLED one its debits, and its conversion charge
+# if any (whether a charge comes back is not said, so a refund of both is no more unexpected than a
+# refund of the debits alone); any other order what a second debit took.
+ORDER_CREDITABLE = f"CASE WHEN o.status IN {ORDER_REFUNDED} THEN {ORDER_DEBITED} + o.charges ELSE {ORDER_EXCESS} END"
 
 _ORDERS = (
     # The day's orders, with their stored vouchers.
@@ -208,14 +212,11 @@ _ORDERS = (
         FROM m_oagg o WHERE o.status IN {ORDER_REFUNDED} AND o.named_id IS NOT NULL
           AND o.credit < o.named_debit + o.extra_debit""",
     f"""INSERT INTO m_candidate
-        SELECT 'unexpected_refund', 'order', CAST(o.id AS TEXT),
-               CASE WHEN o.status IN {ORDER_REFUNDED} THEN {ORDER_DEBITED} + o.charges ELSE {ORDER_EXCESS} END,
+        SELECT 'unexpected_refund', 'order', CAST(o.id AS TEXT), {ORDER_CREDITABLE},
                o.credit, COALESCE(o.wallet_currency, o.currency), o.status || ' order credited'
                || CASE WHEN o.status NOT IN {ORDER_REFUNDED} AND {ORDER_DEBITS} > 1
                        THEN ' more than its second debit took' ELSE '' END
-        FROM m_oagg o
-        WHERE o.credit > 0 AND (o.status NOT IN {ORDER_REFUNDED} AND o.credit > {ORDER_EXCESS}
-                                OR o.credit > {ORDER_DEBITED} + o.charges)""",
+        FROM m_oagg o WHERE o.credit > 0 AND o.credit > {ORDER_CREDITABLE}""",
     # DELIVERED: every voucher stored. PARTIALLY_DELIVERED: the delivered ones (at least one).
     """INSERT INTO m_candidate
         SELECT 'voucher_shortfall', 'order', CAST(o.id AS TEXT),
