@@ -96,8 +96,10 @@ def choose_wallet(sb, client: Client, currency: str, amount: Decimal,
         return (None, None) if rate is None else (q2(amount * rate), rate)
 
     def fits(wallet, debit):
+        if debit is None:  # no rate between the currencies
+            return False
         charge = conversion_charge(sb, debit) if wallet.currency != currency else Decimal("0")
-        return debit is not None and wallet.balance >= debit + charge
+        return wallet.balance >= debit + charge
 
     if wallet_id is not None:
         wallet = sb.wallets.get(wallet_id)
