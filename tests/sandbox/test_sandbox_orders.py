@@ -184,6 +184,14 @@ def test_a_conversion_charge_setting_must_be_a_number_of_zero_or_more(server):
         assert response.status_code == 400 and "conversion_charge_pct" in response.text
 
 
+def test_a_wallet_with_no_rate_to_the_product_is_never_charged(alpha, server):
+    usd = next(w for w in alpha.get("/api/v1/wallets").json() if w["currency"] == "USD")
+    for change in ({"conversion_charge_pct": "1"}, {"fx_rates": {}}):
+        assert requests.patch(f"{server.base_url}/sandbox/settings", json=change, timeout=10).status_code == 200
+    response = alpha.order(product_id=7, denomination=10, wallet_id=usd["id"])
+    assert response.status_code == 400 and "Insufficient funds" in response.text
+
+
 def test_usd_product_prefers_usd_wallet_then_converts(alpha, beta):
     a = alpha.order(product_id=4, denomination=50).json()
     assert alpha.get("/api/v1/transactions", {"order_id": a["id"]}).json()[0]["currency"] == "USD"
