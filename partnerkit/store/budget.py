@@ -23,6 +23,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Callable, Mapping, Sequence
 
 from partnerkit.errors import BudgetExhausted
@@ -74,6 +75,11 @@ def background_reserve(hourly_budget: int) -> int:
     take all of it and starve the fetches. A tenth: a walk's own pace barely changes.
     """
     return hourly_budget // 10
+
+
+def poller_cap(hourly_budget: int, share: Decimal) -> int:
+    """Requests of the hour the recharge poller may take for itself: its share (PARTNERKIT_POLLER_BUDGET_SHARE)."""
+    return math.floor(hourly_budget * share)
 
 
 def _per(window_s: float) -> str:
