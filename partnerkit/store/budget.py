@@ -82,6 +82,18 @@ def poller_cap(hourly_budget: int, share: Decimal) -> int:
     return math.floor(hourly_budget * share)
 
 
+def poller_reserve(hourly_budget: int, share: Decimal) -> int:
+    """Requests of the hour the long walks leave to the recharge poller, on top of `background_reserve`.
+
+    The poller's share is a cap on what it takes itself (`acquire(own_cap=...)`), not a part of
+    the hour kept for it: without this the syncs and the order catch-up would spend everything
+    above the voucher fetches' tenth on a busy day, and PROCESSING recharges would not be read at
+    all until the hour slid on, late against the document's polling schedule. So the walks leave
+    it a tenth of the hour as well (its whole share when that is smaller: never more than it may take).
+    """
+    return min(poller_cap(hourly_budget, share), hourly_budget // 10)
+
+
 def _per(window_s: float) -> str:
     return {3600.0: "per hour", 60.0: "per minute"}.get(window_s, f"per {window_s:g} s")
 

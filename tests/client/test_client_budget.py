@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from werkzeug import Response
 from partnerkit.client import PartnerClient
 from partnerkit.errors import BudgetExhausted
 from partnerkit.store import open_db
-from partnerkit.store.budget import GENERAL, ORDER_CREATE, Budget, Limit, ProviderView, key_hash, wait_needed
+from partnerkit.store.budget import (GENERAL, ORDER_CREATE, Budget, Limit, ProviderView, key_hash, poller_cap,
+                                     poller_reserve, wait_needed)
 
 
 SMALL = {GENERAL: Limit(5, 3600.0), ORDER_CREATE: Limit(2, 60.0)}
@@ -55,6 +57,19 @@ def test_wait_needed_takes_the_longer_of_the_own_cap_and_the_shared_window():
     sent = [50.0, 60.0, 70.0]  # the shared window is full until 50 leaves (10 s)
     assert wait_needed(now=100.0, limit=limit, sent=sent, provider=ProviderView(), own_sent=[70.0], own_cap=1) == 30.0
     assert wait_needed(now=100.0, limit=limit, sent=sent, provider=ProviderView(), own_sent=[50.0], own_cap=1) == 10.0
+
+
+@pytest.mark.parametrize("hourly, share, cap, reserve", [
+    (1000, "0.5", 500, 100),   # the defaults: half for itself, a tenth the walks leave it
+    (1000, "0.05", 50, 50),    # a share under a tenth: the walks leave it its whole share, no more
+    (1000, "1", 1000, 100),
+    (40, "0.5", 20, 4),
+    (7, "0.5", 3, 0),          # rounded down, as the vouchers' tenth is
+    (1, "0.5", 0, 0),
+])
+def test_poller_cap_and_reserve(hourly, share, cap, reserve):
+    assert poller_cap(hourly, Decimal(share)) == cap
+    assert poller_reserve(hourly, Decimal(share)) == reserve
 
 
 @freeze_time("2024-05-01 10:00:00")
