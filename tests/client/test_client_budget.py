@@ -29,6 +29,21 @@ def budget(db):
     return Budget(db, "the-api-key", limits=SMALL)
 
 
+class VirtualTime:
+    """The budget's injectable clock and sleep: a sleep is recorded and moves the clock instead of waiting."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 def test_wait_needed_is_a_pure_sliding_window():
     limit = Limit(3, 60.0)
     assert wait_needed(now=100.0, limit=limit, sent=[50.0, 60.0], provider=ProviderView()) == 0.0
@@ -131,18 +146,12 @@ def test_own_cap_refuses_the_purpose_until_its_oldest_request_leaves_the_hour(db
 
 
 def test_a_capped_caller_waits_for_its_own_oldest_request(db):
-    now = [1000.0]
-    slept = []
-
-    def sleep(seconds):
-        slept.append(seconds)
-        now[0] += seconds
-
-    budget = Budget(db, "k", limits={GENERAL: Limit(100, 10.0)}, clock=lambda: now[0], sleep=sleep)
+    clock = VirtualTime()
+    budget = Budget(db, "k", limits={GENERAL: Limit(100, 10.0)}, clock=clock, sleep=clock.sleep)
     budget.acquire(purpose="poller", own_cap=1)
-    now[0] += 4
+    clock.now += 4
     budget.acquire(purpose="poller", own_cap=1, max_wait=30)
-    assert slept == [6.0]
+    assert clock.slept == [6.0]
     with pytest.raises(BudgetExhausted, match="own cap of 1 requests per 10 s"):
         budget.acquire(purpose="poller", own_cap=1, max_wait=5)  # 10 s needed, more than max_wait
 
@@ -182,20 +191,14 @@ def test_threads_racing_for_the_last_own_request_get_exactly_one(tmp_path, round
 
 
 def test_waiting_caller_sleeps_until_room(db):
-    now = [1000.0]
-    slept = []
-
-    def sleep(seconds):
-        slept.append(seconds)
-        now[0] += seconds
-
-    budget = Budget(db, "k", limits={GENERAL: Limit(1, 10.0)}, clock=lambda: now[0], sleep=sleep)
+    clock = VirtualTime()
+    budget = Budget(db, "k", limits={GENERAL: Limit(1, 10.0)}, clock=clock, sleep=clock.sleep)
     budget.acquire(wait=True)
     budget.acquire(wait=True, max_wait=30)
-    assert slept == [10.0]
+    assert clock.slept == [10.0]
     with pytest.raises(BudgetExhausted):
         budget.acquire(wait=True, max_wait=5)  # the wait needed (10 s) is over max_wait: no sleeping
-    assert slept == [10.0]
+    assert clock.slept == [10.0]
 
 
 def test_rows_are_keyed_by_a_hash_never_the_key(budget, db):
@@ -269,19 +272,25 @@ def test_in_memory_budget_when_no_db_is_given(config):
     assert client.budget.usage()[GENERAL]["limit"] == 1000 and not Path(config.db_path).exists()
 
 
-def test_two_processes_share_one_budget(httpserver, tmp_path):
+def _two_workers(httpserver, tmp_path, *args: str) -> list[dict]:
+    """Run budget_worker.py twice at once on one SQLite file (its arguments after the DB and URL); their counts."""
     httpserver.expect_request("/api/v1/wallets").respond_with_json([])
     db_path = tmp_path / "shared.db"
     open_db(db_path).conn.close()  # migrate once up front (migrations are also safe concurrently)
     worker = Path(__file__).with_name("budget_worker.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    args = [sys.executable, str(worker), str(db_path), httpserver.url_for("/").rstrip("/"), "40", "50"]
-    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True) for _ in range(2)]
+    argv = [sys.executable, str(worker), str(db_path), httpserver.url_for("/").rstrip("/"), *args]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True) for _ in range(2)]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         results.append(json.loads(out))
+    return results
+
+
+def test_two_processes_share_one_budget(httpserver, tmp_path):
+    results = _two_workers(httpserver, tmp_path, "40", "50")
     assert sum(r["ok"] for r in results) == 50
     assert sum(r["exhausted"] for r in results) == 30
     assert len(httpserver.log) == 50
@@ -289,18 +298,7 @@ def test_two_processes_share_one_budget(httpserver, tmp_path):
 
 def test_two_processes_share_one_own_cap(httpserver, tmp_path):
     # Both spend as the poller, capped at 15 of an hour of 50: together they get 15, not 15 each.
-    httpserver.expect_request("/api/v1/wallets").respond_with_json([])
-    db_path = tmp_path / "shared.db"
-    open_db(db_path).conn.close()
-    worker = Path(__file__).with_name("budget_worker.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    args = [sys.executable, str(worker), str(db_path), httpserver.url_for("/").rstrip("/"), "20", "50", "15"]
-    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True) for _ in range(2)]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-        results.append(json.loads(out))
+    results = _two_workers(httpserver, tmp_path, "20", "50", "15")
     assert sum(r["ok"] for r in results) == 15
     assert sum(r["exhausted"] for r in results) == 25
     assert len(httpserver.log) == 15
