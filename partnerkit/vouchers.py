@@ -21,7 +21,7 @@ from partnerkit.config import Config
 from partnerkit.crypto import Cipher, load_cipher
 from partnerkit.money import cents
 from partnerkit.store import Database, jobs, orders, quarantine, vouchers
-from partnerkit.store.budget import background_reserve
+from partnerkit.store.budget import background_reserve, poller_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
 from partnerkit.store.vouchers import SealedVoucher
@@ -277,9 +277,10 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
 
     The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
     range is covered by reading pages of 100 until one reaches `since`. An explicit `since` (the
-    CLI's --since, reconciliation's day) is walked in full, however far back, until only a tenth of
-    the hourly budget is left, kept for voucher fetches (`stopped` "budget"; `reached` says how far
-    it got). The scheduled run, without
+    CLI's --since, reconciliation's day) is walked in full, however far back, until only what it
+    leaves others is left: a tenth of the hourly budget for voucher fetches and another tenth (at
+    most its share) for the recharge poller (`stopped` "budget"; `reached` says how far it got).
+    The scheduled run, without
     `since`, starts at the watermark but never further back than `max_lookback` and reads at most
     `max_pages` (default 20) pages, so one order left open for weeks cannot make every run walk
     the whole history.
@@ -297,7 +298,9 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
         since = max(parse_ts(stored) if stored else now - timedelta(days=1), floor)
         max_pages = 20 if max_pages is None else max_pages
     else:
-        keep_free = background_reserve(config.hourly_budget)  # an unbounded walk: see there
+        # An unbounded walk: it leaves the voucher fetches their tenth and the poller its slice (see there).
+        keep_free = background_reserve(config.hourly_budget) + poller_reserve(config.hourly_budget,
+                                                                              config.poller_budget_share)
     api = client.with_budget("order_sync", wait=False, keep_free=keep_free) if hasattr(client, "with_budget") else client
     summary = SyncSummary(since=iso(since))
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))

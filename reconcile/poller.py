@@ -1,16 +1,16 @@
 """One poll pass: read due PROCESSING recharges back from the provider and store what changed.
 
 The plan (`reconcile.polling.plan`) decides what to read; this module only does the I/O. It uses
-the client under the "poller" budget purpose with `wait=False` and a reserve (`keep_free`) so the
-receiver's voucher fetches always find room: when the poller's share is used up the pass simply
-ends (BudgetExhausted is an outcome here, not an error). Never resubmit to resolve: a PROCESSING
-recharge is only ever read (States and transitions: Recharge).
+the client under the "poller" budget purpose with `wait=False`, leaving the receiver's voucher
+fetches their tenth of the hour (`keep_free`) and taking at most its share of the hour for itself
+(`own_cap`): when either is reached the pass simply ends (BudgetExhausted is an outcome here, not
+an error). Never resubmit to resolve: a PROCESSING recharge is only ever read (States and
+transitions: Recharge).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,11 +21,14 @@ from partnerkit.money import from_cents
 from partnerkit.store import Database
 from partnerkit.store import orders as orders_store
 from partnerkit.store import recharges as store
+from partnerkit.store.budget import background_reserve, poller_cap
 from partnerkit.store.db import transaction
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.polling import DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, SingleRead, plan
 
 log = logging.getLogger("reconcile.poller")
+
+PURPOSE = "poller"  # the budget purpose the poller spends under; its own cap counts these requests
 
 MAX_CALLS_PER_PASS = 20  # a pass every 5 s never needs more; bounds a pass if the estimate is off
 EXTRA_PAGES = 2  # pages beyond the plan's estimate a list walk may take before leaving the rest due
@@ -60,21 +63,25 @@ class PollSummary:
         return dict(vars(self))
 
 
-def poller_keep_free(config: Config) -> int:
-    """Requests per hour the poller leaves to others: the part of the budget outside its share."""
-    return max(0, config.hourly_budget - math.floor(config.hourly_budget * config.poller_budget_share))
+def poller_spend(config: Config) -> tuple[int, int]:
+    """(keep_free, own_cap) of the poller's requests: it leaves the voucher fetches their tenth of the
+    hour, and its share (PARTNERKIT_POLLER_BUDGET_SHARE) caps what it takes itself, whatever others spent."""
+    return background_reserve(config.hourly_budget), poller_cap(config.hourly_budget, config.poller_budget_share)
 
 
-def _room(client: Any, keep_free: int, cap: int) -> int:
-    """Calls this pass may plan for: the shared budget's remaining room above the reserve, at most `cap`."""
+def _room(client: Any, keep_free: int, own_cap: int, cap: int) -> int:
+    """Calls this pass may plan for: at most `cap`, the shared remaining above the reserve, and what
+    is left of the poller's own cap this hour."""
     usage = getattr(getattr(client, "budget", None), "usage", None)
     if usage is None:
         return cap  # a client without a readable budget: BudgetExhausted still ends the pass
     try:
-        remaining = int(usage()["general"]["remaining"])
-    except (KeyError, TypeError, ValueError, PartnerKitError):
+        general = usage()["general"]
+        remaining = int(general["remaining"])
+        own_used = int(general["by_purpose"].get(PURPOSE, 0))
+    except (KeyError, TypeError, ValueError, AttributeError, PartnerKitError):
         return cap
-    return max(0, min(cap, remaining - keep_free))
+    return max(0, min(cap, remaining - keep_free, own_cap - own_used))
 
 
 def _items(rows: list[dict]) -> list[PollItem]:
@@ -97,11 +104,11 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
         return summary
     first = min(i.since for i in items).date()
     counts = store.day_counts(db, first, now.date())
-    keep_free = poller_keep_free(config)
-    budgeted = client.with_budget("poller", wait=False, keep_free=keep_free)
-    the_plan = plan(now, items, _room(client, keep_free, max_calls), schedule=schedule, day_counts=counts)
+    keep_free, own_cap = poller_spend(config)
+    budgeted = client.with_budget(PURPOSE, wait=False, keep_free=keep_free, own_cap=own_cap)
+    the_plan = plan(now, items, _room(client, keep_free, own_cap, max_calls), schedule=schedule, day_counts=counts)
     summary.due, summary.deferred = len(the_plan.due), len(the_plan.deferred)
-    summary.budget_exhausted = bool(the_plan.deferred)  # the poller's share has no room for them now
+    summary.budget_exhausted = bool(the_plan.deferred)  # the poller's room has none for them now
     read: set[int] = set()  # local ids read in this pass (due or not: any fresh read resets the clock)
     known = {i.provider_id: i.local_id for i in items}
     try:

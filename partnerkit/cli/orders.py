@@ -129,7 +129,7 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
 @click.option("--since", callback=moment,
               help="Read back to orders placed at this ISO 8601 time, however far: the order list has no date "
                    "filter, so this reads one page of 100 orders per request, leaving a tenth of the hourly API budget "
-                   "to voucher fetches. "
+                   "to voucher fetches and another tenth (at most its share) to the recharge poller. "
                    "Default: the stored watermark, at most 2 days and 20 pages back.")
 @format_option
 @pass_app
@@ -151,7 +151,8 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
 
 # Why a sync stopped before reaching `since`, as told to the operator.
 INCOMPLETE = {
-    "budget": "the hourly API budget is spent (a tenth is kept for voucher fetches), run it again later",
+    "budget": "the hourly API budget is spent (a tenth is kept for voucher fetches and one for the recharge poller), "
+              "run it again later",
     "max pages": "the scheduled sync reads at most 20 pages, give --since to read further",
     "page repeated": "the provider answered the same page twice",
 }

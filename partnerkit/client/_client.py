@@ -138,6 +138,7 @@ class PartnerClient:
         purpose: str = "default",
         wait_for_budget: bool = True,
         keep_free: int = 0,
+        own_cap: int | None = None,
         max_wait: float = 60.0,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
@@ -149,7 +150,7 @@ class PartnerClient:
             base_url=config.api_base_url, api_key=config.api_key, api_secret=config.api_secret, budget=budget,
             session=session, timeout=config.http_timeout_s if timeout is None else timeout, retry=retry, sleep=sleep,
         )
-        self._spend = Spend(purpose, wait_for_budget, max_wait, keep_free)
+        self._spend = Spend(purpose, wait_for_budget, max_wait, keep_free, own_cap)
 
     def __repr__(self) -> str:
         return f"PartnerClient(base_url={self._transport.base_url!r}, purpose={self._spend.purpose!r})"
@@ -159,11 +160,13 @@ class PartnerClient:
         """The shared request budget this client spends (usage() for metrics)."""
         return self._transport.budget
 
-    def with_budget(self, purpose: str, *, wait: bool, keep_free: int = 0, max_wait: float | None = None) -> "PartnerClient":
-        """A client sharing session and budget that spends under another purpose, wait mode and reserve."""
+    def with_budget(self, purpose: str, *, wait: bool, keep_free: int = 0, own_cap: int | None = None,
+                    max_wait: float | None = None) -> "PartnerClient":
+        """A client sharing session and budget that spends under another purpose, wait mode, reserve
+        and cap (`own_cap`: at most that many of a window's requests under this purpose)."""
         view = object.__new__(PartnerClient)
         view._transport = self._transport
-        view._spend = Spend(purpose, wait, self._spend.max_wait if max_wait is None else max_wait, keep_free)
+        view._spend = Spend(purpose, wait, self._spend.max_wait if max_wait is None else max_wait, keep_free, own_cap)
         return view
 
     def leaving(self, keep_free: int) -> "PartnerClient":

@@ -68,12 +68,13 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Spend:
-    """How one client view spends the budget: purpose label, waiting, and the reserve it leaves."""
+    """How one client view spends the budget: purpose label, waiting, the reserve it leaves, and its own cap."""
 
     purpose: str = "default"
     wait: bool = True
     max_wait: float = 60.0
     keep_free: int = 0
+    own_cap: int | None = None  # at most this many of the window's requests under `purpose` (None: no cap)
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,8 @@ class Transport:
         while True:
             attempt += 1
             ticket = self.budget.acquire(budget_class, purpose=spend.purpose, wait=spend.wait,
-                                         max_wait=spend.max_wait, keep_free=spend.keep_free)
+                                         max_wait=spend.max_wait, keep_free=spend.keep_free,
+                                         own_cap=spend.own_cap)
             if signed:
                 headers.update(signature_headers(self._api_secret, method, urlsplit(url).path, content))
             log.debug("%s %s attempt %d", method, path, attempt)

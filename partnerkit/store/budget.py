@@ -10,6 +10,10 @@ windows. Every acquisition runs inside BEGIN IMMEDIATE, so two processes can nev
 the last request. The provider's X-RateLimit-* headers can only tighten the local view, and a
 429 blocks the class for everybody until Retry-After has passed (without one, until
 X-RateLimit-Reset; see `seconds_until_reset`).
+
+A caller may also cap its own purpose (`acquire(own_cap=N)`: at most N of the window's requests
+under its purpose label), checked in the same transaction, so two processes can never both take
+the purpose's last one either. The recharge poller's share of the hour is such a cap.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Callable, Mapping, Sequence
 
 from partnerkit.errors import BudgetExhausted
@@ -72,6 +77,27 @@ def background_reserve(hourly_budget: int) -> int:
     return hourly_budget // 10
 
 
+def poller_cap(hourly_budget: int, share: Decimal) -> int:
+    """Requests of the hour the recharge poller may take for itself: its share (PARTNERKIT_POLLER_BUDGET_SHARE)."""
+    return math.floor(hourly_budget * share)
+
+
+def poller_reserve(hourly_budget: int, share: Decimal) -> int:
+    """Requests of the hour the long walks leave to the recharge poller, on top of `background_reserve`.
+
+    The poller's share is a cap on what it takes itself (`acquire(own_cap=...)`), not a part of
+    the hour kept for it: without this the syncs and the order catch-up would spend everything
+    above the voucher fetches' tenth on a busy day, and PROCESSING recharges would not be read at
+    all until the hour slid on, late against the document's polling schedule. So the walks leave
+    it a tenth of the hour as well (its whole share when that is smaller: never more than it may take).
+    """
+    return min(poller_cap(hourly_budget, share), hourly_budget // 10)
+
+
+def _per(window_s: float) -> str:
+    return {3600.0: "per hour", 60.0: "per minute"}.get(window_s, f"per {window_s:g} s")
+
+
 def key_hash(api_key: str) -> str:
     """The budget rows' key: SHA-256 hex of the API key (the key itself is never stored)."""
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
@@ -100,8 +126,14 @@ def wait_needed(
     sent: Sequence[float],
     provider: ProviderView,
     keep_free: int = 0,
+    own_sent: Sequence[float] = (),
+    own_cap: int | None = None,
 ) -> float:
-    """Seconds until one more request fits (0.0: send now); `sent` are in-window send times, oldest first."""
+    """Seconds until one more request fits (0.0: send now); `sent` are in-window send times, oldest first.
+
+    `own_sent` are the in-window send times of the caller's own purpose (oldest first, also in
+    `sent`); with `own_cap` the purpose holds fewer than `own_cap` of the window before it sends.
+    """
     waits = [0.0]
     if provider.blocked_until is not None and now < provider.blocked_until:
         waits.append(provider.blocked_until - now)
@@ -114,6 +146,10 @@ def wait_needed(
     if provider.remaining is not None and provider.until is not None and now < provider.until:
         if provider.remaining <= keep_free:
             waits.append(provider.until - now)
+    if own_cap is not None and len(own_sent) >= own_cap:
+        # The purpose's (n - cap)th oldest send must leave the window for it to hold fewer than its cap.
+        k = len(own_sent) - own_cap  # 0-based index into own_sent
+        waits.append(own_sent[k] + limit.window_s - now if k < len(own_sent) else limit.window_s)
     return max(0.0, max(waits))
 
 
@@ -163,20 +199,25 @@ class Budget:
         wait: bool = True,
         max_wait: float = 60.0,
         keep_free: int = 0,
+        own_cap: int | None = None,
     ) -> Ticket:
-        """Take one request from the class, waiting up to max_wait if `wait`, else BudgetExhausted."""
+        """Take one request from the class, waiting up to max_wait if `wait`, else BudgetExhausted.
+
+        `keep_free`: send only while more than that many requests of the class remain (for others).
+        `own_cap`: send only while this purpose holds fewer than that many of the class's window.
+        """
         limit = self.limit(budget_class)
         if keep_free < 0:
             raise ValueError("keep_free must be 0 or more")
+        if own_cap is not None and own_cap < 0:
+            raise ValueError("own_cap must be 0 or more")
         deadline = self._now() + max_wait
         while True:
-            ticket, needed, blocked = self._try_acquire(budget_class, limit, purpose, keep_free)
+            ticket, needed, why = self._try_acquire(budget_class, limit, purpose, keep_free, own_cap)
             if ticket is not None:
                 return ticket
             remaining_wait = deadline - self._now()
             if not wait or needed > remaining_wait:
-                why = (" (the provider answered 429: nothing is sent until its Retry-After or X-RateLimit-Reset"
-                       " has passed)") if blocked else ""
                 raise BudgetExhausted(
                     f"request budget {budget_class!r} has no room for {purpose!r}; retry in {_duration(needed)}{why}",
                     retry_after=needed,
@@ -184,27 +225,37 @@ class Budget:
                 )
             (self._sleep or time.sleep)(max(needed, 0.01))
 
-    def _try_acquire(self, budget_class: str, limit: Limit, purpose: str,
-                     keep_free: int) -> tuple[Ticket | None, float, bool]:
+    def _try_acquire(self, budget_class: str, limit: Limit, purpose: str, keep_free: int,
+                     own_cap: int | None) -> tuple[Ticket | None, float, str]:
+        """(the ticket, 0.0, "") or (None, seconds to wait, why: a suffix for the refusal's message)."""
         with self._lock, transaction(self._db) as conn:
             now = self._now()
             conn.execute(
                 "DELETE FROM budget_events WHERE key_hash = ? AND class = ? AND at <= ?",
                 (self._key, budget_class, now - limit.window_s),
             )
-            sent = [row[0] for row in conn.execute(
-                "SELECT at FROM budget_events WHERE key_hash = ? AND class = ? AND at > ? ORDER BY at",
+            rows = conn.execute(
+                "SELECT at, purpose FROM budget_events WHERE key_hash = ? AND class = ? AND at > ? ORDER BY at",
                 (self._key, budget_class, now - limit.window_s),
-            )]
+            ).fetchall()
+            sent = [at for at, _ in rows]
+            own_sent = [at for at, label in rows if label == purpose] if own_cap is not None else []
             provider = self._provider_view(conn, budget_class)
-            needed = wait_needed(now=now, limit=limit, sent=sent, provider=provider, keep_free=keep_free)
+            needed = wait_needed(now=now, limit=limit, sent=sent, provider=provider, keep_free=keep_free,
+                                 own_sent=own_sent, own_cap=own_cap)
             if needed > 0:
-                return None, needed, provider.blocked_until is not None and now < provider.blocked_until
+                why = ""
+                if own_cap is not None and len(own_sent) >= own_cap:
+                    why += f" ({purpose!r} has taken its own cap of {own_cap} requests {_per(limit.window_s)})"
+                if provider.blocked_until is not None and now < provider.blocked_until:
+                    why += (" (the provider answered 429: nothing is sent until its Retry-After or"
+                            " X-RateLimit-Reset has passed)")
+                return None, needed, why
             cursor = conn.execute(
                 "INSERT INTO budget_events (key_hash, class, purpose, at) VALUES (?, ?, ?, ?)",
                 (self._key, budget_class, purpose, now),
             )
-            return Ticket(cursor.lastrowid, budget_class, now), 0.0, False
+            return Ticket(cursor.lastrowid, budget_class, now), 0.0, ""
 
     def _provider_view(self, conn, budget_class: str) -> ProviderView:
         row = conn.execute(

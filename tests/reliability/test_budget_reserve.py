@@ -1,17 +1,24 @@
 """A long sync never takes the last of the hour: the voucher fetches keep their reserve
-(partnerkit.store.budget.background_reserve), against the real sandbox and the worker's own job runner."""
+(partnerkit.store.budget.background_reserve) and the recharge poller its slice (poller_reserve),
+while the poller takes at most its share for itself; against the real sandbox and the worker's own
+job runner."""
 
 from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from freezegun import freeze_time
 
 from partnerkit.errors import BudgetExhausted
-from partnerkit.store.budget import background_reserve
+from partnerkit.store.budget import background_reserve, poller_cap, poller_reserve
 from tests.reliability.provider_orders import processing_recharges
-from tests.reliability.provider_world import START, World
+from tests.reliability.provider_world import RECHARGE_LIST, RECHARGE_ONE, START, World, local_recharges
 
 HOURLY = 40
+SHARE = Decimal("0.5")  # the default PARTNERKIT_POLLER_BUDGET_SHARE, which World leaves as it is
+WALKS_LEAVE = background_reserve(HOURLY) + poller_reserve(HOURLY, SHARE)  # the vouchers' tenth and the poller's
 
 
 def _spend_until(world: World, used: int) -> None:
@@ -23,29 +30,75 @@ def _spend_until(world: World, used: int) -> None:
 
 
 def test_a_sync_stopped_by_the_budget_leaves_the_voucher_fetches_their_reserve(tmp_path):
-    reserve = background_reserve(HOURLY)
-    assert reserve == 4
+    assert (background_reserve(HOURLY), poller_reserve(HOURLY, SHARE)) == (4, 4)
     with freeze_time(START) as frozen, World(tmp_path, frozen, hourly_budget=HOURLY) as world:
         processing_recharges(world, digits=[0, 4])  # so the sync has recharges, transactions and orders to read
-        _spend_until(world, HOURLY - reserve - 2)  # two requests above the reserve are left
+        _spend_until(world, HOURLY - WALKS_LEAVE - 2)  # two requests above what the walks leave
 
         record = world.run("sync-recent")  # it needs four or more (recharges, orders, transactions, wallets)
 
         assert record["outcome"] == "budget_exhausted"
-        assert world.budget_used() == HOURLY - reserve  # it took the two, never the reserve
+        assert world.budget_used() == HOURLY - WALKS_LEAVE  # it took the two, never the reserves
         fetches = world.client("voucher_fetch")
-        for _ in range(reserve):
-            fetches.list_wallets()  # what a voucher fetch would spend: there for it
+        for _ in range(WALKS_LEAVE):
+            fetches.list_wallets()  # what a voucher fetch would spend: there for it (it keeps no reserve)
         assert world.budget_used() == HOURLY
         with pytest.raises(BudgetExhausted):
             fetches.list_wallets()  # and the hour is then really spent
         assert world.sb.rate_limited == 0
 
 
+def test_after_the_syncs_have_spent_all_they_may_the_poller_still_reads_processing_recharges(tmp_path):
+    with freeze_time(START) as frozen, World(tmp_path, frozen, hourly_budget=HOURLY) as world:
+        ids = processing_recharges(world, digits=[5, 6, 7])  # PROCESSING; the sandbox settles them after 20 s
+        _spend_until(world, HOURLY - WALKS_LEAVE - 2)
+        assert world.run("sync-recent")["outcome"] == "budget_exhausted"
+        assert world.budget_used() == HOURLY - WALKS_LEAVE  # the syncs have spent all they may
+        assert {r["status"] for r in local_recharges(world).values()} == {"PROCESSING"}
+
+        world.advance(25)  # settled at the provider; due on the poller's schedule
+        record = world.run("poll-recharges")
+
+        assert record["outcome"] == "ok" and not record["result"]["budget_exhausted"], record
+        assert record["result"]["settled"] == len(ids)
+        assert sorted(r["status"] for r in local_recharges(world).values()) == ["FAILED", "REVERSED", "SUCCESS"]
+        usage = world.client().budget.usage()["general"]
+        assert usage["by_purpose"]["poller"] == record["result"]["calls"] >= 1
+        assert usage["remaining"] >= background_reserve(HOURLY)  # the voucher fetches' tenth is untouched
+        assert world.sb.rate_limited == 0
+
+
+@pytest.mark.parametrize("others", [0, 12], ids=["budget otherwise free", "others spent 12"])
+def test_the_poller_never_takes_more_than_its_share_of_an_hour(tmp_path, others):
+    cap = poller_cap(HOURLY, SHARE)
+    assert cap == 20
+    with freeze_time(START) as frozen, World(tmp_path, frozen, hourly_budget=HOURLY) as world:
+        processing_recharges(world, digits=[8])  # never settles: the poller wants a read every 5 s to 5 min
+        _spend_until(world, 1 + others)
+        reads: list[tuple] = []  # (when, provider reads the pass made)
+        own_in_window = []
+        for _ in range(int(75 * 60 / 15)):  # 75 minutes, a pass every 15 s (bounded)
+            world.advance(15)
+            before = world.calls(RECHARGE_LIST) + world.calls(RECHARGE_ONE)
+            record = world.run("poll-recharges")
+            assert record["outcome"] == "ok", record
+            reads.append((world.now(), world.calls(RECHARGE_LIST) + world.calls(RECHARGE_ONE) - before))
+            own_in_window.append(world.client().budget.usage()["general"]["by_purpose"].get("poller", 0))
+
+        assert max(own_in_window) == cap  # it wanted more and took all of its share, whatever others spent
+        for at, _ in reads:  # the provider's count: in no hour more than its share
+            assert sum(n for t, n in reads if at - timedelta(hours=1) < t <= at) <= cap
+        first_hour = sum(n for t, n in reads if t < START + timedelta(hours=1))
+        assert first_hour == cap
+        assert sum(n for t, n in reads if t > START + timedelta(hours=1)) >= 1  # its cap slides with the hour
+        assert world.budget_used() <= HOURLY - background_reserve(HOURLY)  # the vouchers' tenth is left
+        assert world.sb.rate_limited == 0
+
+
 def test_the_sync_completes_once_the_hour_has_room_again(tmp_path):
     with freeze_time(START) as frozen, World(tmp_path, frozen, hourly_budget=HOURLY) as world:
         processing_recharges(world, digits=[0, 4])
-        _spend_until(world, HOURLY - background_reserve(HOURLY))
+        _spend_until(world, HOURLY - WALKS_LEAVE)
         assert world.run("sync-recent")["outcome"] == "budget_exhausted"  # nothing above the reserve
         world.advance(3600)  # the sliding hour has moved past every request
         assert world.run("sync-recent")["outcome"] == "ok"
@@ -65,7 +118,7 @@ def test_a_sync_stopped_by_the_budget_reads_on_from_its_page_at_the_next_run(tmp
     with freeze_time(START) as frozen, World(tmp_path, frozen, hourly_budget=HOURLY) as world:
         processing_recharges(world, digits=[0, 4, 0, 4, 0])
         first_run_at = world.now()
-        _spend_until(world, HOURLY - background_reserve(HOURLY) - 2)  # room for two pages
+        _spend_until(world, HOURLY - WALKS_LEAVE - 2)  # room for two pages
 
         before = _recharge_lists(world)
         assert world.run("sync-recent")["outcome"] == "budget_exhausted"

@@ -12,7 +12,7 @@ from freezegun import freeze_time
 from partnerkit.errors import BudgetExhausted
 from partnerkit.store import recharges as store
 from partnerkit.timeutil import parse_ts, utcnow
-from reconcile.poller import poll_once, poller_keep_free
+from reconcile.poller import poll_once, poller_spend
 from reconcile.recharges import submit
 from tests.worker.worker_helpers import LIST, SINGLE, SUBMIT, make_config, mobile
 
@@ -104,17 +104,17 @@ def test_still_processing_after_30_minutes_is_escalated_once_and_kept_on_5_minut
     assert stats.calls(SUBMIT) == 0
 
 
-def test_budget_reserve_leaves_room_for_voucher_fetches(server, tmp_path):
+def test_the_poller_leaves_the_voucher_fetches_their_tenth(server, tmp_path):
     from partnerkit.client import PartnerClient
     from partnerkit.store import open_db
 
     config = make_config(server, tmp_path, hourly_budget="10", poller_budget_share="0.5")
-    assert poller_keep_free(config) == 5
+    assert poller_spend(config) == (1, 5)  # keep a tenth free; take at most half for itself
     db = open_db(config.db_path)
     with PartnerClient(config, db, purpose="test", wait_for_budget=False) as client:
         processing(server, config, db, client, 2)  # 2 of 10 used
-        for _ in range(3):
-            client.list_operators()        # 5 of 10 used: only the reserve is left
+        for _ in range(7):
+            client.list_operators()        # 9 of 10 used: only the vouchers' tenth is left
         server.advance(30)
         summary = poll_once(config, db, client, now=server.clock.now())
         assert summary.budget_exhausted and summary.deferred == 2
@@ -126,6 +126,24 @@ def test_budget_reserve_leaves_room_for_voucher_fetches(server, tmp_path):
         fetcher.list_operators()
         assert stats_total(server) == before + 1
         assert client.budget.usage()["general"]["by_purpose"].get("poller", 0) == 0
+
+
+def test_the_poller_share_is_its_own_whatever_others_spent(server, tmp_path):
+    # Others have used more than the poller's share of the hour: it still reads, from its own share.
+    from partnerkit.client import PartnerClient
+    from partnerkit.store import open_db
+
+    config = make_config(server, tmp_path, hourly_budget="10", poller_budget_share="0.5")
+    db = open_db(config.db_path)
+    with PartnerClient(config, db, purpose="test", wait_for_budget=False) as client:
+        ids = processing(server, config, db, client, 2)
+        for _ in range(4):
+            client.list_operators()        # 6 of 10 used, none by the poller
+        server.advance(601)  # the fixture's processing delay: the sandbox has settled them
+        summary = poll_once(config, db, client, now=server.clock.now())
+        assert not summary.budget_exhausted and summary.settled == 2 and summary.calls == 1
+        assert {store.get(db, i)["status"] for i in ids} != {"PROCESSING"}
+        assert client.budget.usage()["general"]["by_purpose"]["poller"] == 1
 
 
 def stats_total(server) -> int:
@@ -140,8 +158,8 @@ class FakeProvider:
         self.calls = []
         self.exhausted = False
 
-    def with_budget(self, purpose, *, wait, keep_free=0):
-        self.calls.append(("with_budget", purpose, wait, keep_free))
+    def with_budget(self, purpose, *, wait, keep_free=0, own_cap=None):
+        self.calls.append(("with_budget", purpose, wait, keep_free, own_cap))
         return self
 
     def list_recharges(self, **params):
@@ -175,7 +193,7 @@ def three_processing(wdb):
 def test_the_pass_uses_now_from_the_clock_and_the_poller_budget_view(config, wdb):
     provider = FakeProvider(three_processing(wdb))
     summary = poll_once(config, wdb, provider)
-    assert provider.calls[0] == ("with_budget", "poller", False, poller_keep_free(config))
+    assert provider.calls[0] == ("with_budget", "poller", False, *poller_spend(config))
     assert [c[0] for c in provider.calls[1:]] == ["list"]
     assert provider.calls[1][1]["from_date"] == "2025-03-09" and provider.calls[1][1]["limit"] == 10000
     assert summary.settled == 3
