@@ -21,7 +21,7 @@ from partnerkit.config import Config
 from partnerkit.crypto import Cipher, load_cipher
 from partnerkit.money import cents
 from partnerkit.store import Database, jobs, orders, quarantine, vouchers
-from partnerkit.store.budget import background_reserve, poller_reserve
+from partnerkit.store.budget import walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
 from partnerkit.store.vouchers import SealedVoucher
@@ -299,8 +299,7 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
         max_pages = 20 if max_pages is None else max_pages
     else:
         # An unbounded walk: it leaves the voucher fetches their tenth and the poller its slice (see there).
-        keep_free = background_reserve(config.hourly_budget) + poller_reserve(config.hourly_budget,
-                                                                              config.poller_budget_share)
+        keep_free = walk_reserve(config.hourly_budget, config.poller_budget_share)
     api = client.with_budget("order_sync", wait=False, keep_free=keep_free) if hasattr(client, "with_budget") else client
     summary = SyncSummary(since=iso(since))
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))

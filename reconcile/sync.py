@@ -19,7 +19,7 @@ from partnerkit.errors import ApiError
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
-from partnerkit.store.budget import background_reserve, poller_reserve
+from partnerkit.store.budget import walk_reserve
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -396,12 +396,13 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     """Sync recharges, orders, transactions and wallet balances for [first, last], every page
     (transactions from `transactions_first` when given: see `transactions_from`).
 
-    The walks leave the voucher fetches their reserve of the hour (`background_reserve`): a busy
-    day's pages outnumber the hour's budget, and a sync stopped by it (BudgetExhausted) reads on from
-    its page next time (`_Walk`), while a customer waiting for vouchers would not wait well."""
+    The walks leave the voucher fetches and the recharge poller their reserve of the hour
+    (`walk_reserve`): a busy day's pages outnumber the hour's budget, and a sync stopped by it
+    (BudgetExhausted) reads on from its page next time (`_Walk`), while a customer waiting for
+    vouchers, or a PROCESSING recharge due for its read, would not wait well."""
     now = (now or utcnow()).replace(microsecond=0)
     if hasattr(client, "leaving"):  # the PartnerClient; stand-ins in tests and the benchmark have no budget
-        client = client.leaving(background_reserve(config.hourly_budget) + poller_reserve(config.hourly_budget, config.poller_budget_share))
+        client = client.leaving(walk_reserve(config.hourly_budget, config.poller_budget_share))
     summary = SyncSummary(first.isoformat(), last.isoformat())
     summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress)
     if orders:

@@ -94,6 +94,12 @@ def poller_reserve(hourly_budget: int, share: Decimal) -> int:
     return min(poller_cap(hourly_budget, share), hourly_budget // 10)
 
 
+def walk_reserve(hourly_budget: int, share: Decimal) -> int:
+    """Requests of the hour a long background walk (the syncs, an order catch-up over a range) stops
+    at: the voucher fetches' tenth (`background_reserve`) and the poller's slice (`poller_reserve`)."""
+    return background_reserve(hourly_budget) + poller_reserve(hourly_budget, share)
+
+
 def _per(window_s: float) -> str:
     return {3600.0: "per hour", 60.0: "per minute"}.get(window_s, f"per {window_s:g} s")
 

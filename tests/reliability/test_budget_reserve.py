@@ -12,13 +12,13 @@ import pytest
 from freezegun import freeze_time
 
 from partnerkit.errors import BudgetExhausted
-from partnerkit.store.budget import background_reserve, poller_cap, poller_reserve
+from partnerkit.store.budget import background_reserve, poller_cap, poller_reserve, walk_reserve
 from tests.reliability.provider_orders import processing_recharges
 from tests.reliability.provider_world import RECHARGE_LIST, RECHARGE_ONE, START, World, local_recharges
 
 HOURLY = 40
 SHARE = Decimal("0.5")  # the default PARTNERKIT_POLLER_BUDGET_SHARE, which World leaves as it is
-WALKS_LEAVE = background_reserve(HOURLY) + poller_reserve(HOURLY, SHARE)  # the vouchers' tenth and the poller's
+WALKS_LEAVE = walk_reserve(HOURLY, SHARE)  # the vouchers' tenth and the poller's
 
 
 def _spend_until(world: World, used: int) -> None:
@@ -30,7 +30,7 @@ def _spend_until(world: World, used: int) -> None:
 
 
 def test_a_sync_stopped_by_the_budget_leaves_the_voucher_fetches_their_reserve(tmp_path):
-    assert (background_reserve(HOURLY), poller_reserve(HOURLY, SHARE)) == (4, 4)
+    assert (background_reserve(HOURLY), poller_reserve(HOURLY, SHARE), WALKS_LEAVE) == (4, 4, 8)
     with freeze_time(START) as frozen, World(tmp_path, frozen, hourly_budget=HOURLY) as world:
         processing_recharges(world, digits=[0, 4])  # so the sync has recharges, transactions and orders to read
         _spend_until(world, HOURLY - WALKS_LEAVE - 2)  # two requests above what the walks leave
