@@ -80,8 +80,8 @@ RECHARGE_RULES = (
     # no conversion (only orders select a wallet), so the debit is not this recharge's amount.
     Rule("amount_mismatch", "payable_cents", "debit",
          "CASE WHEN foreign_currency IS NOT NULL"
-         " THEN 'debited in ' || foreign_currency || ', the recharge is in ' || currency"
-         " ELSE 'debit differs from payable' END",
+         " THEN 'debited ' || (debit / 100) || '.' || printf('%02d', debit % 100) || ' in ' || foreign_currency"
+         " || ', the recharge is in ' || currency ELSE 'debit differs from payable' END",
          "foreign_currency IS NOT NULL OR (debit_n = 1 AND debit IS NOT payable_cents)"),
     # FAILED and REVERSED: the debit and its credit back, net zero.
     Rule("missing_refund", "debit", "credit", "status || ' recharge not credited back in full'",
