@@ -64,6 +64,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "recharges_unknown": len(unknown),
         "budget_used_this_hour": budget.get("general", {}).get("used"),
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
+        # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).
+        "budget_used_by_purpose": budget.get("general", {}).get("by_purpose", {}),
         "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,

@@ -47,6 +47,7 @@ def test_status_reports_what_needs_a_person(sandbox_config, db):
     assert status["recharges_past_30_min"] == 1
     assert status["oldest_processing_age_s"] >= 31 * 60 - 5
     assert status["budget_used_this_hour"] >= 1  # the submit went through the shared budget
+    assert sum(status["budget_used_by_purpose"].values()) == status["budget_used_this_hour"]
     assert status["open_drifts"] == 1
     assert any("PROCESSING for over 30 minutes" in line for line in status["attention"])
     assert any("parked" in line for line in status["attention"])
@@ -55,6 +56,7 @@ def test_status_reports_what_needs_a_person(sandbox_config, db):
     assert result.exit_code == 0, result.output
     printed = json.loads(result.output)
     assert printed["open_drifts"] == 1
+    assert printed["budget_used_by_purpose"] == status["budget_used_by_purpose"]
     assert printed["checked_at"].endswith("Z")
 
 
