@@ -128,8 +128,10 @@ def test_a_full_disk_gets_503_and_failed_jobs_then_everything_is_done_once_space
     from reconcile.recharges import submit
 
     today, day = datetime.now(timezone.utc).date().isoformat(), _yesterday().date().isoformat()
-    # The worker's first sync-recent, nightly and order catch-up reads are held until the disk is full,
-    # so each job meets the full disk when it writes what it read.
+    # The worker's first sync reads and its order catch-up read are held until the disk is full, so
+    # each job meets the full disk when it writes what it read. The two syncs take turns
+    # (reconcile.jobs._SYNCING): whichever starts first is held at its gate while the other waits for
+    # it (the nightly run) or skips its turn (sync-recent, whose next turn is 15 minutes away).
     gates = (Gate("GET", r"^/api/v1/recharges$",
                   query=lambda a: a.get("limit") == str(RECHARGE_PAGE) and a.get("to_date") == today),
              Gate("GET", r"^/api/v1/recharges$",
@@ -150,8 +152,11 @@ def test_a_full_disk_gets_503_and_failed_jobs_then_everything_is_done_once_space
         stack.sandbox_control("PATCH", "settings", {"faults": ["order_detail"]})
         stack.start_worker()
         order_a = creator.create_order(product_id=6, denomination=250, quantity=2, ref="full-a").id
-        for gate in gates:
-            gate.wait_held(timeout=20)
+        recent_gate, nightly_gate, orders_gate = gates
+        orders_gate.wait_held(timeout=20)
+        wait_until(lambda: recent_gate.held.is_set() or nightly_gate.held.is_set(), timeout=20, step=0.05,
+                   what="the first sync held at its gate")
+        recent_first = recent_gate.held.is_set()
         wait_until(lambda: stack.db.execute("SELECT attempts, lease_owner FROM jobs WHERE order_id = ?",
                                             (order_a,)).fetchone() in [(1, None)],
                    timeout=20, step=0.1, what="order A's failed first fetch")
@@ -170,7 +175,9 @@ def test_a_full_disk_gets_503_and_failed_jobs_then_everything_is_done_once_space
             return {r["job"] for r in _job_lines(stack.worker.log()) if r["outcome"] == "error" and FULL in str(r["result"])}
 
         every_job = {"poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent", "nightly-report"}
-        wait_until(lambda: failed_jobs() == every_job, timeout=30, step=0.2, what="every job meeting the full disk")
+        # sync-recent meets the disk when it went first; else it skipped its turn beside the nightly sync.
+        meeting = every_job if recent_first else every_job - {"sync-recent"}
+        wait_until(lambda: failed_jobs() == meeting, timeout=30, step=0.2, what="every job meeting the full disk")
         order_b = creator.create_order(product_id=6, denomination=250, quantity=2, ref="full-b").id
         wait_until(lambda: _attempts(stack, order_b), timeout=20, step=0.1, what="order B's first delivery attempt")
         worker_alive = stack.worker.alive()
@@ -200,6 +207,8 @@ def test_a_full_disk_gets_503_and_failed_jobs_then_everything_is_done_once_space
     assert worker_alive and "Traceback" not in full_log
     errors = [r for r in _job_lines(full_log) if r["outcome"] == "error"]
     assert errors and all(FULL in r["result"] for r in errors), "each failure is one line naming the cause"
+    if not recent_first:
+        assert any(r["job"] == "sync-recent" and "skipped" in str(r["result"]) for r in _job_lines(full_log))
     assert once.returncode == 0, once.stderr[-2000:]
     assert {r["job"]: r["outcome"] for r in json.loads(once.stdout)} == dict.fromkeys(every_job, "ok")
     assert reports == [f"partnerkit-report-{day}.{ext}" for ext in ("csv", "html", "json")]
