@@ -12,7 +12,7 @@ from typing import Any
 from partnerkit.config import Config
 from partnerkit.processes import holder_is_gone
 from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, recharges, reports
-from partnerkit.store.budget import Budget
+from partnerkit.store.budget import Budget, poller_cap
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
 ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
@@ -66,6 +66,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).
         "budget_used_by_purpose": budget.get("general", {}).get("by_purpose", {}),
+        # What the recharge poller may take of the hour for itself (PARTNERKIT_POLLER_BUDGET_SHARE).
+        "poller_requests_per_hour": poller_cap(config.hourly_budget, config.poller_budget_share),
         "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
@@ -111,6 +113,9 @@ def attention(status: dict[str, Any]) -> list[str]:
                      f"{status['last_report_date']}): the worker's `nightly-report` log lines say why (an error, or "
                      "`budget_exhausted` on a day with more pages than the hour's budget); `partnerkit reconcile --date "
                      f"{status['report_overdue_date']}` runs it by hand")
+    if status["poller_requests_per_hour"] == 0:
+        lines.append("PARTNERKIT_POLLER_BUDGET_SHARE of PARTNERKIT_HOURLY_BUDGET leaves the recharge poller no request "
+                     "of the hour: PROCESSING recharges settle only when a sync reads them; raise the share")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
     return lines

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 
 from click.testing import CliRunner
 from freezegun import freeze_time
@@ -146,3 +148,13 @@ def test_status_lists_a_sync_reading_on_from_where_it_stopped(sandbox_config, db
                               started_at="2026-11-21T01:00:00Z", stopped_at="2026-11-21T01:20:00Z")
     assert collect(sandbox_config, db)["syncs_reading_on"] == [
         "transactions 2026-11-20..2026-11-20 from page 41 (begun 2026-11-21T01:00:00Z)"]
+
+
+def test_status_says_when_the_pollers_share_leaves_it_nothing(sandbox_config, db):
+    status = collect(sandbox_config, db)
+    assert status["poller_requests_per_hour"] == 500  # the default share of the default budget
+    assert not any("POLLER_BUDGET_SHARE" in line for line in status["attention"])
+    starved = replace(sandbox_config, hourly_budget=10, poller_budget_share=Decimal("0.05"))
+    status = collect(starved, db)
+    assert status["poller_requests_per_hour"] == 0
+    assert any("leaves the recharge poller no request" in line for line in status["attention"])
