@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import requests
 
-from partnerkit import timeutil
+from partnerkit import money, timeutil
 from partnerkit.client._http import RetryPolicy, Spend, Transport
 from partnerkit.client._pagination import Walk, iterate, page_from_headers
 from partnerkit.client._records import (
@@ -84,6 +84,14 @@ def _limit(value: int, high: int, what: str) -> int:
 def _amount(value: int | Decimal | str) -> int | Decimal | str:
     if isinstance(value, float) or isinstance(value, bool):
         raise TypeError("amounts are int, Decimal or str, never float")
+    return value
+
+
+def _number(value: int | Decimal | str, what: str) -> int | Decimal:
+    """An amount the document types as a JSON number: a string is read exactly and sent as a number."""
+    value = _amount(value)
+    if isinstance(value, str):
+        value = money.to_decimal(value, field=what, strict=True, typed=True)
     return value
 
 
@@ -288,7 +296,10 @@ class PartnerClient:
     ) -> OrderCreated:
         """POST /orders (own budget: 100 per minute); vouchers come back only when fulfilled at once."""
         key = check_idempotency_key(idempotency_key)
-        body: dict[str, Any] = {"product_id": product_id, "denomination": _amount(denomination), "quantity": quantity}
+        # denomination is a number on the wire (Endpoints, POST /api/v1/orders), unlike a recharge
+        # amount ("number or string"): a string given here is sent as the number it spells.
+        body: dict[str, Any] = {"product_id": product_id, "denomination": _number(denomination, "denomination"),
+                                "quantity": quantity}
         body.update({k: v for k, v in {"wallet_id": wallet_id, "ref": ref, "email": email}.items() if v is not None})
         with _keyed(key):
             resp = self._call("POST", "/orders", body=body, idempotency_key=key, budget_class=ORDER_CREATE)

@@ -118,7 +118,9 @@ def test_secret_not_in_repr(client):
                                   lambda c: c.submit_recharge(mobile_number="9876543210", operator_id="Airtel", amount=100),
                                   lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=0, amount=100),
                                   lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=3, amount=100,
-                                                              circle_id="Mumbai")])
+                                                              circle_id="Mumbai"),
+                                  # a string denomination is sent as the number it spells, so it must spell one
+                                  lambda c: c.create_order(product_id=7, denomination="fifty", quantity=1)])
 def test_bad_arguments_are_refused_before_sending(client, httpserver, call):
     with pytest.raises((ValueError, TypeError)):
         call(client)
