@@ -60,6 +60,11 @@ def _id(value: Any, what: str) -> int:
     return value
 
 
+def _optional_id(value: Any, what: str) -> int | None:
+    """An id filter or optional id field: None, or a positive integer (never a string sent as is)."""
+    return None if value is None else _id(value, what)
+
+
 def _day(value: date | str | None, what: str) -> str | None:
     """A YYYY-MM-DD filter; a datetime is sent as its UTC day (naive ones are UTC, as on the wire)."""
     if value is None:
@@ -298,16 +303,21 @@ class PartnerClient:
         key = check_idempotency_key(idempotency_key)
         # denomination is a number on the wire (Endpoints, POST /api/v1/orders), unlike a recharge
         # amount ("number or string"): a string given here is sent as the number it spells.
-        body: dict[str, Any] = {"product_id": product_id, "denomination": _number(denomination, "denomination"),
-                                "quantity": quantity}
-        body.update({k: v for k, v in {"wallet_id": wallet_id, "ref": ref, "email": email}.items() if v is not None})
+        value = _number(denomination, "denomination")
+        if value <= 0:  # "Greater than 0.00"; product_id "greater than 0", quantity "minimum 1"
+            raise ValueError(f"denomination must be greater than 0, got {denomination!r}")
+        body: dict[str, Any] = {"product_id": _id(product_id, "product_id"), "denomination": value,
+                                "quantity": _id(quantity, "quantity")}
+        optional = {"wallet_id": _optional_id(wallet_id, "wallet_id"), "ref": ref, "email": email}
+        body.update({k: v for k, v in optional.items() if v is not None})
         with _keyed(key):
             resp = self._call("POST", "/orders", body=body, idempotency_key=key, budget_class=ORDER_CREATE)
             return OrderCreated.from_payload(_unwrap(resp.body), idempotency_key=key)
 
     def list_orders(self, *, page: int = 1, limit: int = 10, status: str | None = None, product_id: int | None = None) -> Page[OrderSummary]:
         """GET /orders (status filter is case-insensitive)."""
-        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status, "product_id": product_id}
+        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status,
+                  "product_id": _optional_id(product_id, "product_id")}
         return self._page("/orders", OrderSummary.from_payload, params, "orders")
 
     def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[OrderSummary]:
@@ -351,7 +361,8 @@ class PartnerClient:
     ) -> Page[dict]:
         """GET /transactions as raw dicts (shape not shown; reconciliation maps them)."""
         query = {"page": _id(page, "page"), "limit": _limit(limit, 10000, "limit"), "from_date": _day(from_date, "from_date"),
-                 "to_date": _day(to_date, "to_date"), "order_id": order_id, "type": type, **params}
+                 "to_date": _day(to_date, "to_date"), "order_id": _optional_id(order_id, "order_id"), "type": type,
+                 **params}
         return self._page("/transactions", None, query, "transactions", "items")
 
     def iter_transactions(self, *, limit: int = 100, start_page: int = 1, **filters: Any) -> Walk[dict]:
@@ -405,7 +416,8 @@ class PartnerClient:
     ) -> Page[WebhookDelivery]:
         """GET /webhooks/deliveries: body {success, data: {deliveries}}, header X-Page-Size."""
         params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status,
-                  "event_type": event_type, "order_id": order_id, "webhook_url_id": webhook_url_id}
+                  "event_type": event_type, "order_id": _optional_id(order_id, "order_id"),
+                  "webhook_url_id": _optional_id(webhook_url_id, "webhook_url_id")}
         return self._page("/webhooks/deliveries", WebhookDelivery.from_payload, params, "deliveries")
 
     def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[WebhookDelivery]:

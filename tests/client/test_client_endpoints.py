@@ -120,7 +120,22 @@ def test_secret_not_in_repr(client):
                                   lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=3, amount=100,
                                                               circle_id="Mumbai"),
                                   # a string denomination is sent as the number it spells, so it must spell one
-                                  lambda c: c.create_order(product_id=7, denomination="fifty", quantity=1)])
+                                  lambda c: c.create_order(product_id=7, denomination="fifty", quantity=1),
+                                  # Endpoints, POST /api/v1/orders: product_id and denomination greater than
+                                  # 0, quantity minimum 1; ids are positive integers
+                                  lambda c: c.create_order(product_id=0, denomination=50, quantity=1),
+                                  lambda c: c.create_order(product_id="7", denomination=50, quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination=0, quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination="-50", quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination=50, quantity=0),
+                                  lambda c: c.create_order(product_id=7, denomination=50, quantity="2"),
+                                  lambda c: c.create_order(product_id=7, denomination=50, quantity=1, wallet_id=0),
+                                  # filters by id: a non-id would be ignored or match nothing, silently
+                                  lambda c: c.list_orders(product_id="seven"),
+                                  lambda c: c.list_orders(product_id=0),
+                                  lambda c: c.list_deliveries(order_id=-1),
+                                  lambda c: c.list_deliveries(webhook_url_id="3a"),
+                                  lambda c: c.list_transactions(order_id=0)])
 def test_bad_arguments_are_refused_before_sending(client, httpserver, call):
     with pytest.raises((ValueError, TypeError)):
         call(client)
