@@ -65,6 +65,24 @@ def _optional_id(value: Any, what: str) -> int | None:
     return None if value is None else _id(value, what)
 
 
+# The status filter values of each list as the document writes them (Endpoints): recharges upper-case
+# (SUCCESS also matches the legacy DELIVERED / RECHARGED), deliveries lower-case; the order list takes
+# either case ("case-insensitive"), so an order status is checked but sent as given.
+RECHARGE_STATUSES = ("PROCESSING", "SUCCESS", "FAILED", "REVERSED")
+ORDER_STATUSES = ("PENDING", "PROCESSING", "DELIVERED", "PARTIALLY_DELIVERED", "FAILED", "CANCELLED")
+DELIVERY_STATUSES = ("pending", "delivered", "failed")
+
+
+def _status(value: Any, allowed: tuple[str, ...], what: str, *, send: Callable[[str], str]) -> str | None:
+    """A status filter: None, or one of `allowed` (compared case-insensitively), as `send` writes it."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or text.upper() not in {a.upper() for a in allowed}:
+        raise ValueError(f"{what} status must be one of {', '.join(allowed)}, got {value!r}")
+    return send(text)
+
+
 def _day(value: date | str | None, what: str) -> str | None:
     """A YYYY-MM-DD filter; a datetime is sent as its UTC day (naive ones are UTC, as on the wire)."""
     if value is None:
@@ -270,7 +288,8 @@ class PartnerClient:
         if limit is not None and page_size is not None and limit != page_size:
             raise ValueError("give limit or its alias page_size, not two different values")
         size = _limit(limit if limit is not None else page_size if page_size is not None else 50, 10000, "limit")
-        params = {"page": _id(page, "page"), "limit": size, "status": status, "search": search,
+        params = {"page": _id(page, "page"), "limit": size,
+                  "status": _status(status, RECHARGE_STATUSES, "recharge", send=str.upper), "search": search,
                   "from_date": _day(from_date, "from_date"), "to_date": _day(to_date, "to_date")}
         return self._page("/recharges", Recharge.from_payload, params, "recharges")
 
@@ -316,7 +335,8 @@ class PartnerClient:
 
     def list_orders(self, *, page: int = 1, limit: int = 10, status: str | None = None, product_id: int | None = None) -> Page[OrderSummary]:
         """GET /orders (status filter is case-insensitive)."""
-        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status,
+        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"),
+                  "status": _status(status, ORDER_STATUSES, "order", send=str),
                   "product_id": _optional_id(product_id, "product_id")}
         return self._page("/orders", OrderSummary.from_payload, params, "orders")
 
@@ -415,8 +435,9 @@ class PartnerClient:
         webhook_url_id: int | None = None,
     ) -> Page[WebhookDelivery]:
         """GET /webhooks/deliveries: body {success, data: {deliveries}}, header X-Page-Size."""
-        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status,
-                  "event_type": event_type, "order_id": _optional_id(order_id, "order_id"),
+        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"),
+                  "status": _status(status, DELIVERY_STATUSES, "delivery", send=str.lower), "event_type": event_type,
+                  "order_id": _optional_id(order_id, "order_id"),
                   "webhook_url_id": _optional_id(webhook_url_id, "webhook_url_id")}
         return self._page("/webhooks/deliveries", WebhookDelivery.from_payload, params, "deliveries")
 
