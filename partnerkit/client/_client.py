@@ -110,12 +110,9 @@ def _amount(value: int | Decimal | str) -> int | Decimal | str:
     return value
 
 
-def _number(value: int | Decimal | str, what: str) -> int | Decimal:
-    """An amount the document types as a JSON number: a string is read exactly and sent as a number."""
-    value = _amount(value)
-    if isinstance(value, str):
-        value = money.to_decimal(value, field=what, strict=True, typed=True)
-    return value
+def _number(value: int | Decimal | str, what: str) -> Decimal:
+    """An amount the document types as a JSON number: read exactly (a string too) and sent as a number."""
+    return money.to_decimal(_amount(value), field=what, strict=True, typed=True)
 
 
 def _walk_filters(filters: Mapping[str, Any], what: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -153,6 +154,7 @@ def test_status_outside_the_documented_values_is_refused_before_sending(client, 
                                   lambda c: c.create_order(product_id="7", denomination=50, quantity=1),
                                   lambda c: c.create_order(product_id=7, denomination=0, quantity=1),
                                   lambda c: c.create_order(product_id=7, denomination="-50", quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination=Decimal("NaN"), quantity=1),
                                   lambda c: c.create_order(product_id=7, denomination=50, quantity=0),
                                   lambda c: c.create_order(product_id=7, denomination=50, quantity="2"),
                                   lambda c: c.create_order(product_id=7, denomination=50, quantity=1, wallet_id=0),
