@@ -2,12 +2,19 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import date, datetime, time, timedelta, timezone
 
 from flask import Response, current_app, g, request
 
 from .errors import ApiError
 from .money import BadJSON, dumps, loads
+
+# Query parameters as the document writes them: integers in ASCII digits (Python's int() also
+# takes "1_0" and other scripts' digits), dates exactly YYYY-MM-DD (date.fromisoformat also takes
+# ISO week dates such as 2025-W11-1, the same length).
+_INTEGER = re.compile(r"-?[0-9]+")
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 def sandbox():
@@ -51,12 +58,11 @@ def int_arg(name: str, default: int | None, message: str | None = None,
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
+    if not _INTEGER.fullmatch(raw.strip()):
         if clamp:
             return default
-        raise ApiError(400, message or f"{name} must be an integer") from None
+        raise ApiError(400, message or f"{name} must be an integer")
+    value = int(raw)
     if clamp:
         if lo is not None:
             value = max(lo, value)
@@ -74,11 +80,11 @@ def date_arg(name: str, end_of_day: bool = False) -> datetime | None:
     if not raw:
         return None
     try:
+        if not _DAY.fullmatch(raw):
+            raise ValueError(raw)
         day = date.fromisoformat(raw)
     except ValueError:
         raise ApiError(400, f"{name} must be a date in YYYY-MM-DD format") from None
-    if len(raw) != 10:
-        raise ApiError(400, f"{name} must be a date in YYYY-MM-DD format")
     start = datetime.combine(day, time.min, tzinfo=timezone.utc)
     return start + timedelta(days=1) if end_of_day else start
 

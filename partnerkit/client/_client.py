@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import requests
 
-from partnerkit import timeutil
+from partnerkit import money, timeutil
 from partnerkit.client._http import RetryPolicy, Spend, Transport
 from partnerkit.client._pagination import Walk, iterate, page_from_headers
 from partnerkit.client._records import (
@@ -60,6 +60,29 @@ def _id(value: Any, what: str) -> int:
     return value
 
 
+def _optional_id(value: Any, what: str) -> int | None:
+    """An id filter or optional id field: None, or a positive integer (never a string sent as is)."""
+    return None if value is None else _id(value, what)
+
+
+# The status filter values of each list as the document writes them (Endpoints): recharges upper-case
+# (SUCCESS also matches the legacy DELIVERED / RECHARGED), deliveries lower-case; the order list takes
+# either case ("case-insensitive"), so an order status is checked but sent as given.
+RECHARGE_STATUSES = ("PROCESSING", "SUCCESS", "FAILED", "REVERSED")
+ORDER_STATUSES = ("PENDING", "PROCESSING", "DELIVERED", "PARTIALLY_DELIVERED", "FAILED", "CANCELLED")
+DELIVERY_STATUSES = ("pending", "delivered", "failed")
+
+
+def _status(value: Any, allowed: tuple[str, ...], what: str, *, send: Callable[[str], str]) -> str | None:
+    """A status filter: None, or one of `allowed` (compared case-insensitively), as `send` writes it."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or text.upper() not in {a.upper() for a in allowed}:
+        raise ValueError(f"{what} status must be one of {', '.join(allowed)}, got {value!r}")
+    return send(text)
+
+
 def _day(value: date | str | None, what: str) -> str | None:
     """A YYYY-MM-DD filter; a datetime is sent as its UTC day (naive ones are UTC, as on the wire)."""
     if value is None:
@@ -85,6 +108,11 @@ def _amount(value: int | Decimal | str) -> int | Decimal | str:
     if isinstance(value, float) or isinstance(value, bool):
         raise TypeError("amounts are int, Decimal or str, never float")
     return value
+
+
+def _number(value: int | Decimal | str, what: str) -> Decimal:
+    """An amount the document types as a JSON number: read exactly (a string too) and sent as a number."""
+    return money.to_decimal(_amount(value), field=what, strict=True, typed=True)
 
 
 def _walk_filters(filters: Mapping[str, Any], what: str) -> None:
@@ -257,7 +285,8 @@ class PartnerClient:
         if limit is not None and page_size is not None and limit != page_size:
             raise ValueError("give limit or its alias page_size, not two different values")
         size = _limit(limit if limit is not None else page_size if page_size is not None else 50, 10000, "limit")
-        params = {"page": _id(page, "page"), "limit": size, "status": status, "search": search,
+        params = {"page": _id(page, "page"), "limit": size,
+                  "status": _status(status, RECHARGE_STATUSES, "recharge", send=str.upper), "search": search,
                   "from_date": _day(from_date, "from_date"), "to_date": _day(to_date, "to_date")}
         return self._page("/recharges", Recharge.from_payload, params, "recharges")
 
@@ -288,15 +317,24 @@ class PartnerClient:
     ) -> OrderCreated:
         """POST /orders (own budget: 100 per minute); vouchers come back only when fulfilled at once."""
         key = check_idempotency_key(idempotency_key)
-        body: dict[str, Any] = {"product_id": product_id, "denomination": _amount(denomination), "quantity": quantity}
-        body.update({k: v for k, v in {"wallet_id": wallet_id, "ref": ref, "email": email}.items() if v is not None})
+        # denomination is a number on the wire (Endpoints, POST /api/v1/orders), unlike a recharge
+        # amount ("number or string"): a string given here is sent as the number it spells.
+        value = _number(denomination, "denomination")
+        if value <= 0:  # "Greater than 0.00"; product_id "greater than 0", quantity "minimum 1"
+            raise ValueError(f"denomination must be greater than 0, got {denomination!r}")
+        body: dict[str, Any] = {"product_id": _id(product_id, "product_id"), "denomination": value,
+                                "quantity": _id(quantity, "quantity")}
+        optional = {"wallet_id": _optional_id(wallet_id, "wallet_id"), "ref": ref, "email": email}
+        body.update({k: v for k, v in optional.items() if v is not None})
         with _keyed(key):
             resp = self._call("POST", "/orders", body=body, idempotency_key=key, budget_class=ORDER_CREATE)
             return OrderCreated.from_payload(_unwrap(resp.body), idempotency_key=key)
 
     def list_orders(self, *, page: int = 1, limit: int = 10, status: str | None = None, product_id: int | None = None) -> Page[OrderSummary]:
         """GET /orders (status filter is case-insensitive)."""
-        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status, "product_id": product_id}
+        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"),
+                  "status": _status(status, ORDER_STATUSES, "order", send=str),
+                  "product_id": _optional_id(product_id, "product_id")}
         return self._page("/orders", OrderSummary.from_payload, params, "orders")
 
     def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[OrderSummary]:
@@ -340,7 +378,8 @@ class PartnerClient:
     ) -> Page[dict]:
         """GET /transactions as raw dicts (shape not shown; reconciliation maps them)."""
         query = {"page": _id(page, "page"), "limit": _limit(limit, 10000, "limit"), "from_date": _day(from_date, "from_date"),
-                 "to_date": _day(to_date, "to_date"), "order_id": order_id, "type": type, **params}
+                 "to_date": _day(to_date, "to_date"), "order_id": _optional_id(order_id, "order_id"), "type": type,
+                 **params}
         return self._page("/transactions", None, query, "transactions", "items")
 
     def iter_transactions(self, *, limit: int = 100, start_page: int = 1, **filters: Any) -> Walk[dict]:
@@ -393,8 +432,10 @@ class PartnerClient:
         webhook_url_id: int | None = None,
     ) -> Page[WebhookDelivery]:
         """GET /webhooks/deliveries: body {success, data: {deliveries}}, header X-Page-Size."""
-        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"), "status": status,
-                  "event_type": event_type, "order_id": order_id, "webhook_url_id": webhook_url_id}
+        params = {"page": _id(page, "page"), "limit": _limit(limit, 100, "limit"),
+                  "status": _status(status, DELIVERY_STATUSES, "delivery", send=str.lower), "event_type": event_type,
+                  "order_id": _optional_id(order_id, "order_id"),
+                  "webhook_url_id": _optional_id(webhook_url_id, "webhook_url_id")}
         return self._page("/webhooks/deliveries", WebhookDelivery.from_payload, params, "deliveries")
 
     def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[WebhookDelivery]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -110,6 +111,32 @@ def test_secret_not_in_repr(client):
     assert API_SECRET not in repr(client) and API_SECRET not in repr(client._transport)
 
 
+# Each list's status values as the document writes them: upper-case for recharges, lower-case for
+# deliveries, either for orders ("case-insensitive"); a value outside the set is refused before sending.
+@pytest.mark.parametrize("call, path, sent", [
+    (lambda c: c.list_recharges(status="success"), "/api/v1/recharges", "SUCCESS"),
+    (lambda c: c.list_recharges(status=" Processing "), "/api/v1/recharges", "PROCESSING"),
+    (lambda c: c.list_deliveries(status="FAILED"), "/api/v1/webhooks/deliveries", "failed"),
+    (lambda c: c.list_orders(status="partially_delivered"), "/api/v1/orders", "partially_delivered"),
+    (lambda c: c.list_orders(status="DELIVERED"), "/api/v1/orders", "DELIVERED"),
+])
+def test_status_filters_are_sent_as_the_document_writes_them(client, httpserver, call, path, sent):
+    body = {"success": True, "data": {"deliveries": []}} if "deliveries" in path else []
+    httpserver.expect_request(path).respond_with_json(body)
+    call(client)
+    (request, _), = httpserver.log
+    assert request.args["status"] == sent
+
+
+@pytest.mark.parametrize("call", [lambda c: c.list_recharges(status="DONE"), lambda c: c.list_recharges(status="DELIVERED"),
+                                  lambda c: c.list_orders(status="shipped"), lambda c: c.list_deliveries(status="retrying"),
+                                  lambda c: c.list_deliveries(status=5)])
+def test_status_outside_the_documented_values_is_refused_before_sending(client, httpserver, call):
+    with pytest.raises(ValueError, match="status must be one of"):
+        call(client)
+    assert httpserver.log == []
+
+
 @pytest.mark.parametrize("call", [lambda c: c.get_recharge(0), lambda c: c.get_order("7"), lambda c: c.get_recharge(True),
                                   lambda c: c.list_orders(limit=101), lambda c: c.list_deliveries(limit=101),
                                   lambda c: c.preview_recharge(operator_id=1, amount=10.5), lambda c: c.update_webhook(3),
@@ -118,7 +145,25 @@ def test_secret_not_in_repr(client):
                                   lambda c: c.submit_recharge(mobile_number="9876543210", operator_id="Airtel", amount=100),
                                   lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=0, amount=100),
                                   lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=3, amount=100,
-                                                              circle_id="Mumbai")])
+                                                              circle_id="Mumbai"),
+                                  # a string denomination is sent as the number it spells, so it must spell one
+                                  lambda c: c.create_order(product_id=7, denomination="fifty", quantity=1),
+                                  # Endpoints, POST /api/v1/orders: product_id and denomination greater than
+                                  # 0, quantity minimum 1; ids are positive integers
+                                  lambda c: c.create_order(product_id=0, denomination=50, quantity=1),
+                                  lambda c: c.create_order(product_id="7", denomination=50, quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination=0, quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination="-50", quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination=Decimal("NaN"), quantity=1),
+                                  lambda c: c.create_order(product_id=7, denomination=50, quantity=0),
+                                  lambda c: c.create_order(product_id=7, denomination=50, quantity="2"),
+                                  lambda c: c.create_order(product_id=7, denomination=50, quantity=1, wallet_id=0),
+                                  # filters by id: a non-id would be ignored or match nothing, silently
+                                  lambda c: c.list_orders(product_id="seven"),
+                                  lambda c: c.list_orders(product_id=0),
+                                  lambda c: c.list_deliveries(order_id=-1),
+                                  lambda c: c.list_deliveries(webhook_url_id="3a"),
+                                  lambda c: c.list_transactions(order_id=0)])
 def test_bad_arguments_are_refused_before_sending(client, httpserver, call):
     with pytest.raises((ValueError, TypeError)):
         call(client)

@@ -111,3 +111,11 @@ def test_webhooks_deliveries_and_transactions(sandbox_client):
         sandbox_client.get_webhook(created.id)
     transactions = list(sandbox_client.iter_transactions(limit=2))
     assert len({t["id"] for t in transactions}) == len(transactions) >= 2
+
+
+@pytest.mark.parametrize("denomination", ["50", "50.00", Decimal("50.00"), 50])
+def test_order_denomination_is_sent_as_a_json_number(sandbox_client, denomination):
+    # Endpoints, POST /api/v1/orders: denomination is a number (unlike a recharge amount, which
+    # may be a string); the sandbox refuses a string as the provider may.
+    created = sandbox_client.create_order(product_id=7, denomination=denomination, quantity=1)
+    assert created.denomination == Decimal("50.00") and created.status == "DELIVERED"

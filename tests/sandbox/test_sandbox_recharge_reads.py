@@ -65,7 +65,12 @@ def test_newest_first_pagination_and_headers(alpha):
 
 @pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 10001}, {"page_size": 0},
                                     {"limit": "x"}, {"page": 0}, {"status": "DONE"},
-                                    {"from_date": "2025/03/10"}, {"to_date": "10-03-2025"}])
+                                    {"from_date": "2025/03/10"}, {"to_date": "10-03-2025"},
+                                    # YYYY-MM-DD only: ISO week dates and ordinal dates are not it
+                                    {"from_date": "2025-W11-1"}, {"to_date": "2025-069"},
+                                    {"from_date": "２０２５-03-10"},
+                                    # integers in ASCII digits, not Python's int() spellings
+                                    {"limit": "1_0"}, {"page": "١"}])
 def test_bad_list_parameters_are_400(alpha, params):
     r = alpha.get(LIST, params)
     assert r.status_code == 400 and "message" in r.json()["error"]
