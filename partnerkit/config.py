@@ -142,9 +142,20 @@ def _share(name: str, raw: str) -> Decimal:
 
 def _url(name: str, raw: str) -> str:
     value = raw.strip().rstrip("/")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{name} must be an http(s) URL such as https://partner.example.com, got {raw!r}")
+    malformed = ConfigError(f"{name} must be an http(s) URL such as https://partner.example.com, got {raw!r}")
+    try:
+        parts = urlsplit(value)  # raises on an unclosed IPv6 bracket
+    except ValueError:
+        raise malformed from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        raise malformed
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number from 0 to 65535
+    except ValueError:
+        raise ConfigError(f"{name} has an invalid port, got {raw!r}") from None
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        # partnerkit appends /api/v1/... to the base URL: it would land inside the query
+        raise ConfigError(f"{name} must not carry a query or fragment (partnerkit appends /api/v1), got {raw!r}")
     if parts.path.rstrip("/").endswith("/api/v1"):
         raise ConfigError(f"{name} must not include the /api/v1 prefix (partnerkit adds it), got {raw!r}")
     return value

@@ -256,6 +256,10 @@ def test_a_bad_setting_is_named_in_one_line_with_exit_2(path, tmp_path):
 SETTING_CASES = [
     ("PARTNERKIT_API_BASE_URL", "ftp://partner.example.com", "PARTNERKIT_API_BASE_URL must be an http(s) URL"),
     ("PARTNERKIT_API_BASE_URL", "https://partner.example.com/api/v1", "must not include the /api/v1 prefix"),
+    ("PARTNERKIT_API_BASE_URL", "http://[::1", "PARTNERKIT_API_BASE_URL must be an http(s) URL"),  # urlsplit raises
+    ("PARTNERKIT_API_BASE_URL", "http://partner example.com", "PARTNERKIT_API_BASE_URL must be an http(s) URL"),
+    ("PARTNERKIT_API_BASE_URL", "http://127.0.0.1:99999", "PARTNERKIT_API_BASE_URL has an invalid port"),
+    ("PARTNERKIT_API_BASE_URL", "https://partner.example.com?x=1", "must not carry a query or fragment"),
     ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
     ("PARTNERKIT_HOURLY_BUDGET", "0", "PARTNERKIT_HOURLY_BUDGET must be between 1 and"),
     ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
