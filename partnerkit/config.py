@@ -107,6 +107,7 @@ REQUIRED_HINTS = {
 
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
 MIN_TOKEN_LENGTH = 16
+MIN_VOUCHER_KEY_BYTES = 16
 _BOUND_TOKEN = re.compile(r"^(\d+):(.+)$")
 
 
@@ -231,6 +232,12 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
         elif name == "PARTNERKIT_WEBHOOK_TOKENS":
             values["webhook_tokens"] = parse_webhook_tokens(raw)
         elif name == "PARTNERKIT_VOUCHER_KEY":
+            # The same floor the cipher applies when it is first used (a base64 key of 16 bytes or
+            # more is longer still as text), checked here so that `config`, `serve` and `worker`
+            # refuse it at start-up instead of failing every voucher job later. Never quoted.
+            if len(raw.strip().encode("utf-8")) < MIN_VOUCHER_KEY_BYTES:
+                raise ConfigError(f"{name} must be at least {MIN_VOUCHER_KEY_BYTES} bytes "
+                                  "(e.g. 32 random bytes, base64)")
             values["voucher_key"] = raw.strip()
         elif name == "PARTNERKIT_TOLERANCE_S":
             values["tolerance_s"] = _int(name, raw, 1, 3600)

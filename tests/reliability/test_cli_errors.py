@@ -260,6 +260,7 @@ SETTING_CASES = [
     ("PARTNERKIT_API_BASE_URL", "http://partner example.com", "PARTNERKIT_API_BASE_URL must be an http(s) URL"),
     ("PARTNERKIT_API_BASE_URL", "http://127.0.0.1:99999", "PARTNERKIT_API_BASE_URL has an invalid port"),
     ("PARTNERKIT_API_BASE_URL", "https://partner.example.com?x=1", "must not carry a query or fragment"),
+    ("PARTNERKIT_VOUCHER_KEY", "short", "PARTNERKIT_VOUCHER_KEY must be at least 16 bytes"),
     ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
     ("PARTNERKIT_HOURLY_BUDGET", "0", "PARTNERKIT_HOURLY_BUDGET must be between 1 and"),
     ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
@@ -281,10 +282,9 @@ def test_each_malformed_setting_is_named(name, value, match, tmp_path):
 def test_every_setting_has_a_malformed_value_case():
     names = {name for name, _, _ in SETTING_CASES}
     numeric = {"PARTNERKIT_TOLERANCE_S"}  # covered for every command above
-    # Free text: any value is a valid setting (the database path is checked when it is opened, the
-    # voucher key when it is used); the tests above cover an unusable database path.
-    free_text = {"PARTNERKIT_DB", "PARTNERKIT_API_KEY", "PARTNERKIT_API_SECRET", "PARTNERKIT_VOUCHER_KEY",
-                 "PARTNERKIT_REPORT_DIR"}
+    # Free text: any value is a valid setting (the database path is checked when it is opened); the
+    # tests above cover an unusable database path.
+    free_text = {"PARTNERKIT_DB", "PARTNERKIT_API_KEY", "PARTNERKIT_API_SECRET", "PARTNERKIT_REPORT_DIR"}
     assert set(ENV_NAMES.values()) - names - numeric - free_text == set()
 
 
