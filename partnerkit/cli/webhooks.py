@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import click
@@ -12,7 +13,7 @@ from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
 from partnerkit.errors import ApiStatusError
 from partnerkit.store import webhook_tokens
-from partnerkit.timeutil import utcnow
+from partnerkit.timeutil import iso, utcnow
 
 ORDER_EVENTS = ("order.created", "order.pending", "order.processing", "order.delivered",
                 "order.partially_delivered", "order.cancelled", "order.failed")
@@ -27,7 +28,10 @@ def _client(app: AppContext):
 
 
 def _plain(value: Any) -> Any:
-    """A client record field for output (the client's MISSING sentinel becomes empty)."""
+    """A client record field for output (the client's MISSING sentinel becomes empty); a time is UTC
+    with a Z suffix, as in every other command."""
+    if isinstance(value, datetime):
+        return iso(value)
     return value if isinstance(value, (str, int, float, bool, list, tuple, dict)) or value is None else (
         value.isoformat() if hasattr(value, "isoformat") else None)
 
