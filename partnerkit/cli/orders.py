@@ -7,7 +7,7 @@ from datetime import datetime
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, emit_one, format_option
+from partnerkit.cli.output import Progress, emit, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64, moment
 from partnerkit.crypto import load_cipher
 from partnerkit.money import MoneyError, cents, from_cents, to_decimal
@@ -137,11 +137,12 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
     """Repair local orders from the provider's order list and queue missing voucher fetches.
 
     Exits 1, after printing what it did, when it stopped before the requested time (budget spent).
+    How far a long walk has read is printed on stderr every few seconds.
     """
     if since is not None and since > utcnow():
         raise click.BadParameter(f"{iso(since)} is in the future: orders placed since then cannot exist yet",
                                  param_hint="'--since'")
-    summary = catch_up_orders(app.config, app.db, _client(app), since=since)
+    summary = catch_up_orders(app.config, app.db, _client(app), since=since, progress=Progress("orders sync"))
     emit_one(vars(summary), fmt)
     if summary.stopped in INCOMPLETE:
         reached = f"orders placed at {summary.reached}" if summary.reached else "no order"

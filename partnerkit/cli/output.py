@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from decimal import Decimal
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -20,6 +21,7 @@ from partnerkit.money import dumps, fmt
 from partnerkit.timeutil import iso
 
 FORMATS = ("table", "json", "csv")
+PROGRESS_EVERY_S = 5.0  # how often a long walk (reconcile, orders sync) says how far it has read
 
 
 def format_option(func: Callable) -> Callable:
@@ -51,6 +53,21 @@ def _table_cell(value: Any) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+class Progress:
+    """Prints how far a long walk has read, to stderr, at most every `every` seconds (default
+    PROGRESS_EVERY_S): a busy day or a long range is minutes of pages, and silence looks like a hang."""
+
+    def __init__(self, label: object, every: float | None = None) -> None:
+        self.label, self.every = label, every
+        self.last = time.monotonic()
+
+    def __call__(self, entity: str, read: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= (PROGRESS_EVERY_S if self.every is None else self.every):
+            self.last = now
+            click.echo(f"{self.label}: {entity}, {read:,} read so far", err=True)
 
 
 def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str) -> str:
