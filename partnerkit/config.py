@@ -188,6 +188,8 @@ def read_env_file(path: str | os.PathLike) -> dict[str, str]:
     with a warning, and a setting would silently fall back to its default.
     """
     file = Path(path)
+    if file.is_dir():
+        raise ConfigError(f"--config file {str(file)!r} is a directory; give the .env-style file itself")
     if not file.is_file():
         raise ConfigError(f"--config file {str(file)!r} does not exist or is not a file")
     try:

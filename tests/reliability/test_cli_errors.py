@@ -303,6 +303,19 @@ def test_a_bad_config_file_is_one_line_with_exit_2(content, match, tmp_path):
     assert "oops-no-equals-sign" not in stderr  # a malformed line is not echoed: it may hold a secret
 
 
+@pytest.mark.parametrize("how", ["--config", "PARTNERKIT_CONFIG"])
+def test_a_config_path_that_is_a_directory_is_one_line_with_exit_2(how, tmp_path):
+    """Named like a missing file, not as click's usage error about '--config' (which PARTNERKIT_CONFIG
+    users never typed)."""
+    args, env = ["events", "list"], environment(tmp_path)
+    if how == "--config":
+        args = ["--config", str(tmp_path), *args]
+    else:
+        env["PARTNERKIT_CONFIG"] = str(tmp_path)
+    code, stderr, stdout = run_in_process(args, env)
+    assert_one_line_error(code, stderr, stdout, code=2, match=f"config file {str(tmp_path)!r} is a directory")
+
+
 def existing_database(tmp_path) -> None:
     """Create the migrated database `environment(tmp_path)` names."""
     open_db(tmp_path / "pk.db").conn.close()
