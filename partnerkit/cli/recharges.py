@@ -136,7 +136,10 @@ def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_numbe
         raise click.UsageError("give --local-id N, or --mobile M --amount A [--client-reference R]")
     if local_id is not None and (mobile_number or amount or client_reference):
         raise click.UsageError("--local-id cannot be combined with --mobile/--amount/--client-reference")
-    outcome = locate(app.config, app.db, _client(app), local_id=local_id, mobile_number=mobile_number,
+    # A local id names an intent in the worker's database: a mistyped PARTNERKIT_DB is named, not
+    # answered with "no local recharge" from a new empty one.
+    db = app.existing_db if local_id is not None else app.db
+    outcome = locate(app.config, db, _client(app), local_id=local_id, mobile_number=mobile_number,
                      amount=amount, client_reference=client_reference)
     if outcome.status == "NOT_RECORDED":
         # Nothing local to show: the provider's matching recharges (a script reading JSON gets them too).
