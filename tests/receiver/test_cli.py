@@ -151,6 +151,16 @@ def test_vouchers_of_an_order_without_any_says_what_brings_them(client, env):
     assert json.loads(run(env, "vouchers", "101", "--format", "json").stdout) == []
 
 
+@pytest.mark.parametrize("status", ["FAILED", "CANCELLED"])
+def test_vouchers_of_a_failed_or_cancelled_order_never_come(client, env, status):
+    """Not "none yet ... fetched once the provider delivers it": the provider never will."""
+    post(client, envelope("evt_f", f"order.{status.lower()}", order_id=103, status=status))
+    result = CliRunner().invoke(cli, ["vouchers", "103"], env=env)
+    assert result.exit_code == 0
+    assert result.stderr.strip() == (f"order 103 is {status}: it has no vouchers and never will "
+                                     "(the provider refunds a failed or cancelled order)")
+
+
 @pytest.mark.parametrize("base, shown", [("http://127.0.0.1:9", "http://127.0.0.1:9"),
                                          ("http://ops:s3cr3t-pw@127.0.0.1:9", "http://127.0.0.1:9")])
 def test_a_provider_that_cannot_be_reached_is_named_by_its_base_url(config, base, shown):
