@@ -83,7 +83,12 @@ def recharges_group() -> None:
 @format_option
 @pass_app
 def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
-    """Submit a recharge: the intent is recorded before anything is sent."""
+    """Submit a recharge: the intent is recorded before anything is sent.
+
+    Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
+    3 when its outcome is UNKNOWN (the provider's answer was lost: run `partnerkit recharges locate
+    --local-id N` later, never submit it again with a new key).
+    """
     from reconcile.recharges import submit
 
     outcome = submit(app.config, app.db, _client(app), **fields)
@@ -129,7 +134,12 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 @pass_app
 def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_number: str | None,
                    amount: str | None, client_reference: str | None) -> None:
-    """Run the document's after-timeout search: same Idempotency-Key, then client_reference, then face and time."""
+    """Run the document's after-timeout search: same Idempotency-Key, then client_reference, then face and time.
+
+    Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
+    3 when its outcome is UNKNOWN still (run it again later). --mobile without a local intent only
+    lists what the provider has, with exit code 0.
+    """
     from reconcile.recharges import locate
 
     if local_id is None and not (mobile_number and amount):
