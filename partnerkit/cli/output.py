@@ -97,6 +97,15 @@ def emit(rows: Iterable[dict], columns: Sequence[str], fmt_name: str, *, empty_m
     click.echo(render(rows, columns, fmt_name))
 
 
+def emit_newest(rows: Sequence[dict], limit: int, noun: str, columns: Sequence[str], fmt_name: str, *,
+                empty_message: str | None = None) -> None:
+    """Print a listing read with `limit + 1` rows: the first `limit`, and in a table a note on stderr
+    when there were more (a table cut at its default limit would read as all there is)."""
+    emit(rows[:limit], columns, fmt_name, empty_message=empty_message)
+    if len(rows) > limit and fmt_name == "table":
+        click.echo(f"the newest {limit} {noun} are shown; --limit N shows more", err=True)
+
+
 def emit_one(record: Mapping[str, Any], fmt_name: str, *, columns: Sequence[str] | None = None,
              json_value: Any = None, rows: Sequence[dict] | None = None) -> None:
     """Print what a command reports about one thing: one JSON object, never an array of one.

@@ -180,3 +180,18 @@ def test_a_receiver_refused_for_want_of_a_token_generates_no_voucher_key(config,
     assert result.stderr.strip() == ("Error: no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
                                      "`partnerkit webhooks register`; the receiver refuses to start without one")
     assert not config.key_file.exists(), "no voucher key generated (and announced) for a receiver that did not start"
+
+
+@pytest.mark.parametrize("group", ["events", "orders"])
+def test_a_listing_cut_by_its_limit_says_so(client, env, group):
+    """`events list` and `orders list` show the newest 100 by default: a table cut there said nothing,
+    so 100 rows read as all there is."""
+    for n in range(3):
+        post(client, envelope(f"evt_cut_{n}", "order.pending", order_id=200 + n, status="PENDING"))
+    cut = CliRunner().invoke(cli, [group, "list", "--limit", "2"], env=env)
+    assert cut.exit_code == 0 and len(cut.stdout.splitlines()) == 3  # header and 2 rows
+    assert cut.stderr.strip() == f"the newest 2 {group} are shown; --limit N shows more"
+    whole = CliRunner().invoke(cli, [group, "list", "--limit", "3"], env=env)
+    assert whole.exit_code == 0 and len(whole.stdout.splitlines()) == 4 and whole.stderr == ""
+    assert len(json.loads(CliRunner().invoke(cli, [group, "list", "--limit", "2", "--format", "json"],
+                                             env=env).stdout)) == 2
