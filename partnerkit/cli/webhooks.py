@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -57,6 +58,20 @@ def _answer_row(webhook_id: int, answer: Any) -> dict:
     return row
 
 
+def _warn_off_path(app: AppContext, url: str | None) -> None:
+    """Warn when a webhook URL's path is not the one the receiver listens on: it answers 404 on any
+    other, and the provider's retries then run out without anything reaching the inbox."""
+    if url is None:
+        return
+    try:
+        path = urlsplit(url).path or "/"
+    except ValueError:  # the provider accepted it; not ours to judge further
+        return
+    if path != app.config.webhook_path:
+        click.echo(f"warning: the URL's path {path} is not PARTNERKIT_WEBHOOK_PATH ({app.config.webhook_path}): "
+                   "the receiver answers 404 there unless a proxy in front of it rewrites the path", err=True)
+
+
 @click.group("webhooks")
 def webhooks_group() -> None:
     """Webhook configurations and deliveries at the provider."""
@@ -84,6 +99,7 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
                "within seconds)", err=True)
+    _warn_off_path(app, url)
 
 
 @webhooks_group.command("list")
@@ -184,6 +200,7 @@ def update_command(app: AppContext, webhook_id: int, name: str | None, url: str 
     if is_active is False:
         said += f"; it is paused: the provider sends it nothing until `webhooks update {webhook_id} --active`"
     click.echo(said, err=True)
+    _warn_off_path(app, url)
 
 
 def _saved_details(sent: dict, answer: Any) -> dict:
