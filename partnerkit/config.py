@@ -162,6 +162,15 @@ def _url(name: str, raw: str) -> str:
     return value
 
 
+def _header_value(name: str, raw: str) -> str:
+    """A credential sent as an HTTP header: no control characters (a pasted newline would otherwise
+    fail the first call as a connection error). The value is never quoted: it is a secret."""
+    value = raw.strip()
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ConfigError(f"{name} holds a control character (a line break or tab pasted with it?)")
+    return value
+
+
 def parse_webhook_tokens(raw: str) -> tuple[WebhookToken, ...]:
     """Parse `TOKEN,ID:TOKEN,...` into accepted tokens; raise ConfigError on empty or weak entries."""
     entries = [entry.strip() for entry in raw.split(",")]
@@ -228,9 +237,9 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
         elif name == "PARTNERKIT_API_BASE_URL":
             values["api_base_url"] = _url(name, raw)
         elif name == "PARTNERKIT_API_KEY":
-            values["api_key"] = raw.strip()
+            values["api_key"] = _header_value(name, raw)
         elif name == "PARTNERKIT_API_SECRET":
-            values["api_secret"] = raw.strip()
+            values["api_secret"] = _header_value(name, raw)
         elif name == "PARTNERKIT_WEBHOOK_TOKENS":
             values["webhook_tokens"] = parse_webhook_tokens(raw)
         elif name == "PARTNERKIT_VOUCHER_KEY":

@@ -261,6 +261,9 @@ SETTING_CASES = [
     ("PARTNERKIT_API_BASE_URL", "http://127.0.0.1:99999", "PARTNERKIT_API_BASE_URL has an invalid port"),
     ("PARTNERKIT_API_BASE_URL", "https://partner.example.com?x=1", "must not carry a query or fragment"),
     ("PARTNERKIT_VOUCHER_KEY", "short", "PARTNERKIT_VOUCHER_KEY must be at least 16 bytes"),
+    # A header value cannot carry them: the first call failed as "connection error (InvalidHeader)".
+    ("PARTNERKIT_API_KEY", "pk_live_12\nX-Evil: 1", "PARTNERKIT_API_KEY holds a control character"),
+    ("PARTNERKIT_API_SECRET", "sk_live\t34", "PARTNERKIT_API_SECRET holds a control character"),
     ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
     ("PARTNERKIT_HOURLY_BUDGET", "0", "PARTNERKIT_HOURLY_BUDGET must be between 1 and"),
     ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
@@ -277,6 +280,8 @@ SETTING_CASES = [
 def test_each_malformed_setting_is_named(name, value, match, tmp_path):
     code, stderr, stdout = run_in_process(["status"], environment(tmp_path, **{name: value}))
     assert_one_line_error(code, stderr, stdout, code=2, match=match)
+    if "KEY" in name or "SECRET" in name:
+        assert value.strip() not in stderr  # a credential is never echoed
 
 
 def test_every_setting_has_a_malformed_value_case():
@@ -284,7 +289,7 @@ def test_every_setting_has_a_malformed_value_case():
     numeric = {"PARTNERKIT_TOLERANCE_S"}  # covered for every command above
     # Free text: any value is a valid setting (the database path is checked when it is opened); the
     # tests above cover an unusable database path.
-    free_text = {"PARTNERKIT_DB", "PARTNERKIT_API_KEY", "PARTNERKIT_API_SECRET", "PARTNERKIT_REPORT_DIR"}
+    free_text = {"PARTNERKIT_DB", "PARTNERKIT_REPORT_DIR"}
     assert set(ENV_NAMES.values()) - names - numeric - free_text == set()
 
 
