@@ -97,7 +97,9 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
 
 @recharges_group.command("list")
 @click.option("--status", type=click.Choice(["INTENT", "UNKNOWN", "PROCESSING", "SUCCESS", "FAILED", "REVERSED"],
-                                            case_sensitive=False), help="Only this status.")
+                                            case_sensitive=False),
+              help="Only this status (INTENT: recorded, no answer yet; UNKNOWN: the answer was lost, see "
+                   "`recharges locate`).")
 @click.option("--limit", type=click.IntRange(1), default=None, callback=at_most_int64, help="At most this many, newest first.")
 @format_option
 @pass_app

@@ -119,3 +119,8 @@ def test_submit_and_locate_help_give_their_exit_codes(run, command):
     text = " ".join(run("recharges", command, "--help").output.split())
     assert ("Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error, "
             "3 when its outcome is UNKNOWN") in text
+
+
+def test_list_help_says_what_intent_and_unknown_mean(run):
+    text = " ".join(run("recharges", "list", "--help").output.split())
+    assert "INTENT: recorded, no answer yet" in text and "UNKNOWN: the answer was lost" in text
