@@ -93,6 +93,9 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     created = _client(app).create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
                                           credential_id=credential_id)
     webhook_id = str(created.id)
+    # Saved before this one: a second webhook to the same receiver doubles every delivery.
+    same_url = [row["webhook_id"] for row in webhook_tokens.listing(app.db)
+                if row["url"] == url and row["webhook_id"] != webhook_id]
     webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
                         now=utcnow(), name=created.name, url=created.url, events=list(created.events))
     emit_one({"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}, fmt)
@@ -100,6 +103,9 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
                "within seconds)", err=True)
     _warn_off_path(app, url)
+    for other in same_url:
+        click.echo(f"warning: webhook {other} already delivers to this URL: each event now arrives twice (stored "
+                   f"once); `partnerkit webhooks delete {other}` removes the old one", err=True)
 
 
 @webhooks_group.command("list")

@@ -211,3 +211,13 @@ def test_a_url_off_the_receivers_path_is_warned_about(env):
     assert "warning" not in fine.stderr
     renamed = run(env, "webhooks", "update", "1", "--name", "renamed")
     assert "warning" not in renamed.stderr
+
+
+def test_registering_the_same_url_twice_is_warned_about(env):
+    """Running the README's flow a second time registered a second webhook to the same receiver, and
+    every event then came twice (absorbed as duplicates, but each delivery counted)."""
+    first = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    assert "already" not in first.stderr
+    second = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    assert ("warning: webhook 1 already delivers to this URL: each event now arrives twice (stored once); "
+            "`partnerkit webhooks delete 1` removes the old one") in second.stderr
