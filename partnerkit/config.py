@@ -107,6 +107,7 @@ REQUIRED_HINTS = {
 
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
 MIN_TOKEN_LENGTH = 16
+MIN_VOUCHER_KEY_BYTES = 16
 _BOUND_TOKEN = re.compile(r"^(\d+):(.+)$")
 
 
@@ -142,11 +143,31 @@ def _share(name: str, raw: str) -> Decimal:
 
 def _url(name: str, raw: str) -> str:
     value = raw.strip().rstrip("/")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{name} must be an http(s) URL such as https://partner.example.com, got {raw!r}")
+    malformed = ConfigError(f"{name} must be an http(s) URL such as https://partner.example.com, got {raw!r}")
+    try:
+        parts = urlsplit(value)  # raises on an unclosed IPv6 bracket
+    except ValueError:
+        raise malformed from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        raise malformed
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number from 0 to 65535
+    except ValueError:
+        raise ConfigError(f"{name} has an invalid port, got {raw!r}") from None
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        # partnerkit appends /api/v1/... to the base URL: it would land inside the query
+        raise ConfigError(f"{name} must not carry a query or fragment (partnerkit appends /api/v1), got {raw!r}")
     if parts.path.rstrip("/").endswith("/api/v1"):
         raise ConfigError(f"{name} must not include the /api/v1 prefix (partnerkit adds it), got {raw!r}")
+    return value
+
+
+def _header_value(name: str, raw: str) -> str:
+    """A credential sent as an HTTP header: no control characters (a pasted newline would otherwise
+    fail the first call as a connection error). The value is never quoted: it is a secret."""
+    value = raw.strip()
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ConfigError(f"{name} holds a control character (a line break or tab pasted with it?)")
     return value
 
 
@@ -176,6 +197,8 @@ def read_env_file(path: str | os.PathLike) -> dict[str, str]:
     with a warning, and a setting would silently fall back to its default.
     """
     file = Path(path)
+    if file.is_dir():
+        raise ConfigError(f"--config file {str(file)!r} is a directory; give the .env-style file itself")
     if not file.is_file():
         raise ConfigError(f"--config file {str(file)!r} does not exist or is not a file")
     try:
@@ -214,12 +237,18 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
         elif name == "PARTNERKIT_API_BASE_URL":
             values["api_base_url"] = _url(name, raw)
         elif name == "PARTNERKIT_API_KEY":
-            values["api_key"] = raw.strip()
+            values["api_key"] = _header_value(name, raw)
         elif name == "PARTNERKIT_API_SECRET":
-            values["api_secret"] = raw.strip()
+            values["api_secret"] = _header_value(name, raw)
         elif name == "PARTNERKIT_WEBHOOK_TOKENS":
             values["webhook_tokens"] = parse_webhook_tokens(raw)
         elif name == "PARTNERKIT_VOUCHER_KEY":
+            # The same floor the cipher applies when it is first used (a base64 key of 16 bytes or
+            # more is longer still as text), checked here so that `config`, `serve` and `worker`
+            # refuse it at start-up instead of failing every voucher job later. Never quoted.
+            if len(raw.strip().encode("utf-8")) < MIN_VOUCHER_KEY_BYTES:
+                raise ConfigError(f"{name} must be at least {MIN_VOUCHER_KEY_BYTES} bytes "
+                                  "(e.g. 32 random bytes, base64)")
             values["voucher_key"] = raw.strip()
         elif name == "PARTNERKIT_TOLERANCE_S":
             values["tolerance_s"] = _int(name, raw, 1, 3600)

@@ -14,7 +14,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Callable
 
 from partnerkit import errors
 from partnerkit.config import Config
@@ -272,7 +272,8 @@ def revive_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = 
 
 def catch_up_orders(config: Config, db: Database, client: Any, since: datetime | None = None, *,
                     now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
-                    max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy()) -> SyncSummary:
+                    max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy(),
+                    progress: Callable[[str, int], None] | None = None) -> SyncSummary:
     """Walk the order list newest first down to `since` (else the stored watermark); repair local state.
 
     The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
@@ -288,7 +289,7 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     Also re-arms voucher fetches parked long enough (`revive_parked_fetches`): a parked fetch is
     retried hourly by this job, never left dead forever. A list record that cannot be read is held
     in quarantine with the reason and does not stop the others; the watermark then stays put, so
-    the record is listed again on the next run.
+    the record is listed again on the next run. `progress("orders", seen)` is called after each page.
     """
     now = now or utcnow()
     floor = now - max_lookback
@@ -359,6 +360,8 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
                     expected = order.quantity if status == "DELIVERED" else None
                     summary.fetches_queued += jobs.queue_if_idle(conn, order.id, now=now, expected_status=status,
                                                                  expected_count=expected)
+        if progress is not None:
+            progress("orders", summary.seen)
         if len(items) < len(page.items):
             summary.stopped = "reached since"
             break

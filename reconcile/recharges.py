@@ -24,7 +24,7 @@ from partnerkit.config import Config
 from partnerkit.money import MoneyError, from_cents, to_decimal
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
-from partnerkit.timeutil import parse_ts, utcnow
+from partnerkit.timeutil import iso, parse_ts, utcnow
 
 log = logging.getLogger("reconcile.recharges")
 
@@ -348,7 +348,7 @@ def _search_only(db: Database, client: Any, mobile: str, face: Decimal, client_r
     notes: list[str] = []
     found = _candidates(client, mobile, now, notes) or []
     matches = [r for r in found if (r.client_reference == client_reference if client_reference else r.face == face)]
-    lines = [f"{r.id} {r.reference_number} {r.status} face {r.face} created {r.created_at.isoformat()}" for r in matches]
+    lines = [f"{r.id} {r.reference_number} {r.status} face {r.face} created {iso(r.created_at)}" for r in matches]
     message = (f"No local intent for {mobile} / {face}; the provider shows {len(matches)} matching recharge(s)"
                + (":\n  " + "\n  ".join(lines) if lines else "") + ("\n" + "; ".join(notes) if notes else ""))
     return SubmitOutcome(0, "NOT_RECORDED", None, client_reference, recharge=matches[0] if len(matches) == 1 else None,

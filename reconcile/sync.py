@@ -41,7 +41,7 @@ TRANSACTION_PAGE = 500
 UPSERT_GROUP = 1000  # records waiting for the worker's upsert (see RechargePages)
 SEEN_GROUP = 50_000  # provider ids noted as seen per transaction (see RechargePages)
 
-# Called after each batch a sync stores, with the entity ("recharges", "transactions") and how many of its
+# Called after each batch a sync stores, with the entity ("recharges", "orders", "transactions") and how many of its
 # records were read so far: `partnerkit reconcile` prints it now and then, since a busy day is minutes of pages.
 Progress = Callable[[str, int], None]
 
@@ -335,11 +335,13 @@ def _held_transactions(db: Any) -> set[str]:
     return {str(i) for i in quarantine.held_ids(db, "transaction")}
 
 
-def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime) -> Any:
+def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime,
+                progress: Progress | None = None) -> Any:
     """Orders through the receiver's one order sync (partnerkit.vouchers.catch_up_orders)."""
     from partnerkit.vouchers import catch_up_orders  # the receiver owns the order sync
 
-    return catch_up_orders(config, db, client, since=datetime.combine(first, time(0), tzinfo=timezone.utc), now=now)
+    return catch_up_orders(config, db, client, since=datetime.combine(first, time(0), tzinfo=timezone.utc), now=now,
+                           progress=progress)
 
 
 def wallet_rows(body: Any, taken_at: str) -> tuple[list[tuple[str, str, str, int, str]], list[tuple[str, Any]]]:
@@ -407,7 +409,7 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress)
     if orders:
         try:
-            summary.orders = sync_orders(config, db, client, first, now=now)
+            summary.orders = sync_orders(config, db, client, first, now=now, progress=progress)
         except ImportError as exc:  # the receiver's order sync is not installed in this build
             summary.errors.append(f"order sync unavailable: {exc}")
             log.warning("order sync unavailable: %s", exc)

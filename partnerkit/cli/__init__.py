@@ -80,7 +80,9 @@ def _os_error(exc: OSError) -> str:
 
 
 @click.group(cls=PartnerKitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar="PARTNERKIT_CONFIG",
+# A plain path: load_config names a missing file or a directory in one line (click's own check would be
+# a usage error about '--config', even when PARTNERKIT_CONFIG named it).
+@click.option("--config", "config_file", type=click.Path(), metavar="FILE", envvar="PARTNERKIT_CONFIG",
               help="A .env-style file of PARTNERKIT_* settings; the environment overrides it.")
 @click.version_option(__version__, prog_name="partnerkit")
 @click.pass_context

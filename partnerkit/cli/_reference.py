@@ -37,7 +37,7 @@ def _options(ctx: click.Context, command: click.Command) -> list[str]:
 
 
 def render(root: click.Group) -> str:
-    """Markdown for every command: usage, one-line summary, options."""
+    """Markdown for every command: usage, its whole help text, options."""
     out = [BEGIN, ""]
     for path, command in _walk(root, []):
         if not path:
@@ -49,10 +49,11 @@ def render(root: click.Group) -> str:
         out.append(f"    partnerkit {' '.join(path)} {usage}".rstrip())
         out.append("")
         help_text = (command.help or command.short_help or "").strip()
-        help_text = re.sub(r"\s*\n\s*", " ", help_text.split("\n\n")[0])
-        if help_text:
-            out.append(help_text)
-            out.append("")
+        for paragraph in help_text.split("\n\n"):  # every paragraph of --help, not only the summary
+            paragraph = re.sub(r"\s*\n\s*", " ", paragraph.strip())
+            if paragraph:
+                out.append(paragraph)
+                out.append("")
         options = _options(ctx, command)
         if options and not isinstance(command, click.Group):
             out.extend(["| option | meaning |", "|---|---|", *options, ""])

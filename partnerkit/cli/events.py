@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.output import emit_newest, format_option
 from partnerkit.cli.params import ID
 from partnerkit.store import inbox
 from partnerkit.timeutil import utcnow
@@ -23,20 +23,20 @@ def events_group() -> None:
 @click.option("--state", type=click.Choice(["processed", "quarantined", "test"]), help="Only events in this state.")
 @click.option("--order-id", type=ID, help="Only events of this order.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
-              help="At most this many events, newest first.")
+              help="At most this many events, newest first (a table says so on stderr when there are more).")
 @format_option
 @pass_app
 def list_command(app: AppContext, state: str | None, order_id: int | None, limit: int, fmt: str) -> None:
     """Received events, newest first: processed, quarantined (with reason) or test; duplicates seen;
     the order's voucher fetch job and why it is waiting or parked."""
-    rows = inbox.listing(app.existing_db, limit=limit, state=state, order_id=order_id)
+    rows = inbox.listing(app.existing_db, limit=limit + 1, state=state, order_id=order_id)
     for row in rows:
         row["duplicates"] = row.pop("duplicate_count")
         if row["state"] == "quarantined":
             row["job_reason"] = row["reason"]
     filters = [f"state {state}"] * bool(state) + [f"order {order_id}"] * (order_id is not None)
-    emit(rows, COLUMNS, fmt, empty_message=f"no events with {' and '.join(filters)}" if filters
-         else "no events received yet")
+    emit_newest(rows, limit, "events", COLUMNS, fmt,
+                empty_message=f"no events with {' and '.join(filters)}" if filters else "no events received yet")
 
 
 @events_group.command("prune")

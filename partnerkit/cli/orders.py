@@ -7,7 +7,7 @@ from datetime import datetime
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, emit_one, format_option
+from partnerkit.cli.output import Progress, emit, emit_newest, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64, moment
 from partnerkit.crypto import load_cipher
 from partnerkit.money import MoneyError, cents, from_cents, to_decimal
@@ -43,14 +43,14 @@ def orders_group() -> None:
 @orders_group.command("list")
 @click.option("--status", help="Only orders in this status (any case).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
-              help="At most this many orders, newest first.")
+              help="At most this many orders, newest first (a table says so on stderr when there are more).")
 @format_option
 @pass_app
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:
     """Local orders, newest first, with how many vouchers are stored."""
-    rows = [_money(r) for r in orders.list_orders(app.existing_db, status=status, limit=limit)]
-    emit(rows, LIST_COLUMNS, fmt,
-         empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")
+    rows = [_money(r) for r in orders.list_orders(app.existing_db, status=status, limit=limit + 1)]
+    emit_newest(rows, limit, "orders", LIST_COLUMNS, fmt,
+                empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")
 
 
 @orders_group.command("show")
@@ -137,11 +137,12 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
     """Repair local orders from the provider's order list and queue missing voucher fetches.
 
     Exits 1, after printing what it did, when it stopped before the requested time (budget spent).
+    How far a long walk has read is printed on stderr every few seconds.
     """
     if since is not None and since > utcnow():
         raise click.BadParameter(f"{iso(since)} is in the future: orders placed since then cannot exist yet",
                                  param_hint="'--since'")
-    summary = catch_up_orders(app.config, app.db, _client(app), since=since)
+    summary = catch_up_orders(app.config, app.db, _client(app), since=since, progress=Progress("orders sync"))
     emit_one(vars(summary), fmt)
     if summary.stopped in INCOMPLETE:
         reached = f"orders placed at {summary.reached}" if summary.reached else "no order"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from decimal import Decimal
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -20,6 +21,7 @@ from partnerkit.money import dumps, fmt
 from partnerkit.timeutil import iso
 
 FORMATS = ("table", "json", "csv")
+PROGRESS_EVERY_S = 5.0  # how often a long walk (reconcile, orders sync) says how far it has read
 
 
 def format_option(func: Callable) -> Callable:
@@ -53,6 +55,21 @@ def _table_cell(value: Any) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+class Progress:
+    """Prints how far a long walk has read, to stderr, at most every `every` seconds (default
+    PROGRESS_EVERY_S): a busy day or a long range is minutes of pages, and silence looks like a hang."""
+
+    def __init__(self, label: object, every: float | None = None) -> None:
+        self.label, self.every = label, every
+        self.last = time.monotonic()
+
+    def __call__(self, entity: str, read: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= (PROGRESS_EVERY_S if self.every is None else self.every):
+            self.last = now
+            click.echo(f"{self.label}: {entity}, {read:,} read so far", err=True)
+
+
 def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str) -> str:
     """Render rows as an aligned table, CSV, or a JSON array."""
     if fmt_name == "json":
@@ -78,6 +95,15 @@ def emit(rows: Iterable[dict], columns: Sequence[str], fmt_name: str, *, empty_m
         click.echo(empty_message, err=True)
         return
     click.echo(render(rows, columns, fmt_name))
+
+
+def emit_newest(rows: Sequence[dict], limit: int, noun: str, columns: Sequence[str], fmt_name: str, *,
+                empty_message: str | None = None) -> None:
+    """Print a listing read with `limit + 1` rows: the first `limit`, and in a table a note on stderr
+    when there were more (a table cut at its default limit would read as all there is)."""
+    emit(rows[:limit], columns, fmt_name, empty_message=empty_message)
+    if len(rows) > limit and fmt_name == "table":
+        click.echo(f"the newest {limit} {noun} are shown; --limit N shows more", err=True)
 
 
 def emit_one(record: Mapping[str, Any], fmt_name: str, *, columns: Sequence[str] | None = None,

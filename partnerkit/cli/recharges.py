@@ -83,7 +83,12 @@ def recharges_group() -> None:
 @format_option
 @pass_app
 def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
-    """Submit a recharge: the intent is recorded before anything is sent."""
+    """Submit a recharge: the intent is recorded before anything is sent.
+
+    Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
+    3 when its outcome is UNKNOWN (the provider's answer was lost: run `partnerkit recharges locate
+    --local-id N` later, never submit it again with a new key).
+    """
     from reconcile.recharges import submit
 
     outcome = submit(app.config, app.db, _client(app), **fields)
@@ -92,7 +97,9 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
 
 @recharges_group.command("list")
 @click.option("--status", type=click.Choice(["INTENT", "UNKNOWN", "PROCESSING", "SUCCESS", "FAILED", "REVERSED"],
-                                            case_sensitive=False), help="Only this status.")
+                                            case_sensitive=False),
+              help="Only this status (INTENT: recorded, no answer yet; UNKNOWN: the answer was lost, see "
+                   "`recharges locate`).")
 @click.option("--limit", type=click.IntRange(1), default=None, callback=at_most_int64, help="At most this many, newest first.")
 @format_option
 @pass_app
@@ -129,14 +136,22 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 @pass_app
 def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_number: str | None,
                    amount: str | None, client_reference: str | None) -> None:
-    """Run the document's after-timeout search: same Idempotency-Key, then client_reference, then face and time."""
+    """Run the document's after-timeout search: same Idempotency-Key, then client_reference, then face and time.
+
+    Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
+    3 when its outcome is UNKNOWN still (run it again later). --mobile without a local intent only
+    lists what the provider has, with exit code 0.
+    """
     from reconcile.recharges import locate
 
     if local_id is None and not (mobile_number and amount):
         raise click.UsageError("give --local-id N, or --mobile M --amount A [--client-reference R]")
     if local_id is not None and (mobile_number or amount or client_reference):
         raise click.UsageError("--local-id cannot be combined with --mobile/--amount/--client-reference")
-    outcome = locate(app.config, app.db, _client(app), local_id=local_id, mobile_number=mobile_number,
+    # A local id names an intent in the worker's database: a mistyped PARTNERKIT_DB is named, not
+    # answered with "no local recharge" from a new empty one.
+    db = app.existing_db if local_id is not None else app.db
+    outcome = locate(app.config, db, _client(app), local_id=local_id, mobile_number=mobile_number,
                      amount=amount, client_reference=client_reference)
     if outcome.status == "NOT_RECORDED":
         # Nothing local to show: the provider's matching recharges (a script reading JSON gets them too).

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import getpass
 import os
-import time
 from datetime import date
 from pathlib import Path
 
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, format_option
+from partnerkit.cli.output import Progress, emit, format_option
 from partnerkit.cli.params import output_file, utc_day
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
@@ -34,21 +33,6 @@ def _in_progress(day: date) -> None:
     if day == utcnow().date():
         click.echo(f"note: {day} is not over yet (UTC); the nightly run reports the whole day after it ends",
                    err=True)
-
-
-class _Progress:
-    """Prints how far the day's sync has read, to stderr, at most every `every` seconds (a busy day is
-    minutes of pages; silence would look like a hang)."""
-
-    def __init__(self, day: date, every: float = 5.0) -> None:
-        self.day, self.every = day, every
-        self.last = time.monotonic()
-
-    def __call__(self, entity: str, read: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.last = now
-            click.echo(f"{self.day}: {entity}, {read:,} read so far", err=True)
 
 
 def _client(app: AppContext):
@@ -76,7 +60,7 @@ def reconcile_command(app: AppContext, day: date) -> None:
         # here too, and then every recharge the provider lists is reported as unknown_to_partner.
         click.echo(f"warning: database {str(app.config.db_path)!r} did not exist and was created; if that is "
                    "not the worker's database, check PARTNERKIT_DB or --config", err=True)
-    report = reconcile_day(app.config, app.db, client, day, progress=_Progress(day))
+    report = reconcile_day(app.config, app.db, client, day, progress=Progress(day))
     s = report["summary"]
     click.echo(f"{report['date']}: {s['recharges_total']} recharges, {s['orders_total']} orders, "
                f"{s['transactions_total']} transactions; {s['matched']} matched, {s['drifted']} drifted, "

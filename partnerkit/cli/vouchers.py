@@ -49,6 +49,9 @@ def vouchers_command(app: AppContext, order_id: int, reveal: bool, fmt: str) -> 
 def _why_none(app: AppContext, order: dict) -> str:
     """Why an order known locally has no vouchers stored, and what brings them."""
     head = f"no vouchers stored for order {order['id']} yet"
+    if order["status"] in orders.FINAL - orders.DELIVERING:  # FAILED, CANCELLED: nothing will ever come
+        return (f"order {order['id']} is {order['status']}: it has no vouchers and never will "
+                "(the provider refunds a failed or cancelled order)")
     if order["status"] not in orders.DELIVERING:
         return f"{head}: it is {order['status']}; vouchers are fetched once the provider delivers it"
     job = jobs.latest_for_orders(app.db, [order["id"]]).get(order["id"])

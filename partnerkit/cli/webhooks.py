@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -12,7 +14,7 @@ from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
 from partnerkit.errors import ApiStatusError
 from partnerkit.store import webhook_tokens
-from partnerkit.timeutil import utcnow
+from partnerkit.timeutil import iso, utcnow
 
 ORDER_EVENTS = ("order.created", "order.pending", "order.processing", "order.delivered",
                 "order.partially_delivered", "order.cancelled", "order.failed")
@@ -27,7 +29,10 @@ def _client(app: AppContext):
 
 
 def _plain(value: Any) -> Any:
-    """A client record field for output (the client's MISSING sentinel becomes empty)."""
+    """A client record field for output (the client's MISSING sentinel becomes empty); a time is UTC
+    with a Z suffix, as in every other command."""
+    if isinstance(value, datetime):
+        return iso(value)
     return value if isinstance(value, (str, int, float, bool, list, tuple, dict)) or value is None else (
         value.isoformat() if hasattr(value, "isoformat") else None)
 
@@ -53,6 +58,20 @@ def _answer_row(webhook_id: int, answer: Any) -> dict:
     return row
 
 
+def _warn_off_path(app: AppContext, url: str | None) -> None:
+    """Warn when a webhook URL's path is not the one the receiver listens on: it answers 404 on any
+    other, and the provider's retries then run out without anything reaching the inbox."""
+    if url is None:
+        return
+    try:
+        path = urlsplit(url).path or "/"
+    except ValueError:  # the provider accepted it; not ours to judge further
+        return
+    if path != app.config.webhook_path:
+        click.echo(f"warning: the URL's path {path} is not PARTNERKIT_WEBHOOK_PATH ({app.config.webhook_path}): "
+                   "the receiver answers 404 there unless a proxy in front of it rewrites the path", err=True)
+
+
 @click.group("webhooks")
 def webhooks_group() -> None:
     """Webhook configurations and deliveries at the provider."""
@@ -74,12 +93,19 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     created = _client(app).create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
                                           credential_id=credential_id)
     webhook_id = str(created.id)
+    # Saved before this one: a second webhook to the same receiver doubles every delivery.
+    same_url = [row["webhook_id"] for row in webhook_tokens.listing(app.db)
+                if row["url"] == url and row["webhook_id"] != webhook_id]
     webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
                         now=utcnow(), name=created.name, url=created.url, events=list(created.events))
     emit_one({"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}, fmt)
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
                "within seconds)", err=True)
+    _warn_off_path(app, url)
+    for other in same_url:
+        click.echo(f"warning: webhook {other} already delivers to this URL: each event now arrives twice (stored "
+                   f"once); `partnerkit webhooks delete {other}` removes the old one", err=True)
 
 
 @webhooks_group.command("list")
@@ -180,6 +206,7 @@ def update_command(app: AppContext, webhook_id: int, name: str | None, url: str 
     if is_active is False:
         said += f"; it is paused: the provider sends it nothing until `webhooks update {webhook_id} --active`"
     click.echo(said, err=True)
+    _warn_off_path(app, url)
 
 
 def _saved_details(sent: dict, answer: Any) -> dict:

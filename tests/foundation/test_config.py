@@ -26,7 +26,7 @@ def test_every_variable_is_read():
         "PARTNERKIT_API_KEY": "key",
         "PARTNERKIT_API_SECRET": "secret",
         "PARTNERKIT_WEBHOOK_TOKENS": "whsec_token_one_1, 42:whsec_token_two_2",
-        "PARTNERKIT_VOUCHER_KEY": "vk",
+        "PARTNERKIT_VOUCHER_KEY": "vk-at-least-16-bytes",
         "PARTNERKIT_TOLERANCE_S": "120",
         "PARTNERKIT_HOURLY_BUDGET": "500",
         "PARTNERKIT_DUE_HOUR_UTC": "23",
@@ -50,6 +50,11 @@ def test_every_variable_is_read():
         ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
         ("PARTNERKIT_API_BASE_URL", "partner.example.com", "PARTNERKIT_API_BASE_URL must be an http"),
         ("PARTNERKIT_API_BASE_URL", "https://p.example.com/api/v1", "must not include the /api/v1"),
+        ("PARTNERKIT_API_BASE_URL", "http://[::1", "PARTNERKIT_API_BASE_URL must be an http"),
+        ("PARTNERKIT_API_BASE_URL", "http://p. example.com", "PARTNERKIT_API_BASE_URL must be an http"),
+        ("PARTNERKIT_API_BASE_URL", "http://p.example.com:http", "PARTNERKIT_API_BASE_URL has an invalid port"),
+        ("PARTNERKIT_API_BASE_URL", "https://p.example.com/#x", "must not carry a query or fragment"),
+        ("PARTNERKIT_VOUCHER_KEY", "passphrase", "PARTNERKIT_VOUCHER_KEY must be at least 16 bytes"),
         ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
         ("PARTNERKIT_WEBHOOK_TOKENS", "whsec_long_enough_1,7:short", "entry 2 is shorter than 16 characters"),
         ("PARTNERKIT_HTTP_TIMEOUT_S", "nan", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
@@ -61,6 +66,11 @@ def test_every_variable_is_read():
 def test_malformed_settings_are_named(name, value, message):
     with pytest.raises(ConfigError, match=message):
         load_config(environ={name: value})
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8090", "https://p.example.com/prefix/", "http://[::1]:8090"])
+def test_good_base_urls_are_kept(url):
+    assert load_config(environ={"PARTNERKIT_API_BASE_URL": url}).api_base_url == url.rstrip("/")
 
 
 def test_require_names_the_missing_variable():
@@ -85,9 +95,9 @@ def test_missing_config_file_is_a_clear_error(tmp_path):
 
 def test_secrets_stay_out_of_repr():
     config = load_config(environ={"PARTNERKIT_API_SECRET": "s3cr3t", "PARTNERKIT_WEBHOOK_TOKENS": "whsec_repr_token_1",
-                                  "PARTNERKIT_API_KEY": "k3y", "PARTNERKIT_VOUCHER_KEY": "vk3y"})
+                                  "PARTNERKIT_API_KEY": "k3y", "PARTNERKIT_VOUCHER_KEY": "vk3y-at-least-16-bytes"})
     text = repr(config)
-    for secret in ("s3cr3t", "whsec_repr_token_1", "k3y", "vk3y"):
+    for secret in ("s3cr3t", "whsec_repr_token_1", "k3y", "vk3y-at-least-16-bytes"):
         assert secret not in text
 
 

@@ -68,3 +68,20 @@ def test_every_option_says_what_it_does():
             if isinstance(param, click.Option) and not (param.help or "").strip():
                 silent.append(f"partnerkit {' '.join(path)} {param.opts[0]}")
     assert silent == []
+
+
+def test_the_reference_carries_every_paragraph_of_each_help():
+    """Not only the first: `report` writing its three files for a day without a stored report,
+    `orders sync` exiting 1 when the budget cut it short, and the like were in --help only."""
+    block = " ".join(render(cli).split())
+    missing = []
+    for path in _all_paths(cli):
+        if not path:
+            continue  # the group itself: the section above the reference introduces it
+        command = cli
+        for part in path:
+            command = command.commands[part]
+        for paragraph in (command.help or "").strip().split("\n\n"):
+            if " ".join(paragraph.split()) not in block:
+                missing.append(f"partnerkit {' '.join(path)}: {paragraph.split()[:6]}")
+    assert missing == []

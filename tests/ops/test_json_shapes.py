@@ -77,6 +77,10 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     assert set(printed) == (ONE_OBJECT | LISTING) - not_run
     assert printed[("orders", "create")]["id"] == order["id"] == printed[("orders", "show")]["id"]
     assert printed[("webhooks", "delete")] == {"id": 1, "deleted_at_provider": True, "token_forgotten": True}
+    # Times are UTC with a Z suffix in every command, the provider's records included (`webhooks list`
+    # and `deliveries` printed "+00:00" while `webhooks update` and every local listing printed "Z").
+    assert printed[("webhooks", "list")][0]["created_at"].endswith("Z")
+    assert "+00:00" not in json.dumps(list(printed.values()))
 
 
 def _emitted(capsys, *args, **kwargs) -> str:

@@ -158,3 +158,14 @@ def test_status_says_when_the_pollers_share_leaves_it_nothing(sandbox_config, db
     status = collect(starved, db)
     assert status["poller_requests_per_hour"] == 0
     assert any("leaves the recharge poller no request" in line for line in status["attention"])
+
+
+def test_every_status_field_is_explained_in_the_readme(sandbox_config, db):
+    """`status` printed 26 fields that no page explained (docs/receiver.md even named one wrongly)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("### Read `partnerkit status`"):]
+    table = table[:table.index("\n### ", 1)]
+    missing = [field for field in collect(sandbox_config, db) if f"`{field}`" not in table]
+    assert missing == []

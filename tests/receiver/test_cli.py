@@ -151,6 +151,16 @@ def test_vouchers_of_an_order_without_any_says_what_brings_them(client, env):
     assert json.loads(run(env, "vouchers", "101", "--format", "json").stdout) == []
 
 
+@pytest.mark.parametrize("status", ["FAILED", "CANCELLED"])
+def test_vouchers_of_a_failed_or_cancelled_order_never_come(client, env, status):
+    """Not "none yet ... fetched once the provider delivers it": the provider never will."""
+    post(client, envelope("evt_f", f"order.{status.lower()}", order_id=103, status=status))
+    result = CliRunner().invoke(cli, ["vouchers", "103"], env=env)
+    assert result.exit_code == 0
+    assert result.stderr.strip() == (f"order 103 is {status}: it has no vouchers and never will "
+                                     "(the provider refunds a failed or cancelled order)")
+
+
 @pytest.mark.parametrize("base, shown", [("http://127.0.0.1:9", "http://127.0.0.1:9"),
                                          ("http://ops:s3cr3t-pw@127.0.0.1:9", "http://127.0.0.1:9")])
 def test_a_provider_that_cannot_be_reached_is_named_by_its_base_url(config, base, shown):
@@ -170,3 +180,18 @@ def test_a_receiver_refused_for_want_of_a_token_generates_no_voucher_key(config,
     assert result.stderr.strip() == ("Error: no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
                                      "`partnerkit webhooks register`; the receiver refuses to start without one")
     assert not config.key_file.exists(), "no voucher key generated (and announced) for a receiver that did not start"
+
+
+@pytest.mark.parametrize("group", ["events", "orders"])
+def test_a_listing_cut_by_its_limit_says_so(client, env, group):
+    """`events list` and `orders list` show the newest 100 by default: a table cut there said nothing,
+    so 100 rows read as all there is."""
+    for n in range(3):
+        post(client, envelope(f"evt_cut_{n}", "order.pending", order_id=200 + n, status="PENDING"))
+    cut = CliRunner().invoke(cli, [group, "list", "--limit", "2"], env=env)
+    assert cut.exit_code == 0 and len(cut.stdout.splitlines()) == 3  # header and 2 rows
+    assert cut.stderr.strip() == f"the newest 2 {group} are shown; --limit N shows more"
+    whole = CliRunner().invoke(cli, [group, "list", "--limit", "3"], env=env)
+    assert whole.exit_code == 0 and len(whole.stdout.splitlines()) == 4 and whole.stderr == ""
+    assert len(json.loads(CliRunner().invoke(cli, [group, "list", "--limit", "2", "--format", "json"],
+                                             env=env).stdout)) == 2

@@ -198,3 +198,26 @@ def test_webhooks_stats_in_json_is_one_object_like_status(env, sandbox_server):
         "last_24h_failed"}
     assert stats["total_count"] == stats["last_24h_total"] == 1
     assert run(env, "webhooks", "stats", "--format", "csv").stdout.splitlines()[1].startswith("1,")
+
+
+def test_a_url_off_the_receivers_path_is_warned_about(env):
+    """The receiver answers 404 on any other path: a typo in --url lost every delivery in silence."""
+    registered = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/hooks")
+    assert ("warning: the URL's path /hooks is not PARTNERKIT_WEBHOOK_PATH (/webhooks/partner): the receiver "
+            "answers 404 there unless a proxy in front of it rewrites the path") in registered.stderr
+    updated = run(env, "webhooks", "update", "1", "--url", "https://127.0.0.1:9/webhook/partner")
+    assert "warning: the URL's path /webhook/partner is not PARTNERKIT_WEBHOOK_PATH" in updated.stderr
+    fine = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    assert "warning" not in fine.stderr
+    renamed = run(env, "webhooks", "update", "1", "--name", "renamed")
+    assert "warning" not in renamed.stderr
+
+
+def test_registering_the_same_url_twice_is_warned_about(env):
+    """Running the README's flow a second time registered a second webhook to the same receiver, and
+    every event then came twice (absorbed as duplicates, but each delivery counted)."""
+    first = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    assert "already" not in first.stderr
+    second = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    assert ("warning: webhook 1 already delivers to this URL: each event now arrives twice (stored once); "
+            "`partnerkit webhooks delete 1` removes the old one") in second.stderr

@@ -114,3 +114,33 @@ def test_a_since_in_the_future_is_refused_before_any_call(history, tmp_path):
     result = CliRunner().invoke(cli, ["orders", "sync", "--since", since], env=_env(server, tmp_path))
     assert result.exit_code == 2 and "is in the future" in result.output and "Traceback" not in result.output
     assert sum(server.sandbox.calls.values()) == calls, "no page read for a range that cannot hold an order"
+
+
+def test_a_long_walk_prints_how_far_it_has_read(history, tmp_path, monkeypatch):
+    """A walk far back is one request per 100 orders (minutes against a real provider): how far it has
+    read goes to stderr every few seconds (here at every page), never to the JSON on stdout."""
+    import partnerkit.cli.output as output
+
+    monkeypatch.setattr(output, "PROGRESS_EVERY_S", 0.0)
+    server, started = history
+    since = (started - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"],
+                                env=_env(server, tmp_path), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["seen"] == OLD + RECENT
+    lines = result.stderr.splitlines()
+    assert lines[:2] == ["orders sync: orders, 100 read so far", "orders sync: orders, 150 read so far"], lines
+
+
+def test_catch_up_orders_reports_each_page_read(history, tmp_path):
+    from partnerkit.vouchers import catch_up_orders
+
+    server, started = history
+    config = load_config(environ=_env(server, tmp_path))
+    db = open_db(config.db_path)
+    calls: list[tuple[str, int]] = []
+    with PartnerClient(config, db) as client:
+        catch_up_orders(config, db, client, since=started - timedelta(days=1),
+                        progress=lambda entity, read: calls.append((entity, read)))
+    assert calls == [("orders", 100), ("orders", 150)]
+    db.conn.close()

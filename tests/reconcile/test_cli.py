@@ -202,10 +202,10 @@ def test_help_gives_the_date_format_and_what_report_writes(invoke):
 def test_reconcile_progress_is_printed_at_most_every_few_seconds(capsys):
     from datetime import date
 
-    from partnerkit.cli.reconcile import _Progress
+    from partnerkit.cli.output import Progress
 
     with freeze_time("2025-03-14T01:00:00Z") as clock:
-        progress = _Progress(date(2025, 3, 13), every=5.0)
+        progress = Progress(date(2025, 3, 13), every=5.0)
         progress("recharges", 5000)  # at once: nothing yet
         clock.tick(6)
         progress("recharges", 150000)

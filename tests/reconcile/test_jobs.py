@@ -205,7 +205,7 @@ def test_reconcile_day_reports_its_progress_per_entity(config, db, provider):
     calls = []
     report = reconcile_day(config, db, provider, date(2025, 3, 12), now=datetime(2025, 3, 13, 2, tzinfo=timezone.utc),
                            progress=lambda entity, read: calls.append((entity, read)))
-    assert calls == [("recharges", 3), ("transactions", 3)]
+    assert calls == [("recharges", 3), ("orders", 0), ("transactions", 3)]  # this provider has no orders
     assert report["summary"]["recharges_total"] == 3 and report["summary"]["transactions_total"] == 3
 
 

@@ -256,6 +256,14 @@ def test_a_bad_setting_is_named_in_one_line_with_exit_2(path, tmp_path):
 SETTING_CASES = [
     ("PARTNERKIT_API_BASE_URL", "ftp://partner.example.com", "PARTNERKIT_API_BASE_URL must be an http(s) URL"),
     ("PARTNERKIT_API_BASE_URL", "https://partner.example.com/api/v1", "must not include the /api/v1 prefix"),
+    ("PARTNERKIT_API_BASE_URL", "http://[::1", "PARTNERKIT_API_BASE_URL must be an http(s) URL"),  # urlsplit raises
+    ("PARTNERKIT_API_BASE_URL", "http://partner example.com", "PARTNERKIT_API_BASE_URL must be an http(s) URL"),
+    ("PARTNERKIT_API_BASE_URL", "http://127.0.0.1:99999", "PARTNERKIT_API_BASE_URL has an invalid port"),
+    ("PARTNERKIT_API_BASE_URL", "https://partner.example.com?x=1", "must not carry a query or fragment"),
+    ("PARTNERKIT_VOUCHER_KEY", "short", "PARTNERKIT_VOUCHER_KEY must be at least 16 bytes"),
+    # A header value cannot carry them: the first call failed as "connection error (InvalidHeader)".
+    ("PARTNERKIT_API_KEY", "pk_live_12\nX-Evil: 1", "PARTNERKIT_API_KEY holds a control character"),
+    ("PARTNERKIT_API_SECRET", "sk_live\t34", "PARTNERKIT_API_SECRET holds a control character"),
     ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
     ("PARTNERKIT_HOURLY_BUDGET", "0", "PARTNERKIT_HOURLY_BUDGET must be between 1 and"),
     ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
@@ -272,15 +280,16 @@ SETTING_CASES = [
 def test_each_malformed_setting_is_named(name, value, match, tmp_path):
     code, stderr, stdout = run_in_process(["status"], environment(tmp_path, **{name: value}))
     assert_one_line_error(code, stderr, stdout, code=2, match=match)
+    if "KEY" in name or "SECRET" in name:
+        assert value.strip() not in stderr  # a credential is never echoed
 
 
 def test_every_setting_has_a_malformed_value_case():
     names = {name for name, _, _ in SETTING_CASES}
     numeric = {"PARTNERKIT_TOLERANCE_S"}  # covered for every command above
-    # Free text: any value is a valid setting (the database path is checked when it is opened, the
-    # voucher key when it is used); the tests above cover an unusable database path.
-    free_text = {"PARTNERKIT_DB", "PARTNERKIT_API_KEY", "PARTNERKIT_API_SECRET", "PARTNERKIT_VOUCHER_KEY",
-                 "PARTNERKIT_REPORT_DIR"}
+    # Free text: any value is a valid setting (the database path is checked when it is opened); the
+    # tests above cover an unusable database path.
+    free_text = {"PARTNERKIT_DB", "PARTNERKIT_REPORT_DIR"}
     assert set(ENV_NAMES.values()) - names - numeric - free_text == set()
 
 
@@ -297,6 +306,19 @@ def test_a_bad_config_file_is_one_line_with_exit_2(content, match, tmp_path):
     code, stderr, stdout = run_in_process(["--config", str(file), "events", "list"], environment(tmp_path))
     assert_one_line_error(code, stderr, stdout, code=2, match=match)
     assert "oops-no-equals-sign" not in stderr  # a malformed line is not echoed: it may hold a secret
+
+
+@pytest.mark.parametrize("how", ["--config", "PARTNERKIT_CONFIG"])
+def test_a_config_path_that_is_a_directory_is_one_line_with_exit_2(how, tmp_path):
+    """Named like a missing file, not as click's usage error about '--config' (which PARTNERKIT_CONFIG
+    users never typed)."""
+    args, env = ["events", "list"], environment(tmp_path)
+    if how == "--config":
+        args = ["--config", str(tmp_path), *args]
+    else:
+        env["PARTNERKIT_CONFIG"] = str(tmp_path)
+    code, stderr, stdout = run_in_process(args, env)
+    assert_one_line_error(code, stderr, stdout, code=2, match=f"config file {str(tmp_path)!r} is a directory")
 
 
 def existing_database(tmp_path) -> None:

@@ -110,3 +110,17 @@ def test_locate_without_a_local_intent_prints_the_providers_matches_as_one_objec
     rows = list(csv.DictReader(io.StringIO(run("recharges", "locate", "--mobile", number, "--amount", "99",
                                                "--format", "csv").stdout)))
     assert [r["client_reference"] for r in rows] == ["elsewhere"]
+
+
+@pytest.mark.parametrize("command", ["submit", "locate"])
+def test_submit_and_locate_help_give_their_exit_codes(run, command):
+    """A script must tell UNKNOWN (3: locate later, never resubmit) from FAILED (1); only the module
+    docstring and docs/worker.md said so."""
+    text = " ".join(run("recharges", command, "--help").output.split())
+    assert ("Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error, "
+            "3 when its outcome is UNKNOWN") in text
+
+
+def test_list_help_says_what_intent_and_unknown_mean(run):
+    text = " ".join(run("recharges", "list", "--help").output.split())
+    assert "INTENT: recorded, no answer yet" in text and "UNKNOWN: the answer was lost" in text
