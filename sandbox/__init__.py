@@ -5,6 +5,9 @@ its own Decimal money handling.  See docs/sandbox.md.
 """
 from __future__ import annotations
 
+import signal
+import threading
+
 from .app import create_app
 from .clock import SandboxClock
 from .settings import SandboxSettings
@@ -35,9 +38,18 @@ def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
         echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
              f"signing secret {c.signing_secret}  credential_id {c.credential_id}")
     echo("  control endpoints under /sandbox (stats, clock, settings); Ctrl-C to stop")
+    # SIGTERM (kill, systemd, docker stop) stops it as Ctrl-C does: the server shut down, one line said.
+    main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         echo("sandbox stopped")
     finally:
         server.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt

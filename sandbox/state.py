@@ -136,5 +136,6 @@ class Sandbox:
         """Stop the background thread (waits for the current pass)."""
         self._stop.set()
         if self._thread:
-            self._thread.join(timeout=5)
+            if self._thread.ident is not None:  # an interrupt may land between creating and starting it
+                self._thread.join(timeout=5)
             self._thread = None

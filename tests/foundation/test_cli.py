@@ -66,3 +66,17 @@ def test_sandbox_speed_0_freezes_the_clock_as_docs_sandbox_md_says():
         process.terminate()
         process.wait(timeout=10)
     assert first.startswith("sandbox listening on http://127.0.0.1:") and "speed x0)" in first, process.stderr.read()
+
+
+def test_sandbox_stops_cleanly_on_sigterm_as_on_ctrl_c():
+    # systemd, docker stop and `kill` send SIGTERM: the sandbox says it stopped and exits 0, as on Ctrl-C.
+    process = subprocess.Popen([sys.executable, "-m", "partnerkit", "sandbox", "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().startswith("sandbox listening on ")
+        process.terminate()
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "sandbox stopped" in out + err and "Traceback" not in err
