@@ -112,6 +112,18 @@ def test_webhooks_deliveries_stats_retry(env, httpserver):
     assert "re-queued" in run(env, "webhooks", "retry", "5").stdout
 
 
+def test_a_retry_the_provider_refuses_is_its_message_on_one_line(env, httpserver):
+    # "A delivery that has used all attempts cannot be retried": the refusal is reported as the provider
+    # words it, exit 1, never a traceback (README, "silent or contradicts").
+    httpserver.expect_request("/api/v1/webhooks/deliveries/5/retry", method="POST").respond_with_json(
+        {"success": False, "error": {"code": "ATTEMPTS_EXHAUSTED", "message": "Delivery has used all its attempts"}},
+        status=400)
+    result = CliRunner().invoke(cli, ["webhooks", "retry", "5"], env=env)
+    assert result.exit_code == 1, result.output
+    assert "Delivery has used all its attempts" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_an_empty_filtered_listing_says_what_matched_nothing(client, env):
     post(client, envelope("evt_a", order_id=101))
     orders = run(env, "orders", "list", "--status", "failed")
