@@ -55,6 +55,11 @@ def _table_cell(value: Any) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 recharge", "2 recharges", "0 drifts": a count with its noun (plural by adding s)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 class Progress:
     """Prints how far a long walk has read, to stderr, at most every `every` seconds (default
     PROGRESS_EVERY_S): a busy day or a long range is minutes of pages, and silence looks like a hang."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import Progress, emit, format_option
+from partnerkit.cli.output import Progress, counted, emit, format_option
 from partnerkit.cli.params import output_file, utc_day
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
@@ -62,10 +62,11 @@ def reconcile_command(app: AppContext, day: date) -> None:
                    "not the worker's database, check PARTNERKIT_DB or --config", err=True)
     report = reconcile_day(app.config, app.db, client, day, progress=Progress(day))
     s = report["summary"]
-    click.echo(f"{report['date']}: {s['recharges_total']} recharges, {s['orders_total']} orders, "
-               f"{s['transactions_total']} transactions; {s['matched']} matched, {s['drifted']} drifted, "
-               f"{s['unmatched']} unmatched, {len(report['drifts'])} drifts; report in {app.config.report_dir}",
-               err=True)
+    click.echo(f"{report['date']}: {counted(s['recharges_total'], 'recharge')}, "
+               f"{counted(s['orders_total'], 'order')}, {counted(s['transactions_total'], 'transaction')}; "
+               f"{s['matched']:,} matched, {s['drifted']:,} drifted, "
+               f"{s['unmatched']:,} unmatched, {counted(len(report['drifts']), 'drift')}; "
+               f"report in {app.config.report_dir}", err=True)
     _in_progress(day)
 
 

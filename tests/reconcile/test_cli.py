@@ -15,6 +15,7 @@ from freezegun import freeze_time
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.cli import cli
+from partnerkit.cli.output import counted
 from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import audit_trail, get_drift
 from reconcile.matcher import match_day
@@ -173,7 +174,7 @@ def test_reconcile_on_a_database_that_does_not_exist_creates_it_with_a_warning(s
     warning, summary = first.stderr.splitlines()
     assert warning == (f"warning: database {str(missing)!r} did not exist and was created; if that is not the "
                        "worker's database, check PARTNERKIT_DB or --config")
-    assert summary.startswith(f"{day}: ") and missing.exists()
+    assert summary.startswith(f"{day}: 0 recharges, 0 orders, 0 transactions; 0 matched") and missing.exists()
     assert (tmp_path / "reports" / f"partnerkit-report-{day}.json").exists()
     again = CliRunner().invoke(cli, ["reconcile", "--date", day])
     assert again.exit_code == 0 and again.stderr.startswith(f"{day}: ") and "warning" not in again.stderr
@@ -212,3 +213,8 @@ def test_reconcile_progress_is_printed_at_most_every_few_seconds(capsys):
         clock.tick(1)
         progress("transactions", 500)  # a second later: nothing
     assert capsys.readouterr().err == "2025-03-13: recharges, 150,000 read so far\n"
+
+
+@pytest.mark.parametrize("n, text", [(0, "0 drifts"), (1, "1 drift"), (2, "2 drifts"), (100100, "100,100 drifts")])
+def test_a_count_is_said_with_its_noun(n, text):
+    assert counted(n, "drift") == text
