@@ -55,9 +55,9 @@ def _table_cell(value: Any) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
-def counted(n: int, noun: str) -> str:
-    """"1 recharge", "2 recharges", "0 drifts": a count with its noun (plural by adding s)."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 recharge", "2 recharges", "0 drifts": a count with its noun (plural: noun + "s" unless given)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {plural or noun + 's'}"
 
 
 class Progress:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, emit_one, format_option
+from partnerkit.cli.output import counted, emit, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
 from partnerkit.errors import ApiStatusError
@@ -239,9 +239,12 @@ def deliveries_command(app: AppContext, fmt: str, **filters: Any) -> None:
     """Delivery attempts as the provider records them."""
     page = _client(app).list_deliveries(**filters)
     rows = [{c: _plain(getattr(d, c, None)) for c in DELIVERY_COLUMNS} for d in page.items]
-    emit(rows, DELIVERY_COLUMNS, fmt, empty_message="no deliveries")
-    if fmt == "table" and page.total_pages:
-        click.echo(f"page {page.page} of {page.total_pages} ({page.total_count} deliveries)", err=True)
+    past_the_end = not rows and page.total_pages and page.page > page.total_pages
+    empty = (f"no deliveries on page {page.page}: there are {page.total_pages} page(s) of {page.total_count}"
+             if past_the_end else "no deliveries")
+    emit(rows, DELIVERY_COLUMNS, fmt, empty_message=empty)
+    if fmt == "table" and rows and page.total_pages:
+        click.echo(f"page {page.page} of {page.total_pages} ({counted(page.total_count or 0, 'delivery', 'deliveries')})", err=True)
 
 
 @webhooks_group.command("stats")

@@ -124,6 +124,15 @@ def test_a_retry_the_provider_refuses_is_its_message_on_one_line(env, httpserver
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_a_deliveries_page_past_the_end_says_how_many_pages_there_are(env, httpserver):
+    httpserver.expect_request("/api/v1/webhooks/deliveries").respond_with_json(
+        {"success": True, "data": {"deliveries": []}},
+        headers={"X-Page": "999", "X-Total-Count": "8", "X-Total-Pages": "1", "X-Page-Size": "20"})
+    result = CliRunner().invoke(cli, ["webhooks", "deliveries", "--page", "999"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "" and result.stderr.strip() == "no deliveries on page 999: there are 1 page(s) of 8"
+
+
 def test_an_empty_filtered_listing_says_what_matched_nothing(client, env):
     post(client, envelope("evt_a", order_id=101))
     orders = run(env, "orders", "list", "--status", "failed")

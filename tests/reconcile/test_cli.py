@@ -218,3 +218,4 @@ def test_reconcile_progress_is_printed_at_most_every_few_seconds(capsys):
 @pytest.mark.parametrize("n, text", [(0, "0 drifts"), (1, "1 drift"), (2, "2 drifts"), (100100, "100,100 drifts")])
 def test_a_count_is_said_with_its_noun(n, text):
     assert counted(n, "drift") == text
+    assert counted(n, "delivery", "deliveries") == text.replace("drifts", "deliveries").replace("drift", "delivery")
