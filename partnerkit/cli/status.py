@@ -10,16 +10,24 @@ from partnerkit.cli.output import emit_one, format_option
 
 @click.command("status")
 @format_option
+@click.option("--check", is_flag=True,
+              help="Exit 1 when anything needs attention (the same figures are printed), for a monitor or cron.")
 @pass_app
-def status_command(app: AppContext, fmt: str) -> None:
+def status_command(app: AppContext, fmt: str, check: bool) -> None:
     """Last webhook, voucher backlog and parked jobs, PROCESSING recharges, budget, last report (and one overdue
-    two hours past PARTNERKIT_DUE_HOUR_UTC), open drifts, and what needs a person now."""
+    two hours past PARTNERKIT_DUE_HOUR_UTC), open drifts, and what needs a person now.
+
+    Exit codes: 0; 1 with --check when the `attention` list is not empty, and 1 when the database cannot be
+    opened; 2 for a bad option or setting.
+    """
     from partnerkit.status import collect
 
     status = collect(app.config, app.existing_db)
     rows = [{"item": key, "value": value} for key, value in status.items() if key != "attention"]
     rows += [{"item": "attention", "value": line} for line in status["attention"] or ["nothing needs attention"]]
     emit_one(status, fmt, rows=rows, columns=["item", "value"])
+    if check and status["attention"]:
+        raise SystemExit(1)
 
 
 def register(group: click.Group) -> None:

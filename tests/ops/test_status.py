@@ -169,3 +169,23 @@ def test_every_status_field_is_explained_in_the_readme(sandbox_config, db):
     table = table[:table.index("\n### ", 1)]
     missing = [field for field in collect(sandbox_config, db) if f"`{field}`" not in table]
     assert missing == []
+
+
+def test_status_check_exits_1_only_while_something_needs_attention(sandbox_config, db):
+    env = config_as_env(sandbox_config)
+    calm = CliRunner().invoke(cli, ["status", "--check", "--format", "json"], env=env)
+    assert calm.exit_code == 0, calm.output
+    assert json.loads(calm.output)["attention"] == []
+
+    start = utcnow()
+    drifts.open_drift(db, kind="missing_refund", subject="recharge", reference="RCH9", expected="10.00",
+                      actual="0.00", currency="INR", detected_at=start)
+    body = b'{"event_id":"evt_c1","event_type":"order.delivered","created_at":"2026-11-21T10:00:00Z","data":{"id":5,"status":"DELIVERED","quantity":1}}'
+    inbox.record(db, normalise(body, {}), body, now=start)
+    with transaction(db) as conn:  # its voucher fetch parked after its retries: a person must look
+        conn.execute("UPDATE jobs SET state = 'dead', last_error = 'HTTP 404' WHERE order_id = 5")
+    alarmed = CliRunner().invoke(cli, ["status", "--check"], env=env)
+    assert alarmed.exit_code == 1
+    assert "parked" in alarmed.output  # the figures are still printed
+    plain = CliRunner().invoke(cli, ["status"], env=env)
+    assert plain.exit_code == 0  # without --check a monitor reads `attention` itself
