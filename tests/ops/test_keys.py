@@ -7,6 +7,7 @@ Real SQLite files in tmp_path, vouchers sealed and stored by partnerkit's own co
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from partnerkit.cli import cli
 from partnerkit.client import Voucher
 from partnerkit.config import load_config
 from partnerkit.crypto import cipher_from_keys, load_cipher, read_key_file
+from partnerkit.rotation import census
 from partnerkit.store import open_db, transaction, webhook_tokens
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.vouchers import seal
@@ -87,7 +89,6 @@ class Keys:
         return set(out.split('"')) & set(CODES)
 
     def status(self) -> dict:
-        import json
         return json.loads(self("keys", "status", "--format", "json").stdout)
 
     def sealed_bytes(self) -> list[tuple]:
@@ -109,7 +110,6 @@ def opens_only_with(keys: list[str], run: Keys) -> bool:
     found = run.config()
     db = open_db(found.db_path)
     try:
-        from partnerkit.rotation import census
         result = census(db, cipher_from_keys(keys))
         return result.current > 0 and result.previous == 0 and not result.unreadable
     finally:
@@ -315,7 +315,13 @@ def test_with_nothing_stored_every_command_is_calm(tmp_path, command):
 def test_config_masks_the_previous_keys(tmp_path):
     older = "b2xkZXIta2V5LW9mLTMyLWJ5dGVzLWZvci10ZXN0cyE"
     run = Keys(environment(tmp_path, PARTNERKIT_VOUCHER_KEY=KEY_A, PARTNERKIT_VOUCHER_KEY_PREVIOUS=f"{older},{older}x"))
-    import json
     shown = {row["variable"]: row["value"] for row in json.loads(run("config", "--format", "json").stdout)}
     assert shown["PARTNERKIT_VOUCHER_KEY_PREVIOUS"] == "*** (2 set)"
     run.assert_no_key_in(KEY_A, older)
+
+
+def test_the_backup_reminder_says_a_backup_before_the_rewrap_needs_the_old_key(tmp_path):
+    run = Keys(environment(tmp_path))
+    run.store()
+    reminder = run("backup", str(tmp_path / "before-rewrap.db")).stderr
+    assert "keep the old copy as long as backups made before the rewrap are kept" in reminder
