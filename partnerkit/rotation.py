@@ -113,7 +113,7 @@ def census(db: Database, cipher: Cipher, *, batch_size: int = DEFAULT_BATCH) -> 
     """Read every stored value and say which key opens it (no writes)."""
     found = Census()
     for batch in _vouchers(db, batch_size):
-        for voucher in map(lambda row: _examine(cipher, row), batch):
+        for voucher in (_examine(cipher, row) for row in batch):
             for name, got in voucher.opened.items():
                 if got is None:
                     found.unreadable.append(_where(voucher.row, name))
