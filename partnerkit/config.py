@@ -49,6 +49,7 @@ class Config:
     api_secret: str | None = field(default=None, repr=False)
     webhook_tokens: tuple[WebhookToken, ...] = field(default=(), repr=False)
     voucher_key: str | None = field(default=None, repr=False)
+    voucher_key_previous: tuple[str, ...] = field(default=(), repr=False)
     tolerance_s: int = 300
     hourly_budget: int = 1000
     order_budget_per_minute: int = 100
@@ -86,6 +87,7 @@ ENV_NAMES = {
     "api_secret": "PARTNERKIT_API_SECRET",
     "webhook_tokens": "PARTNERKIT_WEBHOOK_TOKENS",
     "voucher_key": "PARTNERKIT_VOUCHER_KEY",
+    "voucher_key_previous": "PARTNERKIT_VOUCHER_KEY_PREVIOUS",
     "tolerance_s": "PARTNERKIT_TOLERANCE_S",
     "hourly_budget": "PARTNERKIT_HOURLY_BUDGET",
     "order_budget_per_minute": "PARTNERKIT_ORDER_BUDGET_PER_MINUTE",
@@ -171,6 +173,29 @@ def _header_value(name: str, raw: str) -> str:
     return value
 
 
+def _voucher_key(name: str, raw: str) -> str:
+    """A voucher key: the same floor the cipher applies when it is first used (a base64 key of 16
+    bytes or more is longer still as text), checked here so that `config`, `serve` and `worker`
+    refuse it at start-up instead of failing every voucher job later. Never quoted."""
+    value = raw.strip()
+    if len(value.encode("utf-8")) < MIN_VOUCHER_KEY_BYTES:
+        raise ConfigError(f"{name} must be at least {MIN_VOUCHER_KEY_BYTES} bytes (e.g. 32 random bytes, base64)")
+    return value
+
+
+def parse_previous_voucher_keys(raw: str) -> tuple[str, ...]:
+    """Parse `KEY,KEY,...` (keys a rotation replaced, read only); raise ConfigError naming the entry."""
+    name = "PARTNERKIT_VOUCHER_KEY_PREVIOUS"
+    entries = [entry.strip() for entry in raw.split(",")]
+    if not all(entries):
+        raise ConfigError(f"{name} has an empty entry; separate keys with single commas")
+    for number, entry in enumerate(entries, start=1):
+        _voucher_key(f"{name} entry {number}", entry)
+        # A line break or tab inside one entry is a paste gone wrong, not part of a key.
+        _header_value(f"{name} entry {number}", entry)
+    return tuple(entries)
+
+
 def parse_webhook_tokens(raw: str) -> tuple[WebhookToken, ...]:
     """Parse `TOKEN,ID:TOKEN,...` into accepted tokens; raise ConfigError on empty or weak entries."""
     entries = [entry.strip() for entry in raw.split(",")]
@@ -243,13 +268,9 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
         elif name == "PARTNERKIT_WEBHOOK_TOKENS":
             values["webhook_tokens"] = parse_webhook_tokens(raw)
         elif name == "PARTNERKIT_VOUCHER_KEY":
-            # The same floor the cipher applies when it is first used (a base64 key of 16 bytes or
-            # more is longer still as text), checked here so that `config`, `serve` and `worker`
-            # refuse it at start-up instead of failing every voucher job later. Never quoted.
-            if len(raw.strip().encode("utf-8")) < MIN_VOUCHER_KEY_BYTES:
-                raise ConfigError(f"{name} must be at least {MIN_VOUCHER_KEY_BYTES} bytes "
-                                  "(e.g. 32 random bytes, base64)")
-            values["voucher_key"] = raw.strip()
+            values["voucher_key"] = _voucher_key(name, raw)
+        elif name == "PARTNERKIT_VOUCHER_KEY_PREVIOUS":
+            values["voucher_key_previous"] = parse_previous_voucher_keys(raw)
         elif name == "PARTNERKIT_TOLERANCE_S":
             values["tolerance_s"] = _int(name, raw, 1, 3600)
         elif name == "PARTNERKIT_HOURLY_BUDGET":
@@ -274,6 +295,10 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
             if level not in _LOG_LEVELS:
                 raise ConfigError(f"{name} must be one of {', '.join(sorted(_LOG_LEVELS))}, got {raw!r}")
             values["log_level"] = level
+    if values.get("voucher_key_previous") and not values.get("voucher_key"):
+        # With the generated key file, previous keys are its lines below the first (`partnerkit keys`).
+        raise ConfigError("PARTNERKIT_VOUCHER_KEY_PREVIOUS is set but PARTNERKIT_VOUCHER_KEY is not: previous keys "
+                          "are read only beside a current one (with the key file, they are its lines below the first)")
     return Config(**values)  # type: ignore[arg-type]
 
 
@@ -286,5 +311,7 @@ def config_as_env(config: Config) -> dict[str, str]:
             continue
         if f.name == "webhook_tokens":
             value = ",".join(f"{t.webhook_id}:{t.token}" if t.webhook_id else t.token for t in value)
+        elif f.name == "voucher_key_previous":
+            value = ",".join(value)
         env[ENV_NAMES[f.name]] = str(value)
     return env

@@ -5,6 +5,12 @@ AES-256-GCM (cryptography's AESGCM) with a random 96-bit nonce per value; a stor
 else a key generated once into `config.key_file` (mode 0600) with a warning. A second derived
 key makes fingerprints (HMAC-SHA256), so "is this voucher already stored?" is answerable
 without decrypting and without keeping a plain hash of a code. Plaintexts are never logged.
+
+Rotation: a Cipher also holds the keys a rotation replaced (PARTNERKIT_VOUCHER_KEY_PREVIOUS, or
+the key file's lines below the first). New values are sealed and fingerprinted with the current
+key only; a stored value opens with whichever key's GCM tag matches, so the stored format is the
+same before and after a rotation. `partnerkit keys` (partnerkit.rotation) moves the stored values
+to the current key.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import logging
 import os
 import secrets
 from pathlib import Path
+from typing import Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -39,42 +46,77 @@ def _derive(secret: bytes, purpose: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"partnerkit", info=purpose).derive(secret)
 
 
-class Cipher:
-    """Encrypts and fingerprints secrets under one master key."""
+class _Key:
+    """The two keys HKDF derives from one secret: encryption and fingerprints."""
 
     def __init__(self, secret: bytes) -> None:
         if len(secret) < 16:
             raise ConfigError("PARTNERKIT_VOUCHER_KEY must be at least 16 bytes (e.g. 32 random bytes, base64)")
-        self._aead = AESGCM(_derive(secret, b"encrypt"))
-        self._mac_key = _derive(secret, b"fingerprint")
+        self.aead = AESGCM(_derive(secret, b"encrypt"))
+        self.mac_key = _derive(secret, b"fingerprint")
+
+    def fingerprint(self, message: bytes) -> str:
+        return hmac.new(self.mac_key, message, hashlib.sha256).hexdigest()
+
+
+class Cipher:
+    """Encrypts and fingerprints secrets under the current key; opens values sealed under previous ones."""
+
+    def __init__(self, secret: bytes, previous: Sequence[bytes] = ()) -> None:
+        self._keys = [_Key(secret)] + [_Key(old) for old in previous]
 
     def __repr__(self) -> str:
-        return "Cipher(***)"
+        return f"Cipher(***, previous={len(self._keys) - 1})"
+
+    @property
+    def previous_keys(self) -> int:
+        """How many previous keys this cipher can still open values with."""
+        return len(self._keys) - 1
 
     def encrypt(self, plaintext: str | None, *, context: bytes = b"") -> bytes | None:
-        """Encrypt a text (None stays None); `context` binds it to where it is stored."""
+        """Encrypt a text (None stays None) with the current key; `context` binds it to where it is stored."""
         if plaintext is None:
             return None
         nonce = os.urandom(NONCE_BYTES)
-        return VERSION + nonce + self._aead.encrypt(nonce, plaintext.encode("utf-8"), context)
+        return VERSION + nonce + self._keys[0].aead.encrypt(nonce, plaintext.encode("utf-8"), context)
+
+    def open(self, stored: bytes | None, *, context: bytes = b"") -> tuple[str, int] | None:
+        """(plaintext, which key opened it: 0 current, n the n-th previous), or None if no key opens it."""
+        blob = bytes(stored or b"")
+        if not blob.startswith(VERSION):
+            return None
+        nonce, body = blob[2:2 + NONCE_BYTES], blob[2 + NONCE_BYTES:]
+        for index, key in enumerate(self._keys):
+            try:  # the GCM tag decides: a wrong key is InvalidTag, never a wrong plaintext
+                return key.aead.decrypt(nonce, body, context).decode("utf-8"), index
+            except InvalidTag:
+                continue
+        return None
 
     def decrypt(self, stored: bytes | None, *, context: bytes = b"") -> str | None:
-        """Inverse of `encrypt`; raises DecryptionError on a wrong key or damaged value."""
+        """Inverse of `encrypt` under any of the keys; raises DecryptionError when none opens it."""
         if stored is None:
             return None
-        blob = bytes(stored)
-        if not blob.startswith(VERSION):
+        if not bytes(stored).startswith(VERSION):
             raise DecryptionError("stored value has an unknown format")
-        nonce, body = blob[2:2 + NONCE_BYTES], blob[2 + NONCE_BYTES:]
-        try:
-            return self._aead.decrypt(nonce, body, context).decode("utf-8")
-        except InvalidTag as exc:
-            raise DecryptionError("stored value cannot be decrypted with this key (was PARTNERKIT_VOUCHER_KEY changed?)") from exc
+        opened = self.open(stored, context=context)
+        if opened is None:
+            raise DecryptionError("stored value cannot be decrypted with this key (was PARTNERKIT_VOUCHER_KEY changed?)")
+        return opened[0]
 
     def fingerprint(self, *parts: str | None) -> str:
-        """A keyed, deterministic digest of `parts` (for unique constraints on secrets)."""
+        """A keyed, deterministic digest of `parts` (for unique constraints on secrets), current key."""
+        return self.fingerprints(*parts)[0]
+
+    def fingerprints(self, *parts: str | None) -> tuple[str, ...]:
+        """The fingerprint of `parts` under every key, current first (dedup across a rotation)."""
         message = "\x1f".join("" if p is None else p for p in parts).encode("utf-8")
-        return hmac.new(self._mac_key, message, hashlib.sha256).hexdigest()
+        return tuple(key.fingerprint(message) for key in self._keys)
+
+
+def token_context(webhook_id: str) -> bytes:
+    """What a saved webhook token's ciphertext is bound to: its purpose and its webhook id."""
+    return b"webhook_token:" + webhook_id.encode()
 
 
 def _secret_from_text(text: str) -> bytes:
@@ -88,17 +130,60 @@ def _secret_from_text(text: str) -> bytes:
     return text.encode("utf-8")
 
 
-def _read_key_file(path: Path) -> bytes:
-    text = path.read_text(encoding="ascii").strip()
-    if len(text) < 16:
+def new_key_text() -> str:
+    """A new random 32-byte key as the key file holds it (URL-safe base64)."""
+    return base64.urlsafe_b64encode(os.urandom(32)).decode()
+
+
+def read_key_file(path: Path) -> list[str]:
+    """The keys in a key file, current first (one per line; a one-line file has no previous keys)."""
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="ascii").splitlines()]
+    except UnicodeDecodeError:
+        raise ConfigError(f"the voucher key file {str(path)!r} is damaged (not a base64 key); "
+                          "restore it from its backup") from None
+    keys = [line for line in lines if line]
+    if not keys or any(len(key) < 16 for key in keys):
         raise ConfigError(f"the voucher key file {str(path)!r} is empty or damaged; restore it from its backup "
                           "(without it stored vouchers cannot be read)")
     if path.stat().st_mode & 0o077:
         log.warning("the voucher key file %s can be read by other users; run: chmod 600 %s", path, path)
-    return text.encode()
+    return keys
 
 
-def _read_or_create_key_file(path: Path, db_path: Path) -> bytes:
+def _private_temp(path: Path, keys: Sequence[str]) -> Path:
+    """A new 0600 file beside `path` holding `keys`, one per line, flushed to disk."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write("".join(f"{key}\n" for key in keys))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
+def write_key_file(path: Path, keys: Sequence[str]) -> None:
+    """Replace the key file with `keys` (current first) atomically: a 0600 temp file, fsynced, renamed.
+
+    Killed at any point, the file holds either the old keys or the new ones, never a part."""
+    temp = _private_temp(path, keys)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself survives a power cut
+    finally:
+        os.close(directory)
+
+
+def _read_or_create_key_file(path: Path, db_path: Path) -> list[str]:
     """Read the key file, or create it atomically with mode 0600 (safe when processes race).
 
     Never beside a database that already holds values sealed with a key (a restore that missed the
@@ -106,7 +191,7 @@ def _read_or_create_key_file(path: Path, db_path: Path) -> bytes:
     old key back later would break those instead.
     """
     try:
-        return _read_key_file(path)
+        return read_key_file(path)
     except FileNotFoundError:
         pass
     keyed = keyed_values(Path(db_path))
@@ -115,10 +200,7 @@ def _read_or_create_key_file(path: Path, db_path: Path) -> bytes:
                           "voucher(s) or webhook token(s) sealed with it: restore the key file from its backup "
                           "(or set PARTNERKIT_VOUCHER_KEY to that key); a new key would make them unreadable")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new directory: private to the owner
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(base64.urlsafe_b64encode(os.urandom(32)).decode() + "\n")
+    temp = _private_temp(path, [new_key_text()])
     try:
         os.link(temp, path)  # fails if another process created it first: then theirs wins
         log.warning("PARTNERKIT_VOUCHER_KEY is not set: generated a voucher key in %s (mode 0600); "
@@ -127,19 +209,21 @@ def _read_or_create_key_file(path: Path, db_path: Path) -> bytes:
         pass
     finally:
         os.unlink(temp)
-    return _read_key_file(path)
+    return read_key_file(path)
+
+
+def cipher_from_keys(keys: Sequence[str]) -> Cipher:
+    """A Cipher from key texts as configured or in the key file, current first."""
+    return Cipher(_secret_from_text(keys[0]), [_secret_from_text(k) for k in keys[1:]])
 
 
 def load_cipher(config: Config) -> Cipher:
-    """The Cipher for `config`: PARTNERKIT_VOUCHER_KEY, else the generated key file."""
+    """The Cipher for `config`: PARTNERKIT_VOUCHER_KEY (and _PREVIOUS), else the generated key file's lines."""
     if config.voucher_key:
-        return Cipher(_secret_from_text(config.voucher_key))
+        return cipher_from_keys([config.voucher_key, *config.voucher_key_previous])
     try:
-        text = _read_or_create_key_file(config.key_file, config.db_path).decode()
+        keys = _read_or_create_key_file(config.key_file, config.db_path)
     except OSError as exc:
         raise ConfigError(f"PARTNERKIT_VOUCHER_KEY is not set and the key file {str(config.key_file)!r} "
                           f"cannot be read or created: {exc.strerror}") from exc
-    except UnicodeDecodeError:
-        raise ConfigError(f"the voucher key file {str(config.key_file)!r} is damaged (not a base64 key); "
-                          "restore it from its backup") from None
-    return Cipher(_secret_from_text(text))
+    return cipher_from_keys(keys)

@@ -3,7 +3,7 @@
 Every partnerkit process calls `configure_logging(config)` once. Log calls pass context as
 `extra={"event_id": ..., "request_id": ...}`; those keys become JSON fields. Code never logs a
 secret, token, voucher code or PIN in the first place; `Redactor` additionally replaces every
-configured secret (API key and secret, webhook tokens, voucher key) that reaches a formatted line,
+configured secret (API key and secret, webhook tokens, voucher keys current and previous) that reaches a formatted line,
 so one careless `%r` cannot leak them.
 """
 
@@ -74,7 +74,7 @@ class JsonFormatter(logging.Formatter):
 def secrets_of(config: Config) -> list[str]:
     """Every secret value a configuration holds."""
     values = [config.api_key, config.api_secret, config.voucher_key]
-    values += [t.token for t in config.webhook_tokens]
+    values += [t.token for t in config.webhook_tokens] + list(config.voucher_key_previous)
     return [v for v in values if v]
 
 

@@ -85,25 +85,42 @@ def _text(value: Any) -> str | None:
     return None if value is None or not isinstance(value, (str, int)) else str(value)
 
 
+def voucher_identity(code: str | None, reference: str | None, url: str | None, raw: dict | None) -> str | None:
+    """What a voucher's fingerprint is made of: its code, else its reference, else its claim URL, else
+    the provider's whole record; None when only the record would do and it is not at hand (it is not
+    stored, so `partnerkit keys rewrap` cannot recompute such a fingerprint)."""
+    return code or reference or url or (repr(sorted(raw.items())) if raw is not None else None)
+
+
 def seal(cipher: Cipher, order_id: int, voucher: Any) -> SealedVoucher:
-    """Encrypt a client Voucher's secrets, bound to its order and field; fingerprint its code."""
+    """Encrypt a client Voucher's secrets, bound to its order and field; fingerprint its code.
+
+    The fingerprint under each previous key goes along, so a voucher stored before a key rotation
+    is not stored again (`vouchers.add`)."""
     code, pin, url = _text(voucher.card_number), _text(getattr(voucher, "pin_code", None)), _text(getattr(voucher, "claim_url", None))
     reference = _text(getattr(voucher, "voucher_reference_number", None))
     expires = getattr(voucher, "expires_at", None)
-    identity = code or reference or url or repr(sorted((getattr(voucher, "raw", None) or {}).items()))
-    ctx = f"voucher:{order_id}:".encode()
+    identity = voucher_identity(code, reference, url, getattr(voucher, "raw", None) or {})
+    fingerprint, *previous = cipher.fingerprints(str(order_id), identity)
+    ctx = voucher_context(order_id)
     return SealedVoucher(
-        fingerprint=cipher.fingerprint(str(order_id), identity),
+        fingerprint=fingerprint,
         card_number=cipher.encrypt(code, context=ctx + b"card_number"),
         pin_code=cipher.encrypt(pin, context=ctx + b"pin_code"),
         claim_url=cipher.encrypt(url, context=ctx + b"claim_url"),
         voucher_reference_number=reference,
-        expires_at=iso(expires) if isinstance(expires, datetime) else _text(expires))
+        expires_at=iso(expires) if isinstance(expires, datetime) else _text(expires),
+        previous_fingerprints=tuple(previous))
+
+
+def voucher_context(order_id: int) -> bytes:
+    """The prefix binding a voucher's sealed fields to its order (the field name follows)."""
+    return f"voucher:{order_id}:".encode()
 
 
 def unseal(cipher: Cipher, row: dict) -> dict:
     """A stored voucher row with its secrets decrypted (for `partnerkit vouchers --reveal` only)."""
-    ctx = f"voucher:{row['order_id']}:".encode()
+    ctx = voucher_context(row["order_id"])
     return {**row, **{name: cipher.decrypt(row[name], context=ctx + name.encode())
                       for name in ("card_number", "pin_code", "claim_url")}}
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from partnerkit.config import Config, ConfigError, WebhookToken
-from partnerkit.crypto import Cipher
+from partnerkit.crypto import Cipher, token_context
 from partnerkit.store import Database
 from partnerkit.store import webhook_tokens
 
-TOKEN_CONTEXT = b"webhook_token"  # binds a saved token's ciphertext to its purpose
-
-
 def saved_tokens(db: Database, cipher: Cipher) -> tuple[WebhookToken, ...]:
     """Decrypt the tokens saved in the database, each bound to its webhook id."""
-    return tuple(WebhookToken(cipher.decrypt(sealed, context=TOKEN_CONTEXT + b":" + wid.encode()), wid)
+    return tuple(WebhookToken(cipher.decrypt(sealed, context=token_context(wid)), wid)
                  for wid, sealed in webhook_tokens.sealed(db))
 
 
@@ -46,4 +43,4 @@ def require_tokens(config: Config, db: Database, cipher: Cipher) -> tuple[Webhoo
 
 def seal_token(cipher: Cipher, webhook_id: str, token: str) -> bytes:
     """Encrypt a token for `webhook_tokens.save`."""
-    return cipher.encrypt(token, context=TOKEN_CONTEXT + b":" + webhook_id.encode())  # type: ignore[return-value]
+    return cipher.encrypt(token, context=token_context(webhook_id))  # type: ignore[return-value]

@@ -16,7 +16,9 @@ def backup_command(app: AppContext, destination: str) -> None:
     safe while running.
 
     Back up the voucher key file (PARTNERKIT_DB + '.voucher.key') once as well, unless
-    PARTNERKIT_VOUCHER_KEY is set: without the key, stored voucher codes cannot be read.
+    PARTNERKIT_VOUCHER_KEY is set: without the key, stored voucher codes cannot be read. After a key
+    rotation, a backup made before `partnerkit keys rewrap` still needs the old key: keep the old key
+    as long as such backups are kept.
     """
     from partnerkit.store.backup import backup
 
@@ -26,7 +28,9 @@ def backup_command(app: AppContext, destination: str) -> None:
         raise click.ClickException(f"cannot write backup {destination}: {exc.strerror or exc}") from exc
     click.echo(f"backed up {app.config.db_path} to {path}", err=True)
     if not app.config.voucher_key:
-        click.echo(f"remember the voucher key file {app.config.key_file} (back it up once, keep it apart)", err=True)
+        click.echo(f"remember the voucher key file {app.config.key_file} (back it up once, keep it apart; after "
+                   "`partnerkit keys rotate` back it up again, and keep the old copy as long as backups made "
+                   "before the rewrap are kept)", err=True)
 
 
 def register(group: click.Group) -> None:

@@ -10,7 +10,7 @@ from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
 from partnerkit.config import ENV_NAMES
 
-SECRET_FIELDS = {"api_key", "api_secret", "webhook_tokens", "voucher_key"}
+SECRET_FIELDS = {"api_key", "api_secret", "webhook_tokens", "voucher_key", "voucher_key_previous"}
 
 
 def _mask(name: str, value: object) -> str:
@@ -18,6 +18,8 @@ def _mask(name: str, value: object) -> str:
         return "(not set)"
     if name == "webhook_tokens":
         return ", ".join(f"{t.webhook_id + ':' if t.webhook_id else ''}***" for t in value)  # type: ignore[union-attr]
+    if name == "voucher_key_previous":
+        return f"*** ({len(value)} set)"  # type: ignore[arg-type]
     if name in SECRET_FIELDS:
         return "*** (set)"
     return str(value)

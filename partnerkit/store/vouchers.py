@@ -22,18 +22,27 @@ class SealedVoucher:
     claim_url: bytes | None
     voucher_reference_number: str | None
     expires_at: str | None
+    previous_fingerprints: tuple[str, ...] = ()  # the same voucher's fingerprint under each previous key
 
 
 def add(conn: sqlite3.Connection, order_id: int, vouchers: list[SealedVoucher], *, now: datetime) -> int:
-    """Store the vouchers not stored yet (inside the caller's transaction); return how many were new."""
+    """Store the vouchers not stored yet (inside the caller's transaction); return how many were new.
+
+    "Stored yet" is decided by the statement itself: a row of the order with the voucher's current
+    fingerprint (the unique constraint) or with its fingerprint under a previous key (stored before
+    a key rotation, not yet rewrapped) means it is there already."""
     added = 0
     for v in vouchers:
+        known = (v.fingerprint, *v.previous_fingerprints)
         cursor = conn.execute(
-            """INSERT INTO vouchers (order_id, fingerprint, card_number, pin_code, claim_url,
-                                     voucher_reference_number, expires_at, stored_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (order_id, fingerprint) DO NOTHING""",
+            f"""INSERT INTO vouchers (order_id, fingerprint, card_number, pin_code, claim_url,
+                                      voucher_reference_number, expires_at, stored_at)
+                SELECT ?, ?, ?, ?, ?, ?, ?, ?
+                WHERE NOT EXISTS (SELECT 1 FROM vouchers WHERE order_id = ?
+                                  AND fingerprint IN ({", ".join("?" * len(known))}))
+                ON CONFLICT (order_id, fingerprint) DO NOTHING""",
             (order_id, v.fingerprint, v.card_number, v.pin_code, v.claim_url, v.voucher_reference_number,
-             v.expires_at, stamp(now)))
+             v.expires_at, stamp(now), order_id, *known))
         added += cursor.rowcount
     return added
 
@@ -55,6 +64,30 @@ def for_order(db: Database, order_id: int) -> list[dict]:
 def total(db: Database) -> int:
     """How many vouchers are stored in all."""
     return db.execute("SELECT COUNT(*) FROM vouchers").fetchone()[0]
+
+
+SEALED_COLUMNS = ("card_number", "pin_code", "claim_url")
+
+
+def sealed_batch(db: Database, *, after_id: int, limit: int) -> list[dict]:
+    """Up to `limit` vouchers with id above `after_id`, as stored (for `partnerkit keys`)."""
+    cursor = db.execute(
+        """SELECT id, order_id, fingerprint, card_number, pin_code, claim_url, voucher_reference_number
+           FROM vouchers WHERE id > ? ORDER BY id LIMIT ?""", (after_id, limit))
+    names = [c[0] for c in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def reseal(conn: sqlite3.Connection, row: dict, *, fingerprint: str, sealed: dict[str, bytes | None]) -> bool:
+    """Replace one voucher's sealed fields and fingerprint, only if it is still as `row` read it.
+
+    Raises sqlite3.IntegrityError when another row of the order already has `fingerprint` (the
+    same voucher stored twice)."""
+    return conn.execute(
+        """UPDATE vouchers SET fingerprint = ?, card_number = ?, pin_code = ?, claim_url = ?
+           WHERE id = ? AND fingerprint = ? AND card_number IS ? AND pin_code IS ? AND claim_url IS ?""",
+        (fingerprint, *(sealed[c] for c in SEALED_COLUMNS), row["id"], row["fingerprint"],
+         *(row[c] for c in SEALED_COLUMNS))).rowcount == 1
 
 
 def keyed_values(path: Path) -> int:

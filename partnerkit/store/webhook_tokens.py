@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime
 
 from sqlite_utils import Database
@@ -26,6 +27,18 @@ def save(db: Database, webhook_id: str, sealed_token: bytes, *, now: datetime, n
 def sealed(db: Database) -> list[tuple[str, bytes]]:
     """Every saved (webhook_id, encrypted token)."""
     return [(row[0], bytes(row[1])) for row in db.execute("SELECT webhook_id, token FROM webhook_tokens ORDER BY webhook_id")]
+
+
+def sealed_batch(db: Database, *, after: str, limit: int) -> list[tuple[str, bytes]]:
+    """Up to `limit` saved (webhook_id, encrypted token) with webhook_id after `after` (for `partnerkit keys`)."""
+    return [(row[0], bytes(row[1])) for row in db.execute(
+        "SELECT webhook_id, token FROM webhook_tokens WHERE webhook_id > ? ORDER BY webhook_id LIMIT ?", (after, limit))]
+
+
+def reseal(conn: sqlite3.Connection, webhook_id: str, old: bytes, new: bytes) -> bool:
+    """Replace one saved token's ciphertext, only if it is still `old` (inside the caller's transaction)."""
+    return conn.execute("UPDATE webhook_tokens SET token = ? WHERE webhook_id = ? AND token = ?",
+                        (new, webhook_id, old)).rowcount == 1
 
 
 def listing(db: Database) -> list[dict]:

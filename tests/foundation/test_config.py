@@ -56,6 +56,11 @@ def test_every_variable_is_read():
         ("PARTNERKIT_API_BASE_URL", "https://p.example.com/#x", "must not carry a query or fragment"),
         ("PARTNERKIT_VOUCHER_KEY", "passphrase", "PARTNERKIT_VOUCHER_KEY must be at least 16 bytes"),
         ("PARTNERKIT_WEBHOOK_TOKENS", "a,,b", "PARTNERKIT_WEBHOOK_TOKENS has an empty entry"),
+        ("PARTNERKIT_VOUCHER_KEY_PREVIOUS", "an-old-key-long-enough,,x", "PARTNERKIT_VOUCHER_KEY_PREVIOUS has an empty"),
+        ("PARTNERKIT_VOUCHER_KEY_PREVIOUS", "an-old-key-long-enough, passphrase",
+         "PARTNERKIT_VOUCHER_KEY_PREVIOUS entry 2 must be at least 16 bytes"),
+        ("PARTNERKIT_VOUCHER_KEY_PREVIOUS", "an-old-key\nlong-enough", "PARTNERKIT_VOUCHER_KEY_PREVIOUS entry 1 holds a "
+         "control character"),
         ("PARTNERKIT_WEBHOOK_TOKENS", "whsec_long_enough_1,7:short", "entry 2 is shorter than 16 characters"),
         ("PARTNERKIT_HTTP_TIMEOUT_S", "nan", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
         ("PARTNERKIT_POLLER_BUDGET_SHARE", "1.5", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction"),
@@ -65,7 +70,18 @@ def test_every_variable_is_read():
 )
 def test_malformed_settings_are_named(name, value, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(environ={name: value})
+        load_config(environ={"PARTNERKIT_VOUCHER_KEY": "vk-at-least-16-bytes", name: value})
+
+
+def test_previous_voucher_keys_are_read_beside_a_current_one_only():
+    config = load_config(environ={"PARTNERKIT_VOUCHER_KEY": "vk-current-16-bytes",
+                                  "PARTNERKIT_VOUCHER_KEY_PREVIOUS": " vk-old-one-16-bytes , vk-old-two-16-bytes"})
+    assert config.voucher_key_previous == ("vk-old-one-16-bytes", "vk-old-two-16-bytes")
+    assert "vk-old-one" not in repr(config)
+    assert load_config(environ=config_as_env(config)) == config
+    with pytest.raises(ConfigError, match="PARTNERKIT_VOUCHER_KEY_PREVIOUS is set but PARTNERKIT_VOUCHER_KEY is not") as info:
+        load_config(environ={"PARTNERKIT_VOUCHER_KEY_PREVIOUS": "vk-old-one-16-bytes"})
+    assert "vk-old-one" not in str(info.value)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8090", "https://p.example.com/prefix/", "http://[::1]:8090"])

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from partnerkit.config import Config, ConfigError
-from partnerkit.crypto import DecryptionError, load_cipher
+from partnerkit.crypto import Cipher, DecryptionError, load_cipher, read_key_file, write_key_file
 from partnerkit.store import open_db, transaction, vouchers, webhook_tokens
 from partnerkit.store.vouchers import SealedVoucher
 
@@ -88,3 +88,38 @@ def test_a_key_is_still_generated_beside_a_database_with_nothing_sealed(tmp_path
     open_db(config.db_path)
     load_cipher(config)
     assert config.key_file.exists()
+
+
+def test_a_cipher_opens_values_sealed_under_a_previous_key_and_seals_with_the_current_one():
+    old, new = Cipher(b"old-key-of-16-bytes+"), Cipher(b"new-key-of-16-bytes+")
+    both = Cipher(b"new-key-of-16-bytes+", [b"old-key-of-16-bytes+"])
+    sealed = old.encrypt("CODE-1", context=b"c")
+    assert both.open(sealed, context=b"c") == ("CODE-1", 1)
+    assert both.decrypt(sealed, context=b"c") == "CODE-1"
+    fresh = both.encrypt("CODE-2", context=b"c")
+    assert new.decrypt(fresh, context=b"c") == "CODE-2" and both.open(fresh, context=b"c") == ("CODE-2", 0)
+    with pytest.raises(DecryptionError):
+        old.decrypt(fresh, context=b"c")
+    with pytest.raises(DecryptionError):
+        both.decrypt(Cipher(b"a-third-key-16-bytes").encrypt("x", context=b"c"), context=b"c")
+    assert both.fingerprints("1", "CODE-1") == (new.fingerprint("1", "CODE-1"), old.fingerprint("1", "CODE-1"))
+    assert both.fingerprint("1", "CODE-1") == new.fingerprint("1", "CODE-1")
+    assert "key" not in repr(both) and both.previous_keys == 1
+
+
+def test_a_key_file_of_several_lines_is_current_first_then_previous(tmp_path):
+    config = Config(db_path=tmp_path / "pk.db")
+    old = load_cipher(config)
+    [old_key] = read_key_file(config.key_file)
+    sealed = old.encrypt("CODE-1", context=b"c")
+    write_key_file(config.key_file, ["bmV3LWtleS1uZXcta2V5LW5ldy1rZXktbmV3LWtleSE", old_key])
+    assert config.key_file.stat().st_mode & 0o777 == 0o600
+    assert config.key_file.read_text() == f"bmV3LWtleS1uZXcta2V5LW5ldy1rZXktbmV3LWtleSE\n{old_key}\n"
+    rotated = load_cipher(config)
+    assert rotated.open(sealed, context=b"c") == ("CODE-1", 1)
+    assert rotated.open(rotated.encrypt("CODE-2", context=b"c"), context=b"c") == ("CODE-2", 0)
+    with pytest.raises(DecryptionError):
+        old.decrypt(rotated.encrypt("CODE-2", context=b"c"), context=b"c")
+    config.key_file.write_text(f"{old_key}\nshort\n")
+    with pytest.raises(ConfigError, match="is empty or damaged"):
+        load_cipher(config)

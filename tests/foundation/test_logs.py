@@ -34,6 +34,15 @@ def test_configured_secrets_are_redacted():
     assert output.count("***") == 3
 
 
+def test_previous_voucher_keys_are_redacted():
+    stream = io.StringIO()
+    config = load_config(environ={"PARTNERKIT_VOUCHER_KEY": "vk-current-16-bytes",
+                                  "PARTNERKIT_VOUCHER_KEY_PREVIOUS": "vk-old-one-16-bytes,vk-old-two-16-bytes"})
+    configure_logging(config, stream=stream)
+    logging.getLogger("partnerkit.test").warning("careless %s %s", *config.voucher_key_previous)
+    assert "vk-old" not in stream.getvalue() and stream.getvalue().count("***") == 2
+
+
 def test_short_values_are_not_treated_as_secrets():
     assert Redactor(["abc"])("abc def") == "abc def"
 

@@ -20,7 +20,7 @@ from partnerkit.timeutil import utcnow
 from tests.reliability.test_cli_errors import leaves
 from tests.worker.worker_helpers import mobile
 
-ONE_OBJECT = {("orders", "create"), ("orders", "show"), ("orders", "sync"), ("recharges", "locate"),
+ONE_OBJECT = {("keys", "status"), ("orders", "create"), ("orders", "show"), ("orders", "sync"), ("recharges", "locate"),
               ("recharges", "show"), ("recharges", "submit"), ("report",), ("status",), ("webhooks", "delete"),
               ("webhooks", "register"), ("webhooks", "retry"), ("webhooks", "stats"), ("webhooks", "test"),
               ("webhooks", "update")}
@@ -62,6 +62,7 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     run("orders", "sync")
     run("orders", "list")
     run("vouchers", str(order["id"]))
+    run("keys", "status")
     run("events", "list")
     run("recharges", "submit", "--mobile", mobile(5), "--operator-id", "1", "--amount", "75")
     run("recharges", "show", "1")

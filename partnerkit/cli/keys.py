@@ -1,0 +1,188 @@
+"""`partnerkit keys status|rotate|rewrap|retire`: rotate the voucher key (partnerkit.rotation does the work).
+
+No key is ever printed or logged, except the new key `keys rotate` prints on stdout when the keys
+come from the environment (partnerkit cannot set them there itself).
+"""
+
+from __future__ import annotations
+
+import click
+
+from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.output import Progress, counted, emit_one
+from partnerkit.crypto import load_cipher, new_key_text
+from partnerkit.rotation import DEFAULT_BATCH, Census, census, retire_key_file, rewrap, rotate_key_file
+
+NEXT_STEP = ("next: restart the receiver and the worker so they seal with the new key, "
+             "then run `partnerkit keys rewrap`")
+SHOWN = 20  # rows named in a message before "... and N more" (`keys status --format json` lists all)
+
+
+def _source(app: AppContext) -> str:
+    """Where the keys come from, never the keys."""
+    config = app.config
+    return "PARTNERKIT_VOUCHER_KEY" if config.voucher_key else f"key file {config.key_file}"
+
+
+def _place(item: dict) -> str:
+    if item["kind"] == "webhook_token":
+        return f"webhook token of webhook {item['webhook_id']}"
+    field = f" ({item['field']})" if item.get("field") else ""
+    return f"order {item['order_id']} voucher {item['voucher_id']}{field}"
+
+
+def _places(items: list[dict]) -> str:
+    named = ", ".join(_place(item) for item in items[:SHOWN])
+    return named + (f" ... and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+def _needs(found: Census) -> str:
+    return (f"{counted(found.previous, 'stored value')} open only with a previous key and "
+            f"{counted(found.fingerprints_previous, 'voucher fingerprint')} "
+            f"{'was' if found.fingerprints_previous == 1 else 'were'} made with one")
+
+
+PINNED = ("kept under the previous key, their fingerprint cannot be recomputed (no code, reference or claim "
+          "URL; it was made from the provider's whole record, which is not stored)")
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """Rotate the key that encrypts voucher codes, PINs, claim URLs and saved webhook tokens.
+
+    In order: `keys rotate`, restart the receiver and the worker, `keys rewrap`, then `keys retire`
+    (once no database backup made before the rewrap is kept: such a backup needs the old key).
+    """
+
+
+@keys_group.command("status")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output format; json goes to stdout alone.")
+@pass_app
+def status_command(app: AppContext, fmt: str) -> None:
+    """Where the key comes from (never the key), how many previous keys there are, and how many stored
+    values open with the current key, with a previous key, and with none (those are named).
+
+    Use it before retiring a key, or when `vouchers --reveal` cannot read a voucher. Exit 0.
+    """
+    db = app.existing_db
+    cipher = load_cipher(app.config)
+    found = census(db, cipher)
+    record = {"key_source": _source(app), "previous_keys": cipher.previous_keys,
+              "values_current_key": found.current, "values_previous_key": found.previous,
+              "values_unreadable": len(found.unreadable), "fingerprints_previous_key": found.fingerprints_previous,
+              "previous_keys_needed": not found.can_retire,
+              "unreadable": found.unreadable, "kept_under_previous_key": found.pinned}
+    rows = [{"item": key, "value": value} for key, value in record.items()
+            if key not in ("unreadable", "kept_under_previous_key")]
+    rows += [{"item": "unreadable", "value": _place(item)} for item in found.unreadable]
+    rows += [{"item": "kept under previous key", "value": _place(item)} for item in found.pinned]
+    emit_one(record, fmt, rows=rows, columns=["item", "value"])
+
+
+@keys_group.command("rotate")
+@pass_app
+def rotate_command(app: AppContext) -> None:
+    """Make a new random key the current one; the old keys stay, read only, until `keys retire`.
+
+    With the key file (PARTNERKIT_VOUCHER_KEY not set) the new key becomes its first line, the old lines
+    kept below; the file is replaced atomically (0600). With PARTNERKIT_VOUCHER_KEY nothing is changed:
+    the new key is printed on stdout (the only time partnerkit prints a key) and stderr says what to set.
+    Then restart the receiver and the worker, and run `keys rewrap`. Exit 0; 1 when the key file is
+    missing or cannot be written.
+    """
+    config = app.config
+    db = app.existing_db  # rotating beside a database that does not exist is a wrong PARTNERKIT_DB
+    if not config.voucher_key and not config.key_file.exists():  # before load_cipher would generate one
+        raise click.ClickException(f"no voucher key file at {config.key_file}: nothing to rotate (partnerkit "
+                                   "generates one when it first stores a voucher or token)")
+    needing = census(db, load_cipher(config))
+    if config.voucher_key:
+        click.echo(new_key_text())
+        previous = f",<the {counted(len(config.voucher_key_previous), 'key')} in it now>" * bool(
+            config.voucher_key_previous)
+        click.echo("PARTNERKIT_VOUCHER_KEY is set, so nothing was changed; to rotate, set:\n"
+                   "  PARTNERKIT_VOUCHER_KEY=<the new key printed on stdout>\n"
+                   f"  PARTNERKIT_VOUCHER_KEY_PREVIOUS=<your current PARTNERKIT_VOUCHER_KEY>{previous}", err=True)
+        if "," in config.voucher_key:
+            click.echo("your current key holds a comma, which PARTNERKIT_VOUCHER_KEY_PREVIOUS cannot: list it in "
+                       "base64 instead, e.g. printf %s \"$OLD_KEY\" | base64 -w0 | tr '+/' '-_' | tr -d '='", err=True)
+    else:
+        previous = rotate_key_file(config.key_file)
+        click.echo(f"rotated the voucher key in {config.key_file}: a new key is first, "
+                   f"{counted(previous, 'previous key')} kept below it", err=True)
+    click.echo(f"{counted(needing.current + needing.previous, 'stored value')} will need `keys rewrap`", err=True)
+    click.echo(NEXT_STEP, err=True)
+
+
+@keys_group.command("rewrap")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=DEFAULT_BATCH, show_default=True,
+              help="Values re-sealed per transaction; each batch is committed on its own.")
+@pass_app
+def rewrap_command(app: AppContext, batch_size: int) -> None:
+    """Re-seal every stored value that only a previous key opens with the current key, and recompute its
+    voucher's fingerprint; values already under the current key are skipped.
+
+    Run it after `keys rotate` and a restart of the receiver and the worker. Each batch is committed on its
+    own: stopped or killed, nothing is lost and a second run goes on. Values no key opens are named and
+    left as they are. A voucher with no code, reference or claim URL keeps the previous key: its
+    fingerprint was made from the provider's whole record, which is not stored, so it cannot be recomputed
+    (see README, "Rotate the voucher key"). Exit 0 when the previous keys can be retired; 1 otherwise.
+    """
+    db = app.existing_db
+    cipher = load_cipher(app.config)
+    done = rewrap(db, cipher, batch_size=batch_size, progress=Progress("keys rewrap"))
+    click.echo(f"re-sealed {counted(done.vouchers, 'voucher')} and {counted(done.tokens, 'webhook token')} "
+               "with the current key", err=True)
+    if done.duplicates:
+        click.echo(f"stored twice, left as they are: {_places(done.duplicates)}", err=True)
+    found = census(db, cipher)
+    if found.pinned:
+        click.echo(f"{PINNED}: {_places(found.pinned)}", err=True)
+    if found.unreadable:
+        click.echo(f"no key opens these, left as they are: {_places(found.unreadable)}", err=True)
+    if not found.can_retire:
+        raise click.ClickException(
+            f"the previous keys cannot be retired yet: {_needs(found)}"
+            + (" (some changed meanwhile: run `keys rewrap` again)" if done.changed_meanwhile else ""))
+    if found.unreadable:
+        raise click.ClickException(f"no key opens {counted(len(found.unreadable), 'stored value')} (named above); "
+                                   "the previous keys are not needed for the others")
+    if cipher.previous_keys:
+        click.echo("every stored value opens with the current key: the previous keys can be retired "
+                   "(`partnerkit keys retire`) once no database backup made before this rewrap is kept", err=True)
+    else:
+        click.echo("every stored value opens with the current key; there are no previous keys", err=True)
+
+
+@keys_group.command("retire")
+@pass_app
+def retire_command(app: AppContext) -> None:
+    """Drop the previous keys, after checking right then that no stored value still needs them.
+
+    With the key file, its lines below the first are removed (the file is replaced atomically). With
+    PARTNERKIT_VOUCHER_KEY, says whether PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now. A database
+    backup made before `keys rewrap` still needs the old key: keep a copy of it as long as such backups
+    are kept. Exit 0 when retired (or nothing to retire); 1 with the counts when a previous key is needed.
+    """
+    config = app.config
+    db = app.existing_db
+    if config.voucher_key:
+        found = census(db, load_cipher(config))
+        if not config.voucher_key_previous:
+            click.echo("PARTNERKIT_VOUCHER_KEY_PREVIOUS is not set: there is nothing to retire", err=True)
+        elif found.can_retire:
+            click.echo("no stored value needs a previous key: PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now "
+                       "(then restart the receiver and the worker)", err=True)
+    else:
+        found, dropped = retire_key_file(config.key_file, db)
+        if found.can_retire:
+            click.echo(f"retired {counted(dropped, 'previous key')} from {config.key_file}" if dropped else
+                       f"{config.key_file} holds no previous key: there is nothing to retire", err=True)
+    if not found.can_retire:
+        raise click.ClickException(f"the previous keys are still needed: {_needs(found)}; "
+                                   "run `partnerkit keys rewrap` first")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(keys_group)

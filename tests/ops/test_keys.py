@@ -1,0 +1,327 @@
+"""`partnerkit keys`: rotate the voucher key in both modes, rewrap, retire; dedup across the rotation.
+
+Real SQLite files in tmp_path, vouchers sealed and stored by partnerkit's own code, the real CLI
+(in process through CliRunner, and as a real process for the kill in the middle of a rewrap).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
+import pytest
+from click.testing import CliRunner
+
+from partnerkit.cli import cli
+from partnerkit.client import Voucher
+from partnerkit.config import load_config
+from partnerkit.crypto import cipher_from_keys, load_cipher, read_key_file
+from partnerkit.rotation import census
+from partnerkit.store import open_db, transaction, webhook_tokens
+from partnerkit.store import vouchers as voucher_store
+from partnerkit.vouchers import seal
+from receiver.app import create_app
+from receiver.tokens import seal_token
+from tests.receiver.conftest import envelope, post
+
+NOW = datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+ORDER = 5001
+SAVED_TOKEN = "whsec_saved_by_register_0042"
+KEY_A = "a2V5LUEta2V5LUEta2V5LUEta2V5LUEta2V5LUEtISE"  # base64 of 32 bytes, tests only
+PAYLOADS = [
+    {"card_number": "GIFT-AAAA-1111", "pin_code": "PIN-1", "claim_url": None, "expires_at": None},
+    {"card_number": None, "voucher_reference_number": "VR-0002", "pin_code": "PIN-2", "expires_at": None},
+    {"card_number": None, "claim_url": "https://claim.example/c/3", "expires_at": None},
+]
+CODES = ["GIFT-AAAA-1111", "PIN-1", "PIN-2", "https://claim.example/c/3"]
+
+
+def environment(tmp_path, **settings: str | None) -> dict[str, str | None]:
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PARTNERKIT_")}
+    env["PARTNERKIT_DB"] = str(tmp_path / "pk.db")
+    env.update(settings)
+    return env
+
+
+class Keys:
+    """Runs `partnerkit ...` and keeps every output, to check that no key text ever appears."""
+
+    def __init__(self, env: dict[str, str | None]) -> None:
+        self.env = env
+        self.outputs: list[str] = []
+
+    def __call__(self, *args: str, code: int = 0):
+        result = CliRunner().invoke(cli, list(args), env=self.env)
+        assert "Traceback" not in result.stderr, result.stderr
+        assert result.exit_code == code, (args, result.exit_code, result.stderr)
+        self.outputs.append(result.stdout + result.stderr)
+        return result
+
+    def config(self):
+        return load_config(environ={k: v for k, v in self.env.items() if v is not None})
+
+    def store(self, order_id: int = ORDER, payloads: list[dict] = PAYLOADS) -> int:
+        """Seal and store vouchers as the worker does; how many were new."""
+        config = self.config()
+        cipher = load_cipher(config)
+        db = open_db(config.db_path)
+        try:
+            with transaction(db) as conn:
+                return voucher_store.add(conn, order_id, [seal(cipher, order_id, Voucher.from_payload(p))
+                                                          for p in payloads], now=NOW)
+        finally:
+            db.conn.close()
+
+    def save_token(self, webhook_id: str = "77", token: str = SAVED_TOKEN) -> None:
+        config = self.config()
+        db = open_db(config.db_path)
+        webhook_tokens.save(db, webhook_id, seal_token(load_cipher(config), webhook_id, token), now=NOW)
+        db.conn.close()
+
+    def revealed(self, order_id: int = ORDER) -> set[str]:
+        out = self("vouchers", str(order_id), "--reveal", "--format", "json").stdout
+        return set(out.split('"')) & set(CODES)
+
+    def status(self) -> dict:
+        return json.loads(self("keys", "status", "--format", "json").stdout)
+
+    def sealed_bytes(self) -> list[tuple]:
+        db = open_db(self.config().db_path)
+        try:
+            return db.execute("SELECT id, fingerprint, card_number, pin_code, claim_url FROM vouchers ORDER BY id"
+                              ).fetchall() + db.execute("SELECT webhook_id, token FROM webhook_tokens").fetchall()
+        finally:
+            db.conn.close()
+
+    def assert_no_key_in(self, *keys: str, exempt: str = "") -> None:
+        for output in self.outputs:
+            for key in keys:
+                assert key not in output.replace(exempt, "") if exempt else key not in output
+
+
+def opens_only_with(keys: list[str], run: Keys) -> bool:
+    """Whether every stored value opens with a cipher holding `keys` alone."""
+    found = run.config()
+    db = open_db(found.db_path)
+    try:
+        result = census(db, cipher_from_keys(keys))
+        return result.current > 0 and result.previous == 0 and not result.unreadable
+    finally:
+        db.conn.close()
+
+
+def accepts_saved_token(run: Keys) -> int:
+    """The receiver, built from this configuration with no configured token, answers a delivery
+    signed with the token saved by `webhooks register`."""
+    app = create_app(run.config())
+    try:
+        return post(app.test_client(), envelope("evt_rotation"), token=SAVED_TOKEN, X_Webhook_ID="77").status_code
+    finally:
+        app.extensions["partnerkit_receiver"].close()
+
+
+def test_key_file_rotate_rewrap_retire(tmp_path):
+    run = Keys(environment(tmp_path, PARTNERKIT_LOG_LEVEL="WARNING"))
+    assert run.store() == 3
+    run.save_token()
+    key_file = run.config().key_file
+    [old] = read_key_file(key_file)
+
+    rotated = run("keys", "rotate")
+    assert rotated.stdout == ""
+    assert "1 previous key kept below it" in rotated.stderr
+    assert "restart the receiver and the worker" in rotated.stderr and "keys rewrap" in rotated.stderr
+    new, kept = read_key_file(key_file)
+    assert kept == old and new != old and len(base64.urlsafe_b64decode(new + "=")) == 32
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert not [p for p in key_file.parent.iterdir() if p.name.startswith(".")]  # no temp file left
+
+    # Old values still open; the same vouchers read again are not stored again; new ones use the new key.
+    assert run.revealed() == set(CODES)
+    assert run.store() == 0
+    assert run.store(order_id=5002) == 3
+    status = run.status()
+    assert (status["previous_keys"], status["values_previous_key"], status["fingerprints_previous_key"]) == (1, 5, 3)
+    assert status["values_current_key"] == 4 and status["previous_keys_needed"] is True
+    assert status["key_source"] == f"key file {key_file}"
+
+    refused = run("keys", "retire", code=1)
+    assert "5 stored values open only with a previous key and 3 voucher fingerprints were made with one" in refused.stderr
+    assert read_key_file(key_file) == [new, old]
+
+    done = run("keys", "rewrap", "--batch-size", "2")
+    assert "re-sealed 3 vouchers and 1 webhook token" in done.stderr
+    assert "the previous keys can be retired" in done.stderr
+    again = run("keys", "rewrap")
+    assert "re-sealed 0 vouchers and 0 webhook tokens" in again.stderr
+    assert opens_only_with([new], run)
+
+    assert "retired 1 previous key" in run("keys", "retire").stderr
+    assert read_key_file(key_file) == [new]
+    assert "nothing to retire" in run("keys", "retire").stderr
+
+    assert run.store() == 0 and run.store(order_id=5002) == 0
+    assert run.revealed() == set(CODES)
+    assert not opens_only_with([old], run)
+    assert accepts_saved_token(run) == 200
+    run.assert_no_key_in(old, new)
+
+
+def test_environment_rotate_rewrap_retire(tmp_path):
+    run = Keys(environment(tmp_path, PARTNERKIT_VOUCHER_KEY=KEY_A, PARTNERKIT_LOG_LEVEL="WARNING"))
+    run.store()
+    run.save_token()
+
+    rotated = run("keys", "rotate")
+    new = rotated.stdout.strip()
+    assert len(base64.urlsafe_b64decode(new + "=")) == 32 and rotated.stdout == new + "\n"
+    assert "nothing was changed" in rotated.stderr
+    assert "PARTNERKIT_VOUCHER_KEY=<the new key printed on stdout>" in rotated.stderr
+    assert "PARTNERKIT_VOUCHER_KEY_PREVIOUS=<your current PARTNERKIT_VOUCHER_KEY>" in rotated.stderr
+    assert "then run `partnerkit keys rewrap`" in rotated.stderr
+    assert not run.config().key_file.exists()
+    assert opens_only_with([KEY_A], run)  # nothing changed
+
+    run.env.update(PARTNERKIT_VOUCHER_KEY=new, PARTNERKIT_VOUCHER_KEY_PREVIOUS=KEY_A)
+    assert run.revealed() == set(CODES)
+    assert run.store() == 0
+    assert "still needed" in run("keys", "retire", code=1).stderr
+    run("keys", "rewrap")
+    assert "PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now" in run("keys", "retire").stderr
+
+    run.env["PARTNERKIT_VOUCHER_KEY_PREVIOUS"] = None
+    assert run.store() == 0
+    assert run.revealed() == set(CODES)
+    assert accepts_saved_token(run) == 200
+    assert "nothing to retire" in run("keys", "retire").stderr
+    run.assert_no_key_in(KEY_A, new, exempt=rotated.stdout)
+    assert KEY_A not in rotated.stdout + rotated.stderr and new not in rotated.stderr
+
+
+def test_a_value_no_key_opens_is_named_and_left_untouched(tmp_path):
+    run = Keys(environment(tmp_path, PARTNERKIT_VOUCHER_KEY=KEY_A))
+    run.store(payloads=PAYLOADS[:1])
+    run.save_token()
+    other = "b3RoZXIta2V5LW9mLTMyLWJ5dGVzLWZvci10ZXN0cyE"
+    run.env.update(PARTNERKIT_VOUCHER_KEY=other)  # KEY_A forgotten, not listed as previous
+    before = run.sealed_bytes()
+
+    status = run.status()
+    assert status["values_unreadable"] == 3 and status["values_current_key"] == 0
+    assert {"kind": "voucher", "order_id": ORDER, "voucher_id": 1, "field": "card_number"} in status["unreadable"]
+    assert {"kind": "webhook_token", "webhook_id": "77"} in status["unreadable"]
+    table = run("keys", "status").stdout
+    assert "order 5001 voucher 1 (pin_code)" in table and "webhook token of webhook 77" in table
+
+    failed = run("keys", "rewrap", code=1)
+    assert "no key opens these, left as they are: order 5001 voucher 1 (card_number)" in failed.stderr
+    assert failed.stderr.strip().splitlines()[-1].startswith("Error: no key opens 3 stored values")
+    assert run.sealed_bytes() == before
+    run.assert_no_key_in(KEY_A, other)
+
+
+def test_a_voucher_whose_fingerprint_cannot_be_recomputed_keeps_the_previous_key(tmp_path):
+    """No code, reference or claim URL: its fingerprint came from the provider's whole record, which
+    is not stored. Re-sealing its PIN alone would hide that dedup still needs the old key."""
+    record_only = [{"card_number": None, "pin_code": "PIN-ONLY", "expires_at": "2030-01-01T00:00:00Z"}]
+    run = Keys(environment(tmp_path))
+    run.store(payloads=record_only + PAYLOADS[:1])
+    run("keys", "rotate")
+    before = run.sealed_bytes()[0]
+
+    done = run("keys", "rewrap", code=1)
+    assert "re-sealed 1 voucher " in done.stderr
+    assert "their fingerprint cannot be recomputed" in done.stderr and "order 5001 voucher 1" in done.stderr
+    assert "Error: the previous keys cannot be retired yet: 1 stored value open" in done.stderr
+    assert run.sealed_bytes()[0] == before  # left whole
+    assert run.status()["kept_under_previous_key"] == [{"kind": "voucher", "order_id": ORDER, "voucher_id": 1}]
+    assert "still needed" in run("keys", "retire", code=1).stderr
+    assert len(read_key_file(run.config().key_file)) == 2
+    assert run.store(payloads=record_only) == 0  # the previous key's fingerprint still dedups it
+
+
+def test_rewrap_killed_mid_way_loses_nothing_and_a_second_run_finishes(tmp_path):
+    run = Keys(environment(tmp_path))
+    payloads = [{"card_number": f"GIFT-{i:06d}", "pin_code": f"P{i}", "expires_at": None} for i in range(600)]
+    assert run.store(payloads=payloads) == 600
+    run("keys", "rotate")
+    new, old = read_key_file(run.config().key_file)
+    db = open_db(run.config().db_path)
+    fingerprints = dict(db.execute("SELECT id, fingerprint FROM vouchers").fetchall())
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}
+    env["PARTNERKIT_DB"] = run.env["PARTNERKIT_DB"]
+    process = subprocess.Popen([sys.executable, "-m", "partnerkit", "keys", "rewrap", "--batch-size", "1"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(fp != fingerprints[i] for i, fp in db.execute("SELECT id, fingerprint FROM vouchers")):
+            assert process.poll() is None and time.monotonic() < deadline
+        db.conn.execute("BEGIN IMMEDIATE")  # the next batch waits for this lock: kill it there
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+        db.conn.execute("ROLLBACK")
+    finally:
+        process.kill()
+        process.wait()
+    stderr = process.stderr.read().decode()
+
+    new_only, old_only = cipher_from_keys([new]), cipher_from_keys([old])
+    states = []
+    for row in db.execute("SELECT order_id, fingerprint, card_number, pin_code FROM vouchers ORDER BY id"):
+        order_id, fingerprint, card, pin = row
+        code = {"card_number": card, "pin_code": pin}
+        under = [name for name, cipher in (("new", new_only), ("old", old_only))
+                 if all(cipher.open(v, context=f"voucher:{order_id}:{f}".encode()) for f, v in code.items())]
+        plain = (new_only.open(card, context=f"voucher:{order_id}:card_number".encode())
+                 or old_only.open(card, context=f"voucher:{order_id}:card_number".encode()))[0]
+        made_by = {"new": new_only, "old": old_only}[under[0]] if len(under) == 1 else None
+        assert made_by is not None and fingerprint == made_by.fingerprint(str(order_id), plain)  # whole rows only
+        states.append(under[0])
+    db.conn.close()
+    assert 0 < states.count("new") < 600, states.count("new")
+    assert KEY_A not in stderr and new not in stderr and old not in stderr
+
+    second = run("keys", "rewrap")
+    assert f"re-sealed {states.count('old')} vouchers" in second.stderr
+    assert opens_only_with([new], run)
+    assert run.store(payloads=payloads) == 0
+    run("keys", "retire")
+    assert run.store(payloads=payloads) == 0
+
+
+def test_rotate_without_a_key_file_says_so(tmp_path):
+    run = Keys(environment(tmp_path))
+    open_db(tmp_path / "pk.db").conn.close()
+    failed = run("keys", "rotate", code=1)
+    assert "no voucher key file" in failed.stderr
+    assert not run.config().key_file.exists()
+
+
+@pytest.mark.parametrize("command", ["status", "rewrap", "retire"])
+def test_with_nothing_stored_every_command_is_calm(tmp_path, command):
+    run = Keys(environment(tmp_path, PARTNERKIT_VOUCHER_KEY=KEY_A))
+    open_db(tmp_path / "pk.db").conn.close()
+    result = run("keys", command)
+    assert KEY_A not in result.stdout + result.stderr
+
+
+def test_config_masks_the_previous_keys(tmp_path):
+    older = "b2xkZXIta2V5LW9mLTMyLWJ5dGVzLWZvci10ZXN0cyE"
+    run = Keys(environment(tmp_path, PARTNERKIT_VOUCHER_KEY=KEY_A, PARTNERKIT_VOUCHER_KEY_PREVIOUS=f"{older},{older}x"))
+    shown = {row["variable"]: row["value"] for row in json.loads(run("config", "--format", "json").stdout)}
+    assert shown["PARTNERKIT_VOUCHER_KEY_PREVIOUS"] == "*** (2 set)"
+    run.assert_no_key_in(KEY_A, older)
+
+
+def test_the_backup_reminder_says_a_backup_before_the_rewrap_needs_the_old_key(tmp_path):
+    run = Keys(environment(tmp_path))
+    run.store()
+    reminder = run("backup", str(tmp_path / "before-rewrap.db")).stderr
+    assert "keep the old copy as long as backups made before the rewrap are kept" in reminder
