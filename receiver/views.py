@@ -128,7 +128,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
     event = None
     try:
         event = normalise(body, headers)
-        recorded = inbox.record(rx.writer(), event, body, now=now, request_id=request_id,
+        recorded = inbox.record(rx.writer(), event, body, cipher=rx.cipher, now=now, request_id=request_id,
                                 webhook_id=headers.get("X-Webhook-ID"))
     except (StorageError, sqlite3.Error) as exc:
         rx.metrics.outcome("unavailable").inc()

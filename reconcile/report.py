@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_safe
 from partnerkit.money import CENT, fmt
 from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
 from partnerkit.timeutil import iso
@@ -145,17 +146,28 @@ def render_json(report: Mapping[str, Any]) -> str:
     return "".join(pieces)
 
 
+# The columns that carry provider or finance text (a reference_number, a transaction id, a currency
+# code, a note); the others are partnerkit's own words, ids, times and formatted amounts.
+_FREE_TEXT = tuple(DRIFT_FIELDS.index(f) for f in ("reference", "currency", "resolution_note", "resolution_by",
+                                                  "detail"))
+
+
 def _csv_rows(entries: Iterable[Mapping[str, Any]]) -> Iterator[Any]:
     row = itemgetter(*DRIFT_FIELDS)
     for entry in entries:
         try:
-            yield row(entry)  # None is written as an empty field
+            values = row(entry)  # None is written as an empty field
         except KeyError:
-            yield [entry.get(f) for f in DRIFT_FIELDS]
+            values = [entry.get(f) for f in DRIFT_FIELDS]
+        if any(isinstance(values[i], str) and values[i].startswith(FORMULA_STARTS) for i in _FREE_TEXT):
+            values = [spreadsheet_safe(v) if i in _FREE_TEXT and isinstance(v, str) else v
+                      for i, v in enumerate(values)]
+        yield values
 
 
 def render_csv(report: Mapping[str, Any]) -> str:
-    """The drift table as CSV, one row per drift, columns DRIFT_FIELDS."""
+    """The drift table as CSV, one row per drift, columns DRIFT_FIELDS; text a spreadsheet would run
+    as a formula is written as text (partnerkit.csvcell)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(DRIFT_FIELDS)

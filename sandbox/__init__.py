@@ -32,16 +32,17 @@ def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
         echo(f"webhook {hook.id} registered for {hook.url}: token {token}")
 
     sb.webhook_listeners.append(announce)
-    echo(f"sandbox listening on {server.base_url}  (API base {server.base_url}/api/v1, "
-         f"speed x{settings.speed:g})")
-    for c in server.clients:
-        echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
-             f"signing secret {c.signing_secret}  credential_id {c.credential_id}")
-    echo("  control endpoints under /sandbox (stats, clock, settings); Ctrl-C to stop")
     # SIGTERM (kill, systemd, docker stop) stops it as Ctrl-C does: the server shut down, one line said.
+    # Installed before the first line is printed: whoever waits for that line may signal at once.
     main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
     previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
     try:
+        echo(f"sandbox listening on {server.base_url}  (API base {server.base_url}/api/v1, "
+             f"speed x{settings.speed:g})")
+        for c in server.clients:
+            echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
+                 f"signing secret {c.signing_secret}  credential_id {c.credential_id}")
+        echo("  control endpoints under /sandbox (stats, clock, settings); Ctrl-C to stop")
         server.serve_forever()
     except KeyboardInterrupt:
         echo("sandbox stopped")

@@ -3,7 +3,8 @@
 Two shapes, one function each: `emit` prints a listing (a JSON array, however many rows), and
 `emit_one` what a command reports about one thing (one JSON object, never an array of one). JSON
 goes to stdout alone (money as 2-decimal strings, times ISO 8601, lists as arrays); messages go to
-stderr. A table or CSV cell shows a list as comma-joined text.
+stderr. A table or CSV cell shows a list as comma-joined text; a CSV cell a spreadsheet would run as
+a formula is written as text (partnerkit.csvcell).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import click
 
+from partnerkit.csvcell import spreadsheet_safe
 from partnerkit.money import dumps, fmt
 from partnerkit.timeutil import iso
 
@@ -84,7 +86,7 @@ def render(rows: Sequence[dict], columns: Sequence[str], fmt_name: str) -> str:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(columns)
         for row in rows:
-            writer.writerow([_cell(row.get(c)) for c in columns])
+            writer.writerow([spreadsheet_safe(_cell(row.get(c))) for c in columns])
         return buffer.getvalue().rstrip("\n")
     cells = [[_table_cell(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]

@@ -1,4 +1,11 @@
-"""The webhook inbox: one row per dedup key, written together with its effects in one transaction."""
+"""The webhook inbox: one row per dedup key, written together with its effects in one transaction.
+
+The raw body is kept sealed with the voucher key (partnerkit.crypto), bound to its dedup key: a
+signed body may carry voucher codes (one of the document's envelope forms has `vouchers`; an event
+type partnerkit does not know is kept quarantined as it came), and codes are encrypted at rest.
+`body_of` gives it back byte for byte. Rows written before bodies were sealed keep theirs in clear
+until `partnerkit events prune` removes them (30 days).
+"""
 
 from __future__ import annotations
 
@@ -43,10 +50,25 @@ class Recorded:
     fetch_queued: bool = False
 
 
-def record(db: Database, event: EventLike, body: bytes, *, now: datetime, request_id: str | None = None,
-           webhook_id: str | None = None) -> Recorded:
-    """Insert the event under its dedup key and apply it to its order, all in one transaction."""
+class Sealer(Protocol):
+    """What the inbox needs of partnerkit.crypto.Cipher."""
+
+    def encrypt(self, plaintext: str | None, *, context: bytes = b"") -> bytes | None: ...
+
+    def decrypt(self, stored: bytes | None, *, context: bytes = b"") -> str | None: ...
+
+
+def _body_context(dedup_key: str) -> bytes:
+    return b"inbox:" + dedup_key.encode("utf-8", "surrogatepass")
+
+
+def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: datetime,
+           request_id: str | None = None, webhook_id: str | None = None) -> Recorded:
+    """Insert the event under its dedup key (its body sealed with `cipher`) and apply it to its order,
+    all in one transaction."""
     state = "quarantined" if event.quarantine else ("test" if event.is_test else "processed")
+    # latin-1 maps every byte to one character: a body that is not UTF-8 (kept quarantined) round-trips.
+    sealed = cipher.encrypt(body.decode("latin-1"), context=_body_context(event.event_id))
     at = stamp(now)
     occurred = stamp(event.occurred_at) if event.occurred_at else None
     with transaction(db) as conn:
@@ -55,7 +77,7 @@ def record(db: Database, event: EventLike, body: bytes, *, now: datetime, reques
                                   webhook_id, request_id, received_at, last_seen_at, body)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dedup_key) DO NOTHING""",
             (event.event_id, event.event_type, event.order_id, event.status, occurred, state, event.quarantine,
-             webhook_id, request_id, at, at, body))
+             webhook_id, request_id, at, at, sealed))
         if cursor.rowcount == 0:
             conn.execute("UPDATE inbox SET duplicate_count = duplicate_count + 1, last_seen_at = ? WHERE dedup_key = ?",
                          (at, event.event_id))
@@ -76,6 +98,14 @@ def record(db: Database, event: EventLike, body: bytes, *, now: datetime, reques
             jobs.queue(conn, event.order_id, now=now, expected_status=event.status, expected_count=expected)
             queued = True
         return Recorded(ACCEPTED, status, queued)
+
+
+def body_of(db: Database, cipher: Sealer, dedup_key: str) -> bytes | None:
+    """The raw body kept under `dedup_key`, as it was received (None: no such row)."""
+    row = db.execute("SELECT body FROM inbox WHERE dedup_key = ?", (dedup_key,)).fetchone()
+    if row is None:
+        return None
+    return cipher.decrypt(row[0], context=_body_context(dedup_key)).encode("latin-1")
 
 
 def listing(db: Database, *, limit: int = 100, state: str | None = None, order_id: int | None = None) -> list[dict]:

@@ -17,6 +17,7 @@ from partnerkit.status import collect
 from partnerkit.store import drifts, inbox, jobs, transaction
 from partnerkit.timeutil import utcnow
 from receiver.envelope import normalise
+from tests.receiver.conftest import CIPHER
 from reconcile.recharges import submit
 
 
@@ -30,7 +31,7 @@ def test_empty_store_needs_no_attention(sandbox_config, db):
 def test_status_reports_what_needs_a_person(sandbox_config, db):
     start = utcnow()
     body = b'{"event_id":"evt_s1","event_type":"order.delivered","created_at":"2026-11-21T10:00:00Z","data":{"id":77,"status":"DELIVERED","quantity":2}}'
-    inbox.record(db, normalise(body, {}), body, now=start)
+    inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=start)
     with PartnerClient(sandbox_config, db) as client:
         outcome = submit(sandbox_config, db, client, mobile_number="9876543218", operator_id=1, amount="100")
     assert outcome.http_status == 202  # digit 8: PROCESSING that never settles (docs/sandbox.md)
@@ -85,7 +86,7 @@ def test_status_names_a_worker_that_died_holding_its_lease(sandbox_config, db):
 
 def test_status_says_when_work_waits_and_no_worker_runs(sandbox_config, db):
     body = b'{"event_id":"evt_s2","event_type":"order.delivered","created_at":"2026-11-21T10:00:00Z","data":{"id":78,"status":"DELIVERED","quantity":1}}'
-    inbox.record(db, normalise(body, {}), body, now=utcnow())
+    inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=utcnow())
     status = collect(sandbox_config, db)
     assert status["voucher_fetch_backlog"] == 1 and status["worker_running"] is False
     assert any("no worker is running" in line for line in status["attention"])

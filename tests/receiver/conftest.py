@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from partnerkit.config import Config, WebhookToken
+from partnerkit.crypto import Cipher
 from partnerkit.store import open_db
 from receiver.app import create_app
 from receiver.signature import sign
@@ -16,6 +17,7 @@ from receiver.signature import sign
 TOKEN = "whsec_test_token_one"
 OTHER_TOKEN = "whsec_test_token_two"
 VOUCHER_KEY = "dGVzdC12b3VjaGVyLWtleS0zMi1ieXRlcy1sb25nISE"  # base64 of 32 bytes, tests only
+CIPHER = Cipher(b"tests-only-inbox-cipher-32-bytes")  # for inbox.record called without a receiver
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from partnerkit.timeutil import utcnow
 from partnerkit.vouchers import catch_up_orders
 from partnerkit.store import inbox
 from receiver.envelope import normalise
+from tests.receiver.conftest import CIPHER
 
 
 def test_webhook_only_order_gets_its_provider_fields(sandbox_config, db):
@@ -22,7 +23,7 @@ def test_webhook_only_order_gets_its_provider_fields(sandbox_config, db):
         created = client.create_order(product_id=7, denomination=Decimal("50"), quantity=1)
         body = json.dumps({"event_id": "evt_fill_1", "event_type": "order.delivered", "created_at": "2026-11-21T10:00:00Z",
                            "data": {"id": created.id, "status": "DELIVERED", "quantity": 1}}).encode()
-        inbox.record(db, normalise(body, {}), body, now=utcnow())
+        inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=utcnow())
         before = orders.get(db, created.id)
         assert before["status"] == "DELIVERED" and before["placed_at"] is None and before["transaction_id"] is None
 

@@ -13,6 +13,8 @@ import sqlite_utils
 from freezegun import freeze_time
 
 from partnerkit.config import ConfigError, WebhookToken
+from partnerkit.crypto import load_cipher
+from partnerkit.store import inbox
 from receiver.app import create_app
 from receiver.signature import sign
 from tests.receiver.conftest import OTHER_TOKEN, TOKEN, envelope, post, signed_headers, with_tokens
@@ -92,14 +94,14 @@ def test_exactly_one_mib_is_allowed(client):
     assert post(client, body).status_code == 200
 
 
-def test_non_canonical_json_is_verified_on_raw_bytes(client, db):
+def test_non_canonical_json_is_verified_on_raw_bytes(client, db, config):
     body = ('{ "data" : {"status":"DELIVERED", "id" : 7,"quantity":1},\n  "event_type":"order.delivered",'
             '"event_id":"evt_\\u00e9\\u4e2d", "note": "caf\\u00e9"   }').encode()
     response = post(client, body)
     assert response.get_json() == {"status": "accepted"}
     key, = db.execute("SELECT dedup_key FROM inbox").fetchone()
     assert key == "evt_\u00e9\u4e2d"
-    assert db.execute("SELECT body FROM inbox").fetchone()[0] == body  # kept byte for byte
+    assert inbox.body_of(db, load_cipher(config), key) == body  # kept byte for byte (sealed)
 
 
 def test_sequential_duplicate(client, db):

@@ -22,14 +22,6 @@ from reconcile.matcher import match_day
 
 
 @pytest.fixture
-def invoke(db_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("PARTNERKIT_DB", str(db_path))
-    monkeypatch.setenv("PARTNERKIT_REPORT_DIR", str(tmp_path / "reports"))
-    runner = CliRunner()
-    return lambda *args: runner.invoke(cli, list(args))
-
-
-@pytest.fixture
 def drift_ids(db, ledger):
     ledger.recharge()                      # missing_debit
     ledger.tx("-5.00", type="RECHARGE")    # orphan_transaction

@@ -21,6 +21,7 @@ from partnerkit.errors import VerificationError
 from partnerkit.store import inbox, open_db
 from receiver.envelope import normalise
 from receiver.signature import DEFAULT_TOLERANCE_S, sign, verify
+from tests.receiver.conftest import CIPHER
 from tests.reliability.hostile_inputs import (FORMS, READ_DATA_FIELDS, WRONG_VALUES, _Raw, any_text, assert_storable,
                                               dumps, envelope_variants, flip_bit, json_values)
 
@@ -130,7 +131,7 @@ def inbox_db(tmp_path_factory):
 
 
 def _store(db, event, body):
-    recorded = inbox.record(db, event, body, now=datetime(2024, 5, 1, tzinfo=timezone.utc), request_id="r")
+    recorded = inbox.record(db, event, body, cipher=CIPHER, now=datetime(2024, 5, 1, tzinfo=timezone.utc), request_id="r")
     assert recorded.outcome in (inbox.ACCEPTED, inbox.DUPLICATE, inbox.IGNORED)
     if event.quarantine:
         assert recorded.outcome in (inbox.IGNORED, inbox.DUPLICATE)
