@@ -1,7 +1,9 @@
 """Voucher key rotation: which key opens each stored value, moving values to the current key, and
 retiring the keys nothing needs any more (the core of `partnerkit keys`).
 
-A stored value is a voucher's card_number, pin_code or claim_url, or a saved webhook token. A
+A stored value is a voucher's card_number, pin_code or claim_url, a saved webhook token, or a
+webhook body kept in the inbox (sealed since the security review; `rewrap` also seals a body kept
+in clear by an earlier version). A
 voucher's fingerprint depends on the key too: after a rotation the dedup statement also matches a
 previous key's fingerprint (`store.vouchers.add`), and `rewrap` recomputes it under the current key
 from the voucher's identity (code, else reference, else claim URL; `vouchers.voucher_identity`).
@@ -23,6 +25,7 @@ from typing import Callable
 from partnerkit.config import ConfigError
 from partnerkit.crypto import Cipher, cipher_from_keys, new_key_text, read_key_file, token_context, write_key_file
 from partnerkit.store import Database, transaction
+from partnerkit.store import inbox
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store import webhook_tokens
 from partnerkit.store.vouchers import SEALED_COLUMNS
@@ -38,6 +41,7 @@ class Census:
     current: int = 0  # sealed values that open with the current key
     previous: int = 0  # sealed values that open only with a previous key
     fingerprints_previous: int = 0  # voucher fingerprints made with a previous key
+    clear_bodies: int = 0  # webhook bodies an earlier version kept in clear (`rewrap` seals them)
     unreadable: list[dict] = field(default_factory=list)  # values no key opens: which row, which field
     pinned: list[dict] = field(default_factory=list)  # vouchers under a previous key whose fingerprint cannot be recomputed
 
@@ -109,6 +113,13 @@ def _tokens(db: Database, batch_size: int):
         after = batch[-1][0]
 
 
+def _bodies(db: Database, batch_size: int):
+    after = 0
+    while batch := inbox.sealed_batch(db, after_id=after, limit=batch_size):
+        yield batch
+        after = batch[-1][0]
+
+
 def census(db: Database, cipher: Cipher, *, batch_size: int = DEFAULT_BATCH) -> Census:
     """Read every stored value and say which key opens it (no writes)."""
     found = Census()
@@ -134,6 +145,18 @@ def census(db: Database, cipher: Cipher, *, batch_size: int = DEFAULT_BATCH) -> 
                 found.current += 1
             else:
                 found.previous += 1
+    for batch in _bodies(db, batch_size):
+        for _, dedup_key, stored in batch:
+            if inbox.is_clear(stored):
+                found.clear_bodies += 1
+                continue
+            got = cipher.open(stored, context=inbox.body_context(dedup_key))
+            if got is None:
+                found.unreadable.append({"kind": "webhook_body", "event_id": dedup_key})
+            elif got[1] == 0:
+                found.current += 1
+            else:
+                found.previous += 1
     return found
 
 
@@ -143,6 +166,7 @@ class Rewrapped:
 
     vouchers: int = 0  # voucher rows re-sealed and/or re-fingerprinted
     tokens: int = 0
+    bodies: int = 0  # webhook bodies re-sealed, or sealed for the first time
     changed_meanwhile: int = 0  # rows another process changed between read and write: the next run takes them
     duplicates: list[dict] = field(default_factory=list)  # a voucher stored twice: the current fingerprint is taken
 
@@ -195,6 +219,22 @@ def rewrap(db: Database, cipher: Cipher, *, batch_size: int = DEFAULT_BATCH,
                 done.changed_meanwhile += not changed
         read += len(batch)
         progress("webhook tokens", read)
+    read = 0
+    for batch in _bodies(db, batch_size):
+        work = []
+        for row_id, dedup_key, stored in batch:
+            context = inbox.body_context(dedup_key)
+            if inbox.is_clear(stored):
+                work.append((row_id, stored, cipher.encrypt(inbox.body_text(stored), context=context)))
+            elif (got := cipher.open(stored, context=context)) is not None and got[1] > 0:
+                work.append((row_id, stored, cipher.encrypt(got[0], context=context)))
+        with transaction(db) as conn:
+            for row_id, old, new in work:
+                changed = inbox.reseal(conn, row_id, old, new)
+                done.bodies += changed
+                done.changed_meanwhile += not changed
+        read += len(batch)
+        progress("webhook bodies", read)
     return done
 
 

@@ -27,6 +27,8 @@ def _source(app: AppContext) -> str:
 def _place(item: dict) -> str:
     if item["kind"] == "webhook_token":
         return f"webhook token of webhook {item['webhook_id']}"
+    if item["kind"] == "webhook_body":
+        return f"body of webhook event {item['event_id']}"
     field = f" ({item['field']})" if item.get("field") else ""
     return f"order {item['order_id']} voucher {item['voucher_id']}{field}"
 
@@ -48,7 +50,7 @@ PINNED = ("kept under the previous key, their fingerprint cannot be recomputed (
 
 @click.group("keys")
 def keys_group() -> None:
-    """Rotate the key that encrypts voucher codes, PINs, claim URLs and saved webhook tokens.
+    """Rotate the key that encrypts voucher codes, PINs, claim URLs, saved webhook tokens and webhook bodies.
 
     In order: `keys rotate`, restart the receiver and the worker, `keys rewrap`, then `keys retire`
     (once no database backup made before the rewrap is kept: such a backup needs the old key).
@@ -71,6 +73,7 @@ def status_command(app: AppContext, fmt: str) -> None:
     record = {"key_source": _source(app), "previous_keys": cipher.previous_keys,
               "values_current_key": found.current, "values_previous_key": found.previous,
               "values_unreadable": len(found.unreadable), "fingerprints_previous_key": found.fingerprints_previous,
+              "webhook_bodies_in_clear": found.clear_bodies,
               "previous_keys_needed": not found.can_retire,
               "unreadable": found.unreadable, "kept_under_previous_key": found.pinned}
     rows = [{"item": key, "value": value} for key, value in record.items()
@@ -111,7 +114,7 @@ def rotate_command(app: AppContext) -> None:
         previous = rotate_key_file(config.key_file)
         click.echo(f"rotated the voucher key in {config.key_file}: a new key is first, "
                    f"{counted(previous, 'previous key')} kept below it", err=True)
-    click.echo(f"{counted(needing.current + needing.previous, 'stored value')} will need `keys rewrap`", err=True)
+    click.echo(f"{counted(needing.current + needing.previous + needing.clear_bodies, 'stored value')} will need `keys rewrap`", err=True)
     click.echo(NEXT_STEP, err=True)
 
 
@@ -132,8 +135,8 @@ def rewrap_command(app: AppContext, batch_size: int) -> None:
     db = app.existing_db
     cipher = load_cipher(app.config)
     done = rewrap(db, cipher, batch_size=batch_size, progress=Progress("keys rewrap"))
-    click.echo(f"re-sealed {counted(done.vouchers, 'voucher')} and {counted(done.tokens, 'webhook token')} "
-               "with the current key", err=True)
+    click.echo(f"re-sealed {counted(done.vouchers, 'voucher')}, {counted(done.tokens, 'webhook token')} and "
+               f"{counted(done.bodies, 'webhook body', 'webhook bodies')} with the current key", err=True)
     if done.duplicates:
         click.echo(f"stored twice, left as they are: {_places(done.duplicates)}", err=True)
     found = census(db, cipher)

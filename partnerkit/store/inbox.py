@@ -4,7 +4,7 @@ The raw body is kept sealed with the voucher key (partnerkit.crypto), bound to i
 signed body may carry voucher codes (one of the document's envelope forms has `vouchers`; an event
 type partnerkit does not know is kept quarantined as it came), and codes are encrypted at rest.
 `body_of` gives it back byte for byte. Rows written before bodies were sealed keep theirs in clear
-until `partnerkit events prune` removes them (30 days).
+until `partnerkit events prune` removes them (30 days) or `partnerkit keys rewrap` seals them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from partnerkit.store import jobs, orders
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
 
+SEALED_PREFIX = b"v1"  # partnerkit.crypto.VERSION, which the store cannot import (crypto imports the store)
 RETENTION = timedelta(days=30)  # dedup keys live at least this long (a manual retry comes late)
 ACCEPTED, DUPLICATE, IGNORED = "accepted", "duplicate", "ignored"
 
@@ -58,8 +59,15 @@ class Sealer(Protocol):
     def decrypt(self, stored: bytes | None, *, context: bytes = b"") -> str | None: ...
 
 
-def _body_context(dedup_key: str) -> bytes:
+def body_context(dedup_key: str) -> bytes:
+    """What a body's ciphertext is bound to: the inbox and the row's dedup key."""
     return b"inbox:" + dedup_key.encode("utf-8", "surrogatepass")
+
+
+def body_text(body: bytes) -> str:
+    """The text a body is sealed as: latin-1 maps every byte to one character, so a body that is not
+    UTF-8 (kept quarantined) round-trips byte for byte."""
+    return body.decode("latin-1")
 
 
 def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: datetime,
@@ -67,8 +75,7 @@ def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: 
     """Insert the event under its dedup key (its body sealed with `cipher`) and apply it to its order,
     all in one transaction."""
     state = "quarantined" if event.quarantine else ("test" if event.is_test else "processed")
-    # latin-1 maps every byte to one character: a body that is not UTF-8 (kept quarantined) round-trips.
-    sealed = cipher.encrypt(body.decode("latin-1"), context=_body_context(event.event_id))
+    sealed = cipher.encrypt(body_text(body), context=body_context(event.event_id))
     at = stamp(now)
     occurred = stamp(event.occurred_at) if event.occurred_at else None
     with transaction(db) as conn:
@@ -101,11 +108,31 @@ def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: 
 
 
 def body_of(db: Database, cipher: Sealer, dedup_key: str) -> bytes | None:
-    """The raw body kept under `dedup_key`, as it was received (None: no such row)."""
+    """The raw body kept under `dedup_key`, as it was received (None: no such row). A row written
+    before bodies were sealed (`is_clear`) is given back as it is."""
     row = db.execute("SELECT body FROM inbox WHERE dedup_key = ?", (dedup_key,)).fetchone()
     if row is None:
         return None
-    return cipher.decrypt(row[0], context=_body_context(dedup_key)).encode("latin-1")
+    if is_clear(row[0]):
+        return bytes(row[0])
+    return cipher.decrypt(row[0], context=body_context(dedup_key)).encode("latin-1")
+
+
+def is_clear(stored: bytes) -> bool:
+    """Whether a stored body predates sealing: a sealed one starts with the cipher's version tag, and
+    a JSON body cannot (`partnerkit keys rewrap` seals such rows)."""
+    return not bytes(stored).startswith(SEALED_PREFIX)
+
+
+def sealed_batch(db: Database, *, after_id: int, limit: int) -> list[tuple[int, str, bytes]]:
+    """Up to `limit` (id, dedup_key, stored body) with id above `after_id` (for `partnerkit keys`)."""
+    return [(row[0], row[1], bytes(row[2])) for row in db.execute(
+        "SELECT id, dedup_key, body FROM inbox WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))]
+
+
+def reseal(conn: sqlite3.Connection, row_id: int, old: bytes, new: bytes) -> bool:
+    """Replace one stored body, only if it is still `old` (inside the caller's transaction)."""
+    return conn.execute("UPDATE inbox SET body = ? WHERE id = ? AND body = ?", (new, row_id, old)).rowcount == 1
 
 
 def listing(db: Database, *, limit: int = 100, state: str | None = None, order_id: int | None = None) -> list[dict]:

@@ -23,7 +23,7 @@ from partnerkit.client import Voucher
 from partnerkit.config import load_config
 from partnerkit.crypto import cipher_from_keys, load_cipher, read_key_file
 from partnerkit.rotation import census
-from partnerkit.store import open_db, transaction, webhook_tokens
+from partnerkit.store import inbox, open_db, transaction, webhook_tokens
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.vouchers import seal
 from receiver.app import create_app
@@ -156,10 +156,10 @@ def test_key_file_rotate_rewrap_retire(tmp_path):
     assert read_key_file(key_file) == [new, old]
 
     done = run("keys", "rewrap", "--batch-size", "2")
-    assert "re-sealed 3 vouchers and 1 webhook token" in done.stderr
+    assert "re-sealed 3 vouchers, 1 webhook token and 0 webhook bodies" in done.stderr
     assert "the previous keys can be retired" in done.stderr
     again = run("keys", "rewrap")
-    assert "re-sealed 0 vouchers and 0 webhook tokens" in again.stderr
+    assert "re-sealed 0 vouchers, 0 webhook tokens and 0 webhook bodies" in again.stderr
     assert opens_only_with([new], run)
 
     assert "retired 1 previous key" in run("keys", "retire").stderr
@@ -236,7 +236,7 @@ def test_a_voucher_whose_fingerprint_cannot_be_recomputed_keeps_the_previous_key
     before = run.sealed_bytes()[0]
 
     done = run("keys", "rewrap", code=1)
-    assert "re-sealed 1 voucher " in done.stderr
+    assert "re-sealed 1 voucher, " in done.stderr
     assert "their fingerprint cannot be recomputed" in done.stderr and "order 5001 voucher 1" in done.stderr
     assert "Error: the previous keys cannot be retired yet: 1 stored value open" in done.stderr
     assert run.sealed_bytes()[0] == before  # left whole
@@ -289,7 +289,7 @@ def test_rewrap_killed_mid_way_loses_nothing_and_a_second_run_finishes(tmp_path)
     assert KEY_A not in stderr and new not in stderr and old not in stderr
 
     second = run("keys", "rewrap")
-    assert f"re-sealed {states.count('old')} vouchers" in second.stderr
+    assert f"re-sealed {states.count('old')} vouchers," in second.stderr
     assert opens_only_with([new], run)
     assert run.store(payloads=payloads) == 0
     run("keys", "retire")
@@ -325,3 +325,41 @@ def test_the_backup_reminder_says_a_backup_before_the_rewrap_needs_the_old_key(t
     run.store()
     reminder = run("backup", str(tmp_path / "before-rewrap.db")).stderr
     assert "keep the old copy as long as backups made before the rewrap are kept" in reminder
+
+
+def test_webhook_bodies_are_rewrapped_and_one_kept_in_clear_by_an_earlier_version_is_sealed(tmp_path):
+    run = Keys(environment(tmp_path, PARTNERKIT_LOG_LEVEL="WARNING"))
+    run.save_token()
+    assert accepts_saved_token(run) == 200  # the receiver kept the body of evt_rotation, sealed
+    legacy = b'{"event_id":"evt_before_sealing","event_type":"order.delivered","data":{"id":9}}'
+    db = open_db(run.config().db_path)
+    with transaction(db) as conn:  # a row as versions before sealed bodies wrote it
+        conn.execute("INSERT INTO inbox (dedup_key, state, received_at, last_seen_at, body) "
+                     "VALUES ('evt_before_sealing', 'processed', '2024-05-01T10:00:00Z', '2024-05-01T10:00:00Z', ?)",
+                     (legacy,))
+    db.conn.close()
+    [old] = read_key_file(run.config().key_file)
+    assert run.status()["webhook_bodies_in_clear"] == 1
+
+    run("keys", "rotate")
+    status = run.status()
+    assert status["values_previous_key"] == 2  # the token and the receiver's body
+    assert "still needed" in run("keys", "retire", code=1).stderr
+
+    done = run("keys", "rewrap")
+    assert "1 webhook token and 2 webhook bodies" in done.stderr
+    status = run.status()
+    assert (status["values_previous_key"], status["webhook_bodies_in_clear"]) == (0, 0)
+    run("keys", "retire")
+    [new] = read_key_file(run.config().key_file)
+
+    db = open_db(run.config().db_path)
+    try:
+        cipher = cipher_from_keys([new])
+        assert inbox.body_of(db, cipher, "evt_before_sealing") == legacy
+        assert b'"evt_rotation"' in inbox.body_of(db, cipher, "evt_rotation")
+        stored = db.execute("SELECT body FROM inbox WHERE dedup_key = 'evt_before_sealing'").fetchone()[0]
+        assert legacy not in bytes(stored)
+    finally:
+        db.conn.close()
+    run.assert_no_key_in(old, new)

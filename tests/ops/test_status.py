@@ -182,7 +182,7 @@ def test_status_check_exits_1_only_while_something_needs_attention(sandbox_confi
     drifts.open_drift(db, kind="missing_refund", subject="recharge", reference="RCH9", expected="10.00",
                       actual="0.00", currency="INR", detected_at=start)
     body = b'{"event_id":"evt_c1","event_type":"order.delivered","created_at":"2026-11-21T10:00:00Z","data":{"id":5,"status":"DELIVERED","quantity":1}}'
-    inbox.record(db, normalise(body, {}), body, now=start)
+    inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=start)
     with transaction(db) as conn:  # its voucher fetch parked after its retries: a person must look
         conn.execute("UPDATE jobs SET state = 'dead', last_error = 'HTTP 404' WHERE order_id = 5")
     alarmed = CliRunner().invoke(cli, ["status", "--check"], env=env)

@@ -54,3 +54,13 @@ def test_a_sealed_body_does_not_open_under_another_rows_key(client, db, config):
     db.execute("UPDATE inbox SET body = (SELECT body FROM inbox WHERE dedup_key = 'evt_a') WHERE dedup_key = 'evt_b'")
     with pytest.raises(Exception, match="cannot be decrypted"):
         inbox.body_of(db, load_cipher(config), "evt_b")
+
+
+def test_the_inbox_tells_a_sealed_body_by_the_ciphers_own_version_tag(client, db, config):
+    from partnerkit import crypto
+
+    assert inbox.SEALED_PREFIX == crypto.VERSION  # the store cannot import crypto; the two must agree
+    post(client, envelope(event_id="evt_tag"))
+    stored = db.execute("SELECT body FROM inbox WHERE dedup_key = 'evt_tag'").fetchone()[0]
+    assert not inbox.is_clear(stored)
+    assert inbox.is_clear(envelope(event_id="evt_old"))  # how versions before sealing kept it
