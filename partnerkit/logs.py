@@ -34,7 +34,10 @@ class Redactor:
     def add(self, *secrets: str | None) -> None:
         """Register more values to redact (e.g. a token saved by `webhooks register`)."""
         with self._lock:
-            merged = set(self._secrets) | {s for s in secrets if s and len(s) >= _MIN_SECRET_LEN}
+            given = {s for s in secrets if s and len(s) >= _MIN_SECRET_LEN}
+            # Lines are redacted after json.dumps, where a secret holding '"', '\\' or a control
+            # character appears escaped: the escaped form is registered too.
+            merged = set(self._secrets) | given | {json.dumps(s, ensure_ascii=False)[1:-1] for s in given}
             # Longest first, so a secret containing another is replaced whole.
             self._secrets = tuple(sorted(merged, key=len, reverse=True))
 

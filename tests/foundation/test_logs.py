@@ -61,3 +61,15 @@ def test_a_lone_surrogate_is_logged_as_its_escape_not_a_logging_error():
         log.removeHandler(handler)
     entry = json.loads(stream.getvalue().decode("utf-8"))
     assert entry["msg"] == "event \ud800" and entry["event_id"] == "e\udcff"
+
+
+def test_a_secret_that_json_escapes_is_redacted_in_its_escaped_form():
+    # Lines are redacted after json.dumps: '"', '\' and control characters appear escaped there.
+    secrets = ['correct"horse\\battery', "whsec_tab\tinside_it"]
+    formatter = JsonFormatter(Redactor(secrets))
+    for secret in secrets:
+        record = logging.LogRecord("partnerkit.test", logging.WARNING, __file__, 1, "careless %s", (secret,), None)
+        record.header = secret
+        line = formatter.format(record)
+        assert json.loads(line)["msg"] == "careless ***" and json.loads(line)["header"] == "***"
+        assert "horse" not in line and "inside_it" not in line
