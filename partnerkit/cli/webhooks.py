@@ -37,6 +37,22 @@ def _plain(value: Any) -> Any:
         value.isoformat() if hasattr(value, "isoformat") else None)
 
 
+SECRET_WORDS = ("token", "secret")
+
+
+def _masked(answer: Any) -> Any:
+    """An answer with the value of every key naming a token or a secret replaced by '***': the document
+    shows the token only in the create answer (saved by `register`), but update, test and retry answers
+    are "not shown", and a signing secret printed there would end up in a terminal's scrollback or a
+    ticket."""
+    if isinstance(answer, dict):
+        return {key: "***" if any(word in str(key).lower() for word in SECRET_WORDS) and value not in (None, "")
+                else _masked(value) for key, value in answer.items()}
+    if isinstance(answer, list):
+        return [_masked(item) for item in answer]
+    return answer
+
+
 def _answer_fields(answer: Any) -> dict | None:
     """The fields of an answer whose shape the document does not show: its `data` object, else the
     body itself when that is an object, else None."""
@@ -129,6 +145,7 @@ def list_command(app: AppContext, fmt: str) -> None:
 def test_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     """Ask the provider to send a test delivery (`events list` shows it with state test)."""
     result = _client(app).test_webhook(webhook_id)
+    result = _masked(result)
     emit_one(_answer_row(webhook_id, result), fmt, json_value=result)
 
 
@@ -199,7 +216,8 @@ def update_command(app: AppContext, webhook_id: int, name: str | None, url: str 
                 if url is not None and url.lower().startswith("http:") else "")
         raise click.ClickException(f"webhook {webhook_id} not updated: {exc}{hint}") from exc
     saved = webhook_tokens.update_details(app.db, str(webhook_id), **_saved_details(fields, answer))
-    emit_one(_answer_row(webhook_id, answer), fmt, json_value=answer)
+    shown = _masked(answer)
+    emit_one(_answer_row(webhook_id, shown), fmt, json_value=shown)
     said = f"webhook {webhook_id} updated at the provider"
     if saved and fields.keys() & {"name", "url", "events"}:
         said += "; the name, URL and events saved with its token follow the change"
@@ -262,7 +280,7 @@ def stats_command(app: AppContext, fmt: str) -> None:
 @pass_app
 def retry_command(app: AppContext, delivery_id: int, fmt: str) -> None:
     """Re-queue a failed delivery (only while it has attempts left)."""
-    result = _client(app).retry_delivery(delivery_id)
+    result = _masked(_client(app).retry_delivery(delivery_id))
     fields = dict(result) if isinstance(result, dict) else {}
     row = {"delivery_id": fields.pop("delivery_id", delivery_id),
            "message": fields.pop("message", None) or f"delivery {delivery_id} re-queued"}

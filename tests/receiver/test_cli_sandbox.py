@@ -221,3 +221,19 @@ def test_registering_the_same_url_twice_is_warned_about(env):
     second = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
     assert ("warning: webhook 1 already delivers to this URL: each event now arrives twice (stored once); "
             "`partnerkit webhooks delete 1` removes the old one") in second.stderr
+
+
+def test_a_token_or_secret_in_an_answer_whose_shape_is_not_shown_is_masked():
+    # The document shows the token only in the create answer; update, test and retry answers are
+    # "not shown", so whatever names a token or a secret there is masked before it is printed.
+    from partnerkit.cli.webhooks import _answer_row, _masked
+
+    answer = {"success": True, "data": {"id": 7, "token": "whsec_printed_by_mistake_1",
+                                        "signing_secret": "s3cr3t-value-xyz", "nested": [{"Token": "abcdefghijklmnop"}],
+                                        "token_rotated": None, "url": "https://partner.example/webhooks/partner"}}
+    shown = _masked(answer)
+    text = json.dumps(shown) + json.dumps(_answer_row(7, shown))
+    for secret in ("whsec_printed_by_mistake_1", "s3cr3t-value-xyz", "abcdefghijklmnop"):
+        assert secret not in text
+    assert shown["data"]["url"] == "https://partner.example/webhooks/partner" and shown["data"]["id"] == 7
+    assert shown["data"]["token_rotated"] is None  # nothing to hide stays as it is
