@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from partnerkit.config import ConfigError
 from partnerkit.crypto import Cipher, cipher_from_keys, new_key_text, read_key_file, token_context, write_key_file
@@ -44,6 +44,15 @@ class Census:
     clear_bodies: int = 0  # webhook bodies an earlier version kept in clear (`rewrap` seals them)
     unreadable: list[dict] = field(default_factory=list)  # values no key opens: which row, which field
     pinned: list[dict] = field(default_factory=list)  # vouchers under a previous key whose fingerprint cannot be recomputed
+
+    def count(self, opened: tuple[str, int] | None, place: dict) -> None:
+        """Count one sealed value by the key that opened it (`Cipher.open`); `place` names it if none did."""
+        if opened is None:
+            self.unreadable.append(place)
+        elif opened[1] == 0:
+            self.current += 1
+        else:
+            self.previous += 1
 
     @property
     def needs_previous(self) -> int:
@@ -126,37 +135,22 @@ def census(db: Database, cipher: Cipher, *, batch_size: int = DEFAULT_BATCH) -> 
     for batch in _vouchers(db, batch_size):
         for voucher in (_examine(cipher, row) for row in batch):
             for name, got in voucher.opened.items():
-                if got is None:
-                    found.unreadable.append(_where(voucher.row, name))
-                elif got[1] == 0:
-                    found.current += 1
-                else:
-                    found.previous += 1
+                found.count(got, _where(voucher.row, name))
             if (voucher.fingerprint_key or 0) > 0:
                 found.fingerprints_previous += 1
             if voucher.fingerprints is None and voucher.on_previous and not voucher.unreadable:
                 found.pinned.append(_where(voucher.row))
     for batch in _tokens(db, batch_size):
         for webhook_id, sealed in batch:
-            got = cipher.open(sealed, context=token_context(webhook_id))
-            if got is None:
-                found.unreadable.append({"kind": "webhook_token", "webhook_id": webhook_id})
-            elif got[1] == 0:
-                found.current += 1
-            else:
-                found.previous += 1
+            found.count(cipher.open(sealed, context=token_context(webhook_id)),
+                        {"kind": "webhook_token", "webhook_id": webhook_id})
     for batch in _bodies(db, batch_size):
         for _, dedup_key, stored in batch:
             if inbox.is_clear(stored):
                 found.clear_bodies += 1
-                continue
-            got = cipher.open(stored, context=inbox.body_context(dedup_key))
-            if got is None:
-                found.unreadable.append({"kind": "webhook_body", "event_id": dedup_key})
-            elif got[1] == 0:
-                found.current += 1
             else:
-                found.previous += 1
+                found.count(cipher.open(stored, context=inbox.body_context(dedup_key)),
+                            {"kind": "webhook_body", "event_id": dedup_key})
     return found
 
 
@@ -186,6 +180,32 @@ def _reseal_voucher(cipher: Cipher, voucher: _Voucher) -> tuple[str, dict[str, b
     return current, sealed
 
 
+def _moved(cipher: Cipher, stored: bytes, context: bytes, *, clear: bool = False) -> bytes | None:
+    """`stored` sealed with the current key when it needs it (only a previous key opens it, or it is
+    kept in clear), else None."""
+    if clear:
+        return cipher.encrypt(inbox.body_text(stored), context=context)
+    got = cipher.open(stored, context=context)
+    return cipher.encrypt(got[0], context=context) if got is not None and got[1] > 0 else None
+
+
+def _apply(db: Database, batches, reseal: Callable[[sqlite3.Connection, Any, bytes, bytes], bool],
+           progress: Callable[[int], None], done: Rewrapped) -> int:
+    """Write each batch of (row key, stored, new or None) in its own transaction, a row only if it is
+    still as read; return how many were changed."""
+    changed_total = read = 0
+    for batch in batches:
+        with transaction(db) as conn:
+            for key, old, new in batch:
+                if new is not None:
+                    changed = reseal(conn, key, old, new)
+                    changed_total += changed
+                    done.changed_meanwhile += not changed
+        read += len(batch)
+        progress(read)
+    return changed_total
+
+
 def rewrap(db: Database, cipher: Cipher, *, batch_size: int = DEFAULT_BATCH,
            progress: Callable[[str, int], None] = lambda entity, done: None) -> Rewrapped:
     """Re-seal every value only a previous key opens with the current key (and recompute its voucher's
@@ -205,36 +225,13 @@ def rewrap(db: Database, cipher: Cipher, *, batch_size: int = DEFAULT_BATCH,
                 done.changed_meanwhile += not changed
         read += len(batch)
         progress("vouchers", read)
-    read = 0
-    for batch in _tokens(db, batch_size):
-        work = []
-        for webhook_id, sealed in batch:
-            got = cipher.open(sealed, context=token_context(webhook_id))
-            if got is not None and got[1] > 0:
-                work.append((webhook_id, sealed, cipher.encrypt(got[0], context=token_context(webhook_id))))
-        with transaction(db) as conn:
-            for webhook_id, old, new in work:
-                changed = webhook_tokens.reseal(conn, webhook_id, old, new)
-                done.tokens += changed
-                done.changed_meanwhile += not changed
-        read += len(batch)
-        progress("webhook tokens", read)
-    read = 0
-    for batch in _bodies(db, batch_size):
-        work = []
-        for row_id, dedup_key, stored in batch:
-            context = inbox.body_context(dedup_key)
-            if inbox.is_clear(stored):
-                work.append((row_id, stored, cipher.encrypt(inbox.body_text(stored), context=context)))
-            elif (got := cipher.open(stored, context=context)) is not None and got[1] > 0:
-                work.append((row_id, stored, cipher.encrypt(got[0], context=context)))
-        with transaction(db) as conn:
-            for row_id, old, new in work:
-                changed = inbox.reseal(conn, row_id, old, new)
-                done.bodies += changed
-                done.changed_meanwhile += not changed
-        read += len(batch)
-        progress("webhook bodies", read)
+    done.tokens = _apply(db, ([(webhook_id, sealed, _moved(cipher, sealed, token_context(webhook_id)))
+                               for webhook_id, sealed in batch] for batch in _tokens(db, batch_size)),
+                         webhook_tokens.reseal, lambda read: progress("webhook tokens", read), done)
+    done.bodies = _apply(db, ([(row_id, stored, _moved(cipher, stored, inbox.body_context(dedup_key),
+                                                       clear=inbox.is_clear(stored)))
+                               for row_id, dedup_key, stored in batch] for batch in _bodies(db, batch_size)),
+                         inbox.reseal, lambda read: progress("webhook bodies", read), done)
     return done
 
 
