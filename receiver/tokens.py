@@ -7,6 +7,7 @@ from partnerkit.crypto import Cipher, token_context
 from partnerkit.store import Database
 from partnerkit.store import webhook_tokens
 
+
 def saved_tokens(db: Database, cipher: Cipher) -> tuple[WebhookToken, ...]:
     """Decrypt the tokens saved in the database, each bound to its webhook id."""
     return tuple(WebhookToken(cipher.decrypt(sealed, context=token_context(wid)), wid)
