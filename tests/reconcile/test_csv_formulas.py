@@ -77,3 +77,10 @@ def test_recharges_list_csv_writes_a_provider_formula_as_text(invoke, planted):
 def test_json_keeps_the_provider_text_as_it_came(invoke, planted):
     result = invoke("recharges", "list", "--format", "json")
     assert [r["reference_number"] for r in json.loads(result.stdout)] == [FORMULA]
+
+
+def test_every_formula_start_is_one_character():
+    # reconcile.report tests a cell's first character against them (the report's hot loop).
+    from partnerkit.csvcell import FORMULA_STARTS
+
+    assert FORMULA_STARTS and all(len(start) == 1 for start in FORMULA_STARTS)
