@@ -212,6 +212,16 @@ def _read_or_create_key_file(path: Path, db_path: Path) -> list[str]:
     return read_key_file(path)
 
 
+def key_file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells a replaced key file from the one read before (inode, mtime, size); None when there is
+    none. `keys rotate` and `keys retire` replace it by a rename, so its inode changes."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def cipher_from_keys(keys: Sequence[str]) -> Cipher:
     """A Cipher from key texts as configured or in the key file, current first."""
     return Cipher(_secret_from_text(keys[0]), [_secret_from_text(k) for k in keys[1:]])

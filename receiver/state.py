@@ -9,8 +9,8 @@ import threading
 import time
 from typing import Callable
 
-from partnerkit.config import Config, WebhookToken
-from partnerkit.crypto import Cipher
+from partnerkit.config import Config, ConfigError, WebhookToken
+from partnerkit.crypto import Cipher, key_file_stamp, load_cipher
 from partnerkit.store import Database
 from partnerkit.store.db import connect
 
@@ -20,7 +20,7 @@ from receiver.tokens import accepted_tokens
 # The provider may give up after 5 s (docs/receiver.md): a locked database must become a 503
 # well before that, so the provider retries, rather than a timeout.
 RECEIVER_BUSY_TIMEOUT_MS = 2000
-TOKEN_REFRESH_S = 5.0  # tokens saved by `webhooks register` are picked up within this time
+TOKEN_REFRESH_S = 5.0  # tokens saved by `webhooks register`, and a rotated key file, are picked up within this time
 TOKEN_RETRY_S = 0.2    # ... or at once on a failed signature, at most this often
 # WAL checkpoints copy the log back into the database file and fsync both: tens of ms on a
 # real disk. SQLite runs them inside whichever commit crosses `wal_autocheckpoint` pages, i.e.
@@ -94,6 +94,7 @@ class Receiver:
         self._tokens_at = float("-inf")
         self._tokens_lock = threading.Lock()
         self._on_tokens = on_tokens  # e.g. the log redactor learns tokens saved at run time
+        self._key_stamp = None if config.voucher_key else key_file_stamp(config.key_file)
         self._checkpointer: Checkpointer | None = None
         self._checkpointer_pid: int | None = None
         self._checkpointer_lock = threading.Lock()
@@ -145,7 +146,28 @@ class Receiver:
         age = time.monotonic() - self._tokens_at
         if age > TOKEN_REFRESH_S or (refresh and age > TOKEN_RETRY_S):
             with self._tokens_lock:
+                self._follow_key_file()
                 self._tokens = accepted_tokens(self.config, self.db(), self.cipher)
                 self._on_tokens(*(t.token for t in self._tokens))
                 self._tokens_at = time.monotonic()
         return self._tokens
+
+    def _follow_key_file(self) -> None:
+        """With the generated key file, seal with the keys it holds now: `partnerkit keys rotate` puts a
+        new key first, and a receiver that went on sealing webhook bodies with the old one after `keys
+        retire` dropped it would leave them unreadable. A key from PARTNERKIT_VOUCHER_KEY changes only
+        with a restart. A file gone or unreadable keeps the keys read before (and says so once)."""
+        if self.config.voucher_key:
+            return
+        stamp = key_file_stamp(self.config.key_file)
+        if stamp is None or stamp == self._key_stamp:
+            return
+        self._key_stamp = stamp
+        try:
+            self.cipher = load_cipher(self.config)
+        except (ConfigError, OSError) as exc:
+            log.warning("the voucher key file changed and cannot be read; sealing with the keys read before",
+                        extra={"error": str(exc)[:200]})
+            return
+        log.info("the voucher key file changed: sealing with its first key from now on",
+                 extra={"previous_keys": self.cipher.previous_keys})

@@ -13,8 +13,10 @@ from partnerkit.cli.output import Progress, counted, emit_one
 from partnerkit.crypto import load_cipher, new_key_text
 from partnerkit.rotation import DEFAULT_BATCH, Census, census, retire_key_file, rewrap, rotate_key_file
 
-NEXT_STEP = ("next: restart the receiver and the worker so they seal with the new key, "
-             "then run `partnerkit keys rewrap`")
+NEXT_STEP_FILE = ("next: run `partnerkit keys rewrap` (running receivers and workers re-read the key file and seal "
+                  "with the new key within seconds; no restart is needed)")
+NEXT_STEP_ENV = ("next: restart the receiver and the worker with the new settings so they seal with the new key, "
+                 "then run `partnerkit keys rewrap`")
 SHOWN = 20  # rows named in a message before "... and N more" (`keys status --format json` lists all)
 
 
@@ -52,8 +54,10 @@ PINNED = ("kept under the previous key, their fingerprint cannot be recomputed (
 def keys_group() -> None:
     """Rotate the key that encrypts voucher codes, PINs, claim URLs, saved webhook tokens and webhook bodies.
 
-    In order: `keys rotate`, restart the receiver and the worker, `keys rewrap`, then `keys retire`
-    (once no database backup made before the rewrap is kept: such a backup needs the old key).
+    In order: `keys rotate`, `keys rewrap`, then `keys retire` (once no database backup made before
+    the rewrap is kept: such a backup needs the old key). With the key file, running receivers and
+    workers follow it within seconds; with PARTNERKIT_VOUCHER_KEY, restart them with the new settings
+    before the rewrap.
     """
 
 
@@ -91,7 +95,8 @@ def rotate_command(app: AppContext) -> None:
     With the key file (PARTNERKIT_VOUCHER_KEY not set) the new key becomes its first line, the old lines
     kept below; the file is replaced atomically (0600). With PARTNERKIT_VOUCHER_KEY nothing is changed:
     the new key is printed on stdout (the only time partnerkit prints a key) and stderr says what to set.
-    Then restart the receiver and the worker, and run `keys rewrap`. Exit 0; 1 when the key file is
+    Then run `keys rewrap` (with PARTNERKIT_VOUCHER_KEY, after restarting the receiver and the worker with
+    the new settings; with the key file they follow it within seconds). Exit 0; 1 when the key file is
     missing or cannot be written.
     """
     config = app.config
@@ -115,7 +120,7 @@ def rotate_command(app: AppContext) -> None:
         click.echo(f"rotated the voucher key in {config.key_file}: a new key is first, "
                    f"{counted(previous, 'previous key')} kept below it", err=True)
     click.echo(f"{counted(needing.current + needing.previous + needing.clear_bodies, 'stored value')} will need `keys rewrap`", err=True)
-    click.echo(NEXT_STEP, err=True)
+    click.echo(NEXT_STEP_ENV if config.voucher_key else NEXT_STEP_FILE, err=True)
 
 
 @keys_group.command("rewrap")
@@ -126,7 +131,8 @@ def rewrap_command(app: AppContext, batch_size: int) -> None:
     """Re-seal every stored value that only a previous key opens with the current key, and recompute its
     voucher's fingerprint; values already under the current key are skipped.
 
-    Run it after `keys rotate` and a restart of the receiver and the worker. Each batch is committed on its
+    Run it after `keys rotate` (and, with PARTNERKIT_VOUCHER_KEY, a restart of the receiver and the worker
+    with the new settings). Each batch is committed on its
     own: stopped or killed, nothing is lost and a second run goes on. Values no key opens are named and
     left as they are. A voucher with no code, reference or claim URL keeps the previous key: its
     fingerprint was made from the provider's whole record, which is not stored, so it cannot be recomputed

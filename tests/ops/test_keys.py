@@ -136,7 +136,7 @@ def test_key_file_rotate_rewrap_retire(tmp_path):
     rotated = run("keys", "rotate")
     assert rotated.stdout == ""
     assert "1 previous key kept below it" in rotated.stderr
-    assert "restart the receiver and the worker" in rotated.stderr and "keys rewrap" in rotated.stderr
+    assert "no restart is needed" in rotated.stderr and "keys rewrap" in rotated.stderr
     new, kept = read_key_file(key_file)
     assert kept == old and new != old and len(base64.urlsafe_b64decode(new + "=")) == 32
     assert key_file.stat().st_mode & 0o777 == 0o600
@@ -184,6 +184,7 @@ def test_environment_rotate_rewrap_retire(tmp_path):
     assert "nothing was changed" in rotated.stderr
     assert "PARTNERKIT_VOUCHER_KEY=<the new key printed on stdout>" in rotated.stderr
     assert "PARTNERKIT_VOUCHER_KEY_PREVIOUS=<your current PARTNERKIT_VOUCHER_KEY>" in rotated.stderr
+    assert "restart the receiver and the worker with the new settings" in rotated.stderr
     assert "then run `partnerkit keys rewrap`" in rotated.stderr
     assert not run.config().key_file.exists()
     assert opens_only_with([KEY_A], run)  # nothing changed
@@ -360,6 +361,45 @@ def test_webhook_bodies_are_rewrapped_and_one_kept_in_clear_by_an_earlier_versio
         assert b'"evt_rotation"' in inbox.body_of(db, cipher, "evt_rotation")
         stored = db.execute("SELECT body FROM inbox WHERE dedup_key = 'evt_before_sealing'").fetchone()[0]
         assert legacy not in bytes(stored)
+    finally:
+        db.conn.close()
+    run.assert_no_key_in(old, new)
+
+
+def test_a_running_receiver_seals_with_the_key_a_rotation_put_first_without_a_restart(tmp_path):
+    from freezegun import freeze_time
+
+    from receiver.state import TOKEN_REFRESH_S
+    from tests.receiver.conftest import TOKEN
+
+    run = Keys(environment(tmp_path, PARTNERKIT_LOG_LEVEL="WARNING", PARTNERKIT_WEBHOOK_TOKENS=TOKEN))
+    key_file = run.config().key_file
+    with freeze_time("2026-11-22 10:00:00") as clock:
+        app = create_app(run.config())  # generates the key file: the receiver seals the bodies it keeps
+        client = app.test_client()
+        try:
+            assert post(client, envelope("evt_before")).status_code == 200
+            [old] = read_key_file(key_file)
+            run("keys", "rotate")
+            clock.tick(TOKEN_REFRESH_S + 1)
+            assert post(client, envelope("evt_after", order_id=102)).status_code == 200
+            new, _ = read_key_file(key_file)
+            run("keys", "rewrap")
+            run("keys", "retire")
+            clock.tick(TOKEN_REFRESH_S + 1)
+            assert post(client, envelope("evt_late", order_id=103)).status_code == 200
+        finally:
+            app.extensions["partnerkit_receiver"].close()
+
+    db = open_db(run.config().db_path)
+    try:
+        sealed = dict(db.execute("SELECT dedup_key, body FROM inbox").fetchall())
+        only_new = cipher_from_keys([new])
+        # Sealed with the new key as soon as the running receiver saw the rotated file, not after a restart.
+        assert only_new.open(sealed["evt_after"], context=inbox.body_context("evt_after"))[1] == 0
+        # After the retire the old key is gone from the file: a body sealed with it would be lost.
+        for event_id in ("evt_before", "evt_after", "evt_late"):
+            assert inbox.body_of(db, only_new, event_id).startswith(b"{")
     finally:
         db.conn.close()
     run.assert_no_key_in(old, new)
