@@ -16,6 +16,7 @@ from partnerkit.config import ENV_NAMES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
+TIMERS = sorted((DEPLOY / "systemd").glob("*.timer"))
 
 
 def test_env_example_lists_every_variable_and_nothing_else():
@@ -24,13 +25,14 @@ def test_env_example_lists_every_variable_and_nothing_else():
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
-@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+@pytest.mark.parametrize("unit", UNITS + TIMERS, ids=lambda p: p.name)
 def test_systemd_units_verify(unit, tmp_path):
-    # systemd-analyze checks that ExecStart exists: point it at this checkout's console script.
+    # systemd-analyze checks that ExecStart exists: point it at this checkout's console script. A timer
+    # is verified beside the service it starts.
     script = Path(sys.executable).with_name("partnerkit")
-    copy = tmp_path / unit.name
-    copy.write_text(unit.read_text().replace("/opt/partnerkit/.venv/bin/partnerkit", str(script)))
-    result = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True)
+    for source in [unit] + ([unit.with_suffix(".service")] if unit.suffix == ".timer" else []):
+        (tmp_path / source.name).write_text(source.read_text().replace("/opt/partnerkit/.venv/bin/partnerkit", str(script)))
+    result = subprocess.run(["systemd-analyze", "verify", str(tmp_path / unit.name)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stderr.lower(), result.stderr
 
@@ -38,9 +40,19 @@ def test_systemd_units_verify(unit, tmp_path):
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
 def test_units_run_as_a_non_root_user_with_hardening(unit):
     text = unit.read_text()
-    for line in ("User=partnerkit", "NoNewPrivileges=yes", "ProtectSystem=strict", "Restart=on-failure",
+    for line in ("User=partnerkit", "NoNewPrivileges=yes", "ProtectSystem=strict",
                  "EnvironmentFile=/etc/partnerkit/partnerkit.env", "UMask=0077"):
         assert line in text, f"{unit.name} lacks {line}"
+    # Services restart on failure; a oneshot check must not (its failure is the alert).
+    assert ("Restart=on-failure" in text) == ("Type=oneshot" not in text), unit.name
+
+
+def test_the_status_timer_starts_the_check_that_fails_while_something_needs_a_person():
+    service = (DEPLOY / "systemd" / "partnerkit-status.service").read_text()
+    assert "ExecStart=/opt/partnerkit/.venv/bin/partnerkit status --check" in service
+    assert "PrivateNetwork=yes" in service  # it reads the database only
+    timer = (DEPLOY / "systemd" / "partnerkit-status.timer").read_text()
+    assert "OnUnitActiveSec=5min" in timer and "WantedBy=timers.target" in timer
 
 
 def test_nginx_site_parses_with_body_limit_and_tls(tmp_path):
