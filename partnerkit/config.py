@@ -55,6 +55,7 @@ class Config:
     order_budget_per_minute: int = 100
     poller_budget_share: Decimal = Decimal("0.5")
     due_hour_utc: int = 1
+    inbox_retention_days: int = 90
     report_dir: Path = Path("./var/reports")
     webhook_path: str = "/webhooks/partner"
     http_timeout_s: float = 10.0
@@ -93,6 +94,7 @@ ENV_NAMES = {
     "order_budget_per_minute": "PARTNERKIT_ORDER_BUDGET_PER_MINUTE",
     "poller_budget_share": "PARTNERKIT_POLLER_BUDGET_SHARE",
     "due_hour_utc": "PARTNERKIT_DUE_HOUR_UTC",
+    "inbox_retention_days": "PARTNERKIT_INBOX_RETENTION_DAYS",
     "report_dir": "PARTNERKIT_REPORT_DIR",
     "webhook_path": "PARTNERKIT_WEBHOOK_PATH",
     "http_timeout_s": "PARTNERKIT_HTTP_TIMEOUT_S",
@@ -281,6 +283,9 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
             values["poller_budget_share"] = _share(name, raw)
         elif name == "PARTNERKIT_DUE_HOUR_UTC":
             values["due_hour_utc"] = _int(name, raw, 0, 23)
+        elif name == "PARTNERKIT_INBOX_RETENTION_DAYS":
+            # Never under 30: a dedup key must outlive the provider's manual retries (see inbox.RETENTION).
+            values["inbox_retention_days"] = _int(name, raw, 30, 3650)
         elif name == "PARTNERKIT_REPORT_DIR":
             values["report_dir"] = Path(raw.strip())
         elif name == "PARTNERKIT_WEBHOOK_PATH":

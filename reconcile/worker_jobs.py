@@ -62,6 +62,8 @@ JOBS: tuple[JobSpec, ...] = (
             not_work=("pages", "stopped", "since")),
     JobSpec("sync-recent", "reconcile.jobs:sync_recent", 900, 300, "sync"),
     JobSpec("nightly-report", "reconcile.jobs:nightly_job", 3600, 3600, "report"),
+    # Inbox rows past PARTNERKIT_INBOX_RETENTION_DAYS; a skipped run only leaves them a few hours longer.
+    JobSpec("prune-events", "partnerkit.retention:prune_events", 6 * 3600, 3600, "housekeeping"),
 )
 
 

@@ -40,16 +40,23 @@ def list_command(app: AppContext, state: str | None, order_id: int | None, limit
 
 
 @events_group.command("prune")
-@click.option("--older-than-days", type=click.IntRange(30, 3650), default=30, show_default=True,
-              help="Delete inbox rows last seen more than this many days ago (never under 30: "
-                   "dedup keys must outlive the provider's manual retries).")
+@click.option("--older-than-days", type=click.IntRange(30, 3650),
+              help="Delete inbox rows last seen more than this many days ago (default: "
+                   "PARTNERKIT_INBOX_RETENTION_DAYS, 90; never under 30: dedup keys must outlive the provider's "
+                   "manual retries).")
 @pass_app
-def prune_command(app: AppContext, older_than_days: int) -> None:
-    """Delete old inbox rows (dedup keys are kept at least 30 days)."""
+def prune_command(app: AppContext, older_than_days: int | None) -> None:
+    """Delete old inbox rows now (dedup keys are kept at least 30 days).
+
+    The worker's `prune-events` job does this every 6 hours with PARTNERKIT_INBOX_RETENTION_DAYS;
+    this command is for cron users without a worker, or to free space at once with a shorter one. Rows
+    go 2,000 per transaction, so a running receiver is never held up; what the events did (orders,
+    vouchers, jobs) is kept."""
     from datetime import timedelta
 
-    deleted = inbox.prune(app.existing_db, now=utcnow(), keep=timedelta(days=older_than_days))
-    click.echo(f"deleted {deleted} inbox rows older than {older_than_days} days", err=True)
+    days = older_than_days or app.config.inbox_retention_days
+    deleted = inbox.prune(app.existing_db, now=utcnow(), keep=timedelta(days=days))
+    click.echo(f"deleted {deleted} inbox rows last seen more than {days} days ago", err=True)
 
 
 def register(group: click.Group) -> None:

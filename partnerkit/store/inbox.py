@@ -4,7 +4,8 @@ The raw body is kept sealed with the voucher key (partnerkit.crypto), bound to i
 signed body may carry voucher codes (one of the document's envelope forms has `vouchers`; an event
 type partnerkit does not know is kept quarantined as it came), and codes are encrypted at rest.
 `body_of` gives it back byte for byte. Rows written before bodies were sealed keep theirs in clear
-until `partnerkit events prune` removes them (30 days) or `partnerkit keys rewrap` seals them.
+until they are pruned (`partnerkit.retention`, PARTNERKIT_INBOX_RETENTION_DAYS) or `partnerkit keys rewrap`
+seals them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from partnerkit.store.jobs import stamp
 
 SEALED_PREFIX = b"v1"  # partnerkit.crypto.VERSION, which the store cannot import (crypto imports the store)
 RETENTION = timedelta(days=30)  # dedup keys live at least this long (a manual retry comes late)
+PRUNE_BATCH = 2000  # inbox rows deleted per transaction (a few milliseconds of the write lock)
 ACCEPTED, DUPLICATE, IGNORED = "accepted", "duplicate", "ignored"
 
 
@@ -167,11 +169,30 @@ def counts(db: Database) -> dict[str, int]:
     return result
 
 
-def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION) -> int:
-    """Delete inbox rows last seen before `now - keep` (never less than 30 days); return how many."""
+def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION, batch: int = PRUNE_BATCH) -> int:
+    """Delete inbox rows last seen before `now - keep` (never less than 30 days); return how many.
+
+    One short transaction per `batch` rows in id order, so a receiver's insert waits for one batch at
+    most, never for a first prune of months of events; a stopped prune loses nothing and the next
+    one goes on. No index on `last_seen_at` (a duplicate delivery updates it, and every index is
+    paid by the receiver): rows are inserted in id order at their `received_at`, and `last_seen_at`
+    is never earlier, so the walk along the rowid ends at the first batch received wholly after the
+    cutoff. A row inserted a few milliseconds out of order there is pruned by a later run."""
     keep = max(keep, RETENTION)
-    with transaction(db) as conn:
-        return conn.execute("DELETE FROM inbox WHERE last_seen_at < ?", (stamp(now - keep),)).rowcount
+    cutoff = stamp(now - keep)
+    deleted, after = 0, 0
+    while True:
+        with transaction(db) as conn:
+            rows = conn.execute("SELECT id, received_at FROM inbox WHERE id > ? ORDER BY id LIMIT ?",
+                                (after, batch)).fetchall()
+            if not rows:
+                return deleted
+            last = rows[-1][0]
+            deleted += conn.execute("DELETE FROM inbox WHERE id > ? AND id <= ? AND last_seen_at < ?",
+                                    (after, last, cutoff)).rowcount
+        if min(received for _, received in rows) >= cutoff:
+            return deleted
+        after = last
 
 
 def probe_write(db: Database) -> None:

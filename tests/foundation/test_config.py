@@ -32,6 +32,7 @@ def test_every_variable_is_read():
         "PARTNERKIT_DUE_HOUR_UTC": "23",
         "PARTNERKIT_REPORT_DIR": "/tmp/reports",
         "PARTNERKIT_POLLER_BUDGET_SHARE": "0.25",
+        "PARTNERKIT_INBOX_RETENTION_DAYS": "400",
     })
     assert config.db_path == Path("/tmp/x.db")
     assert config.api_base_url == "https://partner.example.com"
@@ -39,6 +40,7 @@ def test_every_variable_is_read():
     assert config.webhook_tokens == (WebhookToken("whsec_token_one_1"), WebhookToken("whsec_token_two_2", "42"))
     assert (config.tolerance_s, config.hourly_budget, config.due_hour_utc) == (120, 500, 23)
     assert config.poller_budget_share == Decimal("0.25")
+    assert config.inbox_retention_days == 400
 
 
 @pytest.mark.parametrize(

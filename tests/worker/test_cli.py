@@ -82,7 +82,8 @@ def test_locate_by_hand_needs_a_local_id_or_number_and_amount(run):
 def test_worker_once_runs_one_pass_and_reports_each_job(run):
     result = CliRunner().invoke(cli, ["worker", "--once", "--format", "json"])
     jobs = {r["job"]: r["outcome"] for r in json.loads(result.stdout)}
-    assert set(jobs) == {"poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent", "nightly-report"}
+    assert set(jobs) == {"poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent", "nightly-report",
+                         "prune-events"}
     assert jobs["poll-recharges"] == "ok"
     assert result.exit_code == (1 if {"error", "unavailable"} & set(jobs.values()) else 0)
 

@@ -36,7 +36,7 @@ def slow_job(config, db, client):
 
 def test_the_job_table_names_every_job_once():
     assert [s.id for s in JOBS] == ["poll-recharges", "fetch-vouchers", "catch-up-orders", "sync-recent",
-                                    "nightly-report"]
+                                    "nightly-report", "prune-events"]
     assert POLL.every_s == 5 and POLL.target == "reconcile.poller:poll_once"
 
 
