@@ -49,9 +49,9 @@ def prune_command(app: AppContext, older_than_days: int | None) -> None:
     """Delete old inbox rows now (dedup keys are kept at least 30 days).
 
     The worker's `prune-events` job does this every 6 hours with PARTNERKIT_INBOX_RETENTION_DAYS;
-    this command is for cron users without a worker, or to free space at once with a shorter one. Rows
-    go 2,000 per transaction, so a running receiver is never held up; what the events did (orders,
-    vouchers, jobs) is kept."""
+    this command is for cron users without a worker, or to prune at once with a shorter one. Rows go
+    2,000 per transaction, so a running receiver is never held up; what the events did (orders,
+    vouchers, jobs) is kept. New rows reuse the freed pages: the file itself does not shrink."""
     from datetime import timedelta
 
     days = older_than_days or app.config.inbox_retention_days
