@@ -35,16 +35,45 @@ def _age_s(moment: str | None, now: datetime) -> int | None:
     return None if parsed is None else max(0, int((now - parsed).total_seconds()))
 
 
+def processing_ages(db: Database, now: datetime) -> tuple[int, list[int]]:
+    """How many recharges are PROCESSING, and the seconds since each was sent (or created at the
+    provider, for one partnerkit did not send), oldest first."""
+    processing = recharges.list_rows(db, status="PROCESSING")
+    return len(processing), sorted((a for a in (_age_s(r.get("submitted_at") or r.get("provider_created_at"), now)
+                                                for r in processing) if a is not None), reverse=True)
+
+
+def worker_running(lease: locks.Lease | None, now: datetime) -> bool:
+    """Whether the worker lease is held by a live worker.
+
+    The worker renews its lease every few seconds: a lease past its expiry, or held by a process of
+    this host that is gone (kill -9), was left by a worker that died (a clean stop deletes it); no
+    lease at all means no worker has run since."""
+    return lease is not None and lease.expires_at > now and not holder_is_gone(lease.holder)
+
+
+def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
+    """What `attention` warns of, as numbers for a scrape (the receiver's /metrics): only cheap reads
+    (index ranges, the small reports table), never the drift table, which grows with every day."""
+    now = now or utcnow()
+    processing, ages = processing_ages(db, now)
+    overdue = overdue_report(reports.last_complete_report_date(db), now, config.due_hour_utc)
+    return {
+        "worker_up": int(worker_running(locks.current(db, WORKER_LEASE), now)),
+        "recharges_processing": processing,
+        "recharges_processing_over_30m": sum(1 for a in ages if a > ESCALATE_AFTER_S),
+        "recharges_unknown": recharges.count_status(db, "UNKNOWN"),
+        "report_overdue": int(overdue is not None),
+    }
+
+
 def collect(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, Any]:
     """The operator's view: webhooks, voucher jobs, PROCESSING recharges, budget, report, drifts."""
     now = now or utcnow()
     latest = inbox.listing(db, limit=1)
     states = inbox.counts(db)
     job_states = jobs.counts_by_state(db)
-    processing = recharges.list_rows(db, status="PROCESSING")
-    ages = sorted((a for a in (_age_s(r.get("submitted_at") or r.get("provider_created_at"), now) for r in processing)
-                   if a is not None), reverse=True)
-    unknown = recharges.list_rows(db, status="UNKNOWN")
+    processing, ages = processing_ages(db, now)
     budget = Budget.from_config(config, db).usage() if config.api_key else {}
     open_drifts = drifts.list_drifts(db, resolution="pending")
     escalated = drifts.list_drifts(db, resolution="escalated")
@@ -58,10 +87,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "duplicates_absorbed": states.get("duplicates", 0),
         "voucher_fetch_backlog": job_states.get("pending", 0),
         "voucher_fetch_parked": job_states.get("dead", 0),
-        "recharges_processing": len(processing),
+        "recharges_processing": processing,
         "oldest_processing_age_s": ages[0] if ages else None,
         "recharges_past_30_min": sum(1 for a in ages if a > ESCALATE_AFTER_S),
-        "recharges_unknown": len(unknown),
+        "recharges_unknown": recharges.count_status(db, "UNKNOWN"),
         "budget_used_this_hour": budget.get("general", {}).get("used"),
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).
@@ -76,10 +105,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
                              f"{w['started_at']})" for w in ledger.walk_positions(db)],
         "open_drifts": len(open_drifts),
         "escalated_drifts": len(escalated),
-        # The worker renews its lease every few seconds: a lease past its expiry, or held by a process
-        # of this host that is gone (kill -9), was left by a worker that died (a clean stop deletes
-        # it); no lease at all means no worker has run since.
-        "worker_running": lease is not None and lease.expires_at > now and not holder_is_gone(lease.holder),
+        "worker_running": worker_running(lease, now),
         "worker_lease_holder": lease.holder if lease is not None else None,
         "worker_lease_expires_at": lease.expires_at if lease is not None else None,
     }

@@ -9,6 +9,7 @@ import re
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
+from partnerkit import status
 from partnerkit.config import Config, load_config
 from partnerkit.crypto import load_cipher
 from partnerkit.logs import configure_logging
@@ -39,7 +40,8 @@ def create_app(config: Config | None = None) -> Flask:
     app.config["JSON_SORT_KEYS"] = False
     metrics = Metrics()
     receiver = Receiver(config, cipher, metrics, RECEIVER_BUSY_TIMEOUT_MS, on_tokens=redactor.add)
-    metrics.attach_database(receiver.db, lambda db: remaining_budget(config, db))
+    metrics.attach_database(receiver.db, lambda db: remaining_budget(config, db),
+                            lambda db: status.gauges(config, db))
     app.extensions["partnerkit_receiver"] = receiver
     app.register_blueprint(views.blueprint(config.webhook_path))
     app.register_blueprint(health.bp)

@@ -3,7 +3,8 @@
 Request counters live in prometheus_client; under gunicorn, `partnerkit serve` sets
 PROMETHEUS_MULTIPROC_DIR to a private directory, so every worker writes its own files and a
 scrape (answered by any worker) sums them. What other processes do (the worker's voucher
-fetches, the API budget) is read from the database at scrape time, so it needs no mmap files.
+fetches, the API budget, whether the worker is alive) is read from the database at scrape time, so
+it needs no mmap files.
 Nothing secret is ever a label: reasons and outcomes are fixed words.
 """
 
@@ -23,12 +24,28 @@ from partnerkit.store import inbox, jobs
 ACK_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-class DatabaseCollector(Collector):
-    """Voucher fetch outcomes, job states and the API budget, read from the shared database."""
+# The worker's health, as `partnerkit status` judges it (partnerkit.status.gauges), so that an alert on
+# a dead worker, a stuck recharge or a late report needs only this scrape.
+HEALTH_GAUGES = {
+    "worker_up": ("partnerkit_worker_up", "1 while a live worker holds the worker lease, else 0"),
+    "recharges_processing": ("partnerkit_recharges_processing", "Recharges PROCESSING at the provider"),
+    "recharges_processing_over_30m": ("partnerkit_recharges_processing_over_30m",
+                                      "Recharges PROCESSING for over 30 minutes: escalate with their reference_number"),
+    "recharges_unknown": ("partnerkit_recharges_unknown",
+                          "Recharges whose submit outcome is unknown: run `partnerkit recharges locate`"),
+    "report_overdue": ("partnerkit_report_overdue", "1 while the nightly report of a finished day is late, else 0"),
+}
 
-    def __init__(self, db: Callable[[], Database], budget: Callable[[Database], int | None]) -> None:
+
+class DatabaseCollector(Collector):
+    """Voucher fetch outcomes, job states, the API budget and the worker's health, read from the shared
+    database."""
+
+    def __init__(self, db: Callable[[], Database], budget: Callable[[Database], int | None],
+                 health: Callable[[Database], dict[str, int]] | None = None) -> None:
         self._db = db
         self._budget = budget
+        self._health = health
 
     def collect(self) -> Iterator:
         db = self._db()
@@ -49,6 +66,10 @@ class DatabaseCollector(Collector):
         if remaining is not None:
             yield GaugeMetricFamily("partnerkit_api_budget_remaining", "Provider requests left in the current hour",
                                     value=remaining)
+        if self._health is not None:
+            for key, value in self._health(db).items():
+                name, documentation = HEALTH_GAUGES[key]
+                yield GaugeMetricFamily(name, documentation, value=value)
 
 
 class Metrics:
@@ -81,9 +102,10 @@ class Metrics:
             child = self._reasons[reason] = self.rejected.labels(reason)
         return child
 
-    def attach_database(self, db: Callable[[], Database], budget: Callable[[Database], int | None]) -> None:
+    def attach_database(self, db: Callable[[], Database], budget: Callable[[Database], int | None],
+                        health: Callable[[Database], dict[str, int]] | None = None) -> None:
         """Add the database-derived metrics to every scrape."""
-        self._db_collector = DatabaseCollector(db, budget)
+        self._db_collector = DatabaseCollector(db, budget, health)
         if not multiprocess_dir():
             self.registry.register(self._db_collector)
 

@@ -386,6 +386,11 @@ def list_rows(db: Database, *, status: str | None = None, limit: int | None = No
     return _rows(db.execute(sql, params))
 
 
+def count_status(db: Database, status: str) -> int:
+    """How many recharges have `status` (one range of the status index)."""
+    return db.execute("SELECT COUNT(*) FROM recharges WHERE status = ?", (status,)).fetchone()[0]
+
+
 def open_intents(db: Database, *, mobile_number: str, amount: Decimal | None = None,
                  client_reference: str | None = None) -> list[dict]:
     """INTENT/UNKNOWN rows for a number (and amount / client_reference), newest first."""

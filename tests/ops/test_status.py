@@ -190,3 +190,55 @@ def test_status_check_exits_1_only_while_something_needs_attention(sandbox_confi
     assert "parked" in alarmed.output  # the figures are still printed
     plain = CliRunner().invoke(cli, ["status"], env=env)
     assert plain.exit_code == 0  # without --check a monitor reads `attention` itself
+
+
+def _health(text: str) -> dict[str, float]:
+    """The worker-health gauges of a /metrics scrape."""
+    from receiver.metrics import HEALTH_GAUGES
+
+    names = {name for name, _ in HEALTH_GAUGES.values()}
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            values[name] = float(value)
+    assert set(values) == names, "every health gauge is in every scrape"
+    return values
+
+
+def test_the_receivers_metrics_carry_what_status_warns_of(sandbox_config, db):
+    """An alert on a dead worker, a stuck recharge or a late report needs only a Prometheus scrape."""
+    from partnerkit.store import reports
+    from receiver.app import create_app
+    from reconcile.scheduler import WorkerLease
+
+    app = create_app(sandbox_config)
+    try:
+        scrape = app.test_client().get
+        calm = _health(scrape("/metrics").get_data(as_text=True))
+        assert calm == {"partnerkit_worker_up": 0, "partnerkit_recharges_processing": 0,
+                        "partnerkit_recharges_processing_over_30m": 0, "partnerkit_recharges_unknown": 0,
+                        "partnerkit_report_overdue": 0}
+
+        start = utcnow()
+        with PartnerClient(sandbox_config, db) as client:
+            assert submit(sandbox_config, db, client, mobile_number="9876543218", operator_id=1,
+                          amount="100").http_status == 202  # digit 8: PROCESSING that never settles
+        yesterday_but_one = (start - timedelta(days=3)).date().isoformat()
+        reports.save_report(db, {"date": yesterday_but_one, "generated_at": start.isoformat(), "summary": {},
+                                 "drifts": []})
+        lease = WorkerLease(db, ttl_s=3600)
+        lease.acquire(wait=False)  # this process: alive
+        with freeze_time(start + timedelta(minutes=31)):
+            alarmed = _health(scrape("/metrics").get_data(as_text=True))
+            status = collect(sandbox_config, db)
+        lease.release()
+        stopped = _health(scrape("/metrics").get_data(as_text=True))
+    finally:
+        app.extensions["partnerkit_receiver"].close()
+    assert alarmed == {"partnerkit_worker_up": 1, "partnerkit_recharges_processing": 1,
+                       "partnerkit_recharges_processing_over_30m": 1, "partnerkit_recharges_unknown": 0,
+                       "partnerkit_report_overdue": 1}
+    assert (status["worker_running"], status["recharges_past_30_min"]) == (True, 1)
+    assert status["report_overdue_date"] is not None, "the scrape and `status` judge alike"
+    assert stopped["partnerkit_worker_up"] == 0
