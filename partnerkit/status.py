@@ -6,7 +6,7 @@ worker without talking to either (or to the provider: it spends no API budget).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from partnerkit.config import Config
@@ -52,6 +52,11 @@ def worker_running(lease: locks.Lease | None, now: datetime) -> bool:
     return lease is not None and lease.expires_at > now and not holder_is_gone(lease.holder)
 
 
+def provider_refusal(config: Config, db: Database) -> dict | None:
+    """The provider's standing refusal of the configured API key (Budget.refusal), or None."""
+    return Budget.from_config(config, db).refusal() if config.api_key else None
+
+
 def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
     """What `attention` warns of, as numbers for a scrape (the receiver's /metrics): only cheap reads
     (index ranges, the small reports table), never the drift table, which grows with every day."""
@@ -64,6 +69,7 @@ def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict
         "recharges_processing_over_30m": sum(1 for a in ages if a > ESCALATE_AFTER_S),
         "recharges_unknown": recharges.count_status(db, "UNKNOWN"),
         "report_overdue": int(overdue is not None),
+        "provider_refusing": int(provider_refusal(config, db) is not None),
     }
 
 
@@ -75,6 +81,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     job_states = jobs.counts_by_state(db)
     processing, ages = processing_ages(db, now)
     budget = Budget.from_config(config, db).usage() if config.api_key else {}
+    refused = provider_refusal(config, db)
     open_drifts = drifts.list_drifts(db, resolution="pending")
     escalated = drifts.list_drifts(db, resolution="escalated")
     lease = locks.current(db, WORKER_LEASE)
@@ -98,6 +105,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         # What the recharge poller may take of the hour for itself (PARTNERKIT_POLLER_BUDGET_SHARE).
         "poller_requests_per_hour": poller_cap(config.hourly_budget, config.poller_budget_share),
         "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
+        # The provider's last 401 to this API key, until a call with it is accepted again.
+        "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
+                             f"at {iso(datetime.fromtimestamp(refused['at'], timezone.utc))}: {refused['message']}"
+                             if refused else None),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
         # A sync the budget or the provider stopped, reading on from its page at its next run.
@@ -117,6 +128,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
 def attention(status: dict[str, Any]) -> list[str]:
     """Plain-language lines for what needs a person now (empty when all is well)."""
     lines = []
+    if status["provider_refused"]:
+        lines.append(f"the provider refused partnerkit's credentials ({status['provider_refused']}): every call "
+                     "fails until PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET are right and this host is on the key's "
+                     "IP allowlist; the next accepted call clears this")
     if status["voucher_fetch_parked"]:
         lines.append(f"{status['voucher_fetch_parked']} voucher fetch job(s) parked: see `partnerkit events list`")
     if status["recharges_past_30_min"]:

@@ -34,6 +34,8 @@ HEALTH_GAUGES = {
     "recharges_unknown": ("partnerkit_recharges_unknown",
                           "Recharges whose submit outcome is unknown: run `partnerkit recharges locate`"),
     "report_overdue": ("partnerkit_report_overdue", "1 while the nightly report of a finished day is late, else 0"),
+    "provider_refusing": ("partnerkit_provider_refusing",
+                          "1 while the provider's last answer to the API key's calls was a 401, else 0"),
 }
 
 

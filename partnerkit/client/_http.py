@@ -230,6 +230,7 @@ class Transport:
                 rate["remaining"] = None
             self.budget.observe(ticket, **rate)
             if 200 <= resp.status_code < 300:
+                self.budget.accepted()
                 try:
                     return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
                 except errors.MalformedResponse:
@@ -242,6 +243,9 @@ class Transport:
                     self.sleep(self.retry.interval(attempt))
                     continue
             err = self._status_error(resp, method, path)
+            if err.status == 401:  # every job stops on it: `status` and /metrics say so until a call passes
+                said = (err.message or "").replace(self._api_secret, "***").replace(self._api_key, "***")
+                self.budget.refused(status=401, message=said, method=method, path=path, purpose=spend.purpose)
             if err.status == 429:
                 if err.retry_after is None:
                     # Errors, "Other" promises Retry-After on a 429; without it X-RateLimit-Reset

@@ -324,6 +324,32 @@ class Budget:
             )
         return until
 
+    def refused(self, *, status: int, message: str | None, method: str, path: str, purpose: str) -> None:
+        """The provider refused this key's credentials (HTTP 401): kept until a call is accepted again."""
+        with self._lock, transaction(self._db) as conn:
+            conn.execute(
+                "INSERT INTO provider_refusals (key_hash, status, message, method, path, purpose, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key_hash) DO UPDATE SET status = excluded.status,"
+                " message = excluded.message, method = excluded.method, path = excluded.path,"
+                " purpose = excluded.purpose, at = excluded.at",
+                (self._key, status, (message or "")[:200], method, path, purpose, self._now()))
+
+    def accepted(self) -> None:
+        """A call with this key was answered 2xx: forget an earlier refusal (by any process).
+
+        Called after every answered call, so it reads first: a write only when there is one to forget."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM provider_refusals WHERE key_hash = ?", (self._key,)).fetchone():
+                with transaction(self._db) as conn:
+                    conn.execute("DELETE FROM provider_refusals WHERE key_hash = ?", (self._key,))
+
+    def refusal(self) -> dict | None:
+        """The provider's latest refusal of this key still standing (status, message, method, path,
+        purpose, at), or None."""
+        row = self._db.execute("SELECT status, message, method, path, purpose, at FROM provider_refusals"
+                               " WHERE key_hash = ?", (self._key,)).fetchone()
+        return None if row is None else dict(zip(("status", "message", "method", "path", "purpose", "at"), row))
+
     def usage(self) -> dict[str, dict]:
         """Per class: limit, used, remaining (after provider tightening), blocked_until, used by purpose."""
         report: dict[str, dict] = {}

@@ -218,7 +218,7 @@ def test_the_receivers_metrics_carry_what_status_warns_of(sandbox_config, db):
         calm = _health(scrape("/metrics").get_data(as_text=True))
         assert calm == {"partnerkit_worker_up": 0, "partnerkit_recharges_processing": 0,
                         "partnerkit_recharges_processing_over_30m": 0, "partnerkit_recharges_unknown": 0,
-                        "partnerkit_report_overdue": 0}
+                        "partnerkit_report_overdue": 0, "partnerkit_provider_refusing": 0}
 
         start = utcnow()
         with PartnerClient(sandbox_config, db) as client:
@@ -238,7 +238,47 @@ def test_the_receivers_metrics_carry_what_status_warns_of(sandbox_config, db):
         app.extensions["partnerkit_receiver"].close()
     assert alarmed == {"partnerkit_worker_up": 1, "partnerkit_recharges_processing": 1,
                        "partnerkit_recharges_processing_over_30m": 1, "partnerkit_recharges_unknown": 0,
-                       "partnerkit_report_overdue": 1}
+                       "partnerkit_report_overdue": 1, "partnerkit_provider_refusing": 0}
     assert (status["worker_running"], status["recharges_past_30_min"]) == (True, 1)
     assert status["report_overdue_date"] is not None, "the scrape and `status` judge alike"
     assert stopped["partnerkit_worker_up"] == 0
+
+
+def test_status_names_the_providers_refusal_of_the_credentials_until_a_call_passes(sandbox_config, db):
+    """A rotated or revoked secret stops every job; each job only logged its 401."""
+    from partnerkit import errors
+    from partnerkit.status import gauges
+
+    wrong = replace(sandbox_config, api_secret="not-the-secret-the-sandbox-issued")
+    with PartnerClient(wrong, db) as client:
+        try:
+            client.list_wallets()
+        except errors.Unauthorized:
+            pass
+        else:
+            raise AssertionError("the sandbox took a wrong secret")
+    refused = collect(sandbox_config, db)
+    assert refused["provider_refused"].startswith("HTTP 401 to GET /api/v1/wallets (default) at ")
+    assert "not-the-secret" not in refused["provider_refused"]
+    assert any("the provider refused partnerkit's credentials" in line for line in refused["attention"])
+    assert gauges(sandbox_config, db)["provider_refusing"] == 1
+
+    with PartnerClient(sandbox_config, db, purpose="poller") as client:  # fixed: the next call passes
+        client.list_wallets()
+    calm = collect(sandbox_config, db)
+    assert calm["provider_refused"] is None and calm["attention"] == []
+    assert gauges(sandbox_config, db)["provider_refusing"] == 0
+
+
+def test_a_refusal_of_another_api_key_is_not_this_ones(sandbox_config, db):
+    """Keyed by the key's hash: a shell with a mistyped key does not alarm the configured one."""
+    from partnerkit import errors
+
+    typo = replace(sandbox_config, api_key=sandbox_config.api_key + "x")
+    with PartnerClient(typo, db) as client:
+        try:
+            client.list_wallets()
+        except errors.Unauthorized:
+            pass
+    assert db.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 1
+    assert collect(sandbox_config, db)["provider_refused"] is None
