@@ -18,6 +18,7 @@ from typing import Any, Callable
 from partnerkit.config import Config
 from partnerkit.errors import BudgetExhausted, PartnerKitError, RateLimited
 from partnerkit.store import Database, open_db
+from partnerkit.store.budget import Budget
 
 log = logging.getLogger("reconcile.worker")
 
@@ -33,6 +34,7 @@ class JobSpec:
     purpose: str
     # Result keys that describe the pass rather than count work done (a page read that held nothing).
     not_work: tuple[str, ...] = ()
+    calls_api: bool = True  # paused while the provider refuses the API key (see REFUSAL_PAUSE_S)
 
     def __post_init__(self) -> None:
         if ":" not in self.target:
@@ -63,8 +65,15 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("sync-recent", "reconcile.jobs:sync_recent", 900, 300, "sync"),
     JobSpec("nightly-report", "reconcile.jobs:nightly_job", 3600, 3600, "report"),
     # Inbox rows past PARTNERKIT_INBOX_RETENTION_DAYS; a skipped run only leaves them a few hours longer.
-    JobSpec("prune-events", "partnerkit.retention:prune_events", 6 * 3600, 3600, "housekeeping"),
+    JobSpec("prune-events", "partnerkit.retention:prune_events", 6 * 3600, 3600, "housekeeping", calls_api=False),
 )
+
+
+# After the provider refused the API key (a 401: a rotated or revoked secret, a host off the key's
+# allowlist), the jobs that call it skip their runs for this long after the refusal, instead of
+# sending a 401 every 3-5 seconds each: one job tries again a minute on, and its first accepted
+# call clears the refusal for all (partnerkit.store.budget.Budget.refused/accepted).
+REFUSAL_PAUSE_S = 60.0
 
 
 class JobUnavailable(PartnerKitError):
@@ -125,9 +134,13 @@ class JobRunner:
                     self._func = resolve(self.spec)
                 if self._db is None:
                     self._db = open_db(self.config.db_path)
-                if self._client is None:
-                    self._client = self._client_factory(self.config, self._db, self.spec.purpose)
-                result = _result(self._func(self.config, self._db, self._client))
+                refused = self._refused_recently()
+                if refused:
+                    outcome, result = "paused", refused
+                else:
+                    if self._client is None:
+                        self._client = self._client_factory(self.config, self._db, self.spec.purpose)
+                    result = _result(self._func(self.config, self._db, self._client))
             except JobUnavailable as exc:
                 outcome, result = "unavailable", str(exc)
             except (BudgetExhausted, RateLimited) as exc:
@@ -138,12 +151,27 @@ class JobRunner:
         record = {"job": self.spec.id, "outcome": outcome, "duration_ms": round((time.monotonic() - started) * 1000),
                   "result": result}
         # A pass that found nothing to do (most runs of the 3-5 s jobs) is DEBUG; one that did work is INFO.
-        if outcome == "ok" and self.spec.is_idle(result):
+        # A pause after a refusal is DEBUG too: the 401 that caused it was logged, and status shows it.
+        if (outcome == "ok" and self.spec.is_idle(result)) or outcome == "paused":
             level = logging.DEBUG
         else:
             level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted") else logging.ERROR
         log.log(level, "job %s %s", self.spec.id, outcome, extra=record)
         return record
+
+
+    def _refused_recently(self) -> str | None:
+        """Why this run is skipped: the provider refused the API key under REFUSAL_PAUSE_S ago."""
+        if not self.spec.calls_api or not self.config.api_key:
+            return None
+        refusal = Budget.from_config(self.config, self._db).refusal()
+        if refusal is None:
+            return None
+        age = time.time() - refusal["at"]
+        if age >= REFUSAL_PAUSE_S:
+            return None
+        return (f"the provider refused the API key {age:.0f}s ago (HTTP {refusal['status']} to {refusal['method']} "
+                f"{refusal['path']}): trying again {REFUSAL_PAUSE_S - age:.0f}s from now")
 
 
 def default_client(config: Config, db: Database, purpose: str) -> Any:

@@ -268,3 +268,28 @@ def test_a_second_worker_process_does_not_run_jobs_twice(config, server):
     finally:
         if first.poll() is None:
             first.kill()
+
+
+def test_a_refused_api_key_pauses_the_jobs_that_call_it_for_a_minute(config, server, wdb):
+    """A 401 every 3-5 seconds from each job told the provider nothing new and flooded the log."""
+    from dataclasses import replace
+    from datetime import datetime, timedelta
+
+    from reconcile.worker_jobs import REFUSAL_PAUSE_S
+
+    catch_up = next(s for s in JOBS if s.id == "catch-up-orders")
+    prune = next(s for s in JOBS if s.id == "prune-events")
+    wrong = replace(config, api_secret="a-secret-the-provider-revoked")
+    start = datetime.now(timezone.utc)
+    with freeze_time(start, tick=True):
+        refused = run_once(wrong, jobs=(catch_up, POLL, prune))
+    assert [r["outcome"] for r in refused] == ["error", "paused", "ok"]  # prune-events calls no API
+    assert "HTTP 401" in refused[0]["result"] and "trying again" in refused[1]["result"]
+    assert wdb.execute("SELECT COUNT(*) FROM budget_events").fetchone()[0] == 1, "one 401 sent, not one per job"
+
+    with freeze_time(start + timedelta(seconds=REFUSAL_PAUSE_S - 5), tick=True):
+        assert [r["outcome"] for r in run_once(config, jobs=(catch_up,))] == ["paused"]
+    with freeze_time(start + timedelta(seconds=REFUSAL_PAUSE_S + 1), tick=True):  # the secret was put right
+        after = run_once(config, jobs=(catch_up, POLL))
+    assert [r["outcome"] for r in after] == ["ok", "ok"]
+    assert wdb.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 0, "the accepted call cleared it"
