@@ -45,6 +45,7 @@ class FetchPolicy:
     # Vouchers are what the partner paid for; an hourly read per parked order is cheap.
     revive_after_s: float = 3600.0
     revive_per_run: int = 5
+    unauthorized_wait_s: float = 60.0  # after a 401 (reconcile.worker_jobs.REFUSAL_PAUSE_S pauses the job as long)
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds before retry number `attempt` (1-based); never less than Retry-After."""
@@ -210,7 +211,16 @@ def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPo
     except errors.MalformedResponse as exc:  # the detail itself is unreadable: nothing stored from it
         return _settle(db, job, policy, now=now, outcome="malformed",
                        reason=f"order detail unreadable: {exc}")
-    except errors.ApiStatusError as exc:  # 400/401/403: retrying unchanged will not help
+    except errors.Unauthorized as exc:
+        # The API key refused (rotated, revoked, off the allowlist): not this order's fault, and every
+        # other fetch would meet it too. Not an attempt: the job waits for the key, parking nothing;
+        # the run hands the rest back (`partnerkit status` shows `provider_refused` meanwhile).
+        with transaction(db) as conn:
+            jobs.bump(conn, "voucher_fetch.refused")
+            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=policy.unauthorized_wait_s),
+                         error=f"waiting for the provider to accept the API key: {exc}", count_attempt=False)
+        return "deferred"
+    except errors.ApiStatusError as exc:  # 400/403: retrying unchanged will not help
         return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
     sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
     verdict, reason = _verdict(job, detail)
@@ -247,7 +257,7 @@ def run_voucher_fetches(config: Config, db: Database, client: Any, *, now: datet
         moment = now or utcnow()
         result = _fetch_one(db, api, cipher, job, policy, moment, summary)
         summary.outcomes[result] = summary.outcomes.get(result, 0) + 1
-        if result == "deferred":  # no budget: hand the rest back untouched
+        if result == "deferred":  # no budget, or the key refused: hand the rest back untouched
             with transaction(db) as conn:
                 for rest in claimed[index + 1:]:
                     jobs.release(conn, rest, now=moment, next_run_at=moment, error=None, count_attempt=False)

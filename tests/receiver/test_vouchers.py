@@ -203,3 +203,26 @@ def test_catch_up_repairs_a_missed_webhook(api_config, store, client, httpserver
     # The watermark is the oldest order that may still change.
     again = catch_up_orders(api_config, store, client, now=NOW)
     assert again.since == "2024-05-01T09:40:00Z" and again.updated == 0 and again.fetches_queued == 0
+
+
+def test_a_refused_api_key_parks_nothing_and_spends_one_call(api_config, store, client, httpserver):
+    """A 401 is the key's, not the order's: every fetch claimed in that run used to be parked (one 401
+    each), and a parked fetch is revived only hourly, so vouchers came an hour after the key was fixed."""
+    httpserver.expect_ordered_request("/api/v1/orders/101").respond_with_json(
+        {"error": "unauthorized", "message": "Invalid or expired access token"}, status=401)
+    queue(store, 101)
+    queue(store, 102)
+    summary = run_voucher_fetches(api_config, store, client, now=NOW)
+    assert (summary.dead, summary.deferred, len(httpserver.log)) == (0, 2, 1)
+    state, attempts, error, next_run = job_row(store, 101)
+    assert (state, attempts) == ("pending", 0) and "waiting for the provider to accept the API key" in error
+    assert next_run == "2024-05-01T10:01:00.000000Z"
+    assert job_row(store, 102)[:2] == ("pending", 0)
+    assert store.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 1
+
+    httpserver.clear()  # the key is put right
+    httpserver.expect_request("/api/v1/orders/101").respond_with_json(detail())
+    httpserver.expect_request("/api/v1/orders/102").respond_with_json(detail(order_id=102))
+    later = run_voucher_fetches(api_config, store, client, now=NOW + timedelta(minutes=1))
+    assert (later.done, later.vouchers_added) == (2, 4)
+    assert store.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 0
