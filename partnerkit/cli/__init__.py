@@ -23,7 +23,7 @@ import click
 from partnerkit import __version__
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
-from partnerkit.errors import PartnerKitError, TransportError
+from partnerkit.errors import PartnerKitError, TransportError, Unauthorized
 
 
 class ConfigExit(click.ClickException):
@@ -50,6 +50,9 @@ class PartnerKitGroup(click.Group):
             raise ConfigExit(str(exc)) from exc
         except TransportError as exc:
             raise click.ClickException(_unreachable(ctx, exc)) from exc
+        except Unauthorized as exc:
+            raise click.ClickException(f"{exc} (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check "
+                                       "both, and that this host is on the key's IP allowlist)") from exc
         except PartnerKitError as exc:
             raise click.ClickException(str(exc)) from exc
         except BrokenPipeError:

@@ -11,7 +11,9 @@ from partnerkit.cli.output import FORMATS, emit
 
 
 @click.command("worker")
-@click.option("--once", is_flag=True, help="Run one pass of every job, ignoring intervals, and exit (for cron).")
+@click.option("--once", is_flag=True, help="Run one pass of every job, ignoring intervals, and exit (for cron): "
+              "exit 1 when a job failed, could not be loaded, or was paused because the provider refused the API "
+              "key.")
 @click.option("--no-wait", is_flag=True, help="Exit instead of standing by when another worker holds the lease.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="With --once, the format of its table of job results; json and csv go to stdout alone.")
@@ -26,7 +28,8 @@ def worker_command(app: AppContext, fmt: str, once: bool, no_wait: bool) -> None
     if once:
         results = run_once(config)
         emit(results, ["job", "outcome", "duration_ms", "result"], fmt)
-        if any(r["outcome"] in ("error", "unavailable") for r in results):
+        # paused: the provider refused the API key moments ago, so the jobs that call it did nothing.
+        if any(r["outcome"] in ("error", "unavailable", "paused") for r in results):
             sys.exit(1)
         return
     sys.exit(run_worker(config, wait_for_lease=not no_wait))

@@ -282,3 +282,16 @@ def test_a_refusal_of_another_api_key_is_not_this_ones(sandbox_config, db):
             pass
     assert db.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 1
     assert collect(sandbox_config, db)["provider_refused"] is None
+
+
+def test_a_refused_key_is_named_by_the_cli_and_fails_worker_once(sandbox_config, db):
+    env = {**config_as_env(sandbox_config), "PARTNERKIT_API_SECRET": "a-secret-the-provider-revoked"}
+    refused = CliRunner().invoke(cli, ["orders", "sync"], env=env)
+    assert refused.exit_code == 1 and "HTTP 401" in refused.output
+    assert "the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both" in refused.output
+    assert "a-secret-the-provider-revoked" not in refused.output
+
+    once = CliRunner().invoke(cli, ["worker", "--once", "--format", "json"], env=env)
+    outcomes = {r["job"]: r["outcome"] for r in json.loads(once.stdout)}
+    assert outcomes["catch-up-orders"] == "paused" and outcomes["prune-events"] == "ok"
+    assert once.exit_code == 1, "a pass that did nothing for a refused key is not a success for cron"
