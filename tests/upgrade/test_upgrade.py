@@ -321,3 +321,29 @@ def test_the_refusal_is_one_line_from_the_real_process_too(newer):
     assert done.stdout == ""
     assert done.stderr.splitlines() == [f"Error: database schema version {LATEST + 1} is newer than this partnerkit "
                                         f"({LATEST}); upgrade partnerkit"]
+
+
+def test_a_backup_taken_by_the_new_release_is_of_the_database_as_the_old_one_left_it(old, tmp_path):
+    """`partnerkit backup` run after installing the new release, before anything else opened the file,
+    must copy it unmigrated: going back means restoring that copy, which the old release can open."""
+    schema = old.raw("SELECT type, name, sql FROM sqlite_master ORDER BY name")
+    destination = tmp_path / "before-upgrade.db"
+    old("backup", str(destination))
+    conn = sqlite3.connect(destination)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (old.version,)
+        assert conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall() == schema
+        assert conn.execute("SELECT COUNT(*) FROM vouchers").fetchone() == (62,)
+    finally:
+        conn.close()
+    assert old.raw("PRAGMA user_version") == [(old.version,)]  # nor is the live file migrated by it
+
+
+def test_a_newer_database_can_still_be_backed_up(newer, tmp_path):
+    destination = tmp_path / "newer-copy.db"
+    newer("backup", str(destination))
+    conn = sqlite3.connect(destination)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (LATEST + 1,)
+    finally:
+        conn.close()
