@@ -24,11 +24,14 @@ import pytest
 from click.testing import CliRunner, Result
 
 from partnerkit.cli import cli
+from partnerkit.client import Voucher
 from partnerkit.config import load_config
 from partnerkit.crypto import load_cipher
-from partnerkit.store import inbox, open_db
+from partnerkit.store import inbox, open_db, transaction
+from partnerkit.store import vouchers as voucher_store
 from partnerkit.store.ledger import ROW_COLUMNS
 from partnerkit.store.migrations import discover
+from partnerkit.vouchers import seal
 from receiver.app import create_app
 from receiver.signature import sign
 from receiver.tokens import saved_tokens
@@ -139,6 +142,17 @@ def test_vouchers_reveal_gives_back_the_codes_the_old_release_stored(old):
     assert sum(map(len, stored.values())) == 62
     for order, codes in stored.items():
         assert old.json("vouchers", order, "--reveal") == codes, order
+
+
+def test_vouchers_read_again_after_the_upgrade_are_not_stored_twice(old, db):
+    """A fetch that re-reads an old order (catch-up-orders re-queues one) meets the old fingerprints."""
+    cipher = load_cipher(old.config())
+    stored = {int(order): codes for order, codes in old.answers["vouchers"].items() if codes}
+    with transaction(db) as conn:
+        added = sum(voucher_store.add(conn, order, [seal(cipher, order, Voucher.from_payload(v)) for v in codes],
+                                      now=NIGHT) for order, codes in stored.items())
+    assert added == 0
+    assert voucher_store.total(db) == 62
 
 
 @pytest.mark.parametrize("command, key", [
