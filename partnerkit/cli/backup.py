@@ -21,11 +21,17 @@ def backup_command(app: AppContext, destination: str) -> None:
     as long as such backups are kept.
     """
     from partnerkit.store.backup import backup
+    from partnerkit.store.db import connect
 
+    # The file as it is, never migrated first: a backup taken right after installing a new release is
+    # the way back to the old one, which refuses a newer schema (docs/upgrade.md).
+    db = connect(app.existing_path())
     try:
-        path = backup(app.existing_db, destination)
+        path = backup(db, destination)
     except OSError as exc:  # e.g. a parent that is a file: the store's cleanup meets it before its own try
         raise click.ClickException(f"cannot write backup {destination}: {exc.strerror or exc}") from exc
+    finally:
+        db.conn.close()
     click.echo(f"backed up {app.config.db_path} to {path}", err=True)
     if not app.config.voucher_key:
         click.echo(f"remember the voucher key file {app.config.key_file} (back it up once, keep it apart; after "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from partnerkit.config import Config, load_config
@@ -40,11 +42,17 @@ class AppContext:
         A database that does not exist is named instead of created: a mistyped PARTNERKIT_DB would
         otherwise answer from a new empty one ("no events received yet", "nothing needs attention",
         an all-zero report, a backup of nothing)."""
+        if self._db is None:
+            self.existing_path()
+        return self.db
+
+    def existing_path(self) -> Path:
+        """PARTNERKIT_DB, named in a ClickException when there is no such file (see `existing_db`)."""
         path = self.config.db_path
-        if self._db is None and not path.exists():
+        if not path.exists():
             raise click.ClickException(f"cannot open database {str(path)!r}: it does not exist "
                                        "(check PARTNERKIT_DB or --config; the worker creates it)")
-        return self.db
+        return path
 
 
 pass_app = click.make_pass_decorator(AppContext)
