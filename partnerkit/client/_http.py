@@ -244,7 +244,9 @@ class Transport:
                     continue
             err = self._status_error(resp, method, path)
             if err.status == 401:  # every job stops on it: `status` and /metrics say so until a call passes
-                said = (err.message or "").replace(self._api_secret, "***").replace(self._api_key, "***")
+                said = err.message or ""
+                for secret in filter(None, (self._api_secret, self._api_key)):  # never replace ""
+                    said = said.replace(secret, "***")
                 self.budget.refused(status=401, message=said, method=method, path=path, purpose=spend.purpose)
             if err.status == 429:
                 if err.retry_after is None:

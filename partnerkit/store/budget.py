@@ -14,6 +14,10 @@ X-RateLimit-Reset; see `seconds_until_reset`).
 A caller may also cap its own purpose (`acquire(own_cap=N)`: at most N of the window's requests
 under its purpose label), checked in the same transaction, so two processes can never both take
 the purpose's last one either. The recharge poller's share of the hour is such a cap.
+
+The provider's last 401 to the key is kept too (`refused`, `refusal`), until a call with the key is
+answered 2xx (`accepted`): `partnerkit status` and /metrics show it, and the worker pauses its jobs
+that call the provider for a minute after it.
 """
 
 from __future__ import annotations
