@@ -52,11 +52,6 @@ def worker_running(lease: locks.Lease | None, now: datetime) -> bool:
     return lease is not None and lease.expires_at > now and not holder_is_gone(lease.holder)
 
 
-def provider_refusal(config: Config, db: Database) -> dict | None:
-    """The provider's standing refusal of the configured API key (Budget.refusal), or None."""
-    return Budget.from_config(config, db).refusal() if config.api_key else None
-
-
 def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
     """What `attention` warns of, as numbers for a scrape (the receiver's /metrics): only cheap reads
     (index ranges, the small reports table), never the drift table, which grows with every day."""
@@ -69,7 +64,7 @@ def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict
         "recharges_processing_over_30m": sum(1 for a in ages if a > ESCALATE_AFTER_S),
         "recharges_unknown": recharges.count_status(db, "UNKNOWN"),
         "report_overdue": int(overdue is not None),
-        "provider_refusing": int(provider_refusal(config, db) is not None),
+        "provider_refusing": int(bool(config.api_key) and Budget.from_config(config, db).refusal() is not None),
     }
 
 
@@ -80,8 +75,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     states = inbox.counts(db)
     job_states = jobs.counts_by_state(db)
     processing, ages = processing_ages(db, now)
-    budget = Budget.from_config(config, db).usage() if config.api_key else {}
-    refused = provider_refusal(config, db)
+    key_budget = Budget.from_config(config, db) if config.api_key else None
+    budget = key_budget.usage() if key_budget else {}
+    refused = key_budget.refusal() if key_budget else None
     open_drifts = drifts.list_drifts(db, resolution="pending")
     escalated = drifts.list_drifts(db, resolution="escalated")
     lease = locks.current(db, WORKER_LEASE)

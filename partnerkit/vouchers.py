@@ -21,7 +21,7 @@ from partnerkit.config import Config
 from partnerkit.crypto import Cipher, load_cipher
 from partnerkit.money import cents
 from partnerkit.store import Database, jobs, orders, quarantine, vouchers
-from partnerkit.store.budget import walk_reserve
+from partnerkit.store.budget import REFUSAL_PAUSE_S, walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
 from partnerkit.store.vouchers import SealedVoucher
@@ -45,7 +45,6 @@ class FetchPolicy:
     # Vouchers are what the partner paid for; an hourly read per parked order is cheap.
     revive_after_s: float = 3600.0
     revive_per_run: int = 5
-    unauthorized_wait_s: float = 60.0  # after a 401 (reconcile.worker_jobs.REFUSAL_PAUSE_S pauses the job as long)
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds before retry number `attempt` (1-based); never less than Retry-After."""
@@ -217,7 +216,7 @@ def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPo
         # the run hands the rest back (`partnerkit status` shows `provider_refused` meanwhile).
         with transaction(db) as conn:
             jobs.bump(conn, "voucher_fetch.refused")
-            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=policy.unauthorized_wait_s),
+            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=REFUSAL_PAUSE_S),
                          error=f"waiting for the provider to accept the API key: {exc}", count_attempt=False)
         return "deferred"
     except errors.ApiStatusError as exc:  # 400/403: retrying unchanged will not help

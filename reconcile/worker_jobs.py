@@ -18,7 +18,7 @@ from typing import Any, Callable
 from partnerkit.config import Config
 from partnerkit.errors import BudgetExhausted, PartnerKitError, RateLimited
 from partnerkit.store import Database, open_db
-from partnerkit.store.budget import Budget
+from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
 
 log = logging.getLogger("reconcile.worker")
 
@@ -34,7 +34,7 @@ class JobSpec:
     purpose: str
     # Result keys that describe the pass rather than count work done (a page read that held nothing).
     not_work: tuple[str, ...] = ()
-    calls_api: bool = True  # paused while the provider refuses the API key (see REFUSAL_PAUSE_S)
+    calls_api: bool = True  # paused while the provider refuses the API key (budget.REFUSAL_PAUSE_S)
 
     def __post_init__(self) -> None:
         if ":" not in self.target:
@@ -67,13 +67,6 @@ JOBS: tuple[JobSpec, ...] = (
     # Inbox rows past PARTNERKIT_INBOX_RETENTION_DAYS; a skipped run only leaves them a few hours longer.
     JobSpec("prune-events", "partnerkit.retention:prune_events", 6 * 3600, 3600, "housekeeping", calls_api=False),
 )
-
-
-# After the provider refused the API key (a 401: a rotated or revoked secret, a host off the key's
-# allowlist), the jobs that call it skip their runs for this long after the refusal, instead of
-# sending a 401 every 3-5 seconds each: one job tries again a minute on, and its first accepted
-# call clears the refusal for all (partnerkit.store.budget.Budget.refused/accepted).
-REFUSAL_PAUSE_S = 60.0
 
 
 class JobUnavailable(PartnerKitError):
@@ -159,9 +152,11 @@ class JobRunner:
         log.log(level, "job %s %s", self.spec.id, outcome, extra=record)
         return record
 
-
     def _refused_recently(self) -> str | None:
-        """Why this run is skipped: the provider refused the API key under REFUSAL_PAUSE_S ago."""
+        """Why this run is skipped: the provider refused the API key under REFUSAL_PAUSE_S ago.
+
+        Instead of a 401 every 3-5 seconds from each job, one job tries again a minute on, and its
+        first accepted call clears the refusal for all (Budget.refused/accepted)."""
         if not self.spec.calls_api or not self.config.api_key:
             return None
         refusal = Budget.from_config(self.config, self._db).refusal()

@@ -35,6 +35,9 @@ from partnerkit.store.db import Database, open_db, transaction
 
 GENERAL = "general"
 ORDER_CREATE = "order_create"
+# After the provider refused the API key (a 401: a rotated or revoked secret, a host off the key's
+# allowlist), what calls it waits this long from the refusal: the worker's jobs and a voucher fetch.
+REFUSAL_PAUSE_S = 60.0
 DEFAULT_BLOCK_S = 60.0  # a 429 with neither a Retry-After nor a usable X-RateLimit-Reset blocks this long
 _EPOCH_THRESHOLD = 1_000_000_000  # an X-RateLimit-Reset above this is a unix time, else seconds
 
