@@ -9,17 +9,21 @@ from __future__ import annotations
 import json
 import sqlite3
 from functools import lru_cache
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from partnerkit.errors import StorageError
 from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, transaction
 
 ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
                "created_at", "balance_after_cents")
-_REFRESH = ", ".join(f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "synced_at", "shape"))
+# A row keeps the latest synced_at of the reads that listed it: the worker's sync and `partnerkit reconcile`
+# may read the same day at once, and an older read storing a row after a newer one must not make the newer
+# read's withdrawal check (`unlisted_transactions`) take it for unlisted.
+_REFRESH = ", ".join([f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "shape")]
+                     + ["synced_at = max(transactions.synced_at, excluded.synced_at)"])
 
 
-def _in_transaction(db: Database, work) -> int:
+def _in_transaction(db: Database, work) -> Any:
     if db.conn.in_transaction:
         return work(db.conn)
     with transaction(db) as conn:
@@ -128,6 +132,56 @@ def stored_transaction(db: Database, ident: str) -> tuple[tuple, str | None, str
     row = db.execute(f"SELECT {', '.join('t.' + c for c in ROW_COLUMNS)}, s.keys, t.raw FROM transactions t"
                      " LEFT JOIN transaction_shapes s ON s.id = t.shape WHERE t.id = ?", (ident,)).fetchone()
     return None if row is None else (tuple(row[:len(ROW_COLUMNS)]), row[-2], row[-1])
+
+
+def transaction_rowid_mark(db: Database) -> int:
+    """The highest rowid in `transactions` now (0 when empty): rows a read inserts come after it."""
+    return db.execute("SELECT ifnull(max(rowid), 0) FROM transactions").fetchone()[0]
+
+
+def count_transactions(db: Database, start: str, end: str) -> int:
+    """How many stored transactions were created in [start, end) (the created_at index alone)."""
+    return db.execute("SELECT count(*) FROM transactions WHERE created_at >= ? AND created_at < ?",
+                      (start, end)).fetchone()[0]
+
+
+def unlisted_transactions(db: Database, start: str, end: str, *, listed_since: str, stored_upto: int,
+                          limit: int = -1) -> list[tuple[tuple, str | None, str | None]]:
+    """Stored transactions created in [start, end) that no read listed since `listed_since`, as
+    `stored_transaction` gives them: what a complete read of those days begun then did not list.
+
+    One range of `transactions_created` per read. Rows inserted after the read began (rowid above
+    `stored_upto`, read from the index entry itself) are passed over without reading the row, so a
+    day loaded fresh costs an index scan; a day stored before costs each row's synced_at. A record
+    the read listed but could not map is held under `transaction:<id>` since then: not unlisted.
+    """
+    # `+t.rowid`: the rowid bound filters index entries; it must not become the plan's range instead.
+    rows = db.execute(
+        f"SELECT {', '.join('t.' + c for c in ROW_COLUMNS)}, s.keys, t.raw FROM transactions t"
+        " LEFT JOIN transaction_shapes s ON s.id = t.shape"
+        " WHERE t.created_at >= ? AND t.created_at < ? AND +t.rowid <= ? AND t.synced_at < ?"
+        " AND NOT EXISTS (SELECT 1 FROM transaction_quarantine q WHERE q.key = 'transaction:' || t.id"
+        " AND q.last_seen_at >= ?) ORDER BY t.created_at, t.id LIMIT ?",
+        (start, end, stored_upto, listed_since, listed_since, limit)).fetchall()
+    return [(tuple(r[:len(ROW_COLUMNS)]), r[-2], r[-1]) for r in rows]
+
+
+def withdraw_transactions(db: Database, items: Iterable[tuple[str, str, str, str]], *, listed_since: str,
+                          seen_at: str) -> list[tuple[str, str]]:
+    """Take transactions the provider no longer lists out of `transactions` into the quarantine, in
+    one transaction: (id, reason, the record's JSON, day) each, held as `transaction:<id>`. A row a
+    read listed meanwhile (synced_at from `listed_since` on) stays. Returns (id, reason) of those taken.
+
+    The quarantine keeps the record as received; a later read that lists the id stores it again and
+    releases the entry (reconcile.ledger_writer.TransactionPages), as it does an unreadable record's.
+    """
+    def work(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+        taken = [(ident, reason, raw, day) for ident, reason, raw, day in items
+                 if conn.execute("DELETE FROM transactions WHERE id = ? AND synced_at < ?",
+                                 (ident, listed_since)).rowcount]
+        quarantine(db, [(f"transaction:{ident}", reason, raw, day) for ident, reason, raw, day in taken], seen_at)
+        return [(ident, reason) for ident, reason, _, _ in taken]
+    return _in_transaction(db, work)
 
 
 def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], seen_at: str) -> int:

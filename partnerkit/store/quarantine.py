@@ -25,6 +25,9 @@ from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso
 
 KINDS = ("recharge", "order", "wallet", "transaction")
+# The reason's start of a stored transaction the provider stopped listing (partnerkit.store.ledger
+# `withdraw_transactions`): held as `transaction:<id as stored>` with the record, released when listed again.
+WITHDRAWN = "withdrawn: "
 # Where a record shows its id. The document's records name it `id`; a wallet transaction's shape is
 # not in the document, and DESIGN.md's alias table reads its id from `id` or `transaction_id`, keys
 # in any case (reconcile.ledger.ALIASES["id"]; tests/reconcile/test_transaction_quarantine.py pins both).
@@ -100,9 +103,11 @@ def hold_in(conn: sqlite3.Connection, kind: str, bad: Iterable[tuple[str, Any]],
     return [row[0] for row in rows]
 
 
-def release(db: Database, kind: str, ids: Iterable[int]) -> int:
-    """Forget the held records of these ids (read correctly since); how many were held."""
-    keys = [f"{kind}:{int(i)}" for i in ids]
+def release(db: Database, kind: str, ids: Iterable[int | str]) -> int:
+    """Forget the held records of these ids (read correctly since); how many were held.
+
+    A text id is a transaction's id as stored (a withdrawn transaction is held under it, whatever it is)."""
+    keys = [f"{kind}:{i}" if isinstance(i, str) else f"{kind}:{int(i)}" for i in ids]
     if not keys:
         return 0
     with transaction(db) as conn:
@@ -145,6 +150,14 @@ def held_ids(db: Database, kind: str) -> set[int]:
         if ident.lstrip("-").isdecimal():
             ids.add(int(ident))
     return ids
+
+
+def held_transaction_ids(db: Database) -> dict[str, bool]:
+    """The ids (as stored) of the transactions held under `transaction:<id>` now (usually none), each
+    with whether it was withdrawn (listed no more) rather than unreadable."""
+    rows = db.execute("SELECT key, substr(reason, 1, ?) = ? FROM transaction_quarantine WHERE key LIKE 'transaction:%'",
+                      (len(WITHDRAWN), WITHDRAWN))
+    return {key[len("transaction:"):]: bool(withdrawn) for key, withdrawn in rows}
 
 
 def rekey_transactions(db: Database) -> int:
