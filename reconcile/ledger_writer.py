@@ -2,6 +2,7 @@
 
 `reconcile.sync.sync_transactions` reads every page of the provider's transaction list into
 `TransactionPages`; `store_transaction_page` stores one page directly (the plain way, same result).
+After a complete read, `withdraw_unlisted` takes the stored transactions it no longer listed out.
 """
 
 from __future__ import annotations
@@ -9,16 +10,22 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from datetime import date, timedelta
 from typing import Any, Iterable
 
+from partnerkit.money import fmt, from_cents
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
 from reconcile.ledger import canonical_json
-from reconcile.ledger_fast import map_page
+from reconcile.ledger_fast import map_page, record_json
 
 log = logging.getLogger(__name__)
 
 STAGE_ROWS = 20_000  # transaction rows per copy into the store
+# A complete read that no longer lists more than half of its days' stored transactions is taken for the
+# provider's fault (an empty answer, a list cut short), not for that many withdrawals: it withdraws none.
+# Up to this many at once are withdrawn whatever the share (a quiet day has only a few entries).
+WITHDRAW_ALWAYS = 10
 _KEYED = "transaction:"  # the prefix of a quarantined record keyed by its id (partnerkit.store.quarantine.key_for)
 
 
@@ -100,6 +107,7 @@ class TransactionPages:
         self.stored = self.quarantined = 0
         self.held = set(held)
         self.readable: set[str] = set()  # held ids whose latest copy in this sync was stored
+        self.released: set[str] = set()  # those released by close()
 
     def add(self, batch: list[Any]) -> None:
         """Map one page; stage its rows; quarantine what fits no alias."""
@@ -140,7 +148,8 @@ class TransactionPages:
             writer, self.writer = self.writer, None
             writer.finish()
         if self.readable:  # every row is written: a crash before this leaves them held for the next sync
-            quarantine.release(self.db, "transaction", sorted(self.readable, key=int))
+            quarantine.release(self.db, "transaction", sorted(self.readable))
+            self.released |= self.readable
             self.readable.clear()
         return self.stored, self.quarantined
 
@@ -158,6 +167,60 @@ class TransactionPages:
                 self.writer.finish()
             except BaseException:  # the sync's own exception is the one to raise
                 pass
+
+
+def withdraw_unlisted(db: Any, first: date, last: date, *, listed_since: str, stored_upto: int,
+                      stamp: str) -> list[str]:
+    """After a read of every page of [first, last] begun at `listed_since`: take the stored transactions
+    of those days it did not list out of the ledger, into the quarantine; return their ids.
+
+    "The provider's API is the truth": an entry the provider stopped listing must leave the day's
+    figures and matching (a drift that stood only on it is no longer detected, and resolves itself),
+    and stays as evidence: held as `transaction:<id>` with the record and the reason, in the day's
+    report, released (and stored again) when a later read lists it. `stored_upto`: the highest rowid
+    when the read began (`ledger_store.transaction_rowid_mark`). Only the withdrawn rows cost Python;
+    the check itself is one query (`unlisted_transactions`). Call it only for a read that reached
+    the end of its list: a read the budget or the provider stopped has not seen what it did not list.
+    A read that would withdraw more than WITHDRAW_ALWAYS, and more than half of its days' stored
+    transactions, withdraws none and logs an ERROR (see WITHDRAW_ALWAYS).
+    """
+    start, end = first.isoformat(), (last + timedelta(days=1)).isoformat()
+
+    def unlisted(limit: int) -> list:
+        return ledger_store.unlisted_transactions(db, start, end, listed_since=listed_since, stored_upto=stored_upto,
+                                                  limit=limit)
+    rows = unlisted(WITHDRAW_ALWAYS + 1)
+    if not rows:
+        return []
+    if len(rows) > WITHDRAW_ALWAYS:
+        stored = ledger_store.count_transactions(db, start, end)
+        rows = unlisted(stored // 2 + 1)
+        if len(rows) > stored // 2:
+            log.error("the provider's transaction list of %s..%s no longer lists more than half of the %d stored"
+                      " transactions of those days: none withdrawn (a list that loses that much at once is taken"
+                      " for the provider's fault); the next complete read of those days checks again",
+                      start, last.isoformat(), stored)
+            return []
+    items = [(row[0], withdrawn_reason(row), record_json(row, shape, raw), row[7][:10]) for row, shape, raw in rows]
+    taken = ledger_store.withdraw_transactions(db, items, listed_since=listed_since, seen_at=stamp)
+    for ident, reason in taken:
+        log.warning("transaction %s %s", ident, reason)
+    return [ident for ident, _ in taken]
+
+
+def withdrawn_reason(row: tuple) -> str:
+    """The quarantine reason of a withdrawn transaction (row: partnerkit.store.ledger.ROW_COLUMNS values).
+
+    `withdrawn: no longer listed by the provider on a full read of 2026-11-22 (was: RECHARGE_REFUND CREDIT
+    50.00 INR, reference RCH1, recharge 100001)`. Names and amounts only: a transaction carries no secret.
+    """
+    _, kind, paise, order_id, reference, recharge_id, currency, created_at, _ = row
+    direction = "CREDIT" if paise > 0 else "DEBIT" if paise < 0 else None
+    entry = " ".join(p for p in (kind, direction, fmt(from_cents(abs(paise))), currency) if p)
+    links = [f"{name} {value}" for name, value in (("reference", reference), ("order", order_id),
+                                                  ("recharge", recharge_id)) if value is not None]
+    return (f"{quarantine.WITHDRAWN}no longer listed by the provider on a full read of {created_at[:10]}"
+            f" (was: {', '.join([entry] + links)})")
 
 
 def _day_of(raw: Any) -> str | None:

@@ -4,7 +4,8 @@
 idempotently, so running it twice changes nothing. After the first run a sync is incremental:
 it starts from its watermark (the last day it completed) less LOOKBACK, so a recharge created
 just before midnight and settled after it is read again. Only a sync that read every page marks
-its days as covered; the matcher trusts absence ("unknown_to_provider") only for covered days.
+its days as covered; the matcher trusts absence ("unknown_to_provider") only for covered days, and
+only such a sync withdraws the stored transactions of its days the provider no longer lists.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.ledger import canonical_json
-from reconcile.ledger_writer import TransactionPages
+from reconcile.ledger_writer import TransactionPages, withdraw_unlisted
 
 log = logging.getLogger(__name__)
 
@@ -310,11 +311,16 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
 
     A record that fits no alias is quarantined (`transaction:<id>` when it shows an integer id) and the
     rest of its page stored; a quarantined id this sync stores correctly is released (TransactionPages).
+    A read that reaches the end of the list (in one run or, read on from where one stopped, in several)
+    then withdraws the stored transactions of [first, last] it did not list (`withdraw_unlisted`):
+    they leave the figures, and stay in the quarantine until a read lists them again.
     """
     stamp = iso(now)
+    held = _held_transactions(db)
+    stored_upto = ledger_store.transaction_rowid_mark(db)
     walk = _Walk(db, "transactions", first, last, now)
     records = client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE, **walk.options())
-    with TransactionPages(db, stamp, held=_held_transactions(db)) as pages:
+    with TransactionPages(db, stamp, held=held) as pages:
         read = 0
         for batch in _batches(walk.records(records)):
             pages.add(batch)
@@ -322,17 +328,21 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
             if progress is not None:
                 progress("transactions", read)
         stored, bad_count = pages.close()
-    began = walk.finish()
+    for ident in sorted(i for i in pages.released if held.get(i)):
+        log.warning("transaction %s is listed by the provider again: restored", ident)
+    began = walk.finish()  # raises for a read stopped part-way: nothing is withdrawn
+    withdraw_unlisted(db, first, last, listed_since=began, stored_upto=stored_upto, stamp=stamp)
     ledger_store.record_sync(db, "transactions", from_day=first.isoformat(), to_day=last.isoformat(),
                              started_at=began, count=stored, days=days_between(first, last),
                              advance_to=_complete_through(last, now))
     return stored, bad_count
 
 
-def _held_transactions(db: Any) -> set[str]:
-    """Ids (as stored) of the transactions quarantined now (usually none), read once per sync."""
+def _held_transactions(db: Any) -> dict[str, bool]:
+    """Ids (as stored) of the transactions quarantined now (usually none), read once per sync, each with
+    whether it was withdrawn (see `withdraw_unlisted`)."""
     quarantine.rekey_transactions(db)  # entries held before ids were keyed (see there)
-    return {str(i) for i in quarantine.held_ids(db, "transaction")}
+    return quarantine.held_transaction_ids(db)
 
 
 def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime,
