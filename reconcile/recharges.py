@@ -21,6 +21,7 @@ from typing import Any
 
 from partnerkit import errors
 from partnerkit.config import Config
+from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
 from partnerkit.money import MoneyError, from_cents, to_decimal
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
@@ -136,17 +137,6 @@ def new_idempotency_key() -> str:
 def new_client_reference() -> str:
     """A client_reference unique enough for locate step 2 to match on."""
     return f"pk-{uuid.uuid4().hex[:20]}"
-
-
-def is_ambiguous(exc: BaseException) -> bool:
-    """True when the submit may have created a recharge although no usable answer came back."""
-    if isinstance(exc, errors.TransportError):
-        return bool(getattr(exc, "request_sent", True))  # connection refused: it never left
-    if isinstance(exc, errors.RechargeUnavailable):
-        return False  # 503 with the document's message: nothing was done
-    if isinstance(exc, (errors.ServerError, errors.MalformedResponse)):
-        return True  # Errors, Recharge submit, 500: "check for a created recharge ... before re-sending"
-    return False
 
 
 def status_from_answer(http_status: int, body_status: str) -> str:
