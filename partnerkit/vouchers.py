@@ -3,7 +3,8 @@
 `run_voucher_fetches` claims due fetch jobs under a lease, reads GET /api/v1/orders/{id} through
 the shared budget, stores each voucher once (encrypted, keyed by a fingerprint) and retries with
 backoff until the detail shows what the event announced. `catch_up_orders` walks the order list
-and repairs orders whose status changed without a webhook reaching us.
+and repairs orders whose status changed without a webhook reaching us, and links an order intent
+whose answer was lost (`partnerkit.ordering`) to the order carrying its ref.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from partnerkit import errors
 from partnerkit.config import Config
 from partnerkit.crypto import Cipher, load_cipher
 from partnerkit.money import cents
-from partnerkit.store import Database, jobs, orders, quarantine, vouchers
+from partnerkit.store import Database, jobs, order_intents, orders, quarantine, vouchers
 from partnerkit.store.budget import REFUSAL_PAUSE_S, walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
@@ -281,6 +282,7 @@ class SyncSummary:
     quarantined: int = 0  # list records that could not be read (held with the reason)
     fetches_revived: int = 0  # parked voucher fetches given one more try
     reached: str | None = None  # placed_at of the oldest order read: how far back the walk got
+    intents_linked: int = 0  # order intents whose lost answer was found by their ref (now PLACED)
     # None while the list reads newest first, as assumed; "oldest first" or "unsorted" when a page
     # showed otherwise (logged as a WARNING): the walk then never stops early at `since`.
     list_order: str | None = None
@@ -338,6 +340,8 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     retried hourly by this job, never left dead forever. A list record that cannot be read is held
     in quarantine with the reason and does not stop the others; the watermark then stays put, so
     the record is listed again on the next run. `progress("orders", seen)` is called after each page.
+    An open order intent (an `orders create` whose answer was lost) is linked to the listed order
+    carrying its ref and request (`intents_linked`).
     """
     now = now or utcnow()
     floor = now - max_lookback
@@ -412,6 +416,9 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
                     expected = order.quantity if status == "DELIVERED" else None
                     summary.fetches_queued += jobs.queue_if_idle(conn, order.id, now=now, expected_status=status,
                                                                  expected_count=expected)
+            # An `orders create` whose answer was lost: its intent is linked to the order carrying its ref.
+            summary.intents_linked += order_intents.link_by_ref(
+                conn, [(o.reference_code, o.id, o.product_id, o.denomination, o.quantity) for o in items], now)
         if progress is not None:
             progress("orders", summary.seen)
         listing = _listing_order(page.items)
