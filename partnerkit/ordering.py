@@ -208,7 +208,8 @@ def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None)
         if intent_id is not None:
             return order_intents.get(db, intent_id) or {}, False
         known = order_intents.by_key(db, key)  # another process recorded this key a moment ago
-        assert known is not None
+        if known is None:
+            raise errors.StorageError(f"order intent for Idempotency-Key {key} was neither recorded nor found")
     _resume_check(known, request, ref)
     return known, True
 
