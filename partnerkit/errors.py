@@ -9,12 +9,15 @@
     │   ├── BudgetExhausted           the local, shared request budget has no room (nothing sent)
     │   ├── MalformedResponse         an answer that is not what the document describes; `field`
     │   │                             names the offending field (callers quarantine the record)
+    │   ├── ReplayMismatch            a 2xx for an Idempotency-Key that answers another request (its
+    │   │                             product, denomination or quantity differ): the key is taken
     │   └── ApiStatusError            an HTTP error status; carries status, code, message,
     │       │                         retryable, retry_after, trace_id, body
     │       ├── BadRequest (400)
     │       │   ├── IdempotencyKeyError        IDEMPOTENCY_KEY_REQUIRED / _TOO_SHORT
     │       │   ├── InsufficientBalance        "insufficient wallet balance" / "Insufficient funds"
-    │       │   └── InvalidRecharge            mobile number, amount, operator, circle, kind
+    │       │   ├── InvalidRecharge            mobile number, amount, operator, circle, kind
+    │       │   └── DuplicateOrderReference    "Duplicate reference code": an order with this ref exists
     │       ├── Unauthorized (401)
     │       ├── Forbidden (403)
     │       │   └── RechargeNotEnabled         the four per-client enablement flags
@@ -22,12 +25,23 @@
     │       │   └── WalletNotFound             "no INR wallet found for this client"
     │       ├── Conflict (409)
     │       │   └── DuplicateRecharge          the duplicate guard; resend with force=true only deliberately
+    │       │       └── reconcile.recharges.DuplicateSubmit   the same, raised by the kit's submit,
+    │       │                                                 its message naming --force
     │       ├── RateLimited (429)              obey retry_after
     │       └── ServerError (5xx)
     │           └── ServiceUnavailable (503)
     │               └── RechargeUnavailable    kill switch or account paused; retry with backoff
+    ├── reconcile.recharges.RechargeInputError   (also a ValueError) a submit field refused locally,
+    │                                            before anything is recorded or sent
+    ├── partnerkit.ordering.OrderInputError      (also a ValueError) an order refused locally, before
+    │                                            anything is sent (a bad field, a key reused with
+    │                                            other fields)
     ├── VerificationError             a webhook failed verification; `reason` says which check
     └── StorageError                  the SQLite store cannot be read or written
+
+The three classes named with their module live beside the code that raises them, which owns their
+checks (partnerkit never imports reconcile).
+`is_ambiguous(exc)` says whether a write that raised `exc` may still have taken effect.
 
 Bad configuration is `partnerkit.config.ConfigError`, a ValueError outside this tree: it is
 the operator's mistake, not a runtime condition. Third-party exceptions (requests, sqlite3)
@@ -102,6 +116,16 @@ class MalformedResponse(ApiError):
         self.path = path
 
 
+class ReplayMismatch(ApiError):
+    """A 2xx for an Idempotency-Key that answers another request: the key was used for something else,
+    and nothing was done for this request (a replay is the original answer, never a new write)."""
+
+    def __init__(self, message: str, *, method: str = "", path: str = "") -> None:
+        super().__init__(message)
+        self.method = method
+        self.path = path
+
+
 class ApiStatusError(ApiError):
     """The provider answered with an error status; every field of its error body is kept."""
 
@@ -150,6 +174,10 @@ class InsufficientBalance(BadRequest):
 
 class InvalidRecharge(BadRequest):
     """400: a recharge field was refused (number, amount, operator, circle, recharge kind)."""
+
+
+class DuplicateOrderReference(BadRequest):
+    """400 "Duplicate reference code": the client already has an order with this ref."""
 
 
 class Unauthorized(ApiStatusError):
@@ -206,3 +234,19 @@ class VerificationError(PartnerKitError):
 
 class StorageError(PartnerKitError):
     """The SQLite store could not be read or written (locked, read-only, disk full)."""
+
+
+def is_ambiguous(exc: BaseException) -> bool:
+    """True when a write (recharge submit, order creation) may have taken effect although no usable
+    answer came back: replay its Idempotency-Key or locate it, never send it again with a new key.
+
+    A timeout or a connection lost after sending, a 5xx (Errors, "Recharge submit", 500: "check for
+    a created recharge ... before re-sending"; "Order creation", 500 "Failed to create order"), or a
+    2xx that cannot be read. Not: a connection never established, a 503 with the document's
+    "temporarily unavailable/paused" message (nothing was done), any 4xx, an empty local budget.
+    """
+    if isinstance(exc, TransportError):
+        return bool(getattr(exc, "request_sent", True))  # connection refused: it never left
+    if isinstance(exc, RechargeUnavailable):
+        return False  # 503 with the document's message: nothing was done
+    return isinstance(exc, (ServerError, MalformedResponse))

@@ -10,8 +10,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from partnerkit.config import Config
+from partnerkit.money import from_cents
 from partnerkit.processes import holder_is_gone
-from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, recharges, reports
+from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, order_intents, recharges, reports
 from partnerkit.store.budget import Budget, poller_cap
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
@@ -20,6 +21,9 @@ WORKER_LEASE = "worker"  # reconcile.scheduler.LEASE_NAME (partnerkit does not i
 # The nightly job checks hourly whether a report is due, and a busy day's sync takes a while: a report
 # not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
 REPORT_GRACE = timedelta(hours=2)
+# An order intent still INTENT this long after its send began was left by a process that died while
+# sending (a send lasts at most a few client timeouts): its outcome is as unknown as an UNKNOWN one's.
+INTENT_ABANDONED_AFTER = timedelta(minutes=15)
 
 
 def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
@@ -94,6 +98,11 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "oldest_processing_age_s": ages[0] if ages else None,
         "recharges_past_30_min": sum(1 for a in ages if a > ESCALATE_AFTER_S),
         "recharges_unknown": recharges.count_status(db, "UNKNOWN"),
+        # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
+        "order_intents_unknown": [f"#{i['id']} key {i['idempotency_key']} ref {i['ref']} (product {i['product_id']}, "
+                                  f"{i['quantity']} x {from_cents(i['denomination_cents'])}, {i['state']} since "
+                                  f"{i['updated_at']})"
+                                  for i in order_intents.unresolved(db, open_before=now - INTENT_ABANDONED_AFTER)],
         "budget_used_this_hour": budget.get("general", {}).get("used"),
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).
@@ -135,6 +144,10 @@ def attention(status: dict[str, Any]) -> list[str]:
                      "support with their reference_number (`partnerkit recharges list --status PROCESSING`)")
     if status["recharges_unknown"]:
         lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome: run `partnerkit recharges locate`")
+    if status["order_intents_unknown"]:
+        lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
+                     f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "
+                     "... --idempotency-key KEY` (its key and ref, never a new key), or let the order sync link it")
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     if not status["worker_running"] and status["worker_lease_holder"] is not None:

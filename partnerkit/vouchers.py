@@ -3,7 +3,8 @@
 `run_voucher_fetches` claims due fetch jobs under a lease, reads GET /api/v1/orders/{id} through
 the shared budget, stores each voucher once (encrypted, keyed by a fingerprint) and retries with
 backoff until the detail shows what the event announced. `catch_up_orders` walks the order list
-(newest first) and repairs orders whose status changed without a webhook reaching us.
+and repairs orders whose status changed without a webhook reaching us, and links an order intent
+whose answer was lost (`partnerkit.ordering`) to the order carrying its ref.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from partnerkit import errors
 from partnerkit.config import Config
 from partnerkit.crypto import Cipher, load_cipher
 from partnerkit.money import cents
-from partnerkit.store import Database, jobs, orders, quarantine, vouchers
+from partnerkit.store import Database, jobs, order_intents, orders, quarantine, vouchers
 from partnerkit.store.budget import REFUSAL_PAUSE_S, walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
@@ -281,10 +282,28 @@ class SyncSummary:
     quarantined: int = 0  # list records that could not be read (held with the reason)
     fetches_revived: int = 0  # parked voucher fetches given one more try
     reached: str | None = None  # placed_at of the oldest order read: how far back the walk got
+    intents_linked: int = 0  # order intents whose lost answer was found by their ref (now PLACED)
+    # None while the list reads newest first, as assumed; "oldest first" or "unsorted" when a page
+    # showed otherwise (logged as a WARNING): the walk then never stops early at `since`.
+    list_order: str | None = None
 
 
 def _status_of(summary_item: Any) -> str:
     return str(summary_item.status or "").upper()  # the list shows lower-case values
+
+
+def _listing_order(items: list[Any]) -> str | None:
+    """"newest first" (ids descending), "oldest first" (ascending) or "unsorted" for one page; None
+    for a page too short to tell. The document gives the order list no sort order (only the
+    recharge list is "newest first (always id descending)")."""
+    ids = [o.id for o in items]
+    if len(ids) < 2:
+        return None
+    if all(a > b for a, b in zip(ids, ids[1:])):
+        return "newest first"
+    if all(a < b for a, b in zip(ids, ids[1:])):
+        return "oldest first"
+    return "unsorted"
 
 
 def revive_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = FetchPolicy()) -> list[int]:
@@ -300,10 +319,15 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
                     now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
                     max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy(),
                     progress: Callable[[str, int], None] | None = None) -> SyncSummary:
-    """Walk the order list newest first down to `since` (else the stored watermark); repair local state.
+    """Walk the order list down to `since` (else the stored watermark); repair local state.
 
     The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
-    range is covered by reading pages of 100 until one reaches `since`. An explicit `since` (the
+    range is covered by reading pages of 100 until one reaches `since`. Nor does the document give
+    its sort order: newest first is assumed (the recharge list's, and the sandbox's) and checked on
+    every page by the ids. A list shown oldest first is read from its last page (X-Total-Pages)
+    backwards; one in no order, or oldest first without X-Total-Pages, is read to its end; either
+    way `list_order` says so and a WARNING is logged, and the walk never stops early at `since`
+    on an order it cannot rely on. An explicit `since` (the
     CLI's --since, reconciliation's day) is walked in full, however far back, until only what it
     leaves others is left: a tenth of the hourly budget for voucher fetches and another tenth (at
     most its share) for the recharge poller (`stopped` "budget"; `reached` says how far it got).
@@ -316,6 +340,8 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     retried hourly by this job, never left dead forever. A list record that cannot be read is held
     in quarantine with the reason and does not stop the others; the watermark then stays put, so
     the record is listed again on the next run. `progress("orders", seen)` is called after each page.
+    An open order intent (an `orders create` whose answer was lost) is linked to the listed order
+    carrying its ref and request (`intents_linked`).
     """
     now = now or utcnow()
     floor = now - max_lookback
@@ -333,10 +359,14 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     oldest_open: datetime | None = None
     oldest: datetime | None = None
     listed: set[int] = set()
-    page_number = 0
-    while max_pages is None or page_number < max_pages:
-        page_number += 1
+    page_number, backward_to = 1, None  # backward_to: the page a backward walk ends after (oldest first)
+    while True:
+        if max_pages is not None and summary.pages >= max_pages:
+            summary.stopped = "max pages"
+            break
         try:
+            # An empty list answered with the document's 404 "No Matching Result Found!" is an empty
+            # page already (PartnerClient.list_orders): a partner without orders syncs like any other.
             page = api.list_orders(page=page_number, limit=page_size)
         except errors.BudgetExhausted:
             summary.stopped = "budget"
@@ -386,15 +416,38 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
                     expected = order.quantity if status == "DELIVERED" else None
                     summary.fetches_queued += jobs.queue_if_idle(conn, order.id, now=now, expected_status=status,
                                                                  expected_count=expected)
+            # An `orders create` whose answer was lost: its intent is linked to the order carrying its ref.
+            summary.intents_linked += order_intents.link_by_ref(
+                conn, [(o.reference_code, o.id, o.product_id, o.denomination, o.quantity) for o in items], now)
         if progress is not None:
             progress("orders", summary.seen)
-        if len(items) < len(page.items):
+        listing = _listing_order(page.items)
+        if listing is not None and listing != "newest first" and summary.list_order != "unsorted":
+            if summary.list_order is None:
+                log.warning("the provider lists orders %s (ids %s within page %d), not newest first: %s",
+                            listing, "ascending" if listing == "oldest first" else "in no order", page_number,
+                            "reading from the last page backwards" if listing == "oldest first" and backward_to is None
+                            and (page.total_pages or 0) > page_number else "reading every page")
+            summary.list_order = listing
+        # Only a list in a known order ends at the first order older than `since`: newest first read
+        # forwards, oldest first read backwards. The document states no order for this list.
+        newest_first = summary.list_order is None and backward_to is None
+        backwards = backward_to is not None and summary.list_order == "oldest first"
+        if (newest_first or backwards) and len(items) < len(page.items):
             summary.stopped = "reached since"
             break
+        if backward_to is not None:
+            page_number -= 1
+            if page_number <= backward_to:
+                break
+            continue
+        if summary.list_order == "oldest first" and page.total_pages and page.total_pages > page_number:
+            # The newest orders are on the last page: read back from there towards this one.
+            backward_to, page_number = page_number, page.total_pages
+            continue
         if not page.has_more:
             break
-    else:
-        summary.stopped = "max pages"
+        page_number += 1
     # Next time, start from the oldest order that may still change (never older than the floor).
     # An unreadable record's placed_at is unknown: keep the watermark where it was so it is listed again.
     local_open = orders.oldest_open_placed_at(db)

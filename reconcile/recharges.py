@@ -21,6 +21,7 @@ from typing import Any
 
 from partnerkit import errors
 from partnerkit.config import Config
+from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
 from partnerkit.money import MoneyError, from_cents, to_decimal
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
@@ -138,17 +139,6 @@ def new_client_reference() -> str:
     return f"pk-{uuid.uuid4().hex[:20]}"
 
 
-def is_ambiguous(exc: BaseException) -> bool:
-    """True when the submit may have created a recharge although no usable answer came back."""
-    if isinstance(exc, errors.TransportError):
-        return bool(getattr(exc, "request_sent", True))  # connection refused: it never left
-    if isinstance(exc, errors.RechargeUnavailable):
-        return False  # 503 with the document's message: nothing was done
-    if isinstance(exc, (errors.ServerError, errors.MalformedResponse)):
-        return True  # Errors, Recharge submit, 500: "check for a created recharge ... before re-sending"
-    return False
-
-
 def status_from_answer(http_status: int, body_status: str) -> str:
     """Recharge submit: the HTTP status carries meaning and is read before the body."""
     if http_status == 202:
@@ -169,13 +159,22 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
     key = idempotency_key or new_idempotency_key()
     if not 8 <= len(key) <= 256:
         raise RechargeInputError("Idempotency-Key must be 8 to 256 characters")
+    known = store.by_idempotency_key(db, key) if idempotency_key else None
+    if known is not None:
+        return _resume(config, db, client, known, request, client_reference)
     reference = client_reference or new_client_reference()
     submitted_at = now or utcnow()
-    local_id = store.record_intent(db, idempotency_key=key, mobile_number=request.mobile_number,
-                                   operator_id=request.operator_id, amount=request.amount,
-                                   client_reference=reference, submitted_at=submitted_at,
-                                   circle_id=request.circle_id, is_postpaid=request.is_postpaid,
-                                   is_special=request.is_special, nickname=request.nickname, force=request.force)
+    try:
+        local_id = store.record_intent(db, idempotency_key=key, mobile_number=request.mobile_number,
+                                       operator_id=request.operator_id, amount=request.amount,
+                                       client_reference=reference, submitted_at=submitted_at,
+                                       circle_id=request.circle_id, is_postpaid=request.is_postpaid,
+                                       is_special=request.is_special, nickname=request.nickname, force=request.force)
+    except errors.StorageError:
+        known = store.by_idempotency_key(db, key)  # another process recorded this key a moment ago
+        if known is None:
+            raise
+        return _resume(config, db, client, known, request, client_reference)
     try:
         result = client.submit_recharge(**request.body(reference), idempotency_key=key)
         status = status_from_answer(result.http_status, result.recharge.status)
@@ -202,6 +201,28 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
                                 http_status=result.http_status)
     return SubmitOutcome(local_id, status, key, reference, result.http_status, result.recharge,
                          message=describe(row), row=row)
+
+
+def _resume(config: Config, db: Database, client: Any, row: dict, request: SubmitRequest,
+            client_reference: str | None) -> SubmitOutcome:
+    """`--idempotency-key K` of a local recharge: the same request is located (its step 1 replays K,
+    which can never create a second recharge); another request under K is refused, nothing sent."""
+    stored = SubmitRequest(row["mobile_number"], row["operator_id"], from_cents(row["amount_cents"]),  # type: ignore[arg-type]
+                           row["circle_id"], _flag(row["is_postpaid"]), _flag(row["is_special"]), row["nickname"],
+                           bool(row["force"]))
+    differ = [name for name in ("mobile_number", "operator_id", "amount", "circle_id", "is_postpaid", "is_special",
+                                "nickname", "force") if getattr(request, name) != getattr(stored, name)]
+    if client_reference is not None and client_reference != row["client_reference"]:
+        differ.append("client_reference")
+    if differ:
+        raise RechargeInputError(
+            f"Idempotency-Key {row['idempotency_key']} is local recharge #{row['local_id']}'s "
+            f"({row['mobile_number']}, {from_cents(row['amount_cents'])}, {row['status']}), not this request "
+            f"({', '.join(differ)} differ): nothing was sent; submit without --idempotency-key for a new recharge")
+    found = locate(config, db, client, local_id=row["local_id"])
+    found.message = (f"Idempotency-Key {row['idempotency_key']} is local recharge #{row['local_id']}'s: located it "
+                     "instead of submitting again. " + found.message)
+    return found
 
 
 def describe(row: dict) -> str:

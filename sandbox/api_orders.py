@@ -45,6 +45,8 @@ def list_orders():
                  and (status is None or o.status == status)
                  and (product_id is None or o.product_id == product_id)]
         chunk = found[(page - 1) * limit: page * limit]
+        if not chunk and sb.settings.order_list_empty_404:
+            raise ApiError(404, "No Matching Result Found!")  # the other reading of the list's error table
         body = [orders.list_json(o, sb.products[o.product_id]) for o in chunk]
     return json_response(body, headers=page_headers(page, limit, len(found), has_more=False))
 

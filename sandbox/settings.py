@@ -42,6 +42,10 @@ class SandboxSettings:
     idempotency_ttl_s: int = 86400          # Limits: idempotency record lifetime 24 hours
     response_delay_s: float = 0             # real seconds added to recharge submit responses
     response_delay_numbers: tuple[str, ...] = ()  # restrict the delay to these numbers
+    # Errors, "Order list and order detail": 404 not_found "No Matching Result Found!" carries no
+    # "(detail)" mark, so a provider may answer it for an order list page with nothing on it.
+    # False: [] (this sandbox's reading, choice 9); True: that 404 instead.
+    order_list_empty_404: bool = False
     # name -> Fault (sandbox/faults.py); a set or list of names is accepted and normalised
     faults: dict[str, _faults.Fault] = field(default_factory=dict)
     user_agent: str = "PartnerAPI-Webhooks/1.0 (partnerkit-sandbox)"

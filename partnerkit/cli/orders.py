@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 
 import click
@@ -9,15 +10,13 @@ import click
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, emit, emit_newest, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64, moment
-from partnerkit.crypto import load_cipher
-from partnerkit.money import MoneyError, cents, from_cents, to_decimal
+from partnerkit.money import MoneyError, from_cents, to_decimal
 from partnerkit.store import inbox, jobs, orders
 from partnerkit.store import vouchers as voucher_store
-from partnerkit.store.db import transaction
-from partnerkit.store.jobs import stamp
 from partnerkit.timeutil import iso, utcnow
-from partnerkit.vouchers import catch_up_orders, seal
+from partnerkit.vouchers import catch_up_orders
 
+EXIT_UNKNOWN = 3  # as `recharges submit`: the outcome is not known, replay the key (never a new one)
 LIST_COLUMNS = ["id", "reference_code", "status", "quantity", "delivered_quantity", "vouchers_stored", "amount",
                 "currency", "placed_at", "updated_at"]
 
@@ -83,46 +82,45 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 @click.option("--denomination", required=True, help="Per-voucher amount, e.g. 500 or 500.00.")
 @click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64,
               help="Number of vouchers (at most the product's max_quantity).")
-@click.option("--ref", help="Your reference code for the order.")
+@click.option("--ref", help="Your reference code for the order (the provider refuses a second order with it; "
+                            "a UUID is generated when omitted).")
 @click.option("--email", help="Customer e-mail.")
-@click.option("--idempotency-key", help="Reuse the key of an earlier attempt to replay it instead of ordering twice.")
+@click.option("--idempotency-key", help="The key of an earlier attempt (printed when its answer was lost): "
+                                        "replays it with the same ref, never ordering twice.")
 @format_option
 @pass_app
 def create_command(app: AppContext, product_id: int, denomination: str, quantity: int, ref: str | None,
                    email: str | None, idempotency_key: str | None, fmt: str) -> None:
-    """Place a voucher order (wallet debited); vouchers delivered at once are stored encrypted."""
+    """Place a voucher order (wallet debited); vouchers delivered at once are stored encrypted.
+
+    The order is recorded (its Idempotency-Key and ref) before it is sent. When the provider's answer
+    is lost (a timeout, a 500, a garbled answer), the same key is replayed once. Exit code 0 when the
+    order is placed, 1 on a refusal or an error (nothing ordered), 3 when its outcome is UNKNOWN still:
+    the command to run then is printed (the same key with --idempotency-key, never a new one), and
+    `partnerkit orders sync` links the order carrying its ref.
+    """
+    from partnerkit.ordering import place_order
+
     try:
         amount = to_decimal(denomination, field="--denomination", strict=True, typed=True)
     except MoneyError as exc:
         raise click.BadParameter(str(exc), param_hint="--denomination") from exc
-    # The create body carries money as a JSON number (the document's create table).
-    value = int(amount) if amount == amount.to_integral_value() else amount
-    # The key is checked before the order is placed: vouchers delivered at once must be stored,
-    # and a key error after the wallet is debited invites a second, paid, attempt.
-    cipher = load_cipher(app.config)
-    created = _client(app).create_order(product_id=product_id, denomination=value, quantity=quantity,
-                                        ref=ref, email=email, idempotency_key=idempotency_key)
-    now = utcnow()
-    sealed = [seal(cipher, created.id, v) for v in created.vouchers]
-    status = created.status.upper()
-    with transaction(app.db) as conn:
-        orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
-                     transaction_id=created.transaction_id, product_id=created.product_id, quantity=created.quantity,
-                     amount_cents=cents(created.amount), denomination_cents=cents(created.denomination),
-                     discount_cents=cents(created.discount), email=email,
-                     placed_at=stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None,
-                     delivered_quantity=len(sealed) if status in orders.DELIVERING else None)
-        stored = voucher_store.add(conn, created.id, sealed, now=now)
-        if status in orders.DELIVERING and stored < created.quantity:
-            jobs.queue(conn, created.id, now=now, expected_status=status, expected_count=created.quantity)
-    row = {"id": created.id, "ref": created.ref, "status": status, "amount": created.amount,
-           "quantity": created.quantity, "vouchers_stored": stored, "idempotency_key": created.idempotency_key}
+    outcome = place_order(app.config, app.db, _client(app), product_id=product_id, denomination=amount,
+                          quantity=quantity, ref=ref, email=email, idempotency_key=idempotency_key)
+    row = {"id": outcome.order_id, "ref": outcome.ref, "status": outcome.status or outcome.state,
+           "amount": outcome.amount, "quantity": outcome.request.quantity, "vouchers_stored": outcome.vouchers_stored,
+           "idempotency_key": outcome.idempotency_key}
     emit_one(row, fmt)
-    if status not in orders.DELIVERING:
-        click.echo(f"order {created.id} is {status}: its vouchers are fetched when the provider announces "
-                   "delivery (or the order sync notices it)", err=True)
-    elif stored:
-        click.echo(f"{stored} voucher(s) stored encrypted; see `partnerkit vouchers {created.id}`", err=True)
+    if outcome.message:
+        click.echo(outcome.message, err=True)
+    if outcome.state != "PLACED":
+        sys.exit(EXIT_UNKNOWN)
+    if outcome.status not in orders.DELIVERING:
+        click.echo(f"order {outcome.order_id} is {outcome.status}: its vouchers are fetched when the provider "
+                   "announces delivery (or the order sync notices it)", err=True)
+    elif outcome.vouchers_stored:
+        click.echo(f"{outcome.vouchers_stored} voucher(s) stored encrypted; see `partnerkit vouchers {outcome.order_id}`",
+                   err=True)
 
 
 @orders_group.command("sync")

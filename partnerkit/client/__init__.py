@@ -1,11 +1,17 @@
 """The Partner API client: one method per endpoint of the provider's document.
 
-    from partnerkit.client import PartnerClient
+    from partnerkit.client import PartnerClient, new_idempotency_key
     client = PartnerClient(config, db)              # db: the shared partnerkit database
     quote = client.preview_recharge(operator_id=1, amount=100)
-    result = client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100)
+    key = new_idempotency_key()                     # yours: persist it before the call
+    result = client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100,
+                                    idempotency_key=key)
 
-See docs/client.md for the budget, retries, idempotency and signing decisions.
+`submit_recharge` and `create_order` are the raw calls: they record nothing. Recharges that should
+reconcile go through `reconcile.recharges.submit(config, db, client, ...)`, orders through
+`partnerkit.ordering.place_order(config, db, client, ...)`: both record an intent first and
+resolve a lost answer with the same key. See docs/client.md for the budget, retries, idempotency
+and signing decisions.
 """
 
 from partnerkit.client._client import PartnerClient, check_idempotency_key, new_idempotency_key

@@ -43,6 +43,7 @@ _RULES: tuple[tuple[int, str, type[errors.ApiStatusError]], ...] = (
     (400, r"^circle_id is required", errors.InvalidRecharge),
     (400, r"^operator does not support", errors.InvalidRecharge),
     (400, r"^operator is not mapped", errors.InvalidRecharge),
+    (400, r"^duplicate reference code", errors.DuplicateOrderReference),
     (403, r"recharge is not enabled|recharge over the api is not enabled"
           r"|recharge type is not enabled|operator is not enabled", errors.RechargeNotEnabled),
     (404, r"wallet", errors.WalletNotFound),

@@ -1,8 +1,8 @@
 """The persistent request budget shared by every process using one database and API key.
 
 Limits (the document's Limits table): class "general", 1000 requests per hour per key, shared
-by every endpoint without a dedicated allowance (recharges, order reads, catalog, webhooks);
-class "order_create", 100 per minute for POST /api/v1/orders only.
+by every endpoint (recharges, order reads, catalog, webhooks, and order creation: `ALSO_SPENDS`);
+class "order_create", 100 per minute for POST /api/v1/orders, which also spends one of "general".
 
 The window is SLIDING (a log of send times): in any window-long interval we send at most the
 limit, which stays inside the provider's limit whether the provider counts fixed or sliding
@@ -35,6 +35,11 @@ from partnerkit.store.db import Database, open_db, transaction
 
 GENERAL = "general"
 ORDER_CREATE = "order_create"
+# Classes a request of a class also spends. The Limits table's first row says the 1000 per hour are
+# "shared by all /api/v1 endpoints" in its Value column and apply to "all endpoints without a
+# dedicated allowance" in the next: the safe reading counts an order creation in both (README,
+# choices). A provider of the other reading is only asked less often than it allows.
+ALSO_SPENDS: dict[str, tuple[str, ...]] = {ORDER_CREATE: (GENERAL,)}
 # After the provider refused the API key (a 401: a rotated or revoked secret, a host off the key's
 # allowlist), what calls it waits this long from the refusal: the worker's jobs and a voucher fetch.
 REFUSAL_PAUSE_S = 60.0
@@ -240,35 +245,56 @@ class Budget:
 
     def _try_acquire(self, budget_class: str, limit: Limit, purpose: str, keep_free: int,
                      own_cap: int | None) -> tuple[Ticket | None, float, str]:
-        """(the ticket, 0.0, "") or (None, seconds to wait, why: a suffix for the refusal's message)."""
+        """(the ticket, 0.0, "") or (None, seconds to wait, why: a suffix for the refusal's message).
+
+        The request must fit its class and every class it also spends (`ALSO_SPENDS`), checked and
+        taken in this one transaction: two processes can never both take the last one of either."""
         with self._lock, transaction(self._db) as conn:
             now = self._now()
-            conn.execute(
-                "DELETE FROM budget_events WHERE key_hash = ? AND class = ? AND at <= ?",
-                (self._key, budget_class, now - limit.window_s),
-            )
-            rows = conn.execute(
-                "SELECT at, purpose FROM budget_events WHERE key_hash = ? AND class = ? AND at > ? ORDER BY at",
-                (self._key, budget_class, now - limit.window_s),
-            ).fetchall()
-            sent = [at for at, _ in rows]
-            own_sent = [at for at, label in rows if label == purpose] if own_cap is not None else []
-            provider = self._provider_view(conn, budget_class)
-            needed = wait_needed(now=now, limit=limit, sent=sent, provider=provider, keep_free=keep_free,
-                                 own_sent=own_sent, own_cap=own_cap)
-            if needed > 0:
-                why = ""
-                if own_cap is not None and len(own_sent) >= own_cap:
-                    why += f" ({purpose!r} has taken its own cap of {own_cap} requests {_per(limit.window_s)})"
-                if provider.blocked_until is not None and now < provider.blocked_until:
-                    why += (" (the provider answered 429: nothing is sent until its Retry-After or"
-                            " X-RateLimit-Reset has passed)")
+            waits = []
+            for spent in (budget_class, *ALSO_SPENDS.get(budget_class, ())):
+                # The caller's reserve and cap are of the class it asked for; the other needs room.
+                needed, why = (self._room(conn, spent, limit, now, purpose, keep_free, own_cap) if spent == budget_class
+                               else self._room(conn, spent, self.limit(spent), now, purpose, 0, None))
+                if needed > 0:
+                    also = "" if spent == budget_class else f" (it also spends one of {spent!r}, which has no room)"
+                    waits.append((needed, also + why))
+            if waits:
+                needed, why = max(waits)
                 return None, needed, why
-            cursor = conn.execute(
-                "INSERT INTO budget_events (key_hash, class, purpose, at) VALUES (?, ?, ?, ?)",
-                (self._key, budget_class, purpose, now),
-            )
-            return Ticket(cursor.lastrowid, budget_class, now), 0.0, ""
+            ticket_id = None
+            for spent in (budget_class, *ALSO_SPENDS.get(budget_class, ())):
+                cursor = conn.execute(
+                    "INSERT INTO budget_events (key_hash, class, purpose, at) VALUES (?, ?, ?, ?)",
+                    (self._key, spent, purpose, now),
+                )
+                ticket_id = cursor.lastrowid if ticket_id is None else ticket_id
+            return Ticket(ticket_id, budget_class, now), 0.0, ""
+
+    def _room(self, conn, budget_class: str, limit: Limit, now: float, purpose: str, keep_free: int,
+              own_cap: int | None) -> tuple[float, str]:
+        """(seconds until one more request of the class fits, why) inside the caller's transaction."""
+        conn.execute(
+            "DELETE FROM budget_events WHERE key_hash = ? AND class = ? AND at <= ?",
+            (self._key, budget_class, now - limit.window_s),
+        )
+        rows = conn.execute(
+            "SELECT at, purpose FROM budget_events WHERE key_hash = ? AND class = ? AND at > ? ORDER BY at",
+            (self._key, budget_class, now - limit.window_s),
+        ).fetchall()
+        sent = [at for at, _ in rows]
+        own_sent = [at for at, label in rows if label == purpose] if own_cap is not None else []
+        provider = self._provider_view(conn, budget_class)
+        needed = wait_needed(now=now, limit=limit, sent=sent, provider=provider, keep_free=keep_free,
+                             own_sent=own_sent, own_cap=own_cap)
+        why = ""
+        if needed > 0:
+            if own_cap is not None and len(own_sent) >= own_cap:
+                why += f" ({purpose!r} has taken its own cap of {own_cap} requests {_per(limit.window_s)})"
+            if provider.blocked_until is not None and now < provider.blocked_until:
+                why += (" (the provider answered 429: nothing is sent until its Retry-After or"
+                        " X-RateLimit-Reset has passed)")
+        return needed, why
 
     def _provider_view(self, conn, budget_class: str) -> ProviderView:
         row = conn.execute(

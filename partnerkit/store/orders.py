@@ -68,6 +68,13 @@ def get(db: Database, order_id: int) -> dict | None:
     return None if row is None else dict(zip([c[0] for c in cursor.description], row))
 
 
+def by_reference(db: Database, reference_code: str) -> dict | None:
+    """The local order carrying a reference_code (the provider keeps a client's refs unique), or None."""
+    cursor = db.execute("SELECT * FROM orders WHERE reference_code = ? ORDER BY id LIMIT 1", (reference_code,))
+    row = cursor.fetchone()
+    return None if row is None else dict(zip([c[0] for c in cursor.description], row))
+
+
 def statuses(db: Database, order_ids: list[int]) -> dict[int, str]:
     """Local status of each of `order_ids` that is known."""
     if not order_ids:

@@ -366,6 +366,12 @@ def find(db: Database, key: str) -> dict | None:
     return get(db, int(text)) if numeric else None
 
 
+def by_idempotency_key(db: Database, idempotency_key: str) -> dict | None:
+    """The local recharge submitted under an Idempotency-Key, if any."""
+    rows = _rows(db.execute("SELECT * FROM recharges WHERE idempotency_key = ?", (idempotency_key,)))
+    return rows[0] if rows else None
+
+
 def by_provider_id(db: Database, provider_id: int) -> dict | None:
     """The row linked to a provider recharge id, if any."""
     rows = _rows(db.execute("SELECT * FROM recharges WHERE provider_id = ?", (provider_id,)))

@@ -98,16 +98,32 @@ def test_exhausted_without_waiting_then_room_after_the_window(budget):
         assert budget.acquire(wait=False).budget_class == GENERAL
 
 
-def test_classes_are_separate_and_usage_counts_per_purpose(budget):
+def test_an_order_creation_spends_its_own_class_and_one_of_the_hour(budget):
+    """Limits, row 1: the hour is "shared by all /api/v1 endpoints" (Value), or by those "without a dedicated
+    allowance" (Applies to). The safe reading counts an order creation in both classes."""
     budget.acquire(purpose="poller", wait=False)
     budget.acquire(purpose="voucher_fetch", wait=False)
     budget.acquire(purpose="voucher_fetch", wait=False)
     budget.acquire(ORDER_CREATE, purpose="cli", wait=False)
     usage = budget.usage()
-    assert usage[GENERAL]["used"] == 3 and usage[GENERAL]["remaining"] == 2 and usage[GENERAL]["limit"] == 5
-    assert usage[GENERAL]["by_purpose"] == {"poller": 1, "voucher_fetch": 2}
+    assert usage[GENERAL]["used"] == 4 and usage[GENERAL]["remaining"] == 1 and usage[GENERAL]["limit"] == 5
+    assert usage[GENERAL]["by_purpose"] == {"cli": 1, "poller": 1, "voucher_fetch": 2}
     assert usage[ORDER_CREATE] | {"by_purpose": None} == {"limit": 2, "window_s": 60.0, "used": 1, "remaining": 1,
                                                             "blocked_until": None, "by_purpose": None}
+    # A read spends the hour only: the order class keeps its minute.
+    budget.acquire(purpose="poller", wait=False)
+    assert budget.usage()[ORDER_CREATE]["used"] == 1
+
+
+def test_an_order_creation_waits_for_the_hour_as_well(budget):
+    for _ in range(5):
+        budget.acquire(purpose="sync", wait=False)  # the hour is spent; the minute's order allowance is not
+    with pytest.raises(BudgetExhausted, match=r"'order_create' has no room for 'cli'; retry in 60 min \(it also "
+                                              r"spends one of 'general', which has no room\)") as info:
+        budget.acquire(ORDER_CREATE, purpose="cli", wait=False)
+    assert info.value.budget_class == ORDER_CREATE
+    usage = budget.usage()
+    assert usage[ORDER_CREATE]["used"] == 0 and usage[GENERAL]["used"] == 5, "a refused request takes nothing"
 
 
 def test_keep_free_reserve_leaves_room_for_others(budget):
@@ -134,11 +150,11 @@ def test_own_cap_refuses_the_purpose_until_its_oldest_request_leaves_the_hour(db
                                               r" cap of 2 requests per hour\)") as info:
         budget.acquire(purpose="poller", wait=False, own_cap=2)
     assert info.value.retry_after == 1000.0 + 3600 - 1030.0  # its oldest own request leaves the window
-    # The cap is the poller's alone: the others still have the hour's room, and so has another class.
+    # The cap is the poller's alone: the others still have the hour's room, an order creation included.
     budget.acquire(purpose="voucher_fetch", wait=False)
     budget.acquire(purpose="sync", wait=False, own_cap=2)
-    budget.acquire(ORDER_CREATE, purpose="poller", wait=False, own_cap=2)
-    assert budget.usage()[GENERAL]["by_purpose"] == {"poller": 2, "sync": 1, "voucher_fetch": 2}
+    budget.acquire(ORDER_CREATE, purpose="cli", wait=False, own_cap=2)
+    assert budget.usage()[GENERAL]["by_purpose"] == {"cli": 1, "poller": 2, "sync": 1, "voucher_fetch": 2}
     clock[0] = 4600.5  # the first poller request has left the sliding hour
     budget.acquire(purpose="poller", wait=False, own_cap=2)
     with pytest.raises(BudgetExhausted, match="own cap of 2"):

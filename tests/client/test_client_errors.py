@@ -143,7 +143,7 @@ def test_recharge_reads_table(status, message, cls):
     (400, "BadRequest", "Insufficient funds in your wallet", errors.InsufficientBalance),
     (400, "BadRequest", "Invalid quantity, allowed max quantity: 1000", errors.BadRequest),
     (400, "BadRequest", "Denomination not available for this product", errors.BadRequest),
-    (400, "BadRequest", "Duplicate reference code", errors.BadRequest),
+    (400, "BadRequest", "Duplicate reference code", errors.DuplicateOrderReference),
     (401, "UnauthorizedAccess", "User is not authorised to perform this action", errors.Unauthorized),
     (404, "NotFound", "Product not found", errors.NotFound),
     (404, "NotFound", "Wallet not found", errors.WalletNotFound),

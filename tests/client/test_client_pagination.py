@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from partnerkit import errors
 from partnerkit.client import page_from_headers
 
 from tests.client import client_payloads as p
@@ -162,3 +163,21 @@ def test_a_walk_tells_the_page_it_stopped_before_and_none_once_it_ended():
     pages = {n: page_from_headers([{"id": n}], {"X-Total-Pages": "4"}, page=n, limit=1) for n in (3, 4)}
     rest = iterate(pages.__getitem__, start=walk.next_page)
     assert [i["id"] for i in rest] == [3, 4] and rest.next_page is None
+
+
+def test_the_order_lists_404_no_matching_result_is_an_empty_page(client, httpserver):
+    """Errors, "Order list and order detail": 404 not_found "No Matching Result Found!" is not marked
+    "(detail)": a list may answer it when nothing matches. It reads as an empty page, ending a walk."""
+    httpserver.expect_request("/api/v1/orders", query_string={"page": "1", "limit": "100"}).respond_with_json(
+        {"error": "not_found", "message": "No Matching Result Found!"}, status=404)
+    page = client.list_orders(limit=100)
+    assert (page.items, page.page, page.has_more, page.malformed) == ([], 1, False, ())
+    assert list(client.iter_orders()) == []
+
+
+def test_a_bare_404_from_the_order_list_stays_an_error(client, httpserver):
+    """A 404 without the table's body (a wrong base URL, a proxy's page) is no "nothing matched"."""
+    httpserver.expect_request("/api/v1/orders").respond_with_data("<html>Not Found</html>", status=404,
+                                                                  content_type="text/html")
+    with pytest.raises(errors.NotFound):
+        client.list_orders()

@@ -125,3 +125,24 @@ def test_submit_and_locate_help_give_their_exit_codes(run, command):
 def test_list_help_says_what_intent_and_unknown_mean(run):
     text = " ".join(run("recharges", "list", "--help").output.split())
     assert "INTENT: recorded, no answer yet" in text and "UNKNOWN: the answer was lost" in text
+
+
+def test_submit_with_the_key_of_a_local_recharge_answers_as_locate_and_sends_nothing_new(run, server):
+    """`--idempotency-key K` of a recharge partnerkit recorded: the same request is that recharge's locate
+    (its step 1 replays K); another request under K is one line naming it. Never "database write failed"."""
+    number = mobile(0)
+    args = ["recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "21",
+            "--idempotency-key", "samekey-h12-0001"]
+    first = run(*args, "--format", "json")
+    assert first.exit_code == 0, first.output
+    again = run(*args, "--format", "json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["local_id"] == json.loads(first.stdout)["local_id"] == 1
+    assert "is local recharge #1's: located it instead of submitting again" in again.stderr
+    other = run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "22",
+                "--idempotency-key", "samekey-h12-0001")
+    assert other.exit_code == 1 and len(other.output.strip().splitlines()) == 1
+    assert "Idempotency-Key samekey-h12-0001 is local recharge #1's" in other.output
+    assert "amount differ" in other.output and "database" not in other.output
+    assert server.sandbox.calls["POST /api/v1/recharges"] == 1
+    assert sum(1 for rc in server.sandbox.recharges.values() if rc.mobile_number == number) == 1

@@ -170,3 +170,20 @@ def test_a_recharge_found_by_search_with_a_status_the_document_does_not_name_is_
     row = store.get(db, local_id)
     assert outcome.located_by == "client_reference" and outcome.status == row["status"] == "PROCESSING"
     assert row["provider_id"] == 7003 and row["reference_number"] == "RCH7003"
+
+
+def test_the_key_of_an_unknown_recharge_given_again_replays_it_once(config, wdb, client, server, stats):
+    """F4: the user reaches for the key `recharges show` gives after a lost answer: locate, never a second send."""
+    number = mobile(5)
+    lost = submit(config, wdb, LostWrites(client, first_arrives=False), mobile_number=number, operator_id=1,
+                  amount=199, idempotency_key="user-key-0000001")
+    assert lost.status == "UNKNOWN" and provider_count(server, number) == 0
+    again = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199,
+                   idempotency_key="user-key-0000001")
+    assert again.local_id == lost.local_id and again.located_by == "idempotency_key"
+    assert provider_count(server, number) == 1 and stats.calls(SUBMIT) == 1
+    with pytest.raises(ValueError, match=r"is local recharge #1's \(.*\), not this request \(mobile_number, "
+                                         r"client_reference differ\): nothing was sent"):
+        submit(config, wdb, client, mobile_number=mobile(5), operator_id=1, amount=199,
+               idempotency_key="user-key-0000001", client_reference="another")
+    assert stats.calls(SUBMIT) == 1

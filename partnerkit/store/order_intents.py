@@ -1,0 +1,115 @@
+"""Order intents in SQLite (migration 10): recorded before `POST /api/v1/orders`, resolved after.
+
+`partnerkit.ordering.place_order` records one (its own transaction, committed before the request
+exists), marks it before each send, and resolves it: PLACED with the order it placed (in the
+transaction that stores the order), REFUSED, or UNKNOWN when the answer was lost. The order
+catch-up links an open intent to the listed order carrying its ref (`link_by_ref`). Money is integer
+paise, times fixed-width UTC text (`partnerkit.store.jobs.stamp`), so they compare as text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Iterable
+
+from partnerkit.money import cents
+from partnerkit.store.db import Database, transaction
+from partnerkit.store.jobs import stamp
+
+OPEN = ("INTENT", "UNKNOWN")  # no answer known: the order may or may not exist
+
+
+def _rows(cursor: sqlite3.Cursor) -> list[dict]:
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def record(db: Database, *, idempotency_key: str, ref: str, product_id: int, denomination: Decimal, quantity: int,
+           wallet_id: int | None, email: str | None, now: datetime) -> int | None:
+    """Commit an INTENT before the order is sent; its id, or None when the key is another intent's."""
+    with transaction(db) as conn:
+        cursor = conn.execute(
+            """INSERT INTO order_intents (idempotency_key, ref, product_id, denomination_cents, quantity, wallet_id,
+                   email, state, created_at, updated_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?) ON CONFLICT (idempotency_key) DO NOTHING""",
+            (idempotency_key, ref, product_id, cents(denomination), quantity, wallet_id, email, stamp(now), stamp(now)))
+        return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+
+
+def by_key(db: Database, idempotency_key: str) -> dict | None:
+    """The intent of an Idempotency-Key, or None."""
+    rows = _rows(db.execute("SELECT * FROM order_intents WHERE idempotency_key = ?", (idempotency_key,)))
+    return rows[0] if rows else None
+
+
+def get(db: Database, intent_id: int) -> dict | None:
+    """One intent by id, or None."""
+    rows = _rows(db.execute("SELECT * FROM order_intents WHERE id = ?", (intent_id,)))
+    return rows[0] if rows else None
+
+
+def mark_sending(db: Database, intent_id: int, now: datetime) -> None:
+    """Committed before each send: a REFUSED intent sent again is open (INTENT) until answered."""
+    with transaction(db) as conn:
+        conn.execute("UPDATE order_intents SET state = CASE state WHEN 'REFUSED' THEN 'INTENT' ELSE state END, "
+                     "sent_at = ?, updated_at = ? WHERE id = ?", (stamp(now), stamp(now), intent_id))
+
+
+def mark_unknown(db: Database, intent_id: int, error: str, now: datetime) -> None:
+    """The answer was lost (timeout, 500, an unreadable 2xx): the order may exist."""
+    with transaction(db) as conn:
+        conn.execute("UPDATE order_intents SET state = 'UNKNOWN', error = ?, updated_at = ? "
+                     "WHERE id = ? AND state IN ('INTENT', 'UNKNOWN')", (error[:500], stamp(now), intent_id))
+
+
+def mark_refused(db: Database, intent_id: int, error: str, now: datetime) -> None:
+    """A definite refusal: no order exists for this intent."""
+    with transaction(db) as conn:
+        conn.execute("UPDATE order_intents SET state = 'REFUSED', error = ?, updated_at = ? "
+                     "WHERE id = ? AND state IN ('INTENT', 'UNKNOWN')", (error[:500], stamp(now), intent_id))
+
+
+def note_error(db: Database, intent_id: int, error: str, now: datetime) -> None:
+    """Keep what the last send met, whatever the state (a PLACED intent stays PLACED)."""
+    with transaction(db) as conn:
+        conn.execute("UPDATE order_intents SET error = ?, updated_at = ? WHERE id = ?",
+                     (error[:500], stamp(now), intent_id))
+
+
+def mark_placed(conn: sqlite3.Connection, intent_id: int, order_id: int, now: datetime) -> None:
+    """The intent placed `order_id` (inside the transaction that stores the order); a link once made stays."""
+    conn.execute("UPDATE order_intents SET state = 'PLACED', order_id = COALESCE(order_id, ?), error = NULL, "
+                 "updated_at = ? WHERE id = ?", (order_id, stamp(now), intent_id))
+
+
+def link_by_ref(conn: sqlite3.Connection, listed: Iterable[tuple[Any, int, Any, Any, Any]], now: datetime) -> int:
+    """Link open intents to listed orders `(reference_code, id, product_id, denomination, quantity)` carrying
+    their ref and request (inside the caller's transaction); how many were linked.
+
+    The provider keeps a client's refs unique ("Duplicate reference code"), so the order with an
+    intent's ref and request is the one its lost answer announced. An order already linked to
+    another intent is never linked twice."""
+    if conn.execute("SELECT 1 FROM order_intents WHERE state IN ('INTENT', 'UNKNOWN') LIMIT 1").fetchone() is None:
+        return 0  # the usual case: nothing waits for a link
+    linked = 0
+    for ref, order_id, product_id, denomination, quantity in listed:
+        if not isinstance(ref, str) or not ref or denomination is None:
+            continue
+        cursor = conn.execute(
+            "UPDATE order_intents SET state = 'PLACED', order_id = ?, error = NULL, updated_at = ? "
+            "WHERE ref = ? AND state IN ('INTENT', 'UNKNOWN') AND order_id IS NULL AND product_id = ? "
+            "AND denomination_cents = ? AND quantity = ? "
+            "AND NOT EXISTS (SELECT 1 FROM order_intents WHERE order_id = ?)",
+            (order_id, stamp(now), ref, product_id, cents(denomination), quantity, order_id))
+        linked += cursor.rowcount
+    return linked
+
+
+def unresolved(db: Database, *, open_before: datetime) -> list[dict]:
+    """Intents whose outcome nobody knows: UNKNOWN, or INTENT since before `open_before` (its process
+    died while sending: a send never takes that long), oldest first."""
+    return _rows(db.execute(
+        "SELECT * FROM order_intents WHERE state = 'UNKNOWN' OR (state = 'INTENT' AND updated_at < ?) ORDER BY id",
+        (stamp(open_before),)))
