@@ -9,6 +9,7 @@ import pytest
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.store import recharges as recharge_store
+from partnerkit.store.ledger import record_sync
 from partnerkit.store.drifts import audit_trail, drift_id, get_drift, list_drifts, open_drift, set_resolution
 from reconcile import matcher
 from reconcile.matcher import match_day
@@ -408,6 +409,20 @@ def test_first_transaction_of_the_day_chains_from_the_previous_day(db, ledger):
     first = ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)
     run(db)
     assert found(db) == {("balance_discontinuity", "wallet", first)}
+
+
+@pytest.mark.parametrize("covered, judged", [((), False), ((1, 2), True), ((1,), False)])
+def test_the_chain_is_not_judged_across_a_day_no_sync_read(db, ledger, covered, judged):
+    """The store's last entry before a day never synced is not the provider's: the link across it would
+    be a false break (a night the catch-up has not reached). Once every day between is synced, it is judged."""
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=3), hour=23)
+    first = ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)  # 1000 - 100 is not 800
+    for back in covered:
+        day = (DAY - timedelta(days=back)).isoformat()
+        record_sync(db, "transactions", from_day=day, to_day=day, started_at=f"{day}T23:59:00Z", count=0, days=[day],
+                    advance_to=None)
+    run(db)
+    assert found(db) == ({("balance_discontinuity", "wallet", first)} if judged else set())
 
 
 def test_a_whole_second_comes_before_the_fractions_of_that_second_in_the_chain(db, ledger):
