@@ -84,6 +84,12 @@ def reconcile_day(config: Any, db: Any, client: Any, day: date, *, now: datetime
     return report_day(config, db, day, now=now)
 
 
+def day_synced(db: Any, day: date) -> bool:
+    """Whether a sync has read the day's recharges and wallet transactions in full (`sync_coverage`): without
+    that, the local store cannot vouch for the day, and a report matched from it would read as clean."""
+    return all(ledger_store.coverage(db, entity, day.isoformat()) for entity in ("recharges", "transactions"))
+
+
 def current_report(db: Any, day: date) -> dict[str, Any] | None:
     """The stored report of a day with its drift table brought up to date (finance's resolutions)."""
     stored = report_store.get_report(db, day.isoformat())

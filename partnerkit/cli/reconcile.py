@@ -81,12 +81,19 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     """The day's report with current resolutions.
 
     The stored report; for a day without one, the day is matched from the local store (no sync) and,
-    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR.
+    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR. A day no sync has
+    read in full is refused (exit 1, nothing written): `partnerkit reconcile --date D` syncs it first.
     """
-    from reconcile.jobs import current_report, report_day, write_atomic
+    from reconcile.jobs import current_report, day_synced, report_day, write_atomic
     from reconcile.report import render
 
     report = current_report(app.existing_db, day)
+    if report is None and not day_synced(app.db, day):
+        # Matched from a store that never read the day, the files would say "every recharge, order and
+        # transaction of the day reconciles", beside the real nightly ones, and stay there.
+        raise click.ClickException(f"no stored report for {day}, and no sync has read that day in full: the local "
+                                   f"store cannot vouch for it; `partnerkit reconcile --date {day}` syncs and "
+                                   "reports it (nothing written)")
     if report is None:
         click.echo(f"no stored report for {day}; matching it from the local store (no sync; "
                    f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)

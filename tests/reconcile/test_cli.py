@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from datetime import timedelta
+from types import SimpleNamespace
 
 import getpass
 
@@ -18,6 +19,9 @@ from partnerkit.cli import cli
 from partnerkit.cli.output import counted
 from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import audit_trail, get_drift
+from partnerkit.store.ledger import record_sync
+from partnerkit.timeutil import iso
+from reconcile.jobs import report_day
 from reconcile.matcher import match_day
 
 
@@ -25,6 +29,7 @@ from reconcile.matcher import match_day
 def drift_ids(db, ledger):
     ledger.recharge()                      # missing_debit
     ledger.tx("-5.00", type="RECHARGE")    # orphan_transaction
+    ledger.read_in_full()                  # by the 15-minute sync: no report stored yet
     match_day(db, DAY, now=at(2, day=DAY + timedelta(days=1)))
     return [r[0] for r in db.execute("SELECT id FROM drifts ORDER BY kind")]
 
@@ -98,6 +103,34 @@ def test_report_without_a_stored_one_leaves_the_day_to_the_nightly_run(invoke, d
     assert result.exit_code == 0 and "matching it from the local store (no sync" in result.stderr
     assert report_store.get_report(db, "2025-03-14") is None  # not synced: the night stays due
     assert (tmp_path / "reports" / "partnerkit-report-2025-03-14.html").exists()
+
+
+@pytest.mark.parametrize("output", [None, "out.html"])
+@pytest.mark.parametrize("synced", [(), ("recharges",)])
+def test_report_of_a_day_no_sync_read_in_full_is_refused_and_writes_nothing(invoke, db, ledger, tmp_path, synced,
+                                                                             output):
+    """Matched from a store that never read the day, the files said "every recharge, order and transaction
+    of the day reconciles" in the report directory, beside the real nightly ones."""
+    ledger.tx("-17.00", type="RECHARGE", reference_number="GHOST", day=DAY - timedelta(days=5))  # never synced
+    day = (DAY - timedelta(days=5)).isoformat()
+    for entity in synced:
+        record_sync(db, entity, from_day=day, to_day=day, started_at=iso(at(2)), count=0, days=[day], advance_to=None)
+    args = ["report", "--date", day, "--format", "html"] + (["--output", str(tmp_path / output)] if output else [])
+    result = invoke(*args)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.strip() == (f"Error: no stored report for {day}, and no sync has read that day in full: the "
+                                     f"local store cannot vouch for it; `partnerkit reconcile --date {day}` syncs "
+                                     "and reports it (nothing written)")
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "out.html").exists()
+    assert report_store.get_report(db, day) is None and db.execute("SELECT COUNT(*) FROM drifts").fetchone()[0] == 0
+
+
+def test_a_stored_report_is_shown_whatever_the_days_coverage(invoke, db, ledger, tmp_path):
+    ledger.tx("-5.00", type="RECHARGE")  # an orphan
+    report = report_day(SimpleNamespace(report_dir=tmp_path / "kept"), db, DAY, now=at(2, day=DAY + timedelta(days=1)))
+    assert report_store.get_report(db, DAY.isoformat()) is not None
+    result = invoke("report", "--date", DAY.isoformat(), "--format", "json", "--output", str(tmp_path / "out.json"))
+    assert result.exit_code == 0 and json.loads((tmp_path / "out.json").read_text())["summary"]["unmatched"] == 1
 
 
 @pytest.mark.parametrize("option, value", [("--note", ""), ("--note", "   "), ("--by", ""), ("--by", "\t")])
