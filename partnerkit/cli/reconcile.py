@@ -15,8 +15,11 @@ from partnerkit.cli.params import output_file, utc_day
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
 
+# `drifts list`: JSON and CSV carry every column (scripts read the first eleven: new ones go after them);
+# the table keeps to one line a drift, with when it was first detected.
 DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
-                 "resolution", "resolution_by", "resolution_note")
+                 "resolution", "resolution_by", "resolution_note", "detected_at", "resolution_at", "detail")
+DRIFT_TABLE_COLUMNS = DRIFT_COLUMNS[:12]
 
 
 def _past_day(ctx: click.Context, param: click.Parameter, value: str | None) -> date | None:
@@ -132,10 +135,16 @@ def _row(d: drift_store.Drift) -> dict:
 @format_option
 @pass_app
 def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: date | None, fmt: str) -> None:
-    """List drifts, newest day first."""
+    """List drifts, newest day first.
+
+    JSON and CSV give every column: id, kind, subject, reference, expected, actual, currency, report_date,
+    resolution, resolution_by, resolution_note, then detected_at, resolution_at and detail; the table
+    the same up to detected_at (`drifts history ID` gives every change, with who and when).
+    """
     found = drift_store.list_drifts(app.existing_db, kind=kind, resolution=resolution,
                                     report_date=None if day is None else day.isoformat())
-    emit([_row(d) for d in found], DRIFT_COLUMNS, fmt, empty_message="no drifts match")
+    emit([_row(d) for d in found], DRIFT_TABLE_COLUMNS if fmt == "table" else DRIFT_COLUMNS, fmt,
+         empty_message="no drifts match")
 
 
 def _os_user() -> str:
