@@ -147,8 +147,13 @@ def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: 
          empty_message="no drifts match")
 
 
-def _os_user() -> str:
-    """The OS user for --by; a uid without a passwd entry (a container's) is named by its number."""
+def _invoking_user() -> str:
+    """Who ran the command, for --by: the user who ran sudo (SUDO_USER: in the documented deployment finance
+    runs `sudo -u partnerkit partnerkit drifts ...`, and the service account is partnerkit's own name in the
+    audit trail), else the login name; a uid without a passwd entry (a container's) is named by its number."""
+    sudo_user = os.environ.get("SUDO_USER", "").strip()
+    if sudo_user:
+        return sudo_user
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -156,7 +161,7 @@ def _os_user() -> str:
 
 
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
-    drift = drift_store.set_resolution(app.existing_db, ident, resolution, note=note, by=by or _os_user(),
+    drift = drift_store.set_resolution(app.existing_db, ident, resolution, note=note, by=by or _invoking_user(),
                                        at=utcnow().replace(microsecond=0))
     click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
 
@@ -169,7 +174,9 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 _note = click.option("--note", required=True, callback=_not_blank, help="Why (kept in the audit trail).")
-_by = click.option("--by", callback=_not_blank, help="Who (default: the OS user).")
+_by = click.option("--by", callback=_not_blank,
+                   help="Who (default: the user who ran sudo, SUDO_USER, when set, e.g. by `sudo -u partnerkit "
+                        "partnerkit drifts ...`; else the login name).")
 
 
 @drifts_group.command("resolve")

@@ -155,9 +155,28 @@ def test_by_defaults_to_the_uid_when_the_os_user_has_no_name(invoke, db, drift_i
         raise KeyError("getpwuid(): uid not found: 54321")
 
     monkeypatch.setattr(getpass, "getuser", no_name)
+    monkeypatch.delenv("SUDO_USER", raising=False)
     result = invoke("drifts", "resolve", drift_ids[0], "--note", "credited")
     assert result.exit_code == 0, result.output
     assert get_drift(db, drift_ids[0]).resolution_by.startswith("uid ")
+
+
+@pytest.mark.parametrize("sudo_user, by", [("asha", "asha"), (None, "login"), ("", "login")])
+def test_by_defaults_to_the_user_who_ran_sudo_else_the_login_name(invoke, db, drift_ids, monkeypatch, sudo_user, by):
+    """Finance runs `sudo -u partnerkit partnerkit drifts resolve ...` (the database is the service's): sudo
+    sets USER and LOGNAME to partnerkit, the name partnerkit's own audit rows carry."""
+    monkeypatch.setenv("USER", "partnerkit")
+    monkeypatch.setenv("LOGNAME", "partnerkit")
+    monkeypatch.setattr(getpass, "getuser", lambda: "login")
+    if sudo_user is None:
+        monkeypatch.delenv("SUDO_USER", raising=False)
+    else:
+        monkeypatch.setenv("SUDO_USER", sudo_user)
+    assert invoke("drifts", "escalate", drift_ids[0], "--note", "sent to support").exit_code == 0
+    assert get_drift(db, drift_ids[0]).resolution_by == by
+    assert audit_trail(db, drift_ids[0])[-1]["by"] == by
+    assert invoke("drifts", "resolve", drift_ids[1], "--note", "ok", "--by", "ravi").exit_code == 0  # --by wins
+    assert get_drift(db, drift_ids[1]).resolution_by == "ravi"
 
 
 def test_drifts_list_gives_when_each_drift_was_detected_and_resolved_and_why(invoke, db, drift_ids):
