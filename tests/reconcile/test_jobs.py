@@ -179,7 +179,7 @@ def test_late_refund_found_by_a_later_night_resolves_the_earlier_drift(config, d
         nightly(config, db, provider)
     [after] = list_drifts(db, kind="missing_refund")
     assert after.id == drift.id and after.resolution == "resolved"
-    assert after.resolution_note == "no longer detected on 2025-03-13 run"
+    assert after.resolution_note == "no longer detected on 2025-03-13 run: credit late-1 of 98.00 received"
 
 
 @pytest.mark.parametrize("early", ["today", "a future day", "yesterday, unsynced, before the due hour"])

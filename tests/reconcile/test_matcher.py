@@ -486,13 +486,39 @@ def test_late_refund_resolves_the_drift_automatically(db, ledger):
     ledger.debit_recharge(rc)
     run(db)
     d = one(db, "missing_refund")
-    ledger.credit_recharge(rc, day=DAY + timedelta(days=2))  # the refund arrives two days later
+    tid = ledger.credit_recharge(rc, day=DAY + timedelta(days=2))  # the refund arrives two days later
     result = run(db, now=RUN + timedelta(days=2))
     assert result.changes["auto_resolved"] == 1
     resolved = get_drift(db, d.id)
     assert resolved.resolution == "resolved" and resolved.resolution_by == "partnerkit"
-    assert resolved.resolution_note == f"no longer detected on {DAY.isoformat()} run"
+    assert resolved.resolution_note == f"no longer detected on {DAY.isoformat()} run: credit {tid} of 98.00 received"
     assert audit_trail(db, d.id)[-1]["action"] == "auto_resolved"
+
+
+def test_the_automatic_resolution_names_the_credit_or_debit_that_cleared_the_drift(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    oid = ledger.order(amount="500.00")  # its named ORDER debit not synced yet: missing_debit
+    run(db)
+    duplicate, missing = one(db, "duplicate_debit"), one(db, "missing_debit")
+    credit = ledger.credit_recharge(rc, day=NEXT, hour=9)  # dated after the run that found them
+    debit = ledger.debit_order(oid, "500.00", day=NEXT, hour=9)
+    run(db, now=RUN + timedelta(days=1))
+    gone = f"no longer detected on {DAY.isoformat()} run"
+    assert get_drift(db, duplicate.id).resolution_note == f"{gone}: credit {credit} of 98.00 received"
+    assert get_drift(db, missing.id).resolution_note == f"{gone}: debit {debit} of 500.00 received"
+    assert audit_trail(db, missing.id)[-1]["note"] == f"{gone}: debit {debit} of 500.00 received"
+
+
+def test_the_automatic_resolution_names_nothing_it_cannot_tie_to_the_run(db, ledger):
+    rc = ledger.recharge("FAILED")
+    ledger.debit_recharge(rc)
+    run(db)
+    d = one(db, "missing_refund")
+    ledger.credit_recharge(rc, hour=11)  # synced after the run that found the drift, but dated before it
+    run(db, now=RUN + timedelta(hours=1))
+    assert get_drift(db, d.id).resolution_note == f"no longer detected on {DAY.isoformat()} run"
 
 
 def test_an_automatically_resolved_drift_that_comes_back_is_reopened(db, ledger):
