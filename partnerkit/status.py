@@ -116,6 +116,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
                              if refused else None),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
+        # Nights older than the nightly run's catch-up that have no report: only `reconcile --date` reports them.
+        "nights_never_reported": reports.night_ranges(
+            reports.unreported_nights(db, reports.latest_due_night(now, config.due_hour_utc))[1]),
         # A sync the budget or the provider stopped, reading on from its page at its next run.
         "syncs_reading_on": [f"{w['entity']} {w['from_day']}..{w['to_day']} from page {w['next_page']} (begun "
                              f"{w['started_at']})" for w in ledger.walk_positions(db)],
@@ -163,6 +166,10 @@ def attention(status: dict[str, Any]) -> list[str]:
                      f"{status['last_report_date']}): the worker's `nightly-report` log lines say why (an error, or "
                      "`budget_exhausted` on a day with more pages than the hour's budget); `partnerkit reconcile --date "
                      f"{status['report_overdue_date']}` runs it by hand")
+    if status["nights_never_reported"]:
+        lines.append(f"night(s) older than the {reports.CATCH_UP_NIGHTS} the nightly run catches up were never "
+                     f"reported: {', '.join(status['nights_never_reported'])}; `partnerkit reconcile --date D` syncs "
+                     "and reports each")
     if status["poller_requests_per_hour"] == 0:
         lines.append("PARTNERKIT_POLLER_BUDGET_SHARE of PARTNERKIT_HOURLY_BUDGET leaves the recharge poller no request "
                      "of the hour: PROCESSING recharges settle only when a sync reads them; raise the share")

@@ -25,7 +25,7 @@ from reconcile.sync import Progress, SyncSummary, incremental_start, sync_range,
 
 log = logging.getLogger(__name__)
 
-MAX_CATCH_UP_DAYS = 31  # after a longer outage, older nights need `partnerkit reconcile --date`
+MAX_CATCH_UP_DAYS = report_store.CATCH_UP_NIGHTS  # after a longer outage, older nights need `reconcile --date`
 RECHECK_DAYS = 7  # earlier days with open drifts are matched again (a late refund resolves them)
 
 
@@ -84,6 +84,12 @@ def reconcile_day(config: Any, db: Any, client: Any, day: date, *, now: datetime
     return report_day(config, db, day, now=now)
 
 
+def day_synced(db: Any, day: date) -> bool:
+    """Whether a sync has read the day's recharges and wallet transactions in full (`sync_coverage`): without
+    that, the local store cannot vouch for the day, and a report matched from it would read as clean."""
+    return all(ledger_store.coverage(db, entity, day.isoformat()) for entity in ("recharges", "transactions"))
+
+
 def current_report(db: Any, day: date) -> dict[str, Any] | None:
     """The stored report of a day with its drift table brought up to date (finance's resolutions)."""
     stored = report_store.get_report(db, day.isoformat())
@@ -113,24 +119,27 @@ def sync_recent(config: Any, db: Any, client: Any, now: datetime | None = None) 
         _SYNCING.release()
 
 
-def due_dates(last_reported: str | None, now: datetime, due_hour: int) -> list[date]:
-    """The nights whose report is due at `now`: from the one after the last report to the latest due."""
-    latest = now.date() - timedelta(days=1 if now.hour >= due_hour else 2)
-    if last_reported is None:
-        return [latest]
-    first = max(date.fromisoformat(last_reported) + timedelta(days=1), latest - timedelta(days=MAX_CATCH_UP_DAYS - 1))
-    return [first + timedelta(days=n) for n in range((latest - first).days + 1)]
+def due_dates(db: Any, now: datetime, due_hour: int) -> list[date]:
+    """The nights whose report is due at `now`, oldest first: every night of the last MAX_CATCH_UP_DAYS, from
+    the store's first day, without a complete report (partnerkit.store.reports.unreported_nights). Older
+    nights never reported are named in a WARNING: only `partnerkit reconcile --date` reports them."""
+    due, beyond = report_store.unreported_nights(db, report_store.latest_due_night(now, due_hour))
+    if due and beyond:
+        log.warning("%d night(s) older than the %d the nightly run catches up were never reported: %s; "
+                    "`partnerkit reconcile --date D` reports each", len(beyond), MAX_CATCH_UP_DAYS,
+                    ", ".join(report_store.night_ranges(beyond)))
+    return due
 
 
 def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
     """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones)."""
     now = (now or utcnow()).replace(microsecond=0)
-    days = due_dates(report_store.last_complete_report_date(db), now, config.due_hour_utc)
+    days = due_dates(db, now, config.due_hour_utc)
     if not days:
         return []
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
     with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
-        sync_range(config, db, client, days[0], days[-1], now=now)
+        sync_range(config, db, client, days[0], days[-1], now=now)  # one pass, nights reported between included
     reports = [report_day(config, db, d, now=now) for d in days]
     # Earlier days matched again: those with drifts still open (a late refund resolves one), and those
     # whose recharges or orders got a transaction on the nights just reported (a refund of a SUCCESS
@@ -138,6 +147,12 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     since, first = (days[0] - timedelta(days=RECHECK_DAYS)).isoformat(), days[0].isoformat()
     again = set(drift_store.open_days(db, since=since, before=first))
     again.update(matching_store.days_with_late_entries(db, first, days[-1].isoformat(), since=since))
+    # Nights already reported after the first one just reported (by hand, during an outage) were matched
+    # while an earlier night was missing from the store: a refund or second debit on it, and the balance
+    # chain across it (not judged over a night never synced), are judged now.
+    latest = report_store.latest_due_night(now, config.due_hour_utc).isoformat()
+    again.update(d for d in report_store.report_dates(db) if first < d <= latest)
+    again.difference_update(d.isoformat() for d in days)
     for earlier in sorted(again):
         report_day(config, db, date.fromisoformat(earlier), now=now)
     return reports

@@ -15,8 +15,11 @@ from partnerkit.cli.params import output_file, utc_day
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
 
+# `drifts list`: JSON and CSV carry every column (scripts read the first eleven: new ones go after them);
+# the table keeps to one line a drift, with when it was first detected.
 DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
-                 "resolution", "resolution_by", "resolution_note")
+                 "resolution", "resolution_by", "resolution_note", "detected_at", "resolution_at", "detail")
+DRIFT_TABLE_COLUMNS = DRIFT_COLUMNS[:12]
 
 
 def _past_day(ctx: click.Context, param: click.Parameter, value: str | None) -> date | None:
@@ -81,12 +84,19 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     """The day's report with current resolutions.
 
     The stored report; for a day without one, the day is matched from the local store (no sync) and,
-    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR.
+    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR. A day no sync has
+    read in full is refused (exit 1, nothing written): `partnerkit reconcile --date D` syncs it first.
     """
-    from reconcile.jobs import current_report, report_day, write_atomic
+    from reconcile.jobs import current_report, day_synced, report_day, write_atomic
     from reconcile.report import render
 
     report = current_report(app.existing_db, day)
+    if report is None and not day_synced(app.db, day):
+        # Matched from a store that never read the day, the files would say "every recharge, order and
+        # transaction of the day reconciles", beside the real nightly ones, and stay there.
+        raise click.ClickException(f"no stored report for {day}, and no sync has read that day in full: the local "
+                                   f"store cannot vouch for it; `partnerkit reconcile --date {day}` syncs and "
+                                   "reports it (nothing written)")
     if report is None:
         click.echo(f"no stored report for {day}; matching it from the local store (no sync; "
                    f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)
@@ -125,14 +135,25 @@ def _row(d: drift_store.Drift) -> dict:
 @format_option
 @pass_app
 def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: date | None, fmt: str) -> None:
-    """List drifts, newest day first."""
+    """List drifts, newest day first.
+
+    JSON and CSV give every column: id, kind, subject, reference, expected, actual, currency, report_date,
+    resolution, resolution_by, resolution_note, then detected_at, resolution_at and detail; the table
+    the same up to detected_at (`drifts history ID` gives every change, with who and when).
+    """
     found = drift_store.list_drifts(app.existing_db, kind=kind, resolution=resolution,
                                     report_date=None if day is None else day.isoformat())
-    emit([_row(d) for d in found], DRIFT_COLUMNS, fmt, empty_message="no drifts match")
+    emit([_row(d) for d in found], DRIFT_TABLE_COLUMNS if fmt == "table" else DRIFT_COLUMNS, fmt,
+         empty_message="no drifts match")
 
 
-def _os_user() -> str:
-    """The OS user for --by; a uid without a passwd entry (a container's) is named by its number."""
+def _invoking_user() -> str:
+    """Who ran the command, for --by: the user who ran sudo (SUDO_USER: in the documented deployment finance
+    runs `sudo -u partnerkit partnerkit drifts ...`, and the service account is partnerkit's own name in the
+    audit trail), else the login name; a uid without a passwd entry (a container's) is named by its number."""
+    sudo_user = os.environ.get("SUDO_USER", "").strip()
+    if sudo_user:
+        return sudo_user
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -140,7 +161,7 @@ def _os_user() -> str:
 
 
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
-    drift = drift_store.set_resolution(app.existing_db, ident, resolution, note=note, by=by or _os_user(),
+    drift = drift_store.set_resolution(app.existing_db, ident, resolution, note=note, by=by or _invoking_user(),
                                        at=utcnow().replace(microsecond=0))
     click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
 
@@ -153,7 +174,9 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 _note = click.option("--note", required=True, callback=_not_blank, help="Why (kept in the audit trail).")
-_by = click.option("--by", callback=_not_blank, help="Who (default: the OS user).")
+_by = click.option("--by", callback=_not_blank,
+                   help="Who (default: the user who ran sudo, SUDO_USER, when set, e.g. by `sudo -u partnerkit "
+                        "partnerkit drifts ...`; else the login name).")
 
 
 @drifts_group.command("resolve")

@@ -1,8 +1,10 @@
 """Drifts: what reconciliation found, with finance's resolutions and an append-only audit trail.
 
 A drift id is derived from (kind, subject, reference), so the same problem found again on a
-later run is the same row and keeps the resolution finance gave it. Every change of resolution
-appends a row to `drift_audit`; nothing is overwritten without a trace.
+later run is the same row and keeps the resolution finance gave it, as long as its figures are
+the same: a drift found again with other figures (a third debit) is a new fact, and goes back to
+`pending` whoever resolved or escalated it. Every change of resolution, and every change of a
+drift's figures, appends a row to `drift_audit`; nothing is overwritten without a trace.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from decimal import Decimal
 from typing import Any, Iterator
 
 from partnerkit.errors import PartnerKitError
-from partnerkit.money import cents, to_decimal
+from partnerkit.money import cents, fmt, from_cents, to_decimal
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso
 
@@ -65,9 +67,36 @@ def drift_id(kind: str, subject: str, reference: str) -> str:
     return "d_" + hashlib.sha256(f"{kind}|{subject}|{reference}".encode()).hexdigest()[:16]
 
 
+def _figure(value: int | None, measure: str) -> str:
+    if value is None:
+        return "none"
+    return str(value) if measure == "count" else str(fmt(from_cents(value)))
+
+
+def figure_change(was: str, measure: str, old_expected: int | None, expected: int | None, old_actual: int | None,
+                  actual: int | None, old_currency: str | None, currency: str | None, old_detail: str | None,
+                  detail: str | None) -> str | None:
+    """The audit note of a drift found again with other figures ("actual 388.04 -> 582.06: 3 debits for one
+    recharge", after "reopened (was resolved): " when it was not pending), or None when nothing changed.
+    A detail is compared only when both are known (the poller records stuck_processing without one)."""
+    parts = [f"{name} {_figure(old, measure)} -> {_figure(new, measure)}"
+             for name, old, new in (("expected", old_expected, expected), ("actual", old_actual, actual))
+             if old != new]
+    if old_currency != currency:
+        parts.append(f"currency {old_currency or 'none'} -> {currency or 'none'}")
+    detail_changed = old_detail is not None and detail is not None and old_detail != detail
+    if not parts and not detail_changed:
+        return None
+    current = detail if detail is not None else old_detail
+    change = ", ".join(parts) + (f": {current}" if current else "") if parts else f"{old_detail} -> {detail}"
+    return change if was == "pending" else f"reopened (was {was}): {change}"
+
+
 def register_functions(conn: sqlite3.Connection) -> None:
-    """Make `drift_id(kind, subject, reference)` callable from SQL (set-based matching uses it)."""
+    """Make `drift_id(kind, subject, reference)` and `figure_change(...)` callable from SQL (set-based
+    matching uses them)."""
     conn.create_function("drift_id", 3, drift_id, deterministic=True)
+    conn.create_function("figure_change", 10, figure_change, deterministic=True)
 
 
 def _value(row_value: int | None, measure: str) -> Decimal | int | None:
@@ -123,28 +152,132 @@ ON CONFLICT(id) DO UPDATE SET
     last_detected_at = excluded.last_detected_at
 """
 
-# A drift partnerkit resolved automatically that is detected again gets back the state it had before,
-# read from the audit trail (the drifts row only holds the auto-resolve). Partnerkit's own rows
-# (auto_resolved, and the reopened ones that restored a state) are skipped; the last other row is the
-# state the drift was in: `detected` (pending, no note), or finance's escalation with its note, by and at.
+# A drift partnerkit resolved automatically that is detected again with the same figures gets back the
+# state it had before, read from the audit trail (the drifts row only holds the auto-resolve). Partnerkit's
+# own rows (auto_resolved, and the reopened ones that restored a state) are skipped; the last other row is
+# the state the drift was in: `detected` or `changed` (pending, no note), or finance's escalation with its
+# note, by and at.
 AUTO_RESOLVED = ("(SELECT a.action FROM drift_audit a WHERE a.drift_id = {id}"
                  " ORDER BY a.seq DESC LIMIT 1) = 'auto_resolved'")
-RESTORED_STATE = """
+_FINANCE_STATE = "p.action NOT IN ('detected', 'changed') AND p.resolution IN ('pending', 'escalated')"
+RESTORED_STATE = f"""
 SELECT r.id,
        CASE WHEN p.resolution IN ('pending', 'escalated') THEN p.resolution ELSE 'pending' END AS resolution,
-       CASE WHEN p.action != 'detected' AND p.resolution IN ('pending', 'escalated') THEN p.note END AS note,
-       CASE WHEN p.action != 'detected' AND p.resolution IN ('pending', 'escalated') THEN p.by END AS by,
-       CASE WHEN p.action != 'detected' AND p.resolution IN ('pending', 'escalated') THEN p.at END AS at
-FROM {source} r
+       CASE WHEN {_FINANCE_STATE} THEN p.note END AS note,
+       CASE WHEN {_FINANCE_STATE} THEN p.by END AS by,
+       CASE WHEN {_FINANCE_STATE} THEN p.at END AS at
+FROM {{source}} r
 LEFT JOIN drift_audit p ON p.seq = (
     SELECT MAX(a.seq) FROM drift_audit a
     WHERE a.drift_id = r.id AND NOT (a.by = :actor AND a.action IN ('auto_resolved', 'reopened')))"""
+# Of a drift found again: whether it is new, the figure change (figure_change's note, NULL when none) and
+# whether partnerkit resolved it automatically (its state is restored when its figures did not change).
+_STATE = f"""
+CREATE TEMP TABLE m_state AS
+SELECT f.id, d.id IS NULL AS is_new,
+       CASE WHEN d.id IS NOT NULL AND (d.expected_cents IS NOT f.expected_cents OR d.actual_cents IS NOT f.actual_cents
+                                       OR d.currency IS NOT f.currency OR d.detail IS NOT f.detail)
+            THEN figure_change(d.resolution, d.measure, d.expected_cents, f.expected_cents, d.actual_cents,
+                               f.actual_cents, d.currency, f.currency, d.detail, f.detail) END AS change,
+       d.resolution != 'pending' AS reopens,
+       COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor AND {AUTO_RESOLVED.format(id='d.id')}, 0)
+           AS auto
+FROM m_found f LEFT JOIN drifts d USING (id)"""
+# What cleared a drift that is no longer detected, where the store shows it: for a missing_refund or a
+# duplicate_debit the credits, for a missing_debit the debits, linked to its recharge (by recharge_id or
+# reference_number) or order (by order_id, or named by its transaction_id) and dated after the run that
+# last found it ("credit 700030 of 194.02"). NULL otherwise (a status that changed, a credit synced late
+# but dated before that run): the note then says only that it is gone. Index lookups per drift gone.
+_CLEARED_BY = """
+    SELECT group_concat(CASE WHEN t.amount_cents > 0 THEN 'credit ' ELSE 'debit ' END || t.id || ' of '
+                        || printf('%d.%02d', abs(t.amount_cents) / 100, abs(t.amount_cents) % 100), ', ')
+    FROM transactions t
+    WHERE t.id IN (SELECT x.id FROM recharges r JOIN transactions x ON x.recharge_id = r.provider_id
+                   WHERE d.subject = 'recharge' AND r.reference_number = d.reference
+                   UNION SELECT x.id FROM transactions x WHERE d.subject = 'recharge' AND x.reference_number = d.reference
+                   UNION SELECT x.id FROM transactions x
+                   WHERE d.subject = 'order' AND x.order_id = CAST(d.reference AS INTEGER)
+                   UNION SELECT CAST(o.transaction_id AS TEXT) FROM orders o
+                   WHERE d.subject = 'order' AND o.id = CAST(d.reference AS INTEGER))
+      AND t.created_at > d.last_detected_at
+      AND CASE WHEN d.kind = 'missing_debit' THEN t.amount_cents < 0 ELSE t.amount_cents > 0 END"""
+_MERGE_TEMP = ("m_state", "m_restore", "m_gone")
+
+
+def merge_found(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:
+    """Merge a day's drifts (temp table `m_found`: id, kind, subject, reference, expected_cents, actual_cents,
+    currency, detail) into `drifts`, set-based; resolve the day's open drifts not found again.
+
+    A drift of the day no longer found is resolved automatically (audit `auto_resolved`; the note names the
+    credit or debit that cleared it when the store shows one, see _CLEARED_BY). A new drift is pending
+    (audit `detected`). One found again with the same figures keeps its resolution
+    and adds nothing, unless partnerkit resolved it automatically: then it gets back its state from before
+    (audit `reopened`). One found again with other figures (expected, actual, currency or detail) is
+    pending again, whoever resolved or escalated it (audit `changed`, with the old and new figures).
+    """
+    p = {"day": day, "now": now, "actor": SYSTEM_ACTOR}
+    register_functions(conn)
+    for name in _MERGE_TEMP:
+        conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
+    conn.execute(_STATE, p)
+    conn.execute("CREATE TEMP TABLE m_restore AS"
+                 + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE auto AND change IS NULL)"), p)
+    # The day's open drifts not found again, taken before the merge (which touches only found ones):
+    # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
+    conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id, 'no longer detected on ' || :day || ' run'"
+                 " || COALESCE(': ' || CASE WHEN d.kind IN ('missing_refund', 'duplicate_debit', 'missing_debit')"
+                 f" THEN ({_CLEARED_BY}) END || ' received', '') AS note"
+                 " FROM drifts d WHERE d.report_date = :day AND d.resolution != 'resolved'"
+                 " AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)", p)
+    conn.execute(
+        """INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
+                               currency, detail, detected_at, last_detected_at)
+           SELECT id, kind, subject, reference, :day, expected_cents, actual_cents,
+                  CASE WHEN kind = 'voucher_shortfall' THEN 'count' ELSE 'money' END, currency, detail, :now, :now
+           FROM m_found WHERE true
+           ON CONFLICT(id) DO UPDATE SET
+               report_date = excluded.report_date, expected_cents = excluded.expected_cents,
+               actual_cents = excluded.actual_cents, currency = excluded.currency, detail = excluded.detail,
+               last_detected_at = excluded.last_detected_at""", p)
+    conn.execute(
+        """UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) =
+               (SELECT r.resolution, r.note, r.by, r.at FROM m_restore r WHERE r.id = drifts.id)
+           WHERE id IN (SELECT id FROM m_restore)""")
+    # Other figures: a new fact finance has not seen, so pending again, the drifts row saying why.
+    conn.execute(
+        """UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) =
+               (SELECT 'pending', s.change, :actor, :now FROM m_state s WHERE s.id = drifts.id)
+           WHERE id IN (SELECT id FROM m_state WHERE change IS NOT NULL AND reopens)""", p)
+    new = conn.execute(
+        """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
+           SELECT f.id, 'detected', 'pending', f.detail, :actor, :now FROM m_found f JOIN m_state s USING (id)
+           WHERE s.is_new""", p).rowcount
+    reopened = conn.execute(
+        """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
+           SELECT id, 'reopened', resolution, 'detected again on ' || :day || ' run'
+                  || CASE WHEN resolution = 'escalated' THEN '; escalation restored' ELSE '' END, :actor, :now
+           FROM m_restore""", p).rowcount
+    changed = conn.execute(
+        """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
+           SELECT id, 'changed', 'pending', change, :actor, :now FROM m_state WHERE change IS NOT NULL""", p).rowcount
+    conn.execute("INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)"
+                 " SELECT id, 'auto_resolved', 'resolved', note, :actor, :now FROM m_gone", p)
+    resolved = conn.execute(
+        "UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) ="
+        " (SELECT 'resolved', g.note, :actor, :now FROM m_gone g WHERE g.id = drifts.id)"
+        " WHERE id IN (SELECT id FROM m_gone)", p).rowcount
+    for name in _MERGE_TEMP:
+        conn.execute(f"DROP TABLE temp.{name}")
+    return {"new": new, "reopened": reopened, "changed": changed, "auto_resolved": resolved}
 
 
 def open_drift(db: Database, *, kind: str, subject: str, reference: str, expected: Any, actual: Any,
                currency: str | None, detected_at: datetime | str, day: str | None = None,
                detail: str | None = None) -> str:
-    """Record (or re-detect) a drift; return its stable id. Safe inside or outside a transaction."""
+    """Record (or re-detect) a drift; return its stable id. Safe inside or outside a transaction.
+
+    Found again, it follows merge_found's rules (one drift at a time: the poller's stuck_processing).
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown drift kind {kind!r}")
     if subject not in SUBJECTS:
@@ -152,16 +285,28 @@ def open_drift(db: Database, *, kind: str, subject: str, reference: str, expecte
     at = detected_at if isinstance(detected_at, str) else iso(detected_at)
     measure = "count" if kind in COUNT_KINDS else "money"
     ident = drift_id(kind, subject, str(reference))
+    new_expected, new_actual = _stored(expected, measure), _stored(actual, measure)
 
     def write(conn: sqlite3.Connection) -> None:
         report_date = day or _subject_day(conn, subject, str(reference), at[:10])
-        before = conn.execute(f"SELECT resolution = 'resolved' AND {AUTO_RESOLVED.format(id='d.id')}"
-                              " FROM drifts d WHERE d.id = ?", (ident,)).fetchone()
-        conn.execute(_UPSERT, (ident, kind, subject, str(reference), report_date, _stored(expected, measure),
-                               _stored(actual, measure), measure, currency, detail, at, at))
+        before = conn.execute(
+            "SELECT resolution, measure, expected_cents, actual_cents, currency, detail,"
+            f" resolution = 'resolved' AND {AUTO_RESOLVED.format(id='d.id')} FROM drifts d WHERE d.id = ?",
+            (ident,)).fetchone()
+        conn.execute(_UPSERT, (ident, kind, subject, str(reference), report_date, new_expected, new_actual, measure,
+                               currency, detail, at, at))
         if before is None:
             _audit(conn, ident, "detected", "pending", detail, SYSTEM_ACTOR, at)
-        elif before[0]:
+            return
+        was, old_measure, old_expected, old_actual, old_currency, old_detail, auto = before
+        change = figure_change(was, old_measure, old_expected, new_expected, old_actual, new_actual, old_currency,
+                               currency, old_detail, detail)
+        if change is not None:
+            if was != "pending":
+                conn.execute("UPDATE drifts SET resolution = 'pending', resolution_note = ?, resolution_by = ?,"
+                             " resolution_at = ? WHERE id = ?", (change, SYSTEM_ACTOR, at, ident))
+            _audit(conn, ident, "changed", "pending", change, SYSTEM_ACTOR, at)
+        elif auto:
             _, resolution, note, by, when = conn.execute(
                 RESTORED_STATE.format(source="(SELECT :id AS id)"), {"id": ident, "actor": SYSTEM_ACTOR}).fetchone()
             conn.execute("UPDATE drifts SET resolution = ?, resolution_note = ?, resolution_by = ?, resolution_at = ?"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, Iterable
 
-from partnerkit.store.drifts import AUTO_RESOLVED, RESTORED_STATE, SYSTEM_ACTOR, register_functions
+from partnerkit.store.drifts import merge_found, register_functions
 
 # Recharge states (States and transitions > Recharge); legacy values are stored as SUCCESS by the
 # worker, listed here too so that a legacy row can never escape the spend rules.
@@ -275,59 +275,15 @@ def drop(conn: sqlite3.Connection) -> None:
 
 
 def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:
-    """Merge the day's candidates into `drifts`; auto-resolve the day's open drifts not found again.
+    """Merge the day's candidates into `drifts` (partnerkit.store.drifts.merge_found: stable ids, audit trail,
+    automatic resolution of the day's open drifts not found again).
 
     Leaves `m_found` (the day's drifts by id) for `day_summary`.
     """
-    p = {"day": day, "now": now, "actor": SYSTEM_ACTOR}
     conn.execute("CREATE TEMP TABLE m_found (id TEXT PRIMARY KEY, kind, subject, reference, expected_cents,"
                  " actual_cents, currency, detail)")
     conn.execute("INSERT OR IGNORE INTO m_found SELECT drift_id(kind, subject, reference), * FROM m_candidate")
-    # reopen: partnerkit resolved it automatically (the audit trail's last row says so; a drift finance
-    # resolved by hand stays resolved, whatever name it was resolved under).
-    conn.execute("CREATE TEMP TABLE m_state AS SELECT f.id, d.id IS NULL AS is_new,"
-                 " COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor AND"
-                 f" {AUTO_RESOLVED.format(id='d.id')}, 0) AS reopen"
-                 " FROM m_found f LEFT JOIN drifts d USING (id)", p)
-    # The state each of those had before the auto-resolve (pending, or escalated with finance's note).
-    conn.execute("CREATE TEMP TABLE m_restore AS"
-                 + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE reopen)"), p)
-    # The day's open drifts not found again, taken before the merge (which touches only found ones):
-    # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
-    conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id FROM drifts d WHERE d.report_date = :day"
-                 " AND d.resolution != 'resolved' AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)", p)
-    conn.execute(
-        """INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
-                               currency, detail, detected_at, last_detected_at)
-           SELECT id, kind, subject, reference, :day, expected_cents, actual_cents,
-                  CASE WHEN kind = 'voucher_shortfall' THEN 'count' ELSE 'money' END, currency, detail, :now, :now
-           FROM m_found WHERE true
-           ON CONFLICT(id) DO UPDATE SET
-               report_date = excluded.report_date, expected_cents = excluded.expected_cents,
-               actual_cents = excluded.actual_cents, currency = excluded.currency, detail = excluded.detail,
-               last_detected_at = excluded.last_detected_at""", p)
-    conn.execute(
-        """UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) =
-               (SELECT r.resolution, r.note, r.by, r.at FROM m_restore r WHERE r.id = drifts.id)
-           WHERE id IN (SELECT id FROM m_restore)""")
-    new = conn.execute(
-        """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
-           SELECT f.id, 'detected', 'pending', f.detail, :actor, :now FROM m_found f JOIN m_state s USING (id)
-           WHERE s.is_new""", p).rowcount
-    reopened = conn.execute(
-        """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
-           SELECT id, 'reopened', resolution, 'detected again on ' || :day || ' run'
-                  || CASE WHEN resolution = 'escalated' THEN '; escalation restored' ELSE '' END, :actor, :now
-           FROM m_restore""", p).rowcount
-    note = f"no longer detected on {day} run"
-    conn.execute("INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)"
-                 " SELECT id, 'auto_resolved', 'resolved', :note, :actor, :now FROM m_gone", {**p, "note": note})
-    resolved = conn.execute(
-        "UPDATE drifts SET resolution = 'resolved', resolution_note = :note, resolution_by = :actor,"
-        " resolution_at = :now WHERE id IN (SELECT id FROM m_gone)", {**p, "note": note}).rowcount
-    for name in ("m_state", "m_restore", "m_gone"):
-        conn.execute(f"DROP TABLE temp.{name}")
-    return {"new": new, "reopened": reopened, "auto_resolved": resolved}
+    return merge_found(conn, day=day, now=now)
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict]:

@@ -9,11 +9,12 @@ so the two use both cores). `ledger_findings` returns what it found:
 - balance discontinuities: the day's rows of every currency that shows a balance_after that day,
   copied in chain order (`l_chain`), so that each row's predecessor is seq - 1 (a rowid lookup; a
   window function runs several times slower). balance_after is optional: a row that has one is
-  checked against its predecessor's, when that has one too (a row without is still a movement);
+  checked against its predecessor's, when that has one too (a row without is still a movement); the
+  day's first row is not checked against an earlier day's across a day no sync has read in full;
 - totals per (currency, hour) in one GROUP BY.
 
-Parameters (named): :start, :end (the day as an ISO range); the wallet movement types are bound one
-parameter each (:w0, :w1, ...).
+Parameters (named): :start, :end (the day as an ISO range), :day; the wallet movement types are bound
+one parameter each (:w0, :w1, ...).
 """
 
 from __future__ import annotations
@@ -79,13 +80,22 @@ def _orphans(wallet: str) -> str:
 # without the Z it sorts before them (a prefix), and the fractions (always 6 digits) among themselves.
 # The first row of a currency chains from that currency's last transaction before the day (when it
 # shows a balance): the last second that has one is found through the created_at index (text order
-# is time order across seconds), then that second's rows are put in time order.
+# is time order across seconds), then that second's rows are put in time order. That link is judged
+# only when every day between the two has been read in full (`sync_coverage` of transactions): across a
+# day never synced the store's last entry is not the provider's, and the break would be the store's hole
+# (a night the catch-up has not reached yet), not the provider's. Once the hole is synced, the day
+# matched again judges the link.
 _BREAKS = """
     SELECT 'balance_discontinuity', 'wallet', id, prev + amount, balance, currency,
            'balance_after does not follow from the previous transaction'
     FROM (SELECT b.id, b.amount, b.balance, b.currency,
                  CASE WHEN a.seq IS NOT NULL AND a.currency IS b.currency THEN a.balance
-                      ELSE (SELECT p.balance_after_cents FROM transactions p
+                      ELSE (SELECT CASE WHEN (SELECT COUNT(*) FROM sync_coverage c
+                                              WHERE c.entity = 'transactions' AND c.day > substr(p.created_at, 1, 10)
+                                                AND c.day < :day)
+                                             = julianday(:day) - julianday(substr(p.created_at, 1, 10)) - 1
+                                        THEN p.balance_after_cents END
+                            FROM transactions p
                             WHERE p.created_at < :start AND p.currency IS b.currency
                               AND p.created_at >= (SELECT substr(q.created_at, 1, 19) FROM transactions q
                                                    WHERE q.created_at < :start AND q.currency IS b.currency

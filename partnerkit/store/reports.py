@@ -1,9 +1,11 @@
-"""Stored daily reports: one row per UTC date, the report JSON as generated (latest run wins)."""
+"""Stored daily reports: one row per UTC date, the report JSON as generated (latest run wins), and which
+nights still need one (the nightly catch-up, `partnerkit status`)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from datetime import date, datetime, timedelta
+from typing import Any, Iterable
 
 from partnerkit.store.db import Database, transaction
 
@@ -23,6 +25,12 @@ def get_report(db: Database, day: str) -> dict[str, Any] | None:
     return json.loads(row[0]) if row else None
 
 
+# A report counts for its night only when it was generated after that UTC day ended.
+_COMPLETE = "generated_at >= date(date, '+1 day')"
+# After downtime the nightly run catches up this many nights at most; older ones need `partnerkit reconcile --date`.
+CATCH_UP_NIGHTS = 31
+
+
 def last_complete_report_date(db: Database) -> str | None:
     """The latest date whose report was generated after that UTC day ended, or None.
 
@@ -30,10 +38,49 @@ def last_complete_report_date(db: Database) -> str | None:
     not the nightly report: counting it would leave that day, and every day before it, never
     reported by the nightly job.
     """
-    return db.execute("SELECT MAX(date) FROM reports WHERE generated_at >= date(date, '+1 day')").fetchone()[0]
+    return db.execute(f"SELECT MAX(date) FROM reports WHERE {_COMPLETE}").fetchone()[0]
 
 
 def report_dates(db: Database) -> list[str]:
     """Every date with a stored report, oldest first."""
     return [r[0] for r in db.execute("SELECT date FROM reports ORDER BY date").fetchall()]
 
+
+def latest_due_night(now: datetime, due_hour: int) -> date:
+    """The latest night whose report is due at `now`: yesterday from `due_hour` (UTC) on, else the day before."""
+    return now.date() - timedelta(days=1 if now.hour >= due_hour else 2)
+
+
+def nights_to_report(reported: Iterable[str], first_day: str | None, latest: date,
+                     window: int = CATCH_UP_NIGHTS) -> tuple[list[date], list[date]]:
+    """(due, beyond): the nights up to `latest` without a complete report, oldest first, from the store's first
+    day on. `due` are those of the last `window` nights (the catch-up); `beyond` the older ones, which only
+    `partnerkit reconcile --date` reports. With no first day (a new store), `latest` alone is due."""
+    done = set(reported)
+    start = latest - timedelta(days=window - 1)
+    first = min(date.fromisoformat(first_day), latest) if first_day else latest
+    nights = [first + timedelta(days=n) for n in range((latest - first).days + 1)]
+    missing = [night for night in nights if night.isoformat() not in done]
+    return [n for n in missing if n >= start], [n for n in missing if n < start]
+
+
+def unreported_nights(db: Database, latest: date) -> tuple[list[date], list[date]]:
+    """nights_to_report over the store: its first day is the first day a sync covered or a report was kept
+    for, whichever is earlier. A report made by hand for a later night (`partnerkit reconcile --date`)
+    never hides the nights before it."""
+    first_day = db.execute("SELECT MIN(day) FROM (SELECT MIN(day) AS day FROM sync_coverage"
+                           " UNION ALL SELECT MIN(date) FROM reports)").fetchone()[0]
+    since = min(first_day, latest.isoformat()) if first_day else latest.isoformat()
+    reported = [r[0] for r in db.execute(f"SELECT date FROM reports WHERE date >= ? AND {_COMPLETE}", (since,))]
+    return nights_to_report(reported, first_day, latest)
+
+
+def night_ranges(nights: Iterable[date]) -> list[str]:
+    """Nights (in order) as runs: "2026-10-02..2026-10-21", or one day alone."""
+    runs: list[list[date]] = []
+    for night in nights:
+        if runs and night == runs[-1][1] + timedelta(days=1):
+            runs[-1][1] = night
+        else:
+            runs.append([night, night])
+    return [a.isoformat() if a == b else f"{a.isoformat()}..{b.isoformat()}" for a, b in runs]

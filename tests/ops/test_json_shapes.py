@@ -70,7 +70,10 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     run("recharges", "list")
     run("status")
     run("config")
-    run("report", "--date", utcnow().date().isoformat())
+    today = utcnow().date().isoformat()
+    synced = CliRunner().invoke(cli, ["reconcile", "--date", today], env=env)  # `report` needs a day read in full
+    assert synced.exit_code == 0, synced.output
+    run("report", "--date", today)
     run("drifts", "list")
     run("webhooks", "delete", "1")
 

@@ -141,6 +141,28 @@ def test_status_says_when_the_nightly_report_is_overdue(sandbox_config, db):
         assert collect(sandbox_config, db)["report_overdue_date"] is None
 
 
+def test_status_names_nights_older_than_the_catch_up_that_were_never_reported(sandbox_config, db):
+    """The nightly run catches up 31 nights; older ones without a report are left to `reconcile --date`."""
+    from partnerkit.store import reports
+
+    reports.save_report(db, {"date": "2026-09-30", "generated_at": "2026-10-01T01:00:00Z", "summary": {}, "drifts": []})
+    reports.save_report(db, {"date": "2026-10-10", "generated_at": "2026-10-11T01:00:00Z", "summary": {}, "drifts": []})
+    with freeze_time("2026-11-22T00:30:00Z"):  # before the due hour: the catch-up reaches 2026-10-21..2026-11-20
+        status = collect(sandbox_config, db)
+    assert status["nights_never_reported"] == ["2026-10-01..2026-10-09", "2026-10-11..2026-10-20"]
+    assert any("older than the 31 the nightly run catches up were never reported: 2026-10-01..2026-10-09, "
+               "2026-10-11..2026-10-20; `partnerkit reconcile --date D`" in line for line in status["attention"])
+    with freeze_time("2026-11-22T01:00:00Z"):  # a night later, 2026-10-21 falls out of reach too
+        assert collect(sandbox_config, db)["nights_never_reported"][-1] == "2026-10-11..2026-10-21"
+    for night in range(1, 22):
+        if night != 10:
+            reports.save_report(db, {"date": f"2026-10-{night:02d}", "generated_at": "2026-11-22T02:00:00Z",
+                                     "summary": {}, "drifts": []})
+    with freeze_time("2026-11-22T02:30:00Z"):
+        status = collect(sandbox_config, db)
+    assert status["nights_never_reported"] == [] and not any("never reported" in line for line in status["attention"])
+
+
 def test_status_lists_a_sync_reading_on_from_where_it_stopped(sandbox_config, db):
     from partnerkit.store import ledger
 

@@ -103,6 +103,14 @@ class Ledger:
         record_sync(self.db, "recharges", from_day=day.isoformat(), to_day=day.isoformat(), started_at=stamp,
                     count=len(seen), days=[day.isoformat()], advance_to=day.isoformat())
 
+    def read_in_full(self, *, day: date = DAY) -> None:
+        """Record that a sync read the day's recharges and transactions in full, as the 15-minute sync does
+        before the day ends (so no unknown_to_provider), which `partnerkit report` needs for a day it matches."""
+        stamp = iso(at(23, 50, day))
+        for entity in ("recharges", "transactions"):
+            record_sync(self.db, entity, from_day=day.isoformat(), to_day=day.isoformat(), started_at=stamp, count=0,
+                        days=[day.isoformat()], advance_to=None)
+
     def quarantine(self, reason: str = "no amount") -> None:
         """A record that fit no alias."""
         quarantine(self.db, [("k" + str(next(self.ids)), reason, "{}", DAY.isoformat())], at(23).isoformat())

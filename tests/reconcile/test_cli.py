@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from datetime import timedelta
+from types import SimpleNamespace
 
 import getpass
 
@@ -18,6 +19,9 @@ from partnerkit.cli import cli
 from partnerkit.cli.output import counted
 from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import audit_trail, get_drift
+from partnerkit.store.ledger import record_sync
+from partnerkit.timeutil import iso
+from reconcile.jobs import report_day
 from reconcile.matcher import match_day
 
 
@@ -25,6 +29,7 @@ from reconcile.matcher import match_day
 def drift_ids(db, ledger):
     ledger.recharge()                      # missing_debit
     ledger.tx("-5.00", type="RECHARGE")    # orphan_transaction
+    ledger.read_in_full()                  # by the 15-minute sync: no report stored yet
     match_day(db, DAY, now=at(2, day=DAY + timedelta(days=1)))
     return [r[0] for r in db.execute("SELECT id FROM drifts ORDER BY kind")]
 
@@ -100,6 +105,34 @@ def test_report_without_a_stored_one_leaves_the_day_to_the_nightly_run(invoke, d
     assert (tmp_path / "reports" / "partnerkit-report-2025-03-14.html").exists()
 
 
+@pytest.mark.parametrize("output", [None, "out.html"])
+@pytest.mark.parametrize("synced", [(), ("recharges",)])
+def test_report_of_a_day_no_sync_read_in_full_is_refused_and_writes_nothing(invoke, db, ledger, tmp_path, synced,
+                                                                             output):
+    """Matched from a store that never read the day, the files said "every recharge, order and transaction
+    of the day reconciles" in the report directory, beside the real nightly ones."""
+    ledger.tx("-17.00", type="RECHARGE", reference_number="GHOST", day=DAY - timedelta(days=5))  # never synced
+    day = (DAY - timedelta(days=5)).isoformat()
+    for entity in synced:
+        record_sync(db, entity, from_day=day, to_day=day, started_at=iso(at(2)), count=0, days=[day], advance_to=None)
+    args = ["report", "--date", day, "--format", "html"] + (["--output", str(tmp_path / output)] if output else [])
+    result = invoke(*args)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.strip() == (f"Error: no stored report for {day}, and no sync has read that day in full: the "
+                                     f"local store cannot vouch for it; `partnerkit reconcile --date {day}` syncs "
+                                     "and reports it (nothing written)")
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "out.html").exists()
+    assert report_store.get_report(db, day) is None and db.execute("SELECT COUNT(*) FROM drifts").fetchone()[0] == 0
+
+
+def test_a_stored_report_is_shown_whatever_the_days_coverage(invoke, db, ledger, tmp_path):
+    ledger.tx("-5.00", type="RECHARGE")  # an orphan
+    report = report_day(SimpleNamespace(report_dir=tmp_path / "kept"), db, DAY, now=at(2, day=DAY + timedelta(days=1)))
+    assert report_store.get_report(db, DAY.isoformat()) is not None
+    result = invoke("report", "--date", DAY.isoformat(), "--format", "json", "--output", str(tmp_path / "out.json"))
+    assert result.exit_code == 0 and json.loads((tmp_path / "out.json").read_text())["summary"]["unmatched"] == 1
+
+
 @pytest.mark.parametrize("option, value", [("--note", ""), ("--note", "   "), ("--by", ""), ("--by", "\t")])
 @pytest.mark.parametrize("action", ["resolve", "escalate"])
 def test_an_empty_note_or_name_is_refused_and_nothing_is_recorded(invoke, db, drift_ids, action, option, value):
@@ -122,9 +155,46 @@ def test_by_defaults_to_the_uid_when_the_os_user_has_no_name(invoke, db, drift_i
         raise KeyError("getpwuid(): uid not found: 54321")
 
     monkeypatch.setattr(getpass, "getuser", no_name)
+    monkeypatch.delenv("SUDO_USER", raising=False)
     result = invoke("drifts", "resolve", drift_ids[0], "--note", "credited")
     assert result.exit_code == 0, result.output
     assert get_drift(db, drift_ids[0]).resolution_by.startswith("uid ")
+
+
+@pytest.mark.parametrize("sudo_user, by", [("asha", "asha"), (None, "login"), ("", "login")])
+def test_by_defaults_to_the_user_who_ran_sudo_else_the_login_name(invoke, db, drift_ids, monkeypatch, sudo_user, by):
+    """Finance runs `sudo -u partnerkit partnerkit drifts resolve ...` (the database is the service's): sudo
+    sets USER and LOGNAME to partnerkit, the name partnerkit's own audit rows carry."""
+    monkeypatch.setenv("USER", "partnerkit")
+    monkeypatch.setenv("LOGNAME", "partnerkit")
+    monkeypatch.setattr(getpass, "getuser", lambda: "login")
+    if sudo_user is None:
+        monkeypatch.delenv("SUDO_USER", raising=False)
+    else:
+        monkeypatch.setenv("SUDO_USER", sudo_user)
+    assert invoke("drifts", "escalate", drift_ids[0], "--note", "sent to support").exit_code == 0
+    assert get_drift(db, drift_ids[0]).resolution_by == by
+    assert audit_trail(db, drift_ids[0])[-1]["by"] == by
+    assert invoke("drifts", "resolve", drift_ids[1], "--note", "ok", "--by", "ravi").exit_code == 0  # --by wins
+    assert get_drift(db, drift_ids[1]).resolution_by == "ravi"
+
+
+def test_drifts_list_gives_when_each_drift_was_detected_and_resolved_and_why(invoke, db, drift_ids):
+    assert invoke("drifts", "resolve", drift_ids[0], "--note", "checked", "--by", "asha").exit_code == 0
+    first_eleven = ["id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
+                    "resolution", "resolution_by", "resolution_note"]
+    listed = json.loads(invoke("drifts", "list", "--format", "json").output)
+    assert [list(d) for d in listed] == [first_eleven + ["detected_at", "resolution_at", "detail"]] * 2
+    resolved = next(d for d in listed if d["id"] == drift_ids[0])
+    drift = get_drift(db, drift_ids[0])
+    assert (resolved["detected_at"], resolved["resolution_at"], resolved["detail"]) == (
+        drift.detected_at, drift.resolution_at, drift.detail) and drift.detail and drift.resolution_at
+    as_csv = invoke("drifts", "list", "--format", "csv").output
+    assert as_csv.splitlines()[0] == ",".join(first_eleven + ["detected_at", "resolution_at", "detail"])
+    assert {r["detail"] for r in csv.DictReader(io.StringIO(as_csv))} == {get_drift(db, i).detail for i in drift_ids}
+    table = invoke("drifts", "list").output.splitlines()
+    assert table[0].split() == [c.upper() for c in first_eleven + ["detected_at"]]
+    assert all(line.rstrip().endswith(get_drift(db, i).detected_at) for line, i in zip(table[1:], drift_ids))
 
 
 def test_report_help_says_what_each_format_holds(invoke):
@@ -176,7 +246,7 @@ def test_a_note_with_a_line_break_stays_on_its_row_in_tables(invoke, db, drift_i
     # A pasted note spilled onto a line of its own that read like the next row; CSV and JSON keep it as is.
     assert invoke("drifts", "resolve", drift_ids[0], "--note", "credited\nticket 9\x1b[31m", "--by", "asha").exit_code == 0
     listed = invoke("drifts", "list", "--resolution", "resolved").output.splitlines()
-    assert len(listed) == 2 and listed[1].endswith("credited\\nticket 9\\x1b[31m")
+    assert len(listed) == 2 and "credited\\nticket 9\\x1b[31m" in listed[1]
     history = invoke("drifts", "history", drift_ids[0]).output.splitlines()
     assert len(history) == 3 and "credited\\nticket 9\\x1b[31m" in history[2]
     assert get_drift(db, drift_ids[0]).resolution_note == "credited\nticket 9\x1b[31m"  # stored as typed

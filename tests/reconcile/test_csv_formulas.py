@@ -45,6 +45,7 @@ def planted(db, ledger):
     """A provider recharge whose reference_number is a formula, and a debit with no recharge (negative amount)."""
     ledger.recharge(ref=FORMULA, origin="provider")
     ledger.tx("-5.00", type="RECHARGE")
+    ledger.read_in_full()
     match_day(db, DAY, now=at(2, day=DAY.replace(day=DAY.day + 1)))
 
 

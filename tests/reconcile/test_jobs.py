@@ -15,7 +15,7 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import list_drifts
-from reconcile.jobs import due_dates, nightly, nightly_job, reconcile_day, report_day, sync_recent
+from reconcile.jobs import nightly, nightly_job, reconcile_day, report_day, sync_recent
 
 
 class FakeProvider:
@@ -81,16 +81,29 @@ def provider(db):
     return fake
 
 
-@pytest.mark.parametrize("last, now, expected", [
-    (None, "2025-03-14T00:59", ["2025-03-12"]),
-    (None, "2025-03-14T01:00", ["2025-03-13"]),
-    ("2025-03-13", "2025-03-14T05:00", []),
-    ("2025-03-12", "2025-03-14T00:30", []),
-    ("2025-03-10", "2025-03-14T01:00", ["2025-03-11", "2025-03-12", "2025-03-13"]),
+@pytest.mark.parametrize("reported, first_day, latest, due, beyond", [
+    ([], None, "2025-03-13", ["2025-03-13"], []),  # a new store: the latest night
+    ([], "2025-03-14", "2025-03-13", ["2025-03-13"], []),  # first synced today: yesterday still
+    (["2025-03-13"], "2025-03-10", "2025-03-13", ["2025-03-10", "2025-03-11", "2025-03-12"], []),
+    (["2025-03-10", "2025-03-12"], "2025-03-10", "2025-03-13", ["2025-03-11", "2025-03-13"], []),  # a hole
+    (["2025-01-01"], "2025-01-01", "2025-03-13", [f"2025-02-{d:02d}" for d in range(11, 29)]
+     + [f"2025-03-{d:02d}" for d in range(1, 14)], [f"2025-01-{d:02d}" for d in range(2, 32)]
+     + [f"2025-02-{d:02d}" for d in range(1, 11)]),  # 31 nights due, the 40 before them beyond reach
 ])
-def test_due_dates(last, now, expected):
+def test_nights_to_report(reported, first_day, latest, due, beyond):
+    found = report_store.nights_to_report(reported, first_day, date.fromisoformat(latest))
+    assert [[d.isoformat() for d in part] for part in found] == [due, beyond]
+
+
+@pytest.mark.parametrize("now, latest", [("2025-03-14T00:59", "2025-03-12"), ("2025-03-14T01:00", "2025-03-13")])
+def test_the_latest_due_night_turns_at_the_due_hour(now, latest):
     moment = datetime.fromisoformat(now).replace(tzinfo=timezone.utc)
-    assert [d.isoformat() for d in due_dates(last, moment, 1)] == expected
+    assert report_store.latest_due_night(moment, 1).isoformat() == latest
+
+
+def test_night_ranges_name_runs_of_nights():
+    nights = [date(2025, 3, d) for d in (2, 3, 4, 7, 9, 10)]
+    assert report_store.night_ranges(nights) == ["2025-03-02..2025-03-04", "2025-03-07", "2025-03-09..2025-03-10"]
 
 
 def test_nightly_reports_the_previous_day_at_the_due_hour_only(config, db, provider):
@@ -166,7 +179,7 @@ def test_late_refund_found_by_a_later_night_resolves_the_earlier_drift(config, d
         nightly(config, db, provider)
     [after] = list_drifts(db, kind="missing_refund")
     assert after.id == drift.id and after.resolution == "resolved"
-    assert after.resolution_note == "no longer detected on 2025-03-13 run"
+    assert after.resolution_note == "no longer detected on 2025-03-13 run: credit late-1 of 98.00 received"
 
 
 @pytest.mark.parametrize("early", ["today", "a future day", "yesterday, unsynced, before the due hour"])
@@ -249,3 +262,50 @@ def test_a_later_credit_for_a_recharge_of_a_clean_day_is_reported(config, db, pr
         nightly(config, db, provider)
     # The SUCCESS recharge RCH12 of 2025-03-13 was credited back: an unexpected_refund, on some day's report.
     assert [d.reference for d in list_drifts(db, kind="unexpected_refund")] == ["RCH12"]
+
+
+def _ghost_debits(provider: FakeProvider, debits: dict[date, tuple[str, str]]) -> None:
+    """EUR debits nobody placed (orphans), each with its balance_after: {day: (amount, balance_after)}."""
+    for n, (day, (amount, balance)) in enumerate(sorted(debits.items())):
+        provider.transactions.append({"id": 700_001 + n, "type": "RECHARGE", "amount": amount, "direction": "DEBIT",
+                                      "currency": "EUR", "created_at": f"{day.isoformat()}T10:00:00Z",
+                                      "balance_after": balance, "reference_number": f"GHOST-{day.isoformat()}"})
+
+
+def _kinds(db) -> list[tuple[str, str]]:
+    return sorted((d.kind, d.report_date) for d in list_drifts(db) if d.resolution != "resolved")
+
+
+@pytest.mark.parametrize("third_balance, discontinuity", [("952.00", False), ("950.00", True)])
+def test_a_night_reconciled_by_hand_does_not_hide_the_nights_before_it(config, db, third_balance, discontinuity):
+    """The last nightly report was 03-13; during an outage finance reconciled 03-17 by hand. The catch-up used
+    to start after the newest report (03-17), so 03-14..03-16 were never synced nor reported, and 03-17's
+    balance chain linked its entry to 03-13's across the hole: a false balance_discontinuity."""
+    provider = FakeProvider()
+    _ghost_debits(provider, {date(2025, 3, 13): ("12.00", "988.00"), date(2025, 3, 15): ("17.00", "971.00"),
+                             date(2025, 3, 17): ("19.00", third_balance)})
+    reconcile_day(config, db, provider, date(2025, 3, 13), now=datetime(2025, 3, 14, 1, tzinfo=timezone.utc))
+    reconcile_day(config, db, provider, date(2025, 3, 17), now=datetime(2025, 3, 18, 9, tzinfo=timezone.utc))
+    # 03-14..03-16 never synced: the link from 03-17 back to 03-13 is not judged (the store's hole, not the provider's).
+    assert _kinds(db) == [("orphan_transaction", "2025-03-13"), ("orphan_transaction", "2025-03-17")]
+    with freeze_time("2025-03-20T01:00:00Z"):
+        reported = [r["date"] for r in nightly(config, db, provider)]
+    assert reported == ["2025-03-14", "2025-03-15", "2025-03-16", "2025-03-18", "2025-03-19"]  # oldest first
+    assert report_store.report_dates(db) == [f"2025-03-{d}" for d in range(13, 20)]
+    # The hole synced, 03-17 was matched again: its link to 03-15 is judged, and holds unless the provider's breaks.
+    assert _kinds(db) == sorted([("orphan_transaction", "2025-03-13"), ("orphan_transaction", "2025-03-15"),
+                                 ("orphan_transaction", "2025-03-17"),
+                                 *([("balance_discontinuity", "2025-03-17")] if discontinuity else [])])
+    with freeze_time("2025-03-20T02:00:00Z"):
+        assert nightly(config, db, provider) == []  # every night reported once
+
+
+def test_nights_older_than_the_catch_up_are_named_in_a_warning(config, db, caplog):
+    provider = FakeProvider()
+    reconcile_day(config, db, provider, date(2025, 1, 27), now=datetime(2025, 1, 28, 1, tzinfo=timezone.utc))
+    with freeze_time("2025-03-20T01:00:00Z"), caplog.at_level("WARNING", logger="reconcile.jobs"):
+        reported = [r["date"] for r in nightly(config, db, provider)]
+    assert reported[0] == "2025-02-17" and reported[-1] == "2025-03-19" and len(reported) == 31
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.getMessage() == ("20 night(s) older than the 31 the nightly run catches up were never reported: "
+                                    "2025-01-28..2025-02-16; `partnerkit reconcile --date D` reports each")

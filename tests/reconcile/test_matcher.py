@@ -9,6 +9,7 @@ import pytest
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.store import recharges as recharge_store
+from partnerkit.store.ledger import record_sync
 from partnerkit.store.drifts import audit_trail, drift_id, get_drift, list_drifts, open_drift, set_resolution
 from reconcile import matcher
 from reconcile.matcher import match_day
@@ -410,6 +411,20 @@ def test_first_transaction_of_the_day_chains_from_the_previous_day(db, ledger):
     assert found(db) == {("balance_discontinuity", "wallet", first)}
 
 
+@pytest.mark.parametrize("covered, judged", [((), False), ((1, 2), True), ((1,), False)])
+def test_the_chain_is_not_judged_across_a_day_no_sync_read(db, ledger, covered, judged):
+    """The store's last entry before a day never synced is not the provider's: the link across it would
+    be a false break (a night the catch-up has not reached). Once every day between is synced, it is judged."""
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=3), hour=23)
+    first = ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)  # 1000 - 100 is not 800
+    for back in covered:
+        day = (DAY - timedelta(days=back)).isoformat()
+        record_sync(db, "transactions", from_day=day, to_day=day, started_at=f"{day}T23:59:00Z", count=0, days=[day],
+                    advance_to=None)
+    run(db)
+    assert found(db) == ({("balance_discontinuity", "wallet", first)} if judged else set())
+
+
 def test_a_whole_second_comes_before_the_fractions_of_that_second_in_the_chain(db, ledger):
     # Stored times are ISO text ("...T02:00:00Z", "...T02:00:00.500000Z"): as text the whole second sorts
     # after its own fractions, which put the chain out of time order (two false discontinuities).
@@ -471,13 +486,39 @@ def test_late_refund_resolves_the_drift_automatically(db, ledger):
     ledger.debit_recharge(rc)
     run(db)
     d = one(db, "missing_refund")
-    ledger.credit_recharge(rc, day=DAY + timedelta(days=2))  # the refund arrives two days later
+    tid = ledger.credit_recharge(rc, day=DAY + timedelta(days=2))  # the refund arrives two days later
     result = run(db, now=RUN + timedelta(days=2))
     assert result.changes["auto_resolved"] == 1
     resolved = get_drift(db, d.id)
     assert resolved.resolution == "resolved" and resolved.resolution_by == "partnerkit"
-    assert resolved.resolution_note == f"no longer detected on {DAY.isoformat()} run"
+    assert resolved.resolution_note == f"no longer detected on {DAY.isoformat()} run: credit {tid} of 98.00 received"
     assert audit_trail(db, d.id)[-1]["action"] == "auto_resolved"
+
+
+def test_the_automatic_resolution_names_the_credit_or_debit_that_cleared_the_drift(db, ledger):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    oid = ledger.order(amount="500.00")  # its named ORDER debit not synced yet: missing_debit
+    run(db)
+    duplicate, missing = one(db, "duplicate_debit"), one(db, "missing_debit")
+    credit = ledger.credit_recharge(rc, day=NEXT, hour=9)  # dated after the run that found them
+    debit = ledger.debit_order(oid, "500.00", day=NEXT, hour=9)
+    run(db, now=RUN + timedelta(days=1))
+    gone = f"no longer detected on {DAY.isoformat()} run"
+    assert get_drift(db, duplicate.id).resolution_note == f"{gone}: credit {credit} of 98.00 received"
+    assert get_drift(db, missing.id).resolution_note == f"{gone}: debit {debit} of 500.00 received"
+    assert audit_trail(db, missing.id)[-1]["note"] == f"{gone}: debit {debit} of 500.00 received"
+
+
+def test_the_automatic_resolution_names_nothing_it_cannot_tie_to_the_run(db, ledger):
+    rc = ledger.recharge("FAILED")
+    ledger.debit_recharge(rc)
+    run(db)
+    d = one(db, "missing_refund")
+    ledger.credit_recharge(rc, hour=11)  # synced after the run that found the drift, but dated before it
+    run(db, now=RUN + timedelta(hours=1))
+    assert get_drift(db, d.id).resolution_note == f"no longer detected on {DAY.isoformat()} run"
 
 
 def test_an_automatically_resolved_drift_that_comes_back_is_reopened(db, ledger):
@@ -581,3 +622,111 @@ def test_a_drift_finance_resolved_by_hand_is_not_reopened_by_a_rerun(db, ledger,
     after = get_drift(db, d.id)
     assert (after.resolution, after.resolution_note, after.resolution_by) == ("resolved", "settled off-line", by)
     assert [a["action"] for a in audit_trail(db, d.id)] == ["detected", "resolved"]
+
+
+# --- a drift found again with other figures ----------------------------------------------------
+
+def _trail(db, ident):
+    return [(a["action"], a["resolution"], a["note"], a["by"]) for a in audit_trail(db, ident)]
+
+
+def _duplicate(db, ledger):
+    """A recharge debited twice, matched: its duplicate_debit (expected 98.00, actual 196.00)."""
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.debit_recharge(rc, minute=2)
+    run(db)
+    return rc, one(db, "duplicate_debit")
+
+
+@pytest.mark.parametrize("decision", ["resolved", "escalated"])
+def test_a_drift_finance_decided_goes_back_to_pending_when_a_third_debit_changes_its_figures(db, ledger, decision):
+    rc, d = _duplicate(db, ledger)
+    set_resolution(db, d.id, decision, note="provider agreed to credit the 2nd debit, ticket 88", by="asha", at=RUN)
+    ledger.debit_recharge(rc, minute=3)  # the provider debits it a third time
+    result = run(db, now=RUN + timedelta(hours=1))
+    after = get_drift(db, d.id)  # the same drift (ids are kind|subject|reference), pending again
+    note = f"reopened (was {decision}): actual 196.00 -> 294.00: 3 debits for one recharge"
+    assert (after.resolution, after.actual, after.detail) == ("pending", Decimal("294.00"), "3 debits for one recharge")
+    assert (after.resolution_note, after.resolution_by, after.detected_at) == (note, "partnerkit", d.detected_at)
+    assert _trail(db, d.id) == [
+        ("detected", "pending", "2 debits for one recharge", "partnerkit"),
+        (decision, decision, "provider agreed to credit the 2nd debit, ticket 88", "asha"),
+        ("changed", "pending", note, "partnerkit")]
+    assert result.changes["changed"] == 1 and found(db) == {("duplicate_debit", "recharge", rc["reference_number"])}
+
+
+def test_a_pending_drift_whose_figures_change_keeps_its_state_and_gains_an_audit_row(db, ledger):
+    rc, d = _duplicate(db, ledger)
+    ledger.debit_recharge(rc, minute=3)
+    run(db, now=RUN + timedelta(hours=1))
+    after = get_drift(db, d.id)
+    assert (after.resolution, after.resolution_note, after.actual) == ("pending", None, Decimal("294.00"))
+    assert _trail(db, d.id)[-1] == ("changed", "pending", "actual 196.00 -> 294.00: 3 debits for one recharge",
+                                    "partnerkit")
+
+
+@pytest.mark.parametrize("decision", ["pending", "resolved", "escalated"])
+def test_a_rerun_with_the_same_figures_adds_nothing(db, ledger, decision):
+    rc, d = _duplicate(db, ledger)
+    ledger.debit_recharge(rc, minute=3)
+    run(db, now=RUN + timedelta(hours=1))  # a change, then a decision on the new figures
+    if decision != "pending":
+        set_resolution(db, d.id, decision, note="checked 294.00", by="asha", at=RUN + timedelta(hours=2))
+    before, trail = get_drift(db, d.id), audit_trail(db, d.id)
+    result = run(db, now=RUN + timedelta(hours=3))
+    after = get_drift(db, d.id)
+    assert audit_trail(db, d.id) == trail and result.changes == {"new": 0, "reopened": 0, "changed": 0,
+                                                                 "auto_resolved": 0}
+    assert (after.resolution, after.resolution_note, after.resolution_by, after.resolution_at) == (
+        before.resolution, before.resolution_note, before.resolution_by, before.resolution_at)
+
+
+def test_an_escalated_duplicate_credited_then_debited_again_is_pending_not_escalated(db, ledger):
+    # The escalation asked for a credit of the 2nd debit; it came (auto-resolved), then a 3rd debit: a new problem.
+    rc, d = _duplicate(db, ledger)
+    set_resolution(db, d.id, "escalated", note="ticket 42", by="bob", at=RUN)
+    ledger.credit_recharge(rc, minute=9)
+    run(db, now=RUN + timedelta(hours=1))
+    assert get_drift(db, d.id).resolution == "resolved"
+    ledger.debit_recharge(rc, minute=10)
+    run(db, now=RUN + timedelta(hours=2))
+    back = get_drift(db, d.id)
+    note = "reopened (was resolved): 2 debits for one recharge -> 3 debits for one recharge, not all credited back"
+    assert (back.resolution, back.resolution_note, back.resolution_by) == ("pending", note, "partnerkit")
+    assert [a[0] for a in _trail(db, d.id)] == ["detected", "escalated", "auto_resolved", "changed"]
+
+
+def test_after_a_figure_change_a_drift_that_goes_and_comes_back_is_pending_not_its_old_escalation(db, ledger):
+    rc = ledger.recharge()
+    tid = ledger.debit_recharge(rc, amount="100.00")
+    run(db)
+    ident = one(db, "amount_mismatch").id
+    set_resolution(db, ident, "escalated", note="ticket 42", by="bob", at=RUN)
+    ledger.debit_recharge(rc, amount="101.00", id=tid)  # the provider rewrites the debit: other figures
+    run(db, now=RUN + timedelta(hours=1))
+    assert get_drift(db, ident).resolution == "pending"
+    ledger.debit_recharge(rc, id=tid)  # corrected to payable: gone
+    run(db, now=RUN + timedelta(hours=2))
+    ledger.debit_recharge(rc, amount="101.00", id=tid)  # back, with the figures it had when it went
+    run(db, now=RUN + timedelta(hours=3))
+    back = get_drift(db, ident)
+    assert (back.resolution, back.resolution_note, back.resolution_by) == ("pending", None, None)
+    assert [(a["action"], a["resolution"]) for a in audit_trail(db, ident)] == [
+        ("detected", "pending"), ("escalated", "escalated"), ("changed", "pending"), ("auto_resolved", "resolved"),
+        ("reopened", "pending")]
+
+
+def test_the_poller_recording_a_stuck_drift_with_other_figures_reopens_it(db, ledger):
+    rc = ledger.recharge("PROCESSING")
+    ident = open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+                       expected=Decimal("98.00"), actual=None, currency="INR", detected_at=at(10, 31))
+    set_resolution(db, ident, "escalated", note="support ticket 9", by="asha", at=at(10, 40))
+    open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+               expected=Decimal("98.00"), actual=None, currency="INR", detected_at=at(10, 45))  # same: nothing
+    assert [a["action"] for a in audit_trail(db, ident)] == ["detected", "escalated"]
+    open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+               expected=Decimal("97.00"), actual=None, currency="INR", detected_at=at(10, 50))
+    after = get_drift(db, ident)
+    assert (after.resolution, after.expected) == ("pending", Decimal("97.00"))
+    assert audit_trail(db, ident)[-1]["note"] == "reopened (was escalated): expected 98.00 -> 97.00"

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from partnerkit.cli import cli
 from partnerkit.config import ENV_NAMES
 from partnerkit.store import open_db
+from partnerkit.store.ledger import record_sync
 from tests.receiver.conftest import VOUCHER_KEY
 
 LONG_RUNNING = {("serve",), ("run",), ("worker",), ("demo",), ("sandbox",)}
@@ -424,6 +425,11 @@ def test_unwritable_outputs_are_one_line_with_exit_1(tmp_path):
                           match="a-file' is not a directory")
     assert_one_line_error(*run_in_process(["backup", str(tmp_path / "a-file")], env), code=1, match="already exists")
     (tmp_path / "reports").write_text("a file where the report directory should be")
+    db = open_db(tmp_path / "pk.db")  # a day a sync read in full: `report` matches it and writes its files
+    for entity in ("recharges", "transactions"):
+        record_sync(db, entity, from_day="2024-05-01", to_day="2024-05-01", started_at="2024-05-02T01:00:00Z",
+                    count=0, days=["2024-05-01"], advance_to=None)
+    db.conn.close()
     assert_one_line_error(*run_in_process(["report", "--date", "2024-05-01", "--output", str(tmp_path / "out" / "r.html")],
                                           environment(tmp_path, PARTNERKIT_REPORT_DIR=str(tmp_path / "reports"))),
                           code=1, match="reports is a file where a directory is needed")
