@@ -61,10 +61,19 @@ def _statements(wallet: str) -> tuple[str, ...]:
     )
 
 
+# What an orphan claims to pay for, for finance to look it up: its type, debit or credit, its time and the
+# reference_number, recharge_id and order_id it carries ("RECHARGE debit at 2026-11-22T10:00:00Z naming
+# reference_number GHOST1: no such recharge or order"), built in the statement like every other detail.
+ORPHAN_DETAIL = ("COALESCE(t.type, 'untyped') || CASE WHEN t.amount_cents < 0 THEN ' debit' ELSE ' credit' END"
+                 " || ' at ' || t.created_at || COALESCE(' naming ' || NULLIF(substr("
+                 "COALESCE(', reference_number ' || t.reference_number, '') || COALESCE(', recharge_id ' || t.recharge_id, '')"
+                 " || COALESCE(', order_id ' || t.order_id, ''), 3), '') || ': no such recharge or order',"
+                 " ' naming no reference_number, recharge_id or order_id')")
+
+
 def _orphans(wallet: str) -> str:
     return f"""
-        SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency,
-               COALESCE(t.type, 'untyped') || ' transaction linked to no recharge or order'
+        SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency, {ORPHAN_DETAIL}
         FROM transactions t
         WHERE t.created_at >= :start AND t.created_at < :end
           AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.provider_id = t.recharge_id)
