@@ -10,7 +10,8 @@ so the two use both cores). `ledger_findings` returns what it found:
   copied in chain order (`l_chain`), so that each row's predecessor is seq - 1 (a rowid lookup; a
   window function runs several times slower). balance_after is optional: a row that has one is
   checked against its predecessor's, when that has one too (a row without is still a movement);
-- totals per (currency, hour) in one GROUP BY.
+- totals per (currency, hour) in one GROUP BY: the debits and credits that are not wallet movements
+  (the report's gross figures) and those of every entry (the wallet's roll-forward).
 
 Parameters (named): :start, :end (the day as an ISO range); the wallet movement types are bound one
 parameter each (:w0, :w1, ...).
@@ -105,14 +106,16 @@ _BREAKS = """
 
 
 def _totals(wallet: str) -> str:
-    """All of the day's transactions (n) and those not wallet movements (counted, their debits and
-    credits) per (currency, hour): the report's money figures are sums of these rows. A conversion's
-    charge is a wallet movement (never an orphan) but money spent, so it is counted."""
+    """All of the day's transactions (n, their debits and credits: the wallet's roll-forward) and those
+    not wallet movements (counted, their debits and credits) per (currency, hour): the report's money
+    figures are sums of these rows. A conversion's charge is a wallet movement (never an orphan) but
+    money spent, so it is counted."""
     return f"""
         SELECT COALESCE(currency, '') AS currency, CAST(substr(created_at, 12, 2) AS INTEGER) AS hour,
                COUNT(*) AS n, SUM(NOT w) AS counted,
                SUM(CASE WHEN w THEN 0 ELSE MIN(amount_cents, 0) END) AS debit_cents,
-               SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents
+               SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents,
+               SUM(MIN(amount_cents, 0)) AS all_debit_cents, SUM(MAX(amount_cents, 0)) AS all_credit_cents
         FROM (SELECT currency, created_at, amount_cents,
                      COALESCE(type, '') IN ({wallet}) AND COALESCE(type, '') NOT IN {CHARGE_TYPES} AS w
               FROM transactions WHERE created_at >= :start AND created_at < :end)
@@ -138,7 +141,7 @@ def ledger_findings(conn: sqlite3.Connection, params: dict[str, Any], wallet_typ
         for statement in _statements(wallet):
             _run(conn, statement, params)
         candidates = _run(conn, _orphans(wallet), params).fetchall() + _run(conn, _BREAKS, params).fetchall()
-        names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents")
+        names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents", "all_debit_cents", "all_credit_cents")
         totals = [dict(zip(names, row)) for row in _run(conn, _totals(wallet), params)]
     finally:
         drop(conn)
