@@ -91,8 +91,8 @@ def print_report(echo: Echo, report: dict[str, Any], paths: Iterable[Path]) -> N
     if "net_debits" in s:
         echo(f"  net      {_money(s['net_debits'])}   (debits less credits)")
     if "spend_as_documented" in s:
-        echo(f"  spend    {_money(s['spend_as_documented'])}   (SUCCESS and PROCESSING recharges and orders not "
-             "FAILED or CANCELLED, net of their credits back; FAILED and REVERSED are not spend)")
+        echo(f"  spend    {_money(s['spend_as_documented'])}   (SUCCESS and PROCESSING recharges, orders not FAILED "
+             "or CANCELLED; net of credits back)")
     for line in _not_final(report):
         echo(f"  {line}")
     drifts = report.get("drifts", [])
