@@ -30,7 +30,8 @@ from partnerkit.store.drifts import AUTO_RESOLVED, RESTORED_STATE, SYSTEM_ACTOR,
 
 # Recharge states (States and transitions > Recharge); legacy values are stored as SUCCESS by the
 # worker, listed here too so that a legacy row can never escape the spend rules.
-SPEND = "('SUCCESS', 'PROCESSING', 'DELIVERED', 'RECHARGED')"
+SPEND_STATUSES = ("SUCCESS", "PROCESSING", "DELIVERED", "RECHARGED")
+SPEND = "(" + ", ".join(f"'{status}'" for status in SPEND_STATUSES) + ")"
 CREDITED_BACK = "('FAILED', 'REVERSED')"
 ORDER_REFUNDED = "('FAILED', 'CANCELLED')"
 # Transaction types of a currency conversion or its charge (upper-cased by the mapping): wallet movements,
@@ -353,20 +354,32 @@ _SPEND_OF_ORDERS = f"""
     WHERE o.status NOT IN {ORDER_REFUNDED} GROUP BY 1"""
 
 
+_DAY_RECHARGES = """
+    SELECT status, {currency}, COUNT(*), SUM(COALESCE(payable_cents, amount_cents))
+    FROM recharges
+    WHERE (provider_created_at >= :start AND provider_created_at < :end)
+       OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
+    GROUP BY {keys} ORDER BY {keys}"""
+
+
 def _day_recharges(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
-    """The day's recharges by status, and the spend of those that broke no rule per currency (one pass)."""
-    rows = _run(conn, f"""
-        SELECT status, COALESCE(currency, 'INR'), COUNT(*),
-               SUM(CASE WHEN status IN {SPEND} THEN COALESCE(payable_cents, amount_cents) END)
-        FROM recharges
-        WHERE (provider_created_at >= :start AND provider_created_at < :end)
-           OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
-        GROUP BY 1, 2 ORDER BY 1, 2""", params).fetchall()
+    """The day's recharges by status, and the spend of those that broke no rule per currency.
+
+    One pass, grouped by status alone and counting the recharges in another currency than INR (the
+    default): a second key would sort the day's rows, a third more time. Only a day whose spend
+    statuses hold another currency is read again, grouped by currency as well.
+    """
+    rows = _run(conn, _DAY_RECHARGES.format(currency="SUM(currency != 'INR')", keys="1"), params).fetchall()
+    if any(others and status in SPEND_STATUSES for status, others, _, _ in rows):
+        rows = _run(conn, _DAY_RECHARGES.format(currency="COALESCE(currency, 'INR')", keys="1, 2"), params).fetchall()
+    else:
+        rows = [(status, "INR", n, payable) for status, _, n, payable in rows]
     by_status: dict[str, int] = {}
     spend: dict[str, int] = {}
     for status, currency, n, payable in rows:
         by_status[status] = by_status.get(status, 0) + n
-        spend[currency] = spend.get(currency, 0) + (payable or 0)
+        if status in SPEND_STATUSES:
+            spend[currency] = spend.get(currency, 0) + (payable or 0)
     for currency, payable in conn.execute(f"SELECT currency, SUM(payable_cents) FROM m_rdrift WHERE status IN {SPEND}"
                                           " GROUP BY 1"):
         spend[currency] = spend.get(currency, 0) - (payable or 0)

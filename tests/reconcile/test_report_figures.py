@@ -84,6 +84,18 @@ def test_spend_follows_the_currency_of_the_debit_and_counts_a_conversion_charge(
     assert s["spend"] == {"INR": "517.65", "USD": "2.00"}
 
 
+def test_spend_of_recharges_in_several_currencies_stays_in_each(ledger, report_of):
+    for currency, payable in (("INR", "98.00"), ("USD", "3.00"), ("USD", "4.00")):
+        ledger.debit_recharge(ledger.recharge(payable=payable, face=payable, currency=currency), currency=currency)
+    failed = ledger.recharge("FAILED", payable="5.00", face="5.00", currency="USD")
+    ledger.debit_recharge(failed, currency="USD")
+    ledger.credit_recharge(failed, currency="USD")
+    report = report_of()
+    assert report["drifts"] == []
+    assert report["summary"]["spend_as_documented"] == {"INR": "98.00", "USD": "7.00"}
+    assert report["summary"]["spend"] == {"INR": "98.00", "USD": "12.00"}
+
+
 # --- the wallet: roll-forward and the provider's balance -----------------------------------------
 
 def chained_day(ledger):
