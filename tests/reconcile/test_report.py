@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+from pathlib import Path
 from datetime import timedelta
 
 import pytest
@@ -202,3 +203,11 @@ def test_a_re_rendered_report_says_when_its_resolutions_were_read(db, report):
     assert (again["generated_at"], again["resolutions_as_of"]) == ("2025-03-15T02:00:00Z", "2025-03-15T09:30:00Z")
     page = render_html(again)
     assert "Generated 2025-03-15T02:00:00Z by partnerkit; drifts and their resolutions as of 2025-03-15T09:30:00Z" in page
+
+
+def test_docs_name_every_report_field(report):
+    """docs/reconcile.md, "The report", names every field (the JSON is a contract that grows)."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reconcile.md").read_text()
+    section = docs[docs.index("## The report"):docs.index("## Commands")]
+    fields = {*report, *report["summary"], *report["unsettled"], *next(iter(report["wallets"].values()))}
+    assert sorted(f for f in fields if f"`{f}`" not in section and f"`summary.{f}`" not in section) == []
