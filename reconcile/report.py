@@ -95,7 +95,8 @@ def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
     opening, closing, credits, debits = w.get("opening"), w.get("closing"), w["credits"], w["debits"]
     provider, then = w.get("provider"), w.get("ledger_then")
     return {
-        "opening_balance": fmt(opening), "credits": fmt(credits), "debits": fmt(debits), "closing_balance": fmt(closing),
+        "opening_balance": fmt(opening), "credits": fmt(credits), "debits": fmt(debits),
+        "closing_balance": fmt(closing),
         "roll_forward_difference": None if opening is None or closing is None
         else fmt(closing - (opening + credits - debits)),
         "provider_balance": fmt(provider), "provider_balance_at": w.get("provider_at"),

@@ -199,7 +199,8 @@ def edge_entry(db: Database | sqlite3.Connection, currency: str, lo: str, hi: st
     return None if found is None else (found[0], found[1])
 
 
-def snapshot_near(db: Database | sqlite3.Connection, start: str, end: str, now: str) -> tuple[str, dict[str, int]] | None:
+def snapshot_near(db: Database | sqlite3.Connection, start: str, end: str,
+                  now: str) -> tuple[str, dict[str, int]] | None:
     """The provider's wallet balances to hold against a day's ledger: (taken_at, {currency: balance_cents},
     summed over the currency's wallets) of the first snapshot taken after the day ended (up to `now`), else
     the latest taken during the day up to `now`; None when there is neither."""

@@ -67,8 +67,9 @@ def _statements(wallet: str) -> tuple[str, ...]:
 # reference_number GHOST1: no such recharge or order"), built in the statement like every other detail.
 ORPHAN_DETAIL = ("COALESCE(t.type, 'untyped') || CASE WHEN t.amount_cents < 0 THEN ' debit' ELSE ' credit' END"
                  " || ' at ' || t.created_at || COALESCE(' naming ' || NULLIF(substr("
-                 "COALESCE(', reference_number ' || t.reference_number, '') || COALESCE(', recharge_id ' || t.recharge_id, '')"
-                 " || COALESCE(', order_id ' || t.order_id, ''), 3), '') || ': no such recharge or order',"
+                 "COALESCE(', reference_number ' || t.reference_number, '')"
+                 " || COALESCE(', recharge_id ' || t.recharge_id, '') || COALESCE(', order_id ' || t.order_id, ''), 3),"
+                 " '') || ': no such recharge or order',"
                  " ' naming no reference_number, recharge_id or order_id')")
 
 
@@ -141,7 +142,8 @@ def ledger_findings(conn: sqlite3.Connection, params: dict[str, Any], wallet_typ
         for statement in _statements(wallet):
             _run(conn, statement, params)
         candidates = _run(conn, _orphans(wallet), params).fetchall() + _run(conn, _BREAKS, params).fetchall()
-        names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents", "all_debit_cents", "all_credit_cents")
+        names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents", "all_debit_cents",
+                 "all_credit_cents")
         totals = [dict(zip(names, row)) for row in _run(conn, _totals(wallet), params)]
     finally:
         drop(conn)

@@ -409,8 +409,8 @@ def test_an_orphan_names_what_it_claims_to_pay_for_and_when(db, ledger, fields, 
 def test_an_orphan_credit_says_it_is_a_credit(db, ledger):
     ledger.tx("5.00", hour=9, reference_number="X-1")
     run(db)
-    assert one(db, "orphan_transaction").detail == ("untyped credit at 2025-03-14T09:01:00Z naming reference_number X-1:"
-                                                   " no such recharge or order")
+    assert one(db, "orphan_transaction").detail == (
+        "untyped credit at 2025-03-14T09:01:00Z naming reference_number X-1: no such recharge or order")
 
 
 def test_balance_after_must_chain_by_the_amounts(db, ledger):
