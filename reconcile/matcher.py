@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from partnerkit.money import from_cents
-from partnerkit.store import Database, matching, matching_ledger, transaction
+from partnerkit.store import Database, ledger as ledger_store, matching, matching_ledger, transaction
 from partnerkit.store.db import connect
 from partnerkit.store.matching_ledger import LedgerFindings
 from partnerkit.timeutil import iso, utcnow
@@ -62,6 +62,8 @@ class MatchResult:
     conversions: list[dict[str, Any]]
     detected_ids: list[str]
     changes: dict[str, int] = field(default_factory=dict)
+    spend_as_documented: dict[str, Decimal] = field(default_factory=dict)
+    wallets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def matched(self) -> int:
@@ -74,8 +76,54 @@ def day_bounds(day: date) -> tuple[str, str]:
     return f"{day.isoformat()}T00:00:00", f"{(day + timedelta(days=1)).isoformat()}T00:00:00"
 
 
+_WALLET_MONEY = ("debits", "credits", "opening", "closing", "provider", "ledger_then")
+
+
+def _hour(day: date, hour: int) -> str:
+    return f"{day.isoformat()}T{hour:02d}:00:00" if hour < 24 else day_bounds(day)[1]
+
+
+def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per currency, the day's roll-forward in paise (opening and closing balance from the entries'
+    balance_after, None where the provider gives none; every entry's debits and credits) and the provider's
+    wallet balance from a snapshot, with the ledger's balance at the snapshot's time.
+
+    A handful of index lookups per currency: each edge entry is looked for within the hour `totals` says
+    holds it, and the snapshot's time within the day or just after it.
+    """
+    start, end = day_bounds(day)
+    hours: dict[str, list[int]] = {}
+    wallets: dict[str, dict[str, Any]] = {}
+    for t in totals:  # one row per (currency, hour)
+        w = wallets.setdefault(t["currency"], {"debits": 0, "credits": 0})
+        w["debits"] -= t["all_debit_cents"]
+        w["credits"] += t["all_credit_cents"]
+        hours.setdefault(t["currency"], []).append(t["hour"])
+    for currency, w in wallets.items():
+        first = ledger_store.edge_entry(conn, currency, _hour(day, min(hours[currency])), end, last=False)
+        last = ledger_store.edge_entry(conn, currency, start, _hour(day, max(hours[currency]) + 1), last=True)
+        w["opening"] = None if first is None or first[0] is None else first[0] - first[1]
+        w["closing"] = None if last is None else last[0]
+    snapshot = ledger_store.snapshot_near(conn, start, end, iso(now))
+    if snapshot is not None:
+        taken_at, balances = snapshot
+        through = taken_at[:19] + "~"  # every entry of the snapshot's second (text order: see ledger.edge_entry)
+        for currency, balance in balances.items():
+            w = wallets.setdefault(currency, {"debits": 0, "credits": 0, "opening": None, "closing": None})
+            w.update(provider=balance, provider_at=taken_at, ledger_then=w["closing"])
+            if taken_at >= end:  # read after the day: the entries since midnight up to then count too
+                later = ledger_store.edge_entry(conn, currency, end, through, last=True)
+                w["ledger_then"] = w["closing"] if later is None else later[0]
+            elif iso(now) >= end:  # an old snapshot of the day: the ledger as it stood then
+                earlier = ledger_store.edge_entry(conn, currency, start, through, last=True)
+                w["ledger_then"] = None if earlier is None else earlier[0]
+            # else a report of the day so far: the sync that took the snapshot read every entry up to it,
+            # so the day's last entry is the ledger's balance then (on any clock: the sandbox's runs fast).
+    return dict(sorted(wallets.items()))
+
+
 def _result(day: date, now: datetime, raw: dict[str, Any], ledger: LedgerFindings,
-            changes: dict[str, int]) -> MatchResult:
+            changes: dict[str, int], wallets: dict[str, dict[str, Any]]) -> MatchResult:
     spend: dict[str, Decimal] = {}
     refunds: dict[str, Decimal] = {}
     hours: dict[str, list[Decimal]] = {}
@@ -102,6 +150,8 @@ def _result(day: date, now: datetime, raw: dict[str, Any], ledger: LedgerFinding
         order_status=raw["order_status"],
         spend=spend, refunds=refunds, spend_by_hour=hours, conversions=conversions,
         detected_ids=raw["detected_ids"], changes=changes,
+        spend_as_documented={c: from_cents(v) for c, v in raw["spend_cents"].items()},
+        wallets={c: {k: from_cents(v) if k in _WALLET_MONEY else v for k, v in w.items()} for c, w in wallets.items()},
     )
 
 
@@ -162,6 +212,7 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
             matching.add_candidates(conn, ledger.candidates)
             changes = matching.apply_candidates(conn, day=day.isoformat(), now=iso(now))
             raw = matching.day_summary(conn, params)
+            wallets = wallet_balances(conn, day, now, ledger.totals)
         finally:
             matching.drop(conn)
-    return _result(day, now, raw, ledger, changes)
+    return _result(day, now, raw, ledger, changes, wallets)

@@ -1,8 +1,9 @@
 """The daily report: one dict (the JSON contract), rendered as JSON, CSV (the drift table) or HTML.
 
-Every function here is pure: the report is built from a MatchResult and the day's drifts, and
-each rendering is a function of the report alone, so a stored report renders the same way later.
-Money is a 2-decimal string everywhere in the output.
+Every function here is pure (but `with_drifts`, which stamps when the resolutions were read): the
+report is built from a MatchResult and the day's drifts, and each rendering is a function of the report
+alone, so a stored report renders the same way later. Money is a 2-decimal string everywhere in the
+JSON and CSV; the HTML alone groups thousands ("13,057.20") for people to read.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from json.encoder import encode_basestring_ascii as _esc
 from operator import itemgetter
-from datetime import datetime
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -25,13 +27,17 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_safe
 from partnerkit.money import CENT, fmt
 from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
-from partnerkit.timeutil import iso
+from partnerkit.timeutil import iso, parse_ts, utcnow
 
 DRIFT_FIELDS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
                 "resolution", "resolution_note", "resolution_by", "resolution_at", "detail")
 CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 180, 28
 HTML_DRIFT_ROWS = 2000  # an e-mailed page stays readable; JSON and CSV always carry every drift
 _OPEN_FIRST = {"pending": 0, "escalated": 1, "resolved": 2}
+# Subjects whose figures may still change: a PROCESSING recharge may yet be REVERSED or FAILED (and
+# credited back), a PENDING or PROCESSING order may yet fail (and be refunded).
+UNSETTLED = (("recharges", "PROCESSING", "recharges_processing"), ("orders", "PENDING", "orders_pending"),
+             ("orders", "PROCESSING", "orders_processing"))
 
 
 def _amount(value: Decimal | int | None, measure: str) -> str | None:
@@ -69,13 +75,46 @@ def _money_map(values: Mapping[str, Decimal]) -> dict[str, str]:
     return {currency or "?": fmt(amount) for currency, amount in sorted(values.items())}  # type: ignore[misc]
 
 
+def unsettled(counts_by_status: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """How many of the day's recharges are still PROCESSING and orders still PENDING or PROCESSING."""
+    return {name: sum(n for status, n in counts_by_status.get(group, {}).items() if str(status).upper() == wanted)
+            for group, wanted, name in UNSETTLED}
+
+
+def finality(day: str, generated_at: str, counts_by_status: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+    """Whether a report's figures are final: `partial` (made before its UTC day ended), `unsettled` (the
+    counts above) and `complete` (neither): a report that is not complete may change when re-run."""
+    ended = datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(0), tzinfo=timezone.utc)
+    partial = parse_ts(generated_at, field="generated_at") < ended  # type: ignore[operator]
+    still = unsettled(counts_by_status)
+    return {"complete": not partial and not any(still.values()), "partial": partial, "unsettled": still}
+
+
+def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
+    """One currency's roll-forward and the provider's balance, as the report shows them (None: not known)."""
+    opening, closing, credits, debits = w.get("opening"), w.get("closing"), w["credits"], w["debits"]
+    provider, then = w.get("provider"), w.get("ledger_then")
+    return {
+        "opening_balance": fmt(opening), "credits": fmt(credits), "debits": fmt(debits),
+        "closing_balance": fmt(closing),
+        "roll_forward_difference": None if opening is None or closing is None
+        else fmt(closing - (opening + credits - debits)),
+        "provider_balance": fmt(provider), "provider_balance_at": w.get("provider_at"),
+        "ledger_balance_at_provider_time": fmt(then),
+        "provider_difference": None if provider is None or then is None else fmt(provider - then),
+    }
+
+
 def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime,
                  quarantined: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts."""
     bad = [{"key": q["key"], "reason": q["reason"], "raw": q["raw"]} for q in quarantined]
+    counts = {"recharges": dict(result.recharge_status), "orders": dict(result.order_status)}
     report = {
         "date": result.day.isoformat(),
         "generated_at": iso(generated_at),
+        "resolutions_as_of": iso(generated_at),
+        **finality(result.day.isoformat(), iso(generated_at), counts),  # type: ignore[arg-type]
         "summary": {
             "recharges_total": result.recharges_total,
             "orders_total": result.orders_total,
@@ -87,28 +126,31 @@ def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime
             "conversions": len(result.conversions),
             "spend": _money_map(result.spend),
             "refunds": _money_map(result.refunds),
+            "net_debits": _money_map({c: v - result.refunds.get(c, Decimal(0)) for c, v in result.spend.items()}),
+            "spend_as_documented": _money_map(result.spend_as_documented),
         },
         "drifts": [],
-        "counts_by_status": {"recharges": dict(result.recharge_status), "orders": dict(result.order_status),
-                             "drifts": {}},
+        "counts_by_status": {**counts, "drifts": {}},
         "spend_by_hour": {c or "?": [fmt(v) for v in hours] for c, hours in sorted(result.spend_by_hour.items())},
         "conversions": [{**c, "order_amount": fmt(c["order_amount"]), "debited": fmt(c["debited"]),
                          "charges": fmt(c["charges"])}
                         for c in result.conversions],
         "quarantined": bad,
+        "wallets": {currency or "?": _wallet(w) for currency, w in sorted(result.wallets.items())},
     }
-    return with_drifts(report, drifts)
+    return with_drifts(report, drifts, as_of=generated_at)
 
 
-def with_drifts(report: dict[str, Any], drifts: Iterable[Drift]) -> dict[str, Any]:
-    """The report with its drift table (and drift counts) taken from the drifts' current state."""
+def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datetime | None = None) -> dict[str, Any]:
+    """The report with its drift table (and drift counts) taken from the drifts' current state, read at
+    `as_of` (now by default: a stored report re-rendered shows when its resolutions were read)."""
     entries = sorted(map(drift_entry, drifts), key=_ORDER)
     by_resolution = Counter(map(_RESOLUTION, entries))
     counts = {r: by_resolution.get(r, 0) for r in RESOLUTIONS}
     by_kind = Counter(map(_KIND, entries))
     summary = {**report["summary"], "drifts_by_kind": dict(sorted(by_kind.items()))}
-    return {**report, "summary": summary, "drifts": entries,
-            "counts_by_status": {**report["counts_by_status"], "drifts": counts}}
+    return {**report, "resolutions_as_of": iso((as_of or utcnow()).replace(microsecond=0)), "summary": summary,
+            "drifts": entries, "counts_by_status": {**report["counts_by_status"], "drifts": counts}}
 
 
 _ORDER = itemgetter("kind", "reference", "id")
@@ -205,11 +247,36 @@ def chart_bars(hours: list[str]) -> tuple[list[Bar], str]:
     return bars, fmt(max(values, default=Decimal(0))) or "0.00"
 
 
+_AMOUNT = re.compile(r"(-?)(\d+)\.(\d\d)")
+
+
+def grouped(value: Any) -> Any:
+    """A count or a 2-decimal amount with its thousands grouped for a reader ("13,057.20"); anything else as
+    it is. The HTML's only: JSON and CSV keep the plain form a program reads."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    found = _AMOUNT.fullmatch(value) if isinstance(value, str) else None
+    return value if found is None else f"{found[1]}{int(found[2]):,}.{found[3]}"
+
+
 @lru_cache(maxsize=1)
 def _template() -> Any:
     env = Environment(loader=PackageLoader("reconcile", "templates"), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
+    env.filters["grouped"] = grouped
     return env.get_template("report.html.j2")
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def still_open(counts: Mapping[str, int]) -> list[str]:
+    """The banner's words for what is still unsettled ("1 recharge still PROCESSING", "2 orders PENDING")."""
+    words = {"recharges_processing": ("recharge still PROCESSING", "recharges still PROCESSING"),
+             "orders_pending": ("order PENDING", "orders PENDING"),
+             "orders_processing": ("order PROCESSING", "orders PROCESSING")}
+    return [_plural(n, *words[name]) for name, n in counts.items() if n and name in words]
 
 
 def render_html(report: Mapping[str, Any]) -> str:
@@ -218,8 +285,12 @@ def render_html(report: Mapping[str, Any]) -> str:
     drifts = report["drifts"]
     shown = drifts if len(drifts) <= HTML_DRIFT_ROWS else sorted(
         drifts, key=lambda d: _OPEN_FIRST.get(d["resolution"], 3))[:HTML_DRIFT_ROWS]
+    # A report stored before these fields existed is judged the same way from what it has.
+    fin = ({k: report[k] for k in ("complete", "partial", "unsettled")} if "complete" in report
+           else finality(report["date"], report["generated_at"], report["counts_by_status"]))
     return _template().render(
         r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD,
+        fin=fin, still=still_open(fin["unsettled"]),
         count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
 
 

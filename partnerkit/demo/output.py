@@ -82,11 +82,19 @@ def print_report(echo: Echo, report: dict[str, Any], paths: Iterable[Path]) -> N
     echo(f"Reconciliation for {report['date']} (UTC, the sandbox's day)")
     echo(f"  recharges     {s['recharges_total']:>4}   {_counts(by_status.get('recharges', {}))}")
     echo(f"  orders        {s['orders_total']:>4}   {_counts(by_status.get('orders', {}))}")
-    echo(f"  transactions  {s['transactions_total']:>4}   (wallet top-ups included)")
-    echo(f"  matched {s['matched']}, drifted {s['drifted']}, unmatched transactions {s['unmatched']}, "
-         f"quarantined {s.get('quarantined', 0)}")
-    echo(f"  spend    {_money(s.get('spend', {}))}")
-    echo(f"  refunds  {_money(s.get('refunds', {}))}")
+    echo(f"  transactions  {s['transactions_total']:>4}   (wallet top-ups and conversions included)")
+    echo(f"  matched {s['matched']} (recharges and orders without a drift), drifted {s['drifted']}, "
+         f"unmatched transactions {s['unmatched']}, quarantined {s.get('quarantined', 0)}")
+    # The JSON's `spend` is every debit (its name predates the distinction): printed as what it is.
+    echo(f"  debits   {_money(s.get('spend', {}))}   (gross: every debit but top-ups and conversions)")
+    echo(f"  credits  {_money(s.get('refunds', {}))}   (refunds and any other credit, top-ups apart)")
+    if "net_debits" in s:
+        echo(f"  net      {_money(s['net_debits'])}   (debits less credits)")
+    if "spend_as_documented" in s:
+        echo(f"  spend    {_money(s['spend_as_documented'])}   (SUCCESS and PROCESSING recharges, orders not FAILED "
+             "or CANCELLED; net of credits back)")
+    for line in _not_final(report):
+        echo(f"  {line}")
     drifts = report.get("drifts", [])
     echo("")
     if drifts:
@@ -108,6 +116,18 @@ def _amount(value: Any, drift: dict[str, Any]) -> str:
         return "-"
     currency = drift.get("currency") if drift.get("kind") != "voucher_shortfall" else None
     return f"{value} {currency}" if currency else str(value)
+
+
+def _not_final(report: dict[str, Any]) -> list[str]:
+    """Why the figures may still change, as the report's banner says it."""
+    lines = []
+    if report.get("partial"):
+        lines.append("partial: made before the day ended (UTC); the nightly report replaces it")
+    still = {k: n for k, n in report.get("unsettled", {}).items() if n}
+    if still:
+        lines.append("unsettled: " + ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in still.items())
+                     + "; figures may change")
+    return lines
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -226,6 +226,49 @@ def wallet_snapshots(db: Database) -> list[dict]:
     return [dict(zip(cols, r)) for r in rows.fetchall()]
 
 
+# Balances in the matcher's chain order (partnerkit.store.matching_ledger): stored times are ISO text ending
+# in Z, so text order is time order across seconds; within one second the whole second comes before its
+# fractions once the Z is trimmed, then by id. The second is found through the created_at index, then
+# only its rows are sorted.
+_SECOND = ("SELECT substr(created_at, 1, 19) FROM transactions WHERE created_at >= :lo AND created_at < :hi"
+           " AND COALESCE(currency, '') = :currency ORDER BY created_at {way} LIMIT 1")
+_IN_SECOND = ("SELECT balance_after_cents, amount_cents FROM transactions WHERE created_at >= :second"
+              " AND created_at <= :second || 'Z' AND COALESCE(currency, '') = :currency"
+              " ORDER BY rtrim(created_at, 'Z') {way}, length(id) {way}, id {way} LIMIT 1")
+
+
+def edge_entry(db: Database | sqlite3.Connection, currency: str, lo: str, hi: str, *,
+               last: bool) -> tuple[int | None, int] | None:
+    """(balance_after_cents or None, amount_cents) of the first (or last) entry of a currency ('' for none)
+    in [lo, hi), in chain order; None when the range has no entry in that currency.
+
+    The index walk stops at the first row of the currency: give the narrowest range known to hold it
+    (the report passes the hour of the currency's first or last entry)."""
+    way = "DESC" if last else "ASC"
+    params = {"lo": lo, "hi": hi, "currency": currency}
+    row = db.execute(_SECOND.format(way=way), params).fetchone()
+    if row is None:
+        return None
+    found = db.execute(_IN_SECOND.format(way=way), {"second": row[0], "currency": currency}).fetchone()
+    return None if found is None else (found[0], found[1])
+
+
+def snapshot_near(db: Database | sqlite3.Connection, start: str, end: str,
+                  now: str) -> tuple[str, dict[str, int]] | None:
+    """The provider's wallet balances to hold against a day's ledger: (taken_at, {currency: balance_cents},
+    summed over the currency's wallets) of the first snapshot taken after the day ended (up to `now`), else
+    the latest taken during the day up to `now`; None when there is neither."""
+    taken = db.execute(
+        "SELECT COALESCE((SELECT MIN(taken_at) FROM wallet_snapshots WHERE taken_at >= :end AND taken_at <= :now),"
+        " (SELECT MAX(taken_at) FROM wallet_snapshots WHERE taken_at >= :start AND taken_at < :end"
+        " AND taken_at <= :now))", {"start": start, "end": end, "now": now}).fetchone()[0]
+    if taken is None:
+        return None
+    rows = db.execute("SELECT currency, SUM(balance_cents) FROM wallet_snapshots WHERE taken_at = ? GROUP BY currency",
+                      (taken,)).fetchall()
+    return taken, {currency: balance for currency, balance in rows}
+
+
 def get_watermark(db: Database, entity: str) -> str | None:
     """The last day (YYYY-MM-DD) an entity was synced through, or None before the first run."""
     row = db.execute("SELECT watermark FROM sync_state WHERE entity = ?", (entity,)).fetchone()

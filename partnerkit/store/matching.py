@@ -5,7 +5,8 @@ Everything here is INSERT ... SELECT, joins and GROUP BY; no Python loop ever wa
 currency, detail) with the day's recharge and order drifts; the day's transaction drifts come from
 `partnerkit.store.matching_ledger` (possibly run on another connection meanwhile) through
 `add_candidates`; `apply_candidates` merges them all into `drifts` (stable ids, audit trail,
-automatic resolution); `day_summary` gives the report's recharge and order totals.
+automatic resolution); `day_summary` gives the report's recharge and order totals (and the day's
+spend as the document means it).
 
 Parameters (named): :start, :end (the day as an ISO range), :day, :now, :stuck_before.
 
@@ -29,7 +30,8 @@ from partnerkit.store.drifts import merge_found, register_functions
 
 # Recharge states (States and transitions > Recharge); legacy values are stored as SUCCESS by the
 # worker, listed here too so that a legacy row can never escape the spend rules.
-SPEND = "('SUCCESS', 'PROCESSING', 'DELIVERED', 'RECHARGED')"
+SPEND_STATUSES = ("SUCCESS", "PROCESSING", "DELIVERED", "RECHARGED")
+SPEND = "(" + ", ".join(f"'{status}'" for status in SPEND_STATUSES) + ")"
 CREDITED_BACK = "('FAILED', 'REVERSED')"
 ORDER_REFUNDED = "('FAILED', 'CANCELLED')"
 # Transaction types of a currency conversion or its charge (upper-cased by the mapping): wallet movements,
@@ -291,15 +293,64 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict]:
     return [dict(zip(names, r)) for r in cursor.fetchall()]
 
 
+# Spend as the document means it ("FAILED and REVERSED recharges are credited back and are not spend";
+# DESIGN.md: SUCCESS and PROCESSING are spend, a FAILED or CANCELLED order is refunded): what the day's
+# SUCCESS and PROCESSING recharges and its orders that are neither FAILED nor CANCELLED took from the
+# wallet, net of what was credited back to them, whenever dated, per the currency of the transaction.
+# A recharge that broke no rule (not in m_rdrift) is net debited exactly its payable, in its own currency
+# (one debit of payable, or a second debit and the credit that corrects it): so the day's pass over its
+# recharges sums payables, and only the m_rdrift ones (a few percent) and the orders read transactions.
+_SPEND_OF_DRIFTED = f"""
+    SELECT COALESCE(t.currency, ''), -SUM(t.amount_cents) FROM m_rdrift d
+    JOIN transactions t ON t.recharge_id = d.provider_id OR t.reference_number = d.ref
+    WHERE d.status IN {SPEND} GROUP BY 1"""
+_SPEND_OF_ORDERS = f"""
+    SELECT COALESCE(t.currency, ''), -SUM(t.amount_cents) FROM m_oagg o
+    JOIN transactions t ON t.id = o.tx_id OR t.order_id = o.id
+    WHERE o.status NOT IN {ORDER_REFUNDED} GROUP BY 1"""
+
+
+_DAY_RECHARGES = """
+    SELECT status, {currency}, COUNT(*), SUM(COALESCE(payable_cents, amount_cents))
+    FROM recharges
+    WHERE (provider_created_at >= :start AND provider_created_at < :end)
+       OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
+    GROUP BY {keys} ORDER BY {keys}"""
+
+
+def _day_recharges(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """The day's recharges by status, and the spend of those that broke no rule per currency.
+
+    One pass, grouped by status alone and counting the recharges in another currency than INR (the
+    default): a second key would sort the day's rows, a third more time. Only a day whose spend
+    statuses hold another currency is read again, grouped by currency as well.
+    """
+    rows = _run(conn, _DAY_RECHARGES.format(currency="SUM(currency != 'INR')", keys="1"), params).fetchall()
+    if any(others and status in SPEND_STATUSES for status, others, _, _ in rows):
+        rows = _run(conn, _DAY_RECHARGES.format(currency="COALESCE(currency, 'INR')", keys="1, 2"), params).fetchall()
+    else:
+        rows = [(status, "INR", n, payable) for status, _, n, payable in rows]
+    by_status: dict[str, int] = {}
+    spend: dict[str, int] = {}
+    for status, currency, n, payable in rows:
+        by_status[status] = by_status.get(status, 0) + n
+        if status in SPEND_STATUSES:
+            spend[currency] = spend.get(currency, 0) + (payable or 0)
+    for currency, payable in conn.execute(f"SELECT currency, SUM(payable_cents) FROM m_rdrift WHERE status IN {SPEND}"
+                                          " GROUP BY 1"):
+        spend[currency] = spend.get(currency, 0) - (payable or 0)
+    return by_status, spend
+
+
 def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, Any]:
     """Totals of the day's recharges and orders (call after `apply_candidates`, before `drop`)."""
     one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    recharge_status, spend = _day_recharges(conn, params)
+    for currency, cents in (*conn.execute(_SPEND_OF_DRIFTED), *conn.execute(_SPEND_OF_ORDERS)):
+        spend[currency] = spend.get(currency, 0) + cents
     return {
-        "recharge_status": dict(_run(conn, """
-            SELECT status, COUNT(*) FROM recharges
-            WHERE (provider_created_at >= :start AND provider_created_at < :end)
-               OR (provider_created_at IS NULL AND submitted_at >= :start AND submitted_at < :end)
-            GROUP BY 1 ORDER BY 1""", params).fetchall()),
+        "recharge_status": recharge_status,
+        "spend_cents": dict(sorted(spend.items())),
         "orders_total": one("SELECT COUNT(*) FROM m_order"),
         "drifted": one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_found"
                        " WHERE subject IN ('recharge', 'order'))"),

@@ -11,7 +11,8 @@ so the two use both cores). `ledger_findings` returns what it found:
   window function runs several times slower). balance_after is optional: a row that has one is
   checked against its predecessor's, when that has one too (a row without is still a movement); the
   day's first row is not checked against an earlier day's across a day no sync has read in full;
-- totals per (currency, hour) in one GROUP BY.
+- totals per (currency, hour) in one GROUP BY: the debits and credits that are not wallet movements
+  (the report's gross figures) and those of every entry (the wallet's roll-forward).
 
 Parameters (named): :start, :end (the day as an ISO range), :day; the wallet movement types are bound
 one parameter each (:w0, :w1, ...).
@@ -62,10 +63,20 @@ def _statements(wallet: str) -> tuple[str, ...]:
     )
 
 
+# What an orphan claims to pay for, for finance to look it up: its type, debit or credit, its time and the
+# reference_number, recharge_id and order_id it carries ("RECHARGE debit at 2026-11-22T10:00:00Z naming
+# reference_number GHOST1: no such recharge or order"), built in the statement like every other detail.
+ORPHAN_DETAIL = ("COALESCE(t.type, 'untyped') || CASE WHEN t.amount_cents < 0 THEN ' debit' ELSE ' credit' END"
+                 " || ' at ' || t.created_at || COALESCE(' naming ' || NULLIF(substr("
+                 "COALESCE(', reference_number ' || t.reference_number, '')"
+                 " || COALESCE(', recharge_id ' || t.recharge_id, '') || COALESCE(', order_id ' || t.order_id, ''), 3),"
+                 " '') || ': no such recharge or order',"
+                 " ' naming no reference_number, recharge_id or order_id')")
+
+
 def _orphans(wallet: str) -> str:
     return f"""
-        SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency,
-               COALESCE(t.type, 'untyped') || ' transaction linked to no recharge or order'
+        SELECT 'orphan_transaction', 'transaction', t.id, NULL, t.amount_cents, t.currency, {ORPHAN_DETAIL}
         FROM transactions t
         WHERE t.created_at >= :start AND t.created_at < :end
           AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.provider_id = t.recharge_id)
@@ -106,14 +117,16 @@ _BREAKS = """
 
 
 def _totals(wallet: str) -> str:
-    """All of the day's transactions (n) and those not wallet movements (counted, their debits and
-    credits) per (currency, hour): the report's money figures are sums of these rows. A conversion's
-    charge is a wallet movement (never an orphan) but money spent, so it is counted."""
+    """All of the day's transactions (n, their debits and credits: the wallet's roll-forward) and those
+    not wallet movements (counted, their debits and credits) per (currency, hour): the report's money
+    figures are sums of these rows. A conversion's charge is a wallet movement (never an orphan) but
+    money spent, so it is counted."""
     return f"""
         SELECT COALESCE(currency, '') AS currency, CAST(substr(created_at, 12, 2) AS INTEGER) AS hour,
                COUNT(*) AS n, SUM(NOT w) AS counted,
                SUM(CASE WHEN w THEN 0 ELSE MIN(amount_cents, 0) END) AS debit_cents,
-               SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents
+               SUM(CASE WHEN w THEN 0 ELSE MAX(amount_cents, 0) END) AS credit_cents,
+               SUM(MIN(amount_cents, 0)) AS all_debit_cents, SUM(MAX(amount_cents, 0)) AS all_credit_cents
         FROM (SELECT currency, created_at, amount_cents,
                      COALESCE(type, '') IN ({wallet}) AND COALESCE(type, '') NOT IN {CHARGE_TYPES} AS w
               FROM transactions WHERE created_at >= :start AND created_at < :end)
@@ -139,7 +152,8 @@ def ledger_findings(conn: sqlite3.Connection, params: dict[str, Any], wallet_typ
         for statement in _statements(wallet):
             _run(conn, statement, params)
         candidates = _run(conn, _orphans(wallet), params).fetchall() + _run(conn, _BREAKS, params).fetchall()
-        names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents")
+        names = ("currency", "hour", "n", "counted", "debit_cents", "credit_cents", "all_debit_cents",
+                 "all_credit_cents")
         totals = [dict(zip(names, row)) for row in _run(conn, _totals(wallet), params)]
     finally:
         drop(conn)

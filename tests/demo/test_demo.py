@@ -112,6 +112,11 @@ def check_run(done: subprocess.CompletedProcess, cwd: Path, workdir: Path) -> No
         assert path.is_file() and path.stat().st_size > 0
     report = json.loads(reports["JSON"].read_text())
     assert "missing_refund" in report["summary"]["drifts_by_kind"]
+    summary = report["summary"]  # the terminal's money lines are the report's, each named for what it counts
+    assert f"debits   INR {summary['spend']['INR']}   (gross" in out
+    assert f"spend    INR {summary['spend_as_documented']['INR']}   (SUCCESS and PROCESSING" in out
+    assert summary["spend_as_documented"]["INR"] != summary["spend"]["INR"]  # the demo fails and reverses some
+    assert report["partial"] and "partial: made before the day ended (UTC)" in out  # the demo reports its own day
     assert "stopped the worker, the receiver and the sandbox" in out
     assert_no_survivors(workdir)
     secret_key = next(line.split("=", 1)[1] for line in (workdir / "partnerkit.env").read_text().splitlines()

@@ -394,6 +394,26 @@ def test_transaction_linked_to_nothing_is_orphan_but_a_top_up_is_not(db, ledger)
     assert result.unmatched == 1
 
 
+@pytest.mark.parametrize("fields, named", [
+    ({"reference_number": "GHOST1"}, "naming reference_number GHOST1: no such recharge or order"),
+    ({"reference_number": "GHOST2", "recharge_id": 777, "order_id": 88},
+     "naming reference_number GHOST2, recharge_id 777, order_id 88: no such recharge or order"),
+    ({"order_id": 88}, "naming order_id 88: no such recharge or order"),
+    ({}, "naming no reference_number, recharge_id or order_id"),
+])
+def test_an_orphan_names_what_it_claims_to_pay_for_and_when(db, ledger, fields, named):
+    ledger.tx("-12.00", type="RECHARGE", hour=14, minute=5, **fields)
+    run(db)
+    assert one(db, "orphan_transaction").detail == f"RECHARGE debit at 2025-03-14T14:05:00Z {named}"
+
+
+def test_an_orphan_credit_says_it_is_a_credit(db, ledger):
+    ledger.tx("5.00", hour=9, reference_number="X-1")
+    run(db)
+    assert one(db, "orphan_transaction").detail == (
+        "untyped credit at 2025-03-14T09:01:00Z naming reference_number X-1: no such recharge or order")
+
+
 def test_balance_after_must_chain_by_the_amounts(db, ledger):
     ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", hour=1)
     ledger.tx("-100.00", type="TOPUP", balance_after="900.00", hour=2)

@@ -6,15 +6,17 @@ import csv
 import io
 import json
 import re
+from pathlib import Path
 from datetime import timedelta
 
 import pytest
+from freezegun import freeze_time
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.config import load_config
 from partnerkit.store.drifts import set_resolution
 from reconcile.jobs import current_report, report_day, report_filename
-from reconcile.report import DRIFT_FIELDS, chart_bars, render_csv, render_html, render_json
+from reconcile.report import DRIFT_FIELDS, chart_bars, grouped, render_csv, render_html, render_json
 
 MONEY = re.compile(r"^-?\d+\.\d{2}$")
 RUN = at(2, day=DAY + timedelta(days=1))
@@ -126,3 +128,86 @@ def test_html_shows_voucher_counts_as_counts_and_no_currency_beside_a_dash(db, l
     assert "3 vouchers" in cells and "2 vouchers" in cells
     assert not any(re.fullmatch(r"\d+ INR", c) for c in cells), cells  # a count is never shown as money
     assert "—" in cells and "— INR" not in cells and "-12.00 INR" in cells
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("1234567.89", "1,234,567.89"), ("-1234.00", "-1,234.00"), ("999.99", "999.99"), (1234567, "1,234,567"),
+    ("0.00", "0.00"), ("GHOST1", "GHOST1"), ("12345", "12345"), ("1234.5", "1234.5"), (None, None), (True, True),
+])
+def test_grouped_separates_thousands_of_counts_and_two_decimal_amounts_only(value, shown):
+    assert grouped(value) == shown
+
+
+def test_html_groups_thousands_and_json_and_csv_keep_the_plain_amount(db, ledger, config):
+    big = ledger.recharge(payable="12345.67", face="12400.00")
+    ledger.debit_recharge(big, "12400.00")  # amount_mismatch: the amounts are in the drift table too
+    report = report_day(config, db, DAY, now=RUN)
+    page = render_html(report)
+    assert "12,345.67 INR" in page and "12,400.00 INR" in page and "12,400.00</td>" in page
+    for text in (render_json(report), render_csv(report)):
+        assert "12400.00" in text and "12,400" not in text and "12,345" not in text
+
+
+def test_html_says_what_each_figure_counts(report):
+    page = render_html(report)
+    for words in ("Debits (gross)</dt>", "Credits</dt>", "Net</dt>", "Spend</dt>", "FAILED and REVERSED recharges are not spend",
+                  "top-ups and conversions included", "recharges and orders without a drift", "Wallet balance per currency"):
+        assert words in page, words
+    assert '<td class="num">616.15</td>' in page  # spend as the document means it, beside the gross 726.15
+
+
+def test_references_and_ids_never_break_inside_and_every_printed_page_is_dated(report):
+    page = render_html(report)
+    assert re.search(r"td\.ref \{[^}]*white-space: nowrap", page)
+    assert all(f'<td class="ref">{d["id"]}</td>' in page for d in report["drifts"])
+    assert re.search(r"@top-left \{ content: \"partnerkit reconciliation report 2025-03-14 \(UTC\)\"", page)
+    assert page.count("<thead>") >= 3  # table headers repeat on every printed page
+    assert re.search(r"\.footer \{ break-before: avoid; \}", page)  # never a page with only the footer
+
+
+def test_a_complete_day_without_drifts_reconciles_and_an_unfinished_one_does_not_say_so(db, ledger, config):
+    good = ledger.recharge()
+    ledger.debit_recharge(good)
+    final = render_html(report_day(config, db, DAY, now=RUN))
+    assert "every recharge, order and transaction of the day reconciles" in final and 'class="banner"' not in final
+    early = render_html(report_day(config, db, DAY, now=at(15)))
+    assert "Partial: generated before the day ended." in early
+    assert "reconciles" not in early and "not yet a final reconciliation" in early
+
+
+def test_the_banner_names_what_is_still_unsettled(db, ledger, config):
+    for status in ("PROCESSING", "PROCESSING"):
+        ledger.debit_recharge(ledger.recharge(status, hour=23), hour=23)
+    ledger.debit_order(ledger.order("PENDING"), "500.00")
+    page = render_html(report_day(config, db, DAY, now=at(23, 10)))
+    assert "2 recharges still PROCESSING, 1 order PENDING: figures may change." in page
+    assert "recharges and orders without a drift, unsettled ones included" in page
+
+
+def test_a_report_stored_before_the_new_fields_still_renders_and_is_judged(report):
+    old = {k: v for k, v in report.items() if k not in ("complete", "partial", "unsettled", "wallets",
+                                                        "resolutions_as_of")}
+    old["summary"] = {k: v for k, v in report["summary"].items() if k not in ("net_debits", "spend_as_documented")}
+    old["generated_at"] = "2025-03-14T20:00:00Z"  # made during the day
+    page = render_html(old)
+    assert "Partial: generated before the day ended." in page and "Wallet balance per currency" not in page
+    assert "726.15" in page
+
+
+def test_a_re_rendered_report_says_when_its_resolutions_were_read(db, report):
+    assert report["resolutions_as_of"] == report["generated_at"]
+    assert "resolutions as of" not in render_html(report)
+    set_resolution(db, report["drifts"][0]["id"], "resolved", note="checked", by="asha", at=RUN + timedelta(hours=6))
+    with freeze_time("2025-03-15T09:30:00Z"):
+        again = current_report(db, DAY)
+    assert (again["generated_at"], again["resolutions_as_of"]) == ("2025-03-15T02:00:00Z", "2025-03-15T09:30:00Z")
+    page = render_html(again)
+    assert "Generated 2025-03-15T02:00:00Z by partnerkit; drifts and their resolutions as of 2025-03-15T09:30:00Z" in page
+
+
+def test_docs_name_every_report_field(report):
+    """docs/reconcile.md, "The report", names every field (the JSON is a contract that grows)."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reconcile.md").read_text()
+    section = docs[docs.index("## The report"):docs.index("## Commands")]
+    fields = {*report, *report["summary"], *report["unsettled"], *next(iter(report["wallets"].values()))}
+    assert sorted(f for f in fields if f"`{f}`" not in section and f"`summary.{f}`" not in section) == []
