@@ -75,16 +75,22 @@ def _figure(value: int | None, measure: str) -> str:
 
 def figure_change(was: str, measure: str, old_expected: int | None, expected: int | None, old_actual: int | None,
                   actual: int | None, old_currency: str | None, currency: str | None, old_detail: str | None,
-                  detail: str | None) -> str | None:
+                  detail: str | None, came_back: bool | int = False) -> str | None:
     """The audit note of a drift found again with other figures ("actual 388.04 -> 582.06: 3 debits for one
-    recharge", after "reopened (was resolved): " when it was not pending), or None when nothing changed.
-    A detail is compared only when both are known (the poller records stuck_processing without one)."""
+    recharge", after "reopened (was resolved): " when it was not pending), or None when its figures are the same.
+
+    The figures are expected, actual and currency. A detail alone that reads differently is a new fact
+    only for a drift that `came_back` after partnerkit resolved it (a third debit after the credit of
+    the second: the net, and so the figures, can be the same). On a drift that stayed, it is refreshed
+    in place and reopens nothing: a release that words a detail better must not put every drift finance
+    resolved back in front of them. A detail is compared only when both are known (the poller records
+    stuck_processing without one)."""
     parts = [f"{name} {_figure(old, measure)} -> {_figure(new, measure)}"
              for name, old, new in (("expected", old_expected, expected), ("actual", old_actual, actual))
              if old != new]
     if old_currency != currency:
         parts.append(f"currency {old_currency or 'none'} -> {currency or 'none'}")
-    detail_changed = old_detail is not None and detail is not None and old_detail != detail
+    detail_changed = bool(came_back) and old_detail is not None and detail is not None and old_detail != detail
     if not parts and not detail_changed:
         return None
     current = detail if detail is not None else old_detail
@@ -96,7 +102,7 @@ def register_functions(conn: sqlite3.Connection) -> None:
     """Make `drift_id(kind, subject, reference)` and `figure_change(...)` callable from SQL (set-based
     matching uses them)."""
     conn.create_function("drift_id", 3, drift_id, deterministic=True)
-    conn.create_function("figure_change", 10, figure_change, deterministic=True)
+    conn.create_function("figure_change", 11, figure_change, deterministic=True)
 
 
 def _value(row_value: int | None, measure: str) -> Decimal | int | None:
@@ -174,15 +180,17 @@ LEFT JOIN drift_audit p ON p.seq = (
 # whether partnerkit resolved it automatically (its state is restored when its figures did not change).
 _STATE = f"""
 CREATE TEMP TABLE m_state AS
-SELECT f.id, d.id IS NULL AS is_new,
-       CASE WHEN d.id IS NOT NULL AND (d.expected_cents IS NOT f.expected_cents OR d.actual_cents IS NOT f.actual_cents
-                                       OR d.currency IS NOT f.currency OR d.detail IS NOT f.detail)
-            THEN figure_change(d.resolution, d.measure, d.expected_cents, f.expected_cents, d.actual_cents,
-                               f.actual_cents, d.currency, f.currency, d.detail, f.detail) END AS change,
-       d.resolution != 'pending' AS reopens,
-       COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor AND {AUTO_RESOLVED.format(id='d.id')}, 0)
-           AS auto
-FROM m_found f LEFT JOIN drifts d USING (id)"""
+SELECT id, is_new, reopens, auto,
+       CASE WHEN NOT is_new AND (old_expected IS NOT expected OR old_actual IS NOT actual OR old_currency IS NOT currency
+                                 OR (auto AND old_detail IS NOT detail))
+            THEN figure_change(was, measure, old_expected, expected, old_actual, actual, old_currency, currency,
+                               old_detail, detail, auto) END AS change
+FROM (SELECT f.id, d.id IS NULL AS is_new, d.resolution != 'pending' AS reopens, d.resolution AS was, d.measure,
+             d.expected_cents AS old_expected, f.expected_cents AS expected, d.actual_cents AS old_actual,
+             f.actual_cents AS actual, d.currency AS old_currency, f.currency, d.detail AS old_detail, f.detail,
+             COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor
+                      AND {AUTO_RESOLVED.format(id='d.id')}, 0) AS auto
+      FROM m_found f LEFT JOIN drifts d USING (id))"""
 # What cleared a drift that is no longer detected, where the store shows it: for a missing_refund or a
 # duplicate_debit the credits, for a missing_debit the debits, linked to its recharge (by recharge_id or
 # reference_number) or order (by order_id, or named by its transaction_id) and dated after the run that
@@ -212,8 +220,8 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, in
     credit or debit that cleared it when the store shows one, see _CLEARED_BY). A new drift is pending
     (audit `detected`). One found again with the same figures keeps its resolution
     and adds nothing, unless partnerkit resolved it automatically: then it gets back its state from before
-    (audit `reopened`). One found again with other figures (expected, actual, currency or detail) is
-    pending again, whoever resolved or escalated it (audit `changed`, with the old and new figures).
+    (audit `reopened`). One found again with other figures (expected, actual or currency; or another
+    detail after an automatic resolution: see figure_change) is pending again, whoever resolved or escalated it (audit `changed`, with the old and new figures).
     """
     p = {"day": day, "now": now, "actor": SYSTEM_ACTOR}
     register_functions(conn)
@@ -300,7 +308,7 @@ def open_drift(db: Database, *, kind: str, subject: str, reference: str, expecte
             return
         was, old_measure, old_expected, old_actual, old_currency, old_detail, auto = before
         change = figure_change(was, old_measure, old_expected, new_expected, old_actual, new_actual, old_currency,
-                               currency, old_detail, detail)
+                               currency, old_detail, detail, auto)
         if change is not None:
             if was != "pending":
                 conn.execute("UPDATE drifts SET resolution = 'pending', resolution_note = ?, resolution_by = ?,"

@@ -750,3 +750,18 @@ def test_the_poller_recording_a_stuck_drift_with_other_figures_reopens_it(db, le
     after = get_drift(db, ident)
     assert (after.resolution, after.expected) == ("pending", Decimal("97.00"))
     assert audit_trail(db, ident)[-1]["note"] == "reopened (was escalated): expected 98.00 -> 97.00"
+
+
+def test_a_resolved_drift_whose_detail_alone_reads_differently_stays_resolved(db, ledger):
+    # A release that words a detail better (the orphan's now names what it claims to pay for) must not put
+    # every drift finance resolved back in front of them: the text is refreshed, nothing reopened or audited.
+    rc, d = _duplicate(db, ledger)
+    set_resolution(db, d.id, "resolved", note="credit promised, ticket 7", by="asha", at=RUN)
+    db.execute("UPDATE drifts SET detail = 'worded by an older release' WHERE id = ?", (d.id,))
+    db.conn.commit()
+    run(db, now=RUN + timedelta(hours=1))
+    after = get_drift(db, d.id)
+    assert (after.resolution, after.resolution_note, after.resolution_by) == ("resolved", "credit promised, ticket 7",
+                                                                              "asha")
+    assert after.detail == d.detail != "worded by an older release"
+    assert [a[0] for a in _trail(db, d.id)] == ["detected", "resolved"]
