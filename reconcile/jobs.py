@@ -57,20 +57,24 @@ def write_report_files(report_dir: Path, report: dict[str, Any]) -> list[Path]:
 
 
 def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
-               result: MatchResult | None = None, save: bool = True) -> dict[str, Any]:
+               result: MatchResult | None = None, save: bool = True, files: bool = True) -> dict[str, Any]:
     """Match one day from the store (no network; or take `result`), keep the report in the DB and as files.
 
     save=False writes the files but not the stored report, which is what marks the day as reported:
     a report matched without a sync (`partnerkit report` before the nightly run) must leave the
-    night due, or the day would never be synced and reported by the nightly job.
+    night due, or the day would never be synced and reported by the nightly job. files=False (only
+    with save=False) leaves the files to the caller (`partnerkit report` writes them best effort).
     """
+    if save and not files:
+        raise ValueError("a stored report needs its files: the stored row is what marks the day as reported")
     now = (now or utcnow()).replace(microsecond=0)
     result = result or match_day(db, day, now=now)
     report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
                                      generated_at=now, quarantined=ledger_store.quarantined(db, day.isoformat()))
     # Files first: the stored row is what marks the day as reported, so a directory that refuses the
     # files (read-only, full) must leave the day due for the next nightly run.
-    write_report_files(config.report_dir, report)
+    if files:
+        write_report_files(config.report_dir, report)
     if save:
         report_store.save_report(db, report)
     return report

@@ -58,7 +58,7 @@ class PartnerKitGroup(click.Group):
         except BrokenPipeError:
             raise  # click's own handling: `partnerkit ... | head` ends quietly
         except OSError as exc:  # a path given on the command line or in the configuration
-            raise click.ClickException(_os_error(exc)) from exc
+            raise click.ClickException(os_error_line(exc)) from exc
         except sqlite3.Error as exc:  # reads outside a transaction are not converted by the store
             raise click.ClickException(f"database error: {exc}") from exc
 
@@ -75,7 +75,7 @@ def _unreachable(ctx: click.Context, exc: TransportError) -> str:
     return f"{exc} (provider at {shown}, from PARTNERKIT_API_BASE_URL)"
 
 
-def _os_error(exc: OSError) -> str:
+def os_error_line(exc: OSError) -> str:
     """One line for an OSError; mkdir's "File exists" on a file where a directory belongs is named as such."""
     if isinstance(exc, FileExistsError) and exc.filename and os.path.isfile(exc.filename):
         return f"{exc.filename} is a file where a directory is needed"

@@ -84,10 +84,12 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     """The day's report with current resolutions.
 
     The stored report; for a day without one, the day is matched from the local store (no sync) and,
-    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR. A day no sync has
-    read in full is refused (exit 1, nothing written): `partnerkit reconcile --date D` syncs it first.
+    besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR (a directory that
+    cannot be written is a warning: the output asked for is still given). A day no sync has read in full
+    is refused (exit 1, nothing written): `partnerkit reconcile --date D` syncs it first.
     """
-    from reconcile.jobs import current_report, day_synced, report_day, write_atomic
+    from partnerkit.cli import os_error_line
+    from reconcile.jobs import current_report, day_synced, report_day, write_atomic, write_report_files
     from reconcile.report import render
 
     report = current_report(app.existing_db, day)
@@ -100,7 +102,12 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     if report is None:
         click.echo(f"no stored report for {day}; matching it from the local store (no sync; "
                    f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)
-        report = report_day(app.config, app.db, day, save=False)
+        report = report_day(app.config, app.db, day, save=False, files=False)
+        try:
+            write_report_files(app.config.report_dir, report)
+        except OSError as exc:  # the files are a side effect; what was asked for is the output below
+            click.echo(f"warning: the report files were not written to PARTNERKIT_REPORT_DIR "
+                       f"({os_error_line(exc)})", err=True)
     _in_progress(day)
     text = render(report, fmt_name)
     if output is None:

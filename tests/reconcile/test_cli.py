@@ -106,6 +106,21 @@ def test_report_without_a_stored_one_leaves_the_day_to_the_nightly_run(invoke, d
 
 
 @pytest.mark.parametrize("output", [None, "out.html"])
+def test_a_report_directory_that_cannot_be_written_still_gives_the_output_asked_for(invoke, drift_ids, tmp_path,
+                                                                                      output):
+    # Finance asks for one file; the three files in PARTNERKIT_REPORT_DIR are a side effect.
+    (tmp_path / "reports").write_text("a file where the report directory belongs")
+    args = ["report", "--date", "2025-03-14", "--format", "html"] + (["--output", str(tmp_path / output)]
+                                                                    if output else [])
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / output).read_text() if output else result.stdout
+    assert page.startswith("<!DOCTYPE html>")
+    assert "warning: the report files were not written to PARTNERKIT_REPORT_DIR" in result.stderr
+    assert "is a file where a directory is needed" in result.stderr
+
+
+@pytest.mark.parametrize("output", [None, "out.html"])
 @pytest.mark.parametrize("synced", [(), ("recharges",)])
 def test_report_of_a_day_no_sync_read_in_full_is_refused_and_writes_nothing(invoke, db, ledger, tmp_path, synced,
                                                                              output):
