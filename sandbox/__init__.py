@@ -43,13 +43,16 @@ def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
             echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
                  f"signing secret {c.signing_secret}  credential_id {c.credential_id}")
         echo("  control endpoints under /sandbox (stats, clock, settings); Ctrl-C to stop")
+        # werkzeug's serve_forever ends quietly on KeyboardInterrupt (Ctrl-C, or SIGTERM through
+        # _interrupt) and returns: only an interrupt that comes before it starts reaches the except.
         server.serve_forever()
     except KeyboardInterrupt:
-        echo("sandbox stopped")
+        pass
     finally:
         server.stop()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    echo("sandbox stopped")
 
 
 def _interrupt(signum, frame):
