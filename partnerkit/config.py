@@ -10,6 +10,7 @@ does not need it is never refused for lack of it.
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -130,7 +131,7 @@ def _number(name: str, raw: str, low: float, high: float) -> float:
         value = float(raw.strip())
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if not low <= value <= high:
+    if not math.isfinite(value) or not low <= value <= high:  # nan compares False either way: said here, not by luck
         raise ConfigError(f"{name} must be between {low} and {high}, got {raw.strip()}")
     return value
 
@@ -140,7 +141,8 @@ def _share(name: str, raw: str) -> Decimal:
         value = Decimal(raw.strip())
     except InvalidOperation:
         raise ConfigError(f"{name} must be a fraction between 0 and 1, got {raw!r}") from None
-    if not Decimal(0) < value <= Decimal(1):
+    # NaN and sNaN parse, but any comparison with them raises InvalidOperation; Infinity is out of range anyway.
+    if not value.is_finite() or not Decimal(0) < value <= Decimal(1):
         raise ConfigError(f"{name} must be a fraction greater than 0 and at most 1, got {raw.strip()}")
     return value
 

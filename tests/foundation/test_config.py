@@ -66,6 +66,13 @@ def test_every_variable_is_read():
         ("PARTNERKIT_WEBHOOK_TOKENS", "whsec_long_enough_1,7:short", "entry 2 is shorter than 16 characters"),
         ("PARTNERKIT_HTTP_TIMEOUT_S", "nan", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
         ("PARTNERKIT_POLLER_BUDGET_SHARE", "1.5", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction"),
+        # NaN and sNaN parse as Decimals, and comparing them raised InvalidOperation: a traceback, exit 1.
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "NaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "sNaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "-nan", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "Infinity", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater"),
+        ("PARTNERKIT_HTTP_TIMEOUT_S", "inf", "PARTNERKIT_HTTP_TIMEOUT_S must be between"),
+        ("PARTNERKIT_HTTP_TIMEOUT_S", "-Infinity", "PARTNERKIT_HTTP_TIMEOUT_S must be between"),
         ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
         ("PARTNERKIT_TYPO", "1", "PARTNERKIT_TYPO is not a partnerkit setting"),
     ],

@@ -277,6 +277,9 @@ SETTING_CASES = [
     ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
     ("PARTNERKIT_INBOX_RETENTION_DAYS", "7", "PARTNERKIT_INBOX_RETENTION_DAYS must be between 30 and 3650"),
     ("PARTNERKIT_POLLER_BUDGET_SHARE", "2", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction"),
+    # NaN parses as a Decimal, and comparing it raised InvalidOperation: a 40-line traceback, exit 1.
+    ("PARTNERKIT_POLLER_BUDGET_SHARE", "NaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+    ("PARTNERKIT_POLLER_BUDGET_SHARE", "sNaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
     ("PARTNERKIT_HTTP_TIMEOUT_S", "NaN", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
     ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
     ("PARTNERKIT_WEBHOOK_PATH", "webhooks", "PARTNERKIT_WEBHOOK_PATH must be a URL path"),
