@@ -19,6 +19,7 @@ import sys
 from urllib.parse import urlsplit, urlunsplit
 
 import click
+from click.core import ParameterSource
 
 from partnerkit import __version__
 from partnerkit.cli.context import AppContext
@@ -95,7 +96,8 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
     Settings come from PARTNERKIT_* environment variables (or --config FILE); run
     `partnerkit config` to see the effective values.
     """
-    ctx.obj = AppContext(config_file)
+    named_by = ctx.get_parameter_source("config_file")
+    ctx.obj = AppContext(config_file, "PARTNERKIT_CONFIG" if named_by is ParameterSource.ENVIRONMENT else "--config")
 
 
 def _register_commands() -> None:

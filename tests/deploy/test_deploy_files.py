@@ -47,6 +47,15 @@ def test_units_run_as_a_non_root_user_with_hardening(unit):
     assert ("Restart=on-failure" in text) == ("Type=oneshot" not in text), unit.name
 
 
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_units_give_partnerkit_the_file_systemd_loads(unit):
+    # partnerkit then refuses at start a line EnvironmentFile= reads otherwise (README, "Configuration").
+    text = unit.read_text()
+    assert "Environment=PARTNERKIT_CONFIG=/etc/partnerkit/partnerkit.env\n" in text
+
+
+
+
 def test_the_status_timer_starts_the_check_that_fails_while_something_needs_a_person():
     service = (DEPLOY / "systemd" / "partnerkit-status.service").read_text()
     assert "ExecStart=/opt/partnerkit/.venv/bin/partnerkit status --check" in service

@@ -310,6 +310,9 @@ def test_every_setting_has_a_malformed_value_case():
     (b"\xff\xfePARTNERKIT_DB=x\n", "is not UTF-8 text"),
     (b"PARTNERKIT_API_SECRET oops-no-equals-sign\n", "line 1 is not KEY=VALUE"),
     (b"PARTNERKIT_TOLERANCE_S=soon\n", "PARTNERKIT_TOLERANCE_S must be a whole number"),
+    # What systemd's EnvironmentFile= reads otherwise: the services would use another value than the commands.
+    (b"PARTNERKIT_DB=x.db   # shared by the receiver and the worker\n", "line 1 has a `#` after a value"),
+    (b"# logging\nexport PARTNERKIT_LOG_LEVEL=DEBUG\n", "line 2 has an `export ` prefix"),
 ])
 def test_a_bad_config_file_is_one_line_with_exit_2(content, match, tmp_path):
     file = tmp_path / "partnerkit.env"
@@ -330,7 +333,7 @@ def test_a_config_path_that_is_a_directory_is_one_line_with_exit_2(how, tmp_path
     else:
         env["PARTNERKIT_CONFIG"] = str(tmp_path)
     code, stderr, stdout = run_in_process(args, env)
-    assert_one_line_error(code, stderr, stdout, code=2, match=f"config file {str(tmp_path)!r} is a directory")
+    assert_one_line_error(code, stderr, stdout, code=2, match=f"{how} file {str(tmp_path)!r} is a directory")
 
 
 def existing_database(tmp_path) -> None:
@@ -432,7 +435,9 @@ def test_unwritable_outputs_are_one_line_with_exit_1(tmp_path):
     (["serve", "--bind", "127.0.0.1:1"], {"PARTNERKIT_WEBHOOK_TOKENS": None}, 2, "no webhook token is accepted"),
     (["run", "--bind", "127.0.0.1:1"], {"PARTNERKIT_API_SECRET": None}, 2, "PARTNERKIT_API_SECRET is not set"),
     (["worker", "--once"], {"PARTNERKIT_API_BASE_URL": None}, 2, "PARTNERKIT_API_BASE_URL is not set"),
-    (["orders", "list"], {"PARTNERKIT_CONFIG": "/nonexistent/partnerkit.env"}, 2, "does not exist"),
+    # Named as where the path came from: no --config was given.
+    (["orders", "list"], {"PARTNERKIT_CONFIG": "/nonexistent/partnerkit.env"}, 2,
+     "PARTNERKIT_CONFIG file '/nonexistent/partnerkit.env' does not exist"),
 ])
 def test_missing_settings_as_a_real_process(args, overrides, code, match, tmp_path):
     assert_one_line_error(*run_process(args, environment(tmp_path, **overrides)), code=code, match=match)
