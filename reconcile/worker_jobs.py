@@ -58,7 +58,8 @@ def _empty(value: Any) -> bool:
 # Misfire grace: frequent jobs skip a run that is late by more than about one interval (the next
 # one is seconds away and reads the same state); the hourly report check is kept even when late.
 JOBS: tuple[JobSpec, ...] = (
-    JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller"),
+    # `candidates` counts the PROCESSING recharges looked at, not work: a pass with none due did nothing.
+    JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller", not_work=("candidates",)),
     JobSpec("fetch-vouchers", "partnerkit.vouchers:run_voucher_fetches", 3, 3, "vouchers"),
     JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up",
             not_work=("pages", "stopped", "since")),
