@@ -53,6 +53,7 @@ class Config:
     poller_budget_share: Decimal = Decimal("0.5")
     due_hour_utc: int = 1
     inbox_retention_days: int = 90
+    worker_stale_s: int = 900
     report_dir: Path = Path("./var/reports")
     webhook_path: str = "/webhooks/partner"
     http_timeout_s: float = 10.0
@@ -92,6 +93,7 @@ ENV_NAMES = {
     "poller_budget_share": "PARTNERKIT_POLLER_BUDGET_SHARE",
     "due_hour_utc": "PARTNERKIT_DUE_HOUR_UTC",
     "inbox_retention_days": "PARTNERKIT_INBOX_RETENTION_DAYS",
+    "worker_stale_s": "PARTNERKIT_WORKER_STALE_S",
     "report_dir": "PARTNERKIT_REPORT_DIR",
     "webhook_path": "PARTNERKIT_WEBHOOK_PATH",
     "http_timeout_s": "PARTNERKIT_HTTP_TIMEOUT_S",
@@ -368,6 +370,9 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
         elif name == "PARTNERKIT_INBOX_RETENTION_DAYS":
             # Never under 30: a dedup key must outlive the provider's manual retries (see inbox.RETENTION).
             values["inbox_retention_days"] = _int(name, raw, 30, 3650)
+        elif name == "PARTNERKIT_WORKER_STALE_S":
+            # From 5 minutes (the worker notes a job run at most once a minute) to a week (a weekly cron).
+            values["worker_stale_s"] = _int(name, raw, 300, 7 * 24 * 3600)
         elif name == "PARTNERKIT_REPORT_DIR":
             values["report_dir"] = Path(raw.strip())
         elif name == "PARTNERKIT_WEBHOOK_PATH":

@@ -73,6 +73,8 @@ def test_every_variable_is_read():
         ("PARTNERKIT_POLLER_BUDGET_SHARE", "Infinity", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater"),
         ("PARTNERKIT_HTTP_TIMEOUT_S", "inf", "PARTNERKIT_HTTP_TIMEOUT_S must be between"),
         ("PARTNERKIT_HTTP_TIMEOUT_S", "-Infinity", "PARTNERKIT_HTTP_TIMEOUT_S must be between"),
+        ("PARTNERKIT_WORKER_STALE_S", "60", "PARTNERKIT_WORKER_STALE_S must be between 300 and 604800"),
+        ("PARTNERKIT_WORKER_STALE_S", "nan", "PARTNERKIT_WORKER_STALE_S must be a whole number"),
         ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
         ("PARTNERKIT_TYPO", "1", "PARTNERKIT_TYPO is not a partnerkit setting"),
     ],
@@ -114,6 +116,9 @@ def test_config_file_is_overridden_by_environment(tmp_path):
     assert config.due_hour_utc == 3
 
 
+def test_worker_stale_s_is_read():
+    assert load_config(environ={}).worker_stale_s == 900
+    assert load_config(environ={"PARTNERKIT_WORKER_STALE_S": "3600"}).worker_stale_s == 3600
 
 
 def test_the_example_env_file_is_read_as_written():

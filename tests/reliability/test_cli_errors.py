@@ -280,6 +280,7 @@ SETTING_CASES = [
     # NaN parses as a Decimal, and comparing it raised InvalidOperation: a 40-line traceback, exit 1.
     ("PARTNERKIT_POLLER_BUDGET_SHARE", "NaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
     ("PARTNERKIT_POLLER_BUDGET_SHARE", "sNaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+    ("PARTNERKIT_WORKER_STALE_S", "60", "PARTNERKIT_WORKER_STALE_S must be between 300 and 604800"),
     ("PARTNERKIT_HTTP_TIMEOUT_S", "NaN", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
     ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
     ("PARTNERKIT_WEBHOOK_PATH", "webhooks", "PARTNERKIT_WEBHOOK_PATH must be a URL path"),
