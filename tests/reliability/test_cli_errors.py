@@ -28,7 +28,8 @@ from tests.receiver.conftest import VOUCHER_KEY
 
 LONG_RUNNING = {("serve",), ("run",), ("worker",), ("demo",), ("sandbox",)}
 NO_CONFIG = {("demo",), ("sandbox",)}  # they ignore PARTNERKIT_* on purpose
-NO_DATABASE = NO_CONFIG | {("config",)}
+# restore puts a file in place of the database rather than opening it: tests/ops/test_restore.py
+NO_DATABASE = NO_CONFIG | {("config",), ("restore",)}
 
 
 def leaves(command: click.Command = cli, path: tuple[str, ...] = ()):
@@ -71,6 +72,7 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("recharges", "show"): ["424242"],
         ("recharges", "submit"): ["--mobile", "9876543210", "--operator-id", "1", "--amount", "10"],
         ("reconcile",): ["--date", "2024-05-01"],
+        ("restore",): [str(tmp / "a-backup.db")],
         ("report",): ["--date", "2024-05-01"],
         ("run",): ["--bind", f"127.0.0.1:{closed_port()}", "--workers", "1"],
         ("sandbox",): ["--port", "0"],
