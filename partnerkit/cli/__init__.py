@@ -21,7 +21,6 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 from click.core import ParameterSource
 
-from partnerkit import __version__
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
 from partnerkit.errors import PartnerKitError, TransportError, Unauthorized
@@ -83,12 +82,24 @@ def _os_error(exc: OSError) -> str:
     return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc.strerror or exc)
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """--version: the release in one line (partnerkit.release), without loading any configuration."""
+    if not value or ctx.resilient_parsing:
+        return
+    from partnerkit.release import describe
+
+    click.echo(describe())
+    ctx.exit()
+
+
 @click.group(cls=PartnerKitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 # A plain path: load_config names a missing file or a directory in one line (click's own check would be
 # a usage error about '--config', even when PARTNERKIT_CONFIG named it).
 @click.option("--config", "config_file", type=click.Path(), metavar="FILE", envvar="PARTNERKIT_CONFIG",
               help="A .env-style file of PARTNERKIT_* settings; the environment overrides it.")
-@click.version_option(__version__, prog_name="partnerkit")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, the database schema it migrates to and the git commit it was built from, "
+                   "and exit.")
 @click.pass_context
 def cli(ctx: click.Context, config_file: str | None) -> None:
     """partnerkit: receive the provider's signed webhooks, settle recharges, reconcile the wallet.
