@@ -229,6 +229,7 @@ def test_usage_errors_exit_2_with_one_error_line(path, args, tmp_path):
 
 
 @pytest.mark.parametrize("args", [["serve", "--workers", "0"], ["run", "--bind", "nohost"], ["worker", "--format", "xml"],
+                                  ["worker", "--format", "json"],  # only with --once: the worker prints no table
                                   ["demo", "--speed", "1"], ["sandbox", "--port", "70000"],
                                   ["reconcile", "--date", "2024-02-30"]])
 def test_usage_errors_as_a_real_process(args, tmp_path):
