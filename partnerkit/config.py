@@ -9,7 +9,7 @@ does not need it is never refused for lack of it.
 
 from __future__ import annotations
 
-import io
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -17,9 +17,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit
-
-from dotenv import dotenv_values
-from dotenv.parser import parse_stream
 
 PREFIX = "PARTNERKIT_"
 
@@ -56,6 +53,7 @@ class Config:
     poller_budget_share: Decimal = Decimal("0.5")
     due_hour_utc: int = 1
     inbox_retention_days: int = 90
+    worker_stale_s: int = 900
     report_dir: Path = Path("./var/reports")
     webhook_path: str = "/webhooks/partner"
     http_timeout_s: float = 10.0
@@ -95,6 +93,7 @@ ENV_NAMES = {
     "poller_budget_share": "PARTNERKIT_POLLER_BUDGET_SHARE",
     "due_hour_utc": "PARTNERKIT_DUE_HOUR_UTC",
     "inbox_retention_days": "PARTNERKIT_INBOX_RETENTION_DAYS",
+    "worker_stale_s": "PARTNERKIT_WORKER_STALE_S",
     "report_dir": "PARTNERKIT_REPORT_DIR",
     "webhook_path": "PARTNERKIT_WEBHOOK_PATH",
     "http_timeout_s": "PARTNERKIT_HTTP_TIMEOUT_S",
@@ -102,7 +101,7 @@ ENV_NAMES = {
 }
 
 REQUIRED_HINTS = {
-    "api_base_url": "give the provider's base URL without /api/v1, e.g. https://partner.example.com",
+    "api_base_url": "give the provider's base URL without /api/v1, e.g. https://api.provider.example",
     "api_key": "the API key issued by the provider",
     "api_secret": "the API secret issued by the provider",
     "webhook_tokens": "the receiver refuses to start without at least one accepted signing token "
@@ -130,7 +129,7 @@ def _number(name: str, raw: str, low: float, high: float) -> float:
         value = float(raw.strip())
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if not low <= value <= high:
+    if not math.isfinite(value) or not low <= value <= high:  # nan compares False either way: said here, not by luck
         raise ConfigError(f"{name} must be between {low} and {high}, got {raw.strip()}")
     return value
 
@@ -140,14 +139,15 @@ def _share(name: str, raw: str) -> Decimal:
         value = Decimal(raw.strip())
     except InvalidOperation:
         raise ConfigError(f"{name} must be a fraction between 0 and 1, got {raw!r}") from None
-    if not Decimal(0) < value <= Decimal(1):
+    # NaN and sNaN parse, but any comparison with them raises InvalidOperation; Infinity is out of range anyway.
+    if not value.is_finite() or not Decimal(0) < value <= Decimal(1):
         raise ConfigError(f"{name} must be a fraction greater than 0 and at most 1, got {raw.strip()}")
     return value
 
 
 def _url(name: str, raw: str) -> str:
     value = raw.strip().rstrip("/")
-    malformed = ConfigError(f"{name} must be an http(s) URL such as https://partner.example.com, got {raw!r}")
+    malformed = ConfigError(f"{name} must be an http(s) URL such as https://api.provider.example, got {raw!r}")
     try:
         parts = urlsplit(value)  # raises on an unclosed IPv6 bracket
     except ValueError:
@@ -216,39 +216,123 @@ def parse_webhook_tokens(raw: str) -> tuple[WebhookToken, ...]:
     return tuple(tokens)
 
 
-def read_env_file(path: str | os.PathLike) -> dict[str, str]:
-    """Read a .env-style file (KEY=VALUE lines, comments, optional quotes) into a dict.
+# What a --config file may hold: only what every reader of the same file reads alike. The systemd units
+# load it with EnvironmentFile= and compose with env_file, while --config reads it here; the three differ
+# on inline comments, `export`, backslashes, `$` and text after a closing quote (systemd keeps ` # note`
+# as part of the value and ignores an `export` line). Anything else is refused, naming the line, so the
+# services and the commands can never read two different settings from one file.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_LINE = re.compile(r"[ \t]*(?P<key>[^=]*?)[ \t]*=[ \t]*(?P<value>.*?)[ \t]*")
+_AMBIGUOUS = {
+    "export": "an `export ` prefix (systemd's EnvironmentFile= ignores such a line): drop the `export `",
+    "comment": "a `#` after a value (systemd's EnvironmentFile= keeps it as part of the value): put the comment "
+               "on its own line, or quote the value with single quotes if the `#` belongs to it",
+    "after_quote": "text after the closing quote (systemd's EnvironmentFile= appends it to the value)",
+    "open_quote": "a quote that does not close on its own line",
+    "backslash": "a backslash (systemd, docker compose and --config each unescape it differently)",
+    "dollar": "a `$` outside single quotes (docker compose expands it): quote the value with single quotes",
+    "semicolon": "a line starting with `;` (systemd reads it as a comment, --config would not): use `#`",
+    "comment_continued": "a comment ending in a backslash (systemd before 254 reads the next line as comment too)",
+    "name": "a name that is not a shell variable name (letters, digits, `_`): systemd ignores such a line",
+    "control": "a control character other than a tab",
+    "space": "whitespace other than spaces and tabs around a value (python-dotenv strips it, systemd keeps it)",
+}
 
-    A file that cannot be read, is not UTF-8 text or has a line that is not KEY=VALUE is a
-    ConfigError naming the file (and the line): python-dotenv alone would skip such a line
-    with a warning, and a setting would silently fall back to its default.
+
+def _value_problem(raw: str) -> str | None:
+    """What the readers of an env file disagree on in the text after `=` (a key of _AMBIGUOUS), or None."""
+    if not raw:
+        return None
+    if raw[0].isspace() or raw[-1].isspace():
+        return "space"
+    if raw[0] in "'\"":
+        closing = raw.find(raw[0], 1)
+        if closing < 0:
+            return "open_quote"
+        inner, rest = raw[1:closing], raw[closing + 1:]
+        if "\\" in inner:  # first: `'a\'b'` is an escaped quote to some readers
+            return "backslash"
+        if rest:
+            return "comment" if rest.lstrip().startswith("#") else "after_quote"
+        return "dollar" if raw[0] == '"' and "$" in inner else None
+    if raw.startswith("#") or re.search(r"\s#", raw):
+        return "comment"
+    if "\\" in raw:
+        return "backslash"
+    return "dollar" if "$" in raw else None
+
+
+def parse_env_text(text: str, name: str = "--config file") -> dict[str, str]:
+    """Parse KEY=VALUE lines (blank lines and `#` comment lines allowed; a value unquoted, or whole in single
+    or double quotes) into a dict, the last of a repeated name winning.
+
+    Only the forms that systemd's EnvironmentFile=, docker compose's env_file and python-dotenv all read
+    alike are accepted; anything else is a ConfigError naming `name` and the line, never quoting it (it
+    may hold a secret). A line that is not KEY=VALUE is refused too, where those readers would skip it
+    and a setting would silently fall back to its default.
+    """
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip(" \t")
+        if not stripped:
+            continue
+        if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in line):
+            problem = "control"
+        elif stripped.startswith("#"):
+            if stripped.endswith("\\"):
+                problem = "comment_continued"
+            else:
+                continue
+        elif stripped.startswith(";"):
+            problem = "semicolon"
+        else:
+            match = _ENV_LINE.fullmatch(line)
+            if match is None:
+                raise ConfigError(f"{name} line {number} is not KEY=VALUE (or a comment)")
+            key = match.group("key")
+            if re.match(r"export[ \t]", key):
+                problem = "export"
+            elif not _ENV_NAME.fullmatch(key):
+                problem = "name"
+            else:
+                raw = match.group("value")
+                problem = _value_problem(raw)
+                if problem is None:
+                    values[key] = raw[1:-1] if raw[:1] in ("'", '"') else raw
+                    continue
+        raise ConfigError(f"{name} line {number} has {_AMBIGUOUS[problem]}")
+    return values
+
+
+def read_env_file(path: str | os.PathLike, name: str = "--config file") -> dict[str, str]:
+    """Read a .env-style file (see `parse_env_text`) into a dict.
+
+    A file that cannot be read or is not UTF-8 text is a ConfigError naming `name` (how the file was
+    given: the --config option or PARTNERKIT_CONFIG) and the path.
     """
     file = Path(path)
+    shown = f"{name} {str(file)!r}"
     if file.is_dir():
-        raise ConfigError(f"--config file {str(file)!r} is a directory; give the .env-style file itself")
+        raise ConfigError(f"{shown} is a directory; give the .env-style file itself")
     if not file.is_file():
-        raise ConfigError(f"--config file {str(file)!r} does not exist or is not a file")
+        raise ConfigError(f"{shown} does not exist or is not a file")
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"--config file {str(file)!r} is not UTF-8 text") from None
+        raise ConfigError(f"{shown} is not UTF-8 text") from None
     except OSError as exc:
-        raise ConfigError(f"--config file {str(file)!r} cannot be read: {exc.strerror}") from None
-    for binding in parse_stream(io.StringIO(text)):
-        # python-dotenv reads a bare word (no "=") as a name without a value and drops it: a
-        # pasted secret, or a setting whose "=" was lost, would vanish without a word.
-        if binding.error or (binding.key is not None and binding.value is None):
-            # The line itself is not quoted: it may hold a secret typed without its "=".
-            line = binding.original.line + binding.original.string.rstrip("\n").count("\n")  # after blank lines
-            raise ConfigError(f"--config file {str(file)!r} line {line} is not KEY=VALUE (or a comment)")
-    return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
+        raise ConfigError(f"{shown} cannot be read: {exc.strerror}") from None
+    return parse_env_text(text, shown)
 
 
-def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None) -> Config:
-    """Build a validated Config from a --config file overlaid by the environment."""
+def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None, *,
+                config_source: str = "--config") -> Config:
+    """Build a validated Config from a --config file overlaid by the environment.
+
+    `config_source` says where the file's path came from (`--config` or `PARTNERKIT_CONFIG`), for errors."""
     source: dict[str, str] = {}
     if config_file is not None:
-        source.update(read_env_file(config_file))
+        source.update(read_env_file(config_file, f"{config_source} file"))
     env = os.environ if environ is None else environ
     source.update({k: v for k, v in env.items() if k.startswith(PREFIX)})
 
@@ -286,6 +370,9 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
         elif name == "PARTNERKIT_INBOX_RETENTION_DAYS":
             # Never under 30: a dedup key must outlive the provider's manual retries (see inbox.RETENTION).
             values["inbox_retention_days"] = _int(name, raw, 30, 3650)
+        elif name == "PARTNERKIT_WORKER_STALE_S":
+            # From 5 minutes (the worker notes a job run at most once a minute) to a week (a weekly cron).
+            values["worker_stale_s"] = _int(name, raw, 300, 7 * 24 * 3600)
         elif name == "PARTNERKIT_REPORT_DIR":
             values["report_dir"] = Path(raw.strip())
         elif name == "PARTNERKIT_WEBHOOK_PATH":

@@ -199,7 +199,9 @@ def _read_or_create_key_file(path: Path, db_path: Path) -> list[str]:
         raise ConfigError(f"the voucher key file {str(path)!r} is missing, but {str(db_path)!r} holds {keyed} stored "
                           "voucher(s) or webhook token(s) sealed with it: restore the key file from its backup "
                           "(or set PARTNERKIT_VOUCHER_KEY to that key); a new key would make them unreadable")
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new directory: private to the owner
+    from partnerkit.files import make_private_dirs
+
+    make_private_dirs(path.parent)  # a new directory: private to the owner, at every level
     temp = _private_temp(path, [new_key_text()])
     try:
         os.link(temp, path)  # fails if another process created it first: then theirs wins

@@ -12,8 +12,10 @@ from typing import Any
 from partnerkit.config import Config
 from partnerkit.money import from_cents
 from partnerkit.processes import holder_is_gone
-from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, order_intents, recharges, reports
+from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, order_intents, orders, recharges, reports
 from partnerkit.store.budget import Budget, poller_cap
+from partnerkit.store.db import transaction
+from partnerkit.store.jobs import stamp
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
 ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
@@ -24,6 +26,16 @@ REPORT_GRACE = timedelta(hours=2)
 # An order intent still INTENT this long after its send began was left by a process that died while
 # sending (a send lasts at most a few client timeouts): its outcome is as unknown as an UNKNOWN one's.
 INTENT_ABANDONED_AFTER = timedelta(minutes=15)
+# When a worker last ran a job, long-running or `worker --once` from cron alike (the lease alone cannot
+# say: a clean stop deletes it). Written at most once a minute; `status` names a worker silent for longer
+# than PARTNERKIT_WORKER_STALE_S.
+WORKER_RAN_KEY = "worker.last_job_at"
+WORKER_RAN_EVERY = timedelta(minutes=1)
+# A submit keeps its recharge INTENT while it waits for the budget (the client waits up to a minute) and
+# for the provider's answer; one INTENT much older than that was killed mid-send (its answer is lost).
+SUBMIT_BUDGET_WAIT_S = 60
+INTENT_STALE_FLOOR_S = 120
+SHOWN_IDS = 10  # local ids named in an attention line
 
 
 def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
@@ -47,6 +59,38 @@ def processing_ages(db: Database, now: datetime) -> tuple[int, list[int]]:
                                                 for r in processing) if a is not None), reverse=True)
 
 
+def note_worker_ran(db: Database, now: datetime | None = None) -> None:
+    """Record that a worker ran a job now (a write at most once per WORKER_RAN_EVERY)."""
+    now = now or utcnow()
+    seen = last_worker_run(db)
+    if seen is not None and timedelta(0) <= now - seen < WORKER_RAN_EVERY:
+        return
+    with transaction(db) as conn:
+        orders.set_meta(conn, WORKER_RAN_KEY, stamp(now), now=now)
+
+
+def last_worker_run(db: Database) -> datetime | None:
+    """When a worker last ran a job on this database; None before the first (or an unreadable record)."""
+    try:
+        return parse_ts(orders.get_meta(db, WORKER_RAN_KEY))
+    except ValueError:
+        return None
+
+
+def intent_stale_after_s(config: Config) -> float:
+    """How long a submit may keep its recharge INTENT: the budget wait and twice the request timeout."""
+    return max(INTENT_STALE_FLOOR_S, SUBMIT_BUDGET_WAIT_S + 2 * config.http_timeout_s)
+
+
+def lost_answers(config: Config, db: Database, now: datetime) -> list[int]:
+    """Local ids of recharges whose submit's answer was lost: UNKNOWN, and INTENT past
+    `intent_stale_after_s` (a submit killed mid-send, which never got to mark it UNKNOWN); oldest first."""
+    cutoff = now - timedelta(seconds=intent_stale_after_s(config))
+    stale = [r for r in recharges.list_rows(db, status="INTENT")
+             if (parse_ts(r["submitted_at"]) or now) <= cutoff]
+    return sorted(r["local_id"] for r in stale + recharges.list_rows(db, status="UNKNOWN"))
+
+
 def worker_running(lease: locks.Lease | None, now: datetime) -> bool:
     """Whether the worker lease is held by a live worker.
 
@@ -66,7 +110,7 @@ def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict
         "worker_up": int(worker_running(locks.current(db, WORKER_LEASE), now)),
         "recharges_processing": processing,
         "recharges_processing_over_30m": sum(1 for a in ages if a > ESCALATE_AFTER_S),
-        "recharges_unknown": recharges.count_status(db, "UNKNOWN"),
+        "recharges_unknown": len(lost_answers(config, db, now)),
         "report_overdue": int(overdue is not None),
         "provider_refusing": int(bool(config.api_key) and Budget.from_config(config, db).refusal() is not None),
     }
@@ -85,6 +129,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     open_drifts = drifts.list_drifts(db, resolution="pending")
     escalated = drifts.list_drifts(db, resolution="escalated")
     lease = locks.current(db, WORKER_LEASE)
+    lost = lost_answers(config, db, now)
+    worker_ran = last_worker_run(db)
     status: dict[str, Any] = {
         "checked_at": now,
         "last_webhook_at": latest[0]["received_at"] if latest else None,
@@ -97,7 +143,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "recharges_processing": processing,
         "oldest_processing_age_s": ages[0] if ages else None,
         "recharges_past_30_min": sum(1 for a in ages if a > ESCALATE_AFTER_S),
-        "recharges_unknown": recharges.count_status(db, "UNKNOWN"),
+        "recharges_unknown": len(lost),
+        "recharges_unknown_local_ids": lost[:SHOWN_IDS],
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
         "order_intents_unknown": [f"#{i['id']} key {i['idempotency_key']} ref {i['ref']} (product {i['product_id']}, "
                                   f"{i['quantity']} x {from_cents(i['denomination_cents'])}, {i['state']} since "
@@ -127,13 +174,22 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "worker_running": worker_running(lease, now),
         "worker_lease_holder": lease.holder if lease is not None else None,
         "worker_lease_expires_at": lease.expires_at if lease is not None else None,
+        "worker_last_job_at": worker_ran,
     }
     status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc)
-    status["attention"] = attention(status)
+    status["attention"] = attention(status, worker_stale_s=config.worker_stale_s)
     return status
 
 
-def attention(status: dict[str, Any]) -> list[str]:
+def _silent_for(status: dict[str, Any], worker_stale_s: int) -> int | None:
+    """Seconds since a worker last ran a job, when that is longer than `worker_stale_s`; else None (and
+    None on a database no worker has run on yet: a fresh install is not an outage)."""
+    last = status["worker_last_job_at"]
+    silent = None if last is None else int((status["checked_at"] - last).total_seconds())
+    return silent if silent is not None and silent > worker_stale_s else None
+
+
+def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]:
     """Plain-language lines for what needs a person now (empty when all is well)."""
     lines = []
     if status["provider_refused"]:
@@ -146,7 +202,10 @@ def attention(status: dict[str, Any]) -> list[str]:
         lines.append(f"{status['recharges_past_30_min']} recharge(s) PROCESSING for over 30 minutes: escalate to "
                      "support with their reference_number (`partnerkit recharges list --status PROCESSING`)")
     if status["recharges_unknown"]:
-        lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome: run `partnerkit recharges locate`")
+        ids = ", ".join(str(i) for i in status["recharges_unknown_local_ids"])
+        more = ", ..." if status["recharges_unknown"] > len(status["recharges_unknown_local_ids"]) else ""
+        lines.append(f"{status['recharges_unknown']} recharge(s) whose submit's answer was lost (local id {ids}{more}): "
+                     "run `partnerkit recharges locate --local-id N` for each; never submit them again")
     if status["order_intents_unknown"]:
         lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "
@@ -161,6 +220,15 @@ def attention(status: dict[str, Any]) -> list[str]:
     elif not status["worker_running"] and (status["voucher_fetch_backlog"] or status["recharges_processing"]):
         lines.append("no worker is running, yet voucher fetches or PROCESSING recharges are waiting: "
                      "start `partnerkit worker`")
+    elif (silent_s := _silent_for(status, worker_stale_s)) is not None:
+        silent = (f"no worker has run a job for {silent_s // 60} minutes (last at {iso(status['worker_last_job_at'])}; "
+                  f"PARTNERKIT_WORKER_STALE_S allows {worker_stale_s} s)")
+        if status["worker_running"]:
+            lines.append(f"{silent}: the worker {status['worker_lease_holder']} renews its lease but runs no job; "
+                         "restart it")
+        else:
+            lines.append(f"{silent}: start `partnerkit worker` (or check the cron line that runs "
+                         "`partnerkit worker --once`)")
     if status["report_overdue_date"]:
         lines.append(f"the nightly report for {status['report_overdue_date']} is overdue (last complete report: "
                      f"{status['last_report_date']}): the worker's `nightly-report` log lines say why (an error, or "

@@ -29,6 +29,9 @@ TOKEN_RETRY_S = 0.2    # ... or at once on a failed signature, at most this ofte
 # or blocks a writer) every CHECKPOINT_INTERVAL_S, off the request path.
 CHECKPOINT_INTERVAL_S = 0.2
 WAL_BACKSTOP_PAGES = 4000  # ~16 MB with 4 KiB pages: a request checkpoints only if the thread falls behind
+# A checkpoint that keeps failing (a read-only database) fails on every pass, five times a second: it is
+# logged once, then again only when the error changes or after this long, and once when it works again.
+CHECKPOINT_FAILURE_REPEAT_S = 300.0
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +39,17 @@ log = logging.getLogger(__name__)
 class Checkpointer:
     """A daemon thread that checkpoints the WAL (PASSIVE) every `interval_s` on its own connection."""
 
-    def __init__(self, db_path, *, interval_s: float = CHECKPOINT_INTERVAL_S) -> None:
+    def __init__(self, db_path, *, interval_s: float = CHECKPOINT_INTERVAL_S,
+                 failure_repeat_s: float = CHECKPOINT_FAILURE_REPEAT_S) -> None:
         self.db_path = db_path
         self.interval_s = interval_s
+        self.failure_repeat_s = failure_repeat_s
         self._stop = threading.Event()
         self._conn: sqlite3.Connection | None = None
         self.last: tuple[int, int, int] | None = None  # the latest (busy, log frames, checkpointed)
+        self.failing: str | None = None  # the error of the failing passes since the last good one
+        self.failed_passes = 0  # passes failed since the last good one
+        self._failure_logged_at = float("-inf")
         self._thread = threading.Thread(target=self._run, name="partnerkit-wal-checkpoint", daemon=True)
 
     def start(self) -> "Checkpointer":
@@ -67,9 +75,29 @@ class Checkpointer:
             try:
                 self.checkpoint()
             except Exception as exc:  # keep going: the request connections' backstop still bounds the WAL
-                log.warning("WAL checkpoint failed", extra={"error": str(exc)[:200]})
+                self._failed(str(exc)[:200])
                 self._close()
+            else:
+                self._recovered()
         self._close()
+
+    def _failed(self, error: str) -> None:
+        """Log a failing pass when the failure is new, its error changed, or it was last logged long ago."""
+        self.failed_passes += 1
+        now = time.monotonic()
+        if error == self.failing and now - self._failure_logged_at < self.failure_repeat_s:
+            return
+        log.warning("WAL checkpoint failed" if error != self.failing else "WAL checkpoint still failing",
+                    extra={"error": error, "failed_passes": self.failed_passes,
+                           "logged_again_after_s": self.failure_repeat_s})
+        self.failing, self._failure_logged_at = error, now
+
+    def _recovered(self) -> None:
+        """After failing passes, say once that the checkpoint works again."""
+        if self.failing is None:
+            return
+        log.info("WAL checkpoint works again", extra={"failed_passes": self.failed_passes})
+        self.failing, self.failed_passes, self._failure_logged_at = None, 0, float("-inf")
 
     def _close(self) -> None:
         if self._conn is not None:

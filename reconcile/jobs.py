@@ -36,7 +36,9 @@ def report_filename(day: str, fmt_name: str) -> str:
 
 def write_atomic(path: Path, text: str) -> Path:
     """Write a file so readers see the old or the new content, never half (temp file + rename)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # reports hold finance's figures
+    from partnerkit.files import make_private_dirs
+
+    make_private_dirs(path.parent)  # reports hold finance's figures, at every level 0700
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from partnerkit.config import Config
 from partnerkit.errors import BudgetExhausted, PartnerKitError, RateLimited
+from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
 from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
 
@@ -58,7 +60,8 @@ def _empty(value: Any) -> bool:
 # Misfire grace: frequent jobs skip a run that is late by more than about one interval (the next
 # one is seconds away and reads the same state); the hourly report check is kept even when late.
 JOBS: tuple[JobSpec, ...] = (
-    JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller"),
+    # `candidates` counts the PROCESSING recharges looked at, not work: a pass with none due did nothing.
+    JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller", not_work=("candidates",)),
     JobSpec("fetch-vouchers", "partnerkit.vouchers:run_voucher_fetches", 3, 3, "vouchers"),
     JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up",
             not_work=("pages", "stopped", "since")),
@@ -141,6 +144,8 @@ class JobRunner:
             except Exception as exc:  # a job must never kill the scheduler; the log line says what broke
                 outcome, result = "error", f"{type(exc).__name__}: {exc}"
                 log.debug("job %s failed", self.spec.id, exc_info=True)
+        if outcome != "skipped":
+            self._note_run()
         record = {"job": self.spec.id, "outcome": outcome, "duration_ms": round((time.monotonic() - started) * 1000),
                   "result": result}
         # A pass that found nothing to do (most runs of the 3-5 s jobs) is DEBUG; one that did work is INFO.
@@ -151,6 +156,15 @@ class JobRunner:
             level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted") else logging.ERROR
         log.log(level, "job %s %s", self.spec.id, outcome, extra=record)
         return record
+
+    def _note_run(self) -> None:
+        """Tell `partnerkit status` that a worker runs its jobs (at most one write a minute); never fails the job."""
+        if self._db is None:
+            return
+        try:
+            note_worker_ran(self._db)
+        except (PartnerKitError, sqlite3.Error) as exc:  # a locked database: the next run notes it
+            log.debug("could not note the job run: %s", exc)
 
     def _refused_recently(self) -> str | None:
         """Why this run is skipped: the provider refused the API key under REFUSAL_PAUSE_S ago.

@@ -19,8 +19,8 @@ import sys
 from urllib.parse import urlsplit, urlunsplit
 
 import click
+from click.core import ParameterSource
 
-from partnerkit import __version__
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
 from partnerkit.errors import PartnerKitError, TransportError, Unauthorized
@@ -82,12 +82,24 @@ def os_error_line(exc: OSError) -> str:
     return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc.strerror or exc)
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """--version: the release in one line (partnerkit.release), without loading any configuration."""
+    if not value or ctx.resilient_parsing:
+        return
+    from partnerkit.release import describe
+
+    click.echo(describe())
+    ctx.exit()
+
+
 @click.group(cls=PartnerKitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 # A plain path: load_config names a missing file or a directory in one line (click's own check would be
 # a usage error about '--config', even when PARTNERKIT_CONFIG named it).
 @click.option("--config", "config_file", type=click.Path(), metavar="FILE", envvar="PARTNERKIT_CONFIG",
               help="A .env-style file of PARTNERKIT_* settings; the environment overrides it.")
-@click.version_option(__version__, prog_name="partnerkit")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, the database schema it migrates to and the git commit it was built from, "
+                   "and exit.")
 @click.pass_context
 def cli(ctx: click.Context, config_file: str | None) -> None:
     """partnerkit: receive the provider's signed webhooks, settle recharges, reconcile the wallet.
@@ -95,7 +107,8 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
     Settings come from PARTNERKIT_* environment variables (or --config FILE); run
     `partnerkit config` to see the effective values.
     """
-    ctx.obj = AppContext(config_file)
+    named_by = ctx.get_parameter_source("config_file")
+    ctx.obj = AppContext(config_file, "PARTNERKIT_CONFIG" if named_by is ParameterSource.ENVIRONMENT else "--config")
 
 
 def _register_commands() -> None:

@@ -13,8 +13,9 @@ from partnerkit.store import Database, open_db
 class AppContext:
     """Loads configuration and opens the store on first use, so `--help` never needs either."""
 
-    def __init__(self, config_file: str | None) -> None:
+    def __init__(self, config_file: str | None, config_source: str = "--config") -> None:
         self.config_file = config_file
+        self.config_source = config_source  # how the file was named: --config or PARTNERKIT_CONFIG
         self._config: Config | None = None
         self._db: Database | None = None
         self.db_created = False  # `db` found no file and created a new, empty database
@@ -22,7 +23,7 @@ class AppContext:
     @property
     def config(self) -> Config:
         if self._config is None:
-            self._config = load_config(config_file=self.config_file)
+            self._config = load_config(config_file=self.config_file, config_source=self.config_source)
         return self._config
 
     @property

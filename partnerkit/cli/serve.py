@@ -79,7 +79,14 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
 @workers_option
 @pass_app
 def serve_command(app: AppContext, bind: str, workers: int) -> None:
-    """Run the webhook receiver (receiver.app:create_app) under gunicorn."""
+    """Run the webhook receiver under gunicorn: it verifies, deduplicates and stores the provider's signed webhooks.
+
+    It needs an accepted signing token: PARTNERKIT_WEBHOOK_TOKENS, or the one `partnerkit webhooks register`
+    saved; without any it refuses to start. Settings come from PARTNERKIT_* environment variables or the
+    --config file, as for every command (`partnerkit config` shows them). The receiver never calls the
+    provider: the vouchers its events announce are fetched by `partnerkit worker`, so run the worker too
+    (or `partnerkit run` for both).
+    """
     argv, env = receiver_process(app, bind, workers)
     click.echo(f"partnerkit receiver on http://{bind}{app.config.webhook_path} with {workers} workers", err=True)
     sys.stdout.flush()

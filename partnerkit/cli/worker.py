@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import FORMATS, emit
@@ -16,13 +17,18 @@ from partnerkit.cli.output import FORMATS, emit
               "key.")
 @click.option("--no-wait", is_flag=True, help="Exit instead of standing by when another worker holds the lease.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="With --once, the format of its table of job results; json and csv go to stdout alone.")
+              help="With --once (refused without it), the format of its table of job results; json and csv go to "
+              "stdout alone.")
+@click.pass_context
 @pass_app
-def worker_command(app: AppContext, fmt: str, once: bool, no_wait: bool) -> None:
+def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no_wait: bool) -> None:
     """Poll recharges, fetch vouchers, sync and report on schedule; one worker per database."""
     from partnerkit.logs import configure_logging
     from reconcile.scheduler import run_once, run_worker
 
+    if not once and ctx.get_parameter_source("fmt") is not ParameterSource.DEFAULT:
+        # The long-running worker prints no table, only its JSON log lines on stderr.
+        raise click.UsageError("--format applies only with --once (the running worker logs JSON lines on stderr)")
     config = app.config.require("api_base_url", "api_key", "api_secret")
     configure_logging(config)
     if once:

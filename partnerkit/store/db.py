@@ -22,6 +22,7 @@ import sqlite_utils
 from sqlite_utils import Database
 
 from partnerkit.errors import StorageError
+from partnerkit.files import make_private_dirs
 
 BUSY_TIMEOUT_MS = 5000
 # BEGIN IMMEDIATE waits for the write lock in steps from _FIRST_PAUSE_S, doubling up to
@@ -33,10 +34,10 @@ _LONGEST_PAUSE_S = 0.002
 def _create_private(path: Path) -> None:
     """Create the database file with mode 0600 before SQLite touches it (WAL/SHM inherit it).
 
-    A directory created for it is 0700 (an existing one is left as it is): the generated voucher
-    key file goes next to the database.
+    Directories created for it are 0700 at every level (existing ones are left as they are): the
+    generated voucher key file goes next to the database.
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
@@ -67,6 +68,13 @@ def _open_failure(file: Path, exc: Exception) -> str:
         return "it is a directory, not a database file"  # SQLite: "unable to open database file"
     if isinstance(exc, FileExistsError) and exc.filename and os.path.isfile(exc.filename):
         return f"{exc.filename} is a file where a directory is needed"  # mkdir: "[Errno 17] File exists"
+    directory = file.parent
+    if (isinstance(exc, sqlite3.Error) and file.is_file() and os.access(file, os.W_OK)
+            and not os.access(directory, os.W_OK | os.X_OK)):
+        # SQLite says "attempt to write a readonly database", yet the file is writable: in WAL mode it
+        # must create the -wal and -shm files beside it.
+        return (f"its directory {str(directory)!r} cannot be written by this user, and SQLite creates the "
+                "database's -wal and -shm files there (give the user that runs partnerkit write access to it)")
     return str(exc)
 
 

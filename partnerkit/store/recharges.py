@@ -379,13 +379,17 @@ def by_provider_id(db: Database, provider_id: int) -> dict | None:
 
 
 def list_rows(db: Database, *, status: str | None = None, limit: int | None = None) -> list[dict]:
-    """Rows newest first, optionally of one status."""
+    """Rows newest first, optionally of one status.
+
+    Newest by our own clock where there is one: a recharge partnerkit submitted by its `submitted_at`
+    (an INTENT has nothing else), one someone else submitted by the provider's `created_at`; so a
+    submit killed mid-send is not listed below older recharges because the provider's clock runs ahead."""
     sql = "SELECT * FROM recharges"
     params: list[Any] = []
     if status:
         sql += " WHERE status = ?"
         params.append(status.upper())
-    sql += " ORDER BY COALESCE(provider_created_at, submitted_at) DESC, local_id DESC"
+    sql += " ORDER BY COALESCE(submitted_at, provider_created_at) DESC, local_id DESC"
     if limit:
         sql += " LIMIT ?"
         params.append(limit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -47,6 +48,23 @@ def test_units_run_as_a_non_root_user_with_hardening(unit):
     assert ("Restart=on-failure" in text) == ("Type=oneshot" not in text), unit.name
 
 
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_units_give_partnerkit_the_file_systemd_loads(unit):
+    # partnerkit then refuses at start a line EnvironmentFile= reads otherwise (README, "Configuration").
+    text = unit.read_text()
+    assert "Environment=PARTNERKIT_CONFIG=/etc/partnerkit/partnerkit.env\n" in text
+
+
+def test_the_units_documentation_is_where_the_readme_install_puts_it():
+    readme = (DEPLOY.parent / "README.md").read_text()
+    assert "sudo cp -r README.md docs /opt/partnerkit/" in readme
+    for unit in UNITS + TIMERS:
+        (line,) = [line for line in unit.read_text().splitlines() if line.startswith("Documentation=")]
+        for uri in line.removeprefix("Documentation=").split():
+            assert uri.startswith("file:///opt/partnerkit/"), (unit.name, uri)
+            assert (DEPLOY.parent / uri.removeprefix("file:///opt/partnerkit/")).is_file(), (unit.name, uri)
+
+
 def test_the_status_timer_starts_the_check_that_fails_while_something_needs_a_person():
     service = (DEPLOY / "systemd" / "partnerkit-status.service").read_text()
     assert "ExecStart=/opt/partnerkit/.venv/bin/partnerkit status --check" in service
@@ -62,8 +80,45 @@ def test_nginx_site_parses_with_body_limit_and_tls(tmp_path):
     assert parsed["status"] == "ok", parsed["errors"]
     text = (DEPLOY / "nginx" / "partnerkit.conf").read_text()
     assert "client_max_body_size 1m;" in text
-    assert "listen 443 ssl;" in text
+    # `http2 on;` needs nginx 1.25.1; Debian 12 ships 1.22 and Ubuntu 24.04 1.24 (the systemd deploy's nginx).
+    assert "listen 443 ssl http2;" in text and not re.search(r"^\s*http2\s", text, re.M)
     assert "$http_x_signature" not in text and "$http_x_service_webhook_token" not in text
+
+
+NGINX = os.environ.get("NGINX_BINARY") or shutil.which("nginx")
+
+
+@pytest.mark.skipif(NGINX is None, reason="no nginx here (NGINX_BINARY names one, e.g. from `apt-get download nginx`)")
+def test_nginx_site_loads_in_a_real_nginx(tmp_path):
+    """`nginx -t` on the site as the README's systemd deploy installs it (upstream on loopback)."""
+    from datetime import datetime, timedelta, timezone
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "partnerkit.test")])
+    now = datetime.now(timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
+    (tmp_path / "tls").mkdir()
+    (tmp_path / "tls" / "fullchain.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "tls" / "privkey.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    site = (DEPLOY / "nginx" / "partnerkit.conf").read_text().replace("server receiver:8000;", "server 127.0.0.1:8000;")
+    (tmp_path / "site.conf").write_text(site.replace("/etc/nginx/tls", str(tmp_path / "tls"))
+                                        .replace("/var/log/nginx", str(tmp_path)))
+    temps = "".join(f"    {kind}_temp_path {tmp_path / kind};\n" for kind in
+                    ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (tmp_path / "nginx.conf").write_text(f"pid {tmp_path / 'nginx.pid'};\nevents {{}}\nhttp {{\n{temps}"
+                                         f"    access_log {tmp_path / 'access.log'};\n"
+                                         f"    include {tmp_path / 'site.conf'};\n}}\n")
+    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"),
+                           "-e", str(tmp_path / "error.log")], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "syntax is ok" in done.stderr
 
 
 def test_compose_runs_receiver_and_worker_on_one_volume_behind_nginx():

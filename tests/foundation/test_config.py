@@ -66,6 +66,15 @@ def test_every_variable_is_read():
         ("PARTNERKIT_WEBHOOK_TOKENS", "whsec_long_enough_1,7:short", "entry 2 is shorter than 16 characters"),
         ("PARTNERKIT_HTTP_TIMEOUT_S", "nan", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
         ("PARTNERKIT_POLLER_BUDGET_SHARE", "1.5", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction"),
+        # NaN and sNaN parse as Decimals, and comparing them raised InvalidOperation: a traceback, exit 1.
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "NaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "sNaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "-nan", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+        ("PARTNERKIT_POLLER_BUDGET_SHARE", "Infinity", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater"),
+        ("PARTNERKIT_HTTP_TIMEOUT_S", "inf", "PARTNERKIT_HTTP_TIMEOUT_S must be between"),
+        ("PARTNERKIT_HTTP_TIMEOUT_S", "-Infinity", "PARTNERKIT_HTTP_TIMEOUT_S must be between"),
+        ("PARTNERKIT_WORKER_STALE_S", "60", "PARTNERKIT_WORKER_STALE_S must be between 300 and 604800"),
+        ("PARTNERKIT_WORKER_STALE_S", "nan", "PARTNERKIT_WORKER_STALE_S must be a whole number"),
         ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
         ("PARTNERKIT_TYPO", "1", "PARTNERKIT_TYPO is not a partnerkit setting"),
     ],
@@ -100,15 +109,32 @@ def test_require_names_the_missing_variable():
 
 def test_config_file_is_overridden_by_environment(tmp_path):
     file = tmp_path / "partnerkit.env"
-    file.write_text('# comment\nPARTNERKIT_API_KEY="from-file"\nexport PARTNERKIT_TOLERANCE_S=60\n')
+    file.write_text('# comment\nPARTNERKIT_API_KEY="from-file"\nPARTNERKIT_TOLERANCE_S=60\nPARTNERKIT_DUE_HOUR_UTC=3\n')
     config = load_config(environ={"PARTNERKIT_TOLERANCE_S": "90"}, config_file=file)
     assert config.api_key == "from-file"
     assert config.tolerance_s == 90
+    assert config.due_hour_utc == 3
+
+
+def test_worker_stale_s_is_read():
+    assert load_config(environ={}).worker_stale_s == 900
+    assert load_config(environ={"PARTNERKIT_WORKER_STALE_S": "3600"}).worker_stale_s == 3600
+
+
+def test_the_example_env_file_is_read_as_written():
+    example = Path(__file__).resolve().parents[2] / "deploy" / "partnerkit.env.example"
+    config = load_config(environ={}, config_file=example)
+    assert config.db_path == Path("/var/lib/partnerkit/partnerkit.db")
+    assert config.api_base_url == "https://api.provider.example"  # the provider's host, not the partner's
+    assert config.api_key is None and config.voucher_key is None
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="--config file .* does not exist"):
         load_config(environ={}, config_file=tmp_path / "nope.env")
+    # Named by where the path came from: PARTNERKIT_CONFIG users never typed --config.
+    with pytest.raises(ConfigError, match="^PARTNERKIT_CONFIG file .* does not exist"):
+        load_config(environ={}, config_file=tmp_path / "nope.env", config_source="PARTNERKIT_CONFIG")
 
 
 def test_secrets_stay_out_of_repr():

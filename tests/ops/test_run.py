@@ -119,7 +119,7 @@ def test_run_refuses_without_credentials(tmp_path):
     result = subprocess.run([sys.executable, "-m", "partnerkit", "run"], env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert result.stderr.strip() == ("Error: PARTNERKIT_API_BASE_URL is not set; give the provider's base URL "
-                                     "without /api/v1, e.g. https://partner.example.com")
+                                     "without /api/v1, e.g. https://api.provider.example")
 
 
 def test_a_killed_run_takes_its_receiver_along_and_restarts_at_once(run_env, tmp_path):

@@ -317,3 +317,89 @@ def test_a_refused_key_is_named_by_the_cli_and_fails_worker_once(sandbox_config,
     outcomes = {r["job"]: r["outcome"] for r in json.loads(once.stdout)}
     assert outcomes["catch-up-orders"] == "paused" and outcomes["prune-events"] == "ok"
     assert once.exit_code == 1, "a pass that did nothing for a refused key is not a success for cron"
+
+
+def test_status_names_a_worker_that_has_run_no_job_for_a_while(sandbox_config, db):
+    """A worker stopped cleanly leaves no lease behind: only the time of its last job run tells."""
+    from reconcile.scheduler import run_once
+    from reconcile.worker_jobs import JOBS
+
+    assert collect(sandbox_config, db)["worker_last_job_at"] is None  # a fresh install is not an outage
+    start = utcnow()
+    with freeze_time(start):
+        run_once(sandbox_config, jobs=[s for s in JOBS if s.id == "prune-events"])  # as `worker --once` from cron
+    with freeze_time(start + timedelta(minutes=14)):
+        quiet = collect(sandbox_config, db)
+    assert quiet["worker_last_job_at"] == start and quiet["worker_running"] is False
+    assert quiet["attention"] == []
+
+    with freeze_time(start + timedelta(minutes=16)):
+        silent = collect(sandbox_config, db)
+        checked = CliRunner().invoke(cli, ["status", "--check"], env=config_as_env(sandbox_config))
+    assert [line for line in silent["attention"] if "no worker has run a job for 16 minutes" in line] == [
+        f"no worker has run a job for 16 minutes (last at {start.isoformat().replace('+00:00', 'Z')}; "
+        "PARTNERKIT_WORKER_STALE_S allows 900 s): start `partnerkit worker` (or check the cron line that runs "
+        "`partnerkit worker --once`)"]
+    assert checked.exit_code == 1
+
+    hourly = replace(sandbox_config, worker_stale_s=2 * 3600)  # cron every hour: set above its interval
+    with freeze_time(start + timedelta(minutes=61)):
+        assert collect(hourly, db)["attention"] == []
+
+
+def test_a_job_run_is_noted_at_most_once_a_minute(db):
+    from partnerkit.status import last_worker_run, note_worker_ran
+    from partnerkit.store import orders
+
+    start = utcnow()
+    note_worker_ran(db, start)
+    note_worker_ran(db, start + timedelta(seconds=59))  # the 3 s jobs: no write each time
+    assert last_worker_run(db) == start
+    note_worker_ran(db, start + timedelta(seconds=61))
+    assert last_worker_run(db) == start + timedelta(seconds=61)
+    note_worker_ran(db, start)  # a clock set back is written too, not frozen out
+    assert last_worker_run(db) == start
+    with transaction(db) as conn:
+        orders.set_meta(conn, "worker.last_job_at", "garbage", now=start)
+    assert last_worker_run(db) is None
+
+
+def test_a_submit_killed_mid_send_counts_as_an_answer_lost(sandbox_config, db):
+    """Killed after recording its intent, a submit leaves INTENT, not UNKNOWN: the provider may well
+    have charged it, so `status` sends the operator to `recharges locate`, as for UNKNOWN."""
+    from partnerkit.store import recharges
+
+    start = utcnow()
+    intent = dict(mobile_number="9876522225", operator_id=1, amount=Decimal("111"), client_reference="ref-killed")
+    killed = recharges.record_intent(db, idempotency_key="idem-killed-0001", submitted_at=start, **intent)
+    fresh = recharges.record_intent(db, idempotency_key="idem-fresh-00001", submitted_at=start + timedelta(seconds=150),
+                                    **{**intent, "client_reference": "ref-in-flight"})
+    unknown = recharges.record_intent(db, idempotency_key="idem-lost-000001", submitted_at=start, **{
+        **intent, "client_reference": "ref-lost"})
+    recharges.mark_unknown(db, unknown, "read timed out", start)
+    with freeze_time(start + timedelta(seconds=100)):  # under two minutes: a submit may still be waiting
+        assert collect(sandbox_config, db)["recharges_unknown_local_ids"] == [unknown]
+    with freeze_time(start + timedelta(minutes=3)):
+        status = collect(sandbox_config, db)
+    assert status["recharges_unknown"] == 2 and status["recharges_unknown_local_ids"] == [killed, unknown]
+    assert fresh not in status["recharges_unknown_local_ids"]  # 30 s old: its submit may still be running
+    assert f"2 recharge(s) whose submit's answer was lost (local id {killed}, {unknown}): run `partnerkit " \
+           "recharges locate --local-id N` for each; never submit them again" in status["attention"]
+
+    listed = CliRunner().invoke(cli, ["recharges", "list", "--format", "json"], env=config_as_env(sandbox_config))
+    assert [r["local_id"] for r in json.loads(listed.output)] == [fresh, unknown, killed]  # newest first
+
+
+def test_recharges_are_listed_newest_first_by_our_clock_when_the_providers_runs_ahead(sandbox_config, db,
+                                                                                       sandbox_server):
+    from partnerkit.store import recharges
+
+    with PartnerClient(sandbox_config, db) as client:
+        sent = submit(sandbox_config, db, client, mobile_number="9876543211", operator_id=1, amount="100")
+    sandbox_server.advance(6 * 3600)  # the provider's clock (a sped-up sandbox) hours ahead of ours
+    with PartnerClient(sandbox_config, db) as client:
+        later = submit(sandbox_config, db, client, mobile_number="9876543212", operator_id=1, amount="100")
+    assert recharges.get(db, later.local_id)["provider_created_at"] > recharges.get(db, sent.local_id)["provider_created_at"]
+    killed = recharges.record_intent(db, idempotency_key="idem-newest-0001", mobile_number="9876543213", operator_id=1,
+                                     amount=Decimal("100"), client_reference="ref-newest", submitted_at=utcnow())
+    assert [r["local_id"] for r in recharges.list_rows(db)] == [killed, later.local_id, sent.local_id]

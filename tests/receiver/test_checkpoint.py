@@ -69,3 +69,56 @@ def test_metrics_count_through_cached_children(app, client):
     assert 'partnerkit_webhook_events_total{outcome="duplicate"} 1.0' in text
     assert 'partnerkit_webhook_rejected_total{reason="missing_signature"} 1.0' in text
     assert "partnerkit_webhook_ack_seconds_count 2.0" in text
+
+
+def _wait_for(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _checkpoint_lines(caplog) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "receiver.state"]
+
+
+def test_a_failing_checkpoint_is_logged_once_then_when_it_changes_or_clears(tmp_path, caplog):
+    # A read-only database failed every 0.2 s pass, and each one was a WARNING: 860,000 lines a day.
+    caplog.set_level("DEBUG", logger="receiver.state")
+    (tmp_path / "a-directory").mkdir()
+    checkpointer = Checkpointer(tmp_path / "a-directory", interval_s=0.005)  # cannot be opened as a database
+    checkpointer.start()
+    try:
+        _wait_for(lambda: checkpointer.failed_passes >= 20)
+        assert _checkpoint_lines(caplog) == [("WARNING", "WAL checkpoint failed")]
+        first = next(r for r in caplog.records if r.name == "receiver.state")
+        assert "it is a directory" in first.error and first.failed_passes == 1
+
+        (tmp_path / "a-file").write_text("x")
+        checkpointer.db_path = tmp_path / "a-file" / "x.db"  # another error: said once more
+        _wait_for(lambda: len(_checkpoint_lines(caplog)) == 2)
+        passes = checkpointer.failed_passes
+        _wait_for(lambda: checkpointer.failed_passes >= passes + 20)
+        assert _checkpoint_lines(caplog) == [("WARNING", "WAL checkpoint failed")] * 2
+
+        checkpointer.db_path = tmp_path / "x.db"  # a database it can open: works again, said once
+        _wait_for(lambda: checkpointer.failing is None)
+        _wait_for(lambda: checkpointer.last is not None)
+        time.sleep(0.1)  # more good passes: nothing more is logged
+    finally:
+        checkpointer.stop()
+    assert _checkpoint_lines(caplog) == [("WARNING", "WAL checkpoint failed")] * 2 + [("INFO", "WAL checkpoint works again")]
+    assert caplog.records[-1].failed_passes >= 40
+
+
+def test_a_checkpoint_failing_for_long_is_logged_again_after_the_back_off(tmp_path, caplog):
+    caplog.set_level("DEBUG", logger="receiver.state")
+    checkpointer = Checkpointer(tmp_path, interval_s=0.005, failure_repeat_s=0.2).start()
+    try:
+        _wait_for(lambda: len(_checkpoint_lines(caplog)) >= 3)
+    finally:
+        checkpointer.stop()
+    lines = _checkpoint_lines(caplog)
+    assert lines[:3] == [("WARNING", "WAL checkpoint failed"), ("WARNING", "WAL checkpoint still failing"),
+                         ("WARNING", "WAL checkpoint still failing")]
+    assert checkpointer.failed_passes > len(lines) * 5  # far fewer lines than failed passes

@@ -29,7 +29,8 @@ from tests.receiver.conftest import VOUCHER_KEY
 
 LONG_RUNNING = {("serve",), ("run",), ("worker",), ("demo",), ("sandbox",)}
 NO_CONFIG = {("demo",), ("sandbox",)}  # they ignore PARTNERKIT_* on purpose
-NO_DATABASE = NO_CONFIG | {("config",)}
+# restore puts a file in place of the database rather than opening it: tests/ops/test_restore.py
+NO_DATABASE = NO_CONFIG | {("config",), ("restore",)}
 
 
 def leaves(command: click.Command = cli, path: tuple[str, ...] = ()):
@@ -72,6 +73,7 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("recharges", "show"): ["424242"],
         ("recharges", "submit"): ["--mobile", "9876543210", "--operator-id", "1", "--amount", "10"],
         ("reconcile",): ["--date", "2024-05-01"],
+        ("restore",): [str(tmp / "a-backup.db")],
         ("report",): ["--date", "2024-05-01"],
         ("run",): ["--bind", f"127.0.0.1:{closed_port()}", "--workers", "1"],
         ("sandbox",): ["--port", "0"],
@@ -228,6 +230,7 @@ def test_usage_errors_exit_2_with_one_error_line(path, args, tmp_path):
 
 
 @pytest.mark.parametrize("args", [["serve", "--workers", "0"], ["run", "--bind", "nohost"], ["worker", "--format", "xml"],
+                                  ["worker", "--format", "json"],  # only with --once: the worker prints no table
                                   ["demo", "--speed", "1"], ["sandbox", "--port", "70000"],
                                   ["reconcile", "--date", "2024-02-30"]])
 def test_usage_errors_as_a_real_process(args, tmp_path):
@@ -278,6 +281,10 @@ SETTING_CASES = [
     ("PARTNERKIT_DUE_HOUR_UTC", "24", "PARTNERKIT_DUE_HOUR_UTC must be between 0 and 23"),
     ("PARTNERKIT_INBOX_RETENTION_DAYS", "7", "PARTNERKIT_INBOX_RETENTION_DAYS must be between 30 and 3650"),
     ("PARTNERKIT_POLLER_BUDGET_SHARE", "2", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction"),
+    # NaN parses as a Decimal, and comparing it raised InvalidOperation: a 40-line traceback, exit 1.
+    ("PARTNERKIT_POLLER_BUDGET_SHARE", "NaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+    ("PARTNERKIT_POLLER_BUDGET_SHARE", "sNaN", "PARTNERKIT_POLLER_BUDGET_SHARE must be a fraction greater than 0"),
+    ("PARTNERKIT_WORKER_STALE_S", "60", "PARTNERKIT_WORKER_STALE_S must be between 300 and 604800"),
     ("PARTNERKIT_HTTP_TIMEOUT_S", "NaN", "PARTNERKIT_HTTP_TIMEOUT_S must be"),
     ("PARTNERKIT_LOG_LEVEL", "LOUD", "PARTNERKIT_LOG_LEVEL must be one of"),
     ("PARTNERKIT_WEBHOOK_PATH", "webhooks", "PARTNERKIT_WEBHOOK_PATH must be a URL path"),
@@ -308,6 +315,9 @@ def test_every_setting_has_a_malformed_value_case():
     (b"\xff\xfePARTNERKIT_DB=x\n", "is not UTF-8 text"),
     (b"PARTNERKIT_API_SECRET oops-no-equals-sign\n", "line 1 is not KEY=VALUE"),
     (b"PARTNERKIT_TOLERANCE_S=soon\n", "PARTNERKIT_TOLERANCE_S must be a whole number"),
+    # What systemd's EnvironmentFile= reads otherwise: the services would use another value than the commands.
+    (b"PARTNERKIT_DB=x.db   # shared by the receiver and the worker\n", "line 1 has a `#` after a value"),
+    (b"# logging\nexport PARTNERKIT_LOG_LEVEL=DEBUG\n", "line 2 has an `export ` prefix"),
 ])
 def test_a_bad_config_file_is_one_line_with_exit_2(content, match, tmp_path):
     file = tmp_path / "partnerkit.env"
@@ -328,7 +338,7 @@ def test_a_config_path_that_is_a_directory_is_one_line_with_exit_2(how, tmp_path
     else:
         env["PARTNERKIT_CONFIG"] = str(tmp_path)
     code, stderr, stdout = run_in_process(args, env)
-    assert_one_line_error(code, stderr, stdout, code=2, match=f"config file {str(tmp_path)!r} is a directory")
+    assert_one_line_error(code, stderr, stdout, code=2, match=f"{how} file {str(tmp_path)!r} is a directory")
 
 
 def existing_database(tmp_path) -> None:
@@ -439,7 +449,9 @@ def test_unwritable_outputs_are_one_line_with_exit_1(tmp_path):
     (["serve", "--bind", "127.0.0.1:1"], {"PARTNERKIT_WEBHOOK_TOKENS": None}, 2, "no webhook token is accepted"),
     (["run", "--bind", "127.0.0.1:1"], {"PARTNERKIT_API_SECRET": None}, 2, "PARTNERKIT_API_SECRET is not set"),
     (["worker", "--once"], {"PARTNERKIT_API_BASE_URL": None}, 2, "PARTNERKIT_API_BASE_URL is not set"),
-    (["orders", "list"], {"PARTNERKIT_CONFIG": "/nonexistent/partnerkit.env"}, 2, "does not exist"),
+    # Named as where the path came from: no --config was given.
+    (["orders", "list"], {"PARTNERKIT_CONFIG": "/nonexistent/partnerkit.env"}, 2,
+     "PARTNERKIT_CONFIG file '/nonexistent/partnerkit.env' does not exist"),
 ])
 def test_missing_settings_as_a_real_process(args, overrides, code, match, tmp_path):
     assert_one_line_error(*run_process(args, environment(tmp_path, **overrides)), code=code, match=match)
