@@ -106,13 +106,16 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver."""
     from receiver.tokens import seal_token
 
+    # The key is checked before the webhook is created: the token comes back only once, and a key
+    # refused after that would leave a webhook at the provider whose deliveries nothing accepts.
+    cipher = load_cipher(app.config)
     created = _client(app).create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
                                           credential_id=credential_id)
     webhook_id = str(created.id)
     # Saved before this one: a second webhook to the same receiver doubles every delivery.
     same_url = [row["webhook_id"] for row in webhook_tokens.listing(app.db)
                 if row["url"] == url and row["webhook_id"] != webhook_id]
-    webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
+    webhook_tokens.save(app.db, webhook_id, seal_token(cipher, webhook_id, created.token),
                         now=utcnow(), name=created.name, url=created.url, events=list(created.events))
     emit_one({"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}, fmt)
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "

@@ -237,3 +237,18 @@ def test_a_token_or_secret_in_an_answer_whose_shape_is_not_shown_is_masked():
         assert secret not in text
     assert shown["data"]["url"] == "https://partner.example/webhooks/partner" and shown["data"]["id"] == 7
     assert shown["data"]["token_rotated"] is None  # nothing to hide stays as it is
+
+
+def test_a_mistyped_voucher_key_creates_no_webhook_and_places_no_order(env, sandbox_config, sandbox_server):
+    """Finding 1: the key is checked before the provider is called (the token comes back only once; the
+    wallet is debited at creation)."""
+    created = json.loads(run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "2",
+                             "--format", "json").stdout)
+    assert created["vouchers_stored"] == 2  # sealed with the generated key file
+    wrong = {**env, "PARTNERKIT_VOUCHER_KEY": "d3Jvbmctd3Jvbmctd3Jvbmctd3Jvbmctd3Jvbmct"}
+    for args in (["orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "2"],
+                 ["webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner"]):
+        result = run(wrong, *args, code=2)
+        assert result.stderr.startswith("Error: PARTNERKIT_VOUCHER_KEY opens none of the vouchers")
+    assert list(sandbox_server.sandbox.orders) == [created["id"]] and sandbox_server.sandbox.webhooks == {}
+    assert len(json.loads(run(env, "vouchers", str(created["id"]), "--reveal", "--format", "json").stdout)) == 2
