@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
+from partnerkit.store import webhook_tokens
 from partnerkit.store.vouchers import keyed_samples, keyed_values
 
 log = logging.getLogger(__name__)
@@ -170,12 +171,36 @@ def _private_temp(path: Path, keys: Sequence[str]) -> Path:
     return temp
 
 
+def _keep_owner(temp: Path, path: Path) -> None:
+    """Give `temp` the owner and group of the file it is about to replace.
+
+    `keys rotate` run as root (maintenance from a root shell) would otherwise leave a root-owned key
+    file that the services, running as their own user, cannot read: the receiver would then answer
+    503 to every delivery once `keys rewrap` sealed its saved token with the new key. Root can chown;
+    anyone else who cannot (the file is another user's) is refused before anything is replaced."""
+    try:
+        old = path.stat()
+    except FileNotFoundError:
+        return
+    new = temp.stat()
+    if (old.st_uid, old.st_gid) == (new.st_uid, new.st_gid):
+        return
+    try:
+        os.chown(temp, old.st_uid, old.st_gid)  # the mode stays 0600
+    except PermissionError:
+        raise PartnerKitError(f"the voucher key file {str(path)!r} belongs to uid {old.st_uid} gid {old.st_gid}; "
+                              "a replacement written by this user could not keep that owner: run the command as "
+                              "the file's owner (e.g. sudo -u partnerkit ...)") from None
+
+
 def write_key_file(path: Path, keys: Sequence[str]) -> None:
-    """Replace the key file with `keys` (current first) atomically: a 0600 temp file, fsynced, renamed.
+    """Replace the key file with `keys` (current first) atomically: a 0600 temp file, fsynced, given the
+    replaced file's owner and group, renamed.
 
     Killed at any point, the file holds either the old keys or the new ones, never a part."""
     temp = _private_temp(path, keys)
     try:
+        _keep_owner(temp, path)
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -291,3 +316,19 @@ def refuse_a_stranger(config: Config, cipher: Cipher) -> None:
                       f"unreadable once that key is back); {hint}. Nothing was sealed (`partnerkit keys status` "
                       "shows what it opens)")
 
+
+def unreadable_tokens(config: Config, db) -> str | None:
+    """Why the webhook tokens saved in `db` cannot be opened with the voucher key as this process reads
+    it, or None (they can, or none is saved). A receiver running as the same user answers 503 to every
+    delivery meanwhile (`partnerkit status` asks: the status timer runs as the services' user). Cheap:
+    the key file and a few tokens; generates no key (beside saved tokens a missing file is refused)."""
+    sealed = webhook_tokens.sealed(db)
+    if not sealed:
+        return None
+    try:
+        cipher = load_cipher(config, check=False)
+        for webhook_id, value in sealed:
+            cipher.decrypt(value, context=token_context(webhook_id))
+    except (ConfigError, DecryptionError) as exc:
+        return str(exc)
+    return None

@@ -120,8 +120,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
             verify(headers, body, rx.tokens(refresh=True), now=now.timestamp(), tolerance_s=rx.config.tolerance_s)
     except VerificationError as exc:
         return _reject(rx, environ, 401, exc.reason, request_id, started)
-    except (PartnerKitError, sqlite3.Error):  # the saved tokens cannot be read or decrypted
-        log.exception("cannot read accepted tokens", extra={"request_id": request_id})
+    except (PartnerKitError, sqlite3.Error):  # the saved tokens cannot be read: Receiver.tokens logged why, once
         rx.metrics.outcome("unavailable").inc()
         return _UNAVAILABLE
     # 4. Normalise; 5. one transaction: inbox row under a unique key, order state, fetch job.

@@ -1,5 +1,5 @@
 """A voucher key that opens none of the stored values is refused by every command that seals or reveals
-(finding 1), and the hint names the key's real source (N2).
+(finding 1), the hint names the key's real source (N2), and a rewritten key file keeps its owner (finding 3).
 
 Real SQLite files in tmp_path, values sealed by partnerkit's own code, the real CLI in process (and
 `worker --once` as a real process).
@@ -143,4 +143,36 @@ def test_the_check_reads_a_few_values_not_every_one(tmp_path):
     assert load_cipher(run.config()) is not None  # the key file opens them
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_rotate_and_retire_run_as_root_keep_the_key_files_owner(tmp_path):
+    """Finding 3: `keys rotate` from a root shell left a root-owned key file the services (their own
+    user) could not read; the receiver then answered 503 to every delivery after the rewrap."""
+    run = stored_with_the_key_file(tmp_path)
+    key_file = run.config().key_file
+    os.chown(key_file, 65534, 65534)  # the service user's file (nobody here)
+    run("keys", "rotate")
+    stat = key_file.stat()
+    assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o777) == (65534, 65534, 0o600)
+    run("keys", "rewrap")
+    run("keys", "retire")
+    stat = key_file.stat()
+    assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o777) == (65534, 65534, 0o600)
+    assert len(read_key_file(key_file)) == 1
+    assert not [p for p in key_file.parent.iterdir() if p.name.startswith(".")]  # no temp file left
 
+
+def test_status_says_when_the_saved_webhook_tokens_cannot_be_read(tmp_path):
+    """Finding 3: the receiver answered 503 to every delivery while `status --check` said nothing needs
+    attention. The status timer runs as the services' user, so it reads the key as the receiver does."""
+    run = Keys(environment(tmp_path, PARTNERKIT_LOG_LEVEL="WARNING"))
+    open_db(run.config().db_path).conn.close()
+    status = run("status", "--format", "json")
+    assert '"webhook_tokens_unreadable": null' in status.stdout
+    assert not run.config().key_file.exists()  # nothing saved: no key read, none generated
+    run.save_token()
+    run("status", "--check")
+    key_file = run.config().key_file
+    key_file.write_bytes(b"\xff" * 44)  # unreadable as a key, as a file of another owner is to its user
+    failed = run("status", "--check", "--format", "json", code=1)
+    assert f"the voucher key file {str(key_file)!r} is damaged" in failed.stdout
+    assert "a receiver running as this user cannot verify deliveries signed with them" in failed.stdout
