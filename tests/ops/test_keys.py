@@ -56,8 +56,8 @@ class Keys:
         self.env = env
         self.outputs: list[str] = []
 
-    def __call__(self, *args: str, code: int = 0):
-        result = CliRunner().invoke(cli, list(args), env=self.env)
+    def __call__(self, *args: str, code: int = 0, input: str | None = None):
+        result = CliRunner().invoke(cli, list(args), env=self.env, input=input)
         assert "Traceback" not in result.stderr, result.stderr
         assert result.exit_code == code, (args, result.exit_code, result.stderr)
         self.outputs.append(result.stdout + result.stderr)

@@ -47,6 +47,7 @@ REFUSING = [
     ["keys", "rewrap"],
     ["keys", "rotate"],
     ["keys", "retire"],
+    ["webhooks", "token", "set", "77"],
     ["serve", "--bind", "127.0.0.1:1"],  # refused before it listens (or execs gunicorn)
     ["run", "--bind", "127.0.0.1:1"],
 ]
