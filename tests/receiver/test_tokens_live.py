@@ -1,6 +1,7 @@
 """The receiver's accepted tokens while they change under it: /readyz while they cannot be read and the
 recovery without a restart (finding 3), the two-token rotation with a saved token ending with the old one
-refused (findings 2 and 6), and the start-up warning for an unbound token never tried.
+refused (findings 2 and 6), the start-up warning for an unbound token never tried, and the sender behind
+a proxy in a rejection's log line (N5).
 
 Real SQLite files in tmp_path, the real app through Flask's test client, the real CLI in process,
 freezegun for the receiver's token refresh.
@@ -182,3 +183,15 @@ def test_an_unbound_token_never_tried_is_warned_about_once_at_start(tmp_path, ca
     assert warnings(config, warn=False) == []  # the gunicorn workers: the master said it once
     assert warnings(with_tokens(run.config(), WebhookToken(TOKEN, "12"))) == []  # bound: the README's form
 
+
+def test_a_rejection_names_the_x_forwarded_for_it_came_with(client, caplog):
+    caplog.set_level(logging.WARNING, logger="receiver")
+    body = envelope("evt_forged")
+    headers = {"X-Timestamp": "1700000000", "X-Signature": "0" * 64, "X-Forwarded-For": "203.0.113.7, 10.0.0.2"}
+    assert client.post("/webhooks/partner", data=body, headers=headers).status_code == 401
+    assert client.post("/webhooks/partner", data=body, headers={**headers, "X-Forwarded-For": "x" * 5000}
+                       ).status_code == 401
+    assert client.post("/webhooks/partner", data=body, headers={"X-Timestamp": "1"}).status_code == 401
+    rejected = [r for r in caplog.records if r.getMessage() == "webhook rejected"]
+    assert [r.forwarded_for for r in rejected] == ["203.0.113.7, 10.0.0.2", "x" * 200, None]
+    assert {r.remote for r in rejected} == {"127.0.0.1"}
