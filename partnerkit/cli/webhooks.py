@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import counted, emit, emit_one, format_option
+from partnerkit.cli.output import Progress, counted, emit, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
 from partnerkit.config import MIN_TOKEN_LENGTH
-from partnerkit.errors import ApiStatusError
+from partnerkit.errors import ApiError, ApiStatusError
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import iso, utcnow
 
@@ -370,12 +370,85 @@ def stats_command(app: AppContext, fmt: str) -> None:
     emit_one({k: v for k, v in vars(stats).items() if k != "raw"}, fmt)
 
 
+RETRY_COLUMNS = ["delivery_id", "outcome", "message"]
+
+
 @webhooks_group.command("retry")
-@click.argument("delivery_id", type=ID)
+@click.argument("delivery_ids", nargs=-1, type=ID)
+@click.option("--failed", "all_failed", is_flag=True,
+              help="Re-queue every delivery the provider lists as failed (read 100 a page first, then re-queued).")
 @format_option
 @pass_app
-def retry_command(app: AppContext, delivery_id: int, fmt: str) -> None:
-    """Re-queue a failed delivery (only while it has attempts left)."""
+def retry_command(app: AppContext, delivery_ids: tuple[int, ...], all_failed: bool, fmt: str) -> None:
+    """Re-queue failed deliveries (only while they have attempts left): the ids given, and/or --failed.
+
+    One id prints the provider's answer as one object, and a refusal is the error (exit 1). Several
+    ids, or --failed, print one row per delivery (re-queued, or refused with the provider's message)
+    and go on past a refusal; they leave the hour's last requests to the worker (as the syncs do) and
+    stop when only those are left, saying how many remain (run the same command again later). Progress
+    goes to stderr. Exit 0 when every one was re-queued; 1 otherwise.
+    """
+    if not delivery_ids and not all_failed:
+        raise click.UsageError("give one or more DELIVERY_IDs, or --failed")
+    if len(delivery_ids) == 1 and not all_failed:
+        _retry_one(app, delivery_ids[0], fmt)
+        return
+    from partnerkit.store.budget import walk_reserve
+
+    client = _client(app).leaving(walk_reserve(app.config.hourly_budget, app.config.poller_budget_share))
+    progress = Progress("webhooks retry")
+    wanted = list(dict.fromkeys(delivery_ids + (tuple(_failed_ids(client, progress)) if all_failed else ())))
+    rows: list[dict] = []
+    stopped = None
+    for number, delivery_id in enumerate(wanted, 1):
+        try:
+            answer = _masked(client.retry_delivery(delivery_id))
+            message = answer.get("message") if isinstance(answer, dict) else None
+            rows.append({"delivery_id": delivery_id, "outcome": "re-queued", "message": message or "re-queued"})
+        except ApiStatusError as exc:
+            if not 400 <= exc.status < 500 or exc.status in (401, 429):  # the provider, not this delivery
+                stopped = exc
+                break
+            rows.append({"delivery_id": delivery_id, "outcome": "refused", "message": str(exc)})
+        except ApiError as exc:  # no room left in the budget (BudgetExhausted), or no answer: the rest wait
+            stopped = exc
+            break
+        progress("deliveries re-queued or refused", number)
+    emit(rows, RETRY_COLUMNS, fmt, empty_message="none re-queued" if wanted else "no failed deliveries to re-queue")
+    if not wanted:
+        return
+    queued = sum(1 for row in rows if row["outcome"] == "re-queued")
+    click.echo(f"re-queued {counted(queued, 'delivery', 'deliveries')} of {len(wanted):,}"
+               + (f"; {len(rows) - queued:,} refused by the provider" if len(rows) > queued else ""), err=True)
+    if stopped is not None:
+        raise click.ClickException(f"stopped after {len(rows):,} of {len(wanted):,}: {stopped}; the rest were not "
+                                   "sent: run the same command again later")
+    if queued < len(rows):
+        sys.exit(1)
+
+
+def _failed_ids(client: Any, progress: Progress) -> list[int]:
+    """Every delivery id the provider lists as failed, read page by page before any is re-queued.
+
+    Re-queuing while walking would move each one out of the `failed` filter, the rest up a place,
+    and the next page (read by offset) would skip as many (docs/client.md, "Walking lists"); read
+    first, nothing of ours moves them. A record that cannot be read is counted and skipped."""
+    from partnerkit.client import iterate
+
+    unreadable: list[Any] = []
+    ids = []
+    for delivery in iterate(lambda n: client.list_deliveries(page=n, limit=100, status="failed"),
+                            on_malformed=unreadable.append):
+        ids.append(delivery.id)
+        progress("failed deliveries listed", len(ids))
+    if unreadable:
+        click.echo(f"warning: {counted(len(unreadable), 'failed delivery', 'failed deliveries')} could not be read "
+                   "from the provider's list and are left out", err=True)
+    return ids
+
+
+def _retry_one(app: AppContext, delivery_id: int, fmt: str) -> None:
+    """One delivery: the provider's answer as one object; a refusal is the command's error."""
     result = _masked(_client(app).retry_delivery(delivery_id))
     fields = dict(result) if isinstance(result, dict) else {}
     row = {"delivery_id": fields.pop("delivery_id", delivery_id),
