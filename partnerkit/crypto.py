@@ -31,7 +31,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
-from partnerkit.store.vouchers import keyed_values
+from partnerkit.store import webhook_tokens
+from partnerkit.store.vouchers import keyed_samples, keyed_values
 
 log = logging.getLogger(__name__)
 VERSION = b"v1"
@@ -60,10 +61,14 @@ class _Key:
 
 
 class Cipher:
-    """Encrypts and fingerprints secrets under the current key; opens values sealed under previous ones."""
+    """Encrypts and fingerprints secrets under the current key; opens values sealed under previous ones.
 
-    def __init__(self, secret: bytes, previous: Sequence[bytes] = ()) -> None:
+    `source` names where the keys came from (PARTNERKIT_VOUCHER_KEY, or the key file's path) for
+    messages; never the keys."""
+
+    def __init__(self, secret: bytes, previous: Sequence[bytes] = (), *, source: str = "the voucher key") -> None:
         self._keys = [_Key(secret)] + [_Key(old) for old in previous]
+        self.source = source
 
     def __repr__(self) -> str:
         return f"Cipher(***, previous={len(self._keys) - 1})"
@@ -101,7 +106,7 @@ class Cipher:
             raise DecryptionError("stored value has an unknown format")
         opened = self.open(stored, context=context)
         if opened is None:
-            raise DecryptionError("stored value cannot be decrypted with this key (was PARTNERKIT_VOUCHER_KEY changed?)")
+            raise DecryptionError(f"stored value cannot be decrypted with this key (was {self.source} changed?)")
         return opened[0]
 
     def fingerprint(self, *parts: str | None) -> str:
@@ -166,12 +171,36 @@ def _private_temp(path: Path, keys: Sequence[str]) -> Path:
     return temp
 
 
+def _keep_owner(temp: Path, path: Path) -> None:
+    """Give `temp` the owner and group of the file it is about to replace.
+
+    `keys rotate` run as root (maintenance from a root shell) would otherwise leave a root-owned key
+    file that the services, running as their own user, cannot read: the receiver would then answer
+    503 to every delivery once `keys rewrap` sealed its saved token with the new key. Root can chown;
+    anyone else who cannot (the file is another user's) is refused before anything is replaced."""
+    try:
+        old = path.stat()
+    except FileNotFoundError:
+        return
+    new = temp.stat()
+    if (old.st_uid, old.st_gid) == (new.st_uid, new.st_gid):
+        return
+    try:
+        os.chown(temp, old.st_uid, old.st_gid)  # the mode stays 0600
+    except PermissionError:
+        raise PartnerKitError(f"the voucher key file {str(path)!r} belongs to uid {old.st_uid} gid {old.st_gid}; "
+                              "a replacement written by this user could not keep that owner: run the command as "
+                              "the file's owner (e.g. sudo -u partnerkit ...)") from None
+
+
 def write_key_file(path: Path, keys: Sequence[str]) -> None:
-    """Replace the key file with `keys` (current first) atomically: a 0600 temp file, fsynced, renamed.
+    """Replace the key file with `keys` (current first) atomically: a 0600 temp file, fsynced, given the
+    replaced file's owner and group, renamed.
 
     Killed at any point, the file holds either the old keys or the new ones, never a part."""
     temp = _private_temp(path, keys)
     try:
+        _keep_owner(temp, path)
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -224,18 +253,84 @@ def key_file_stamp(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def cipher_from_keys(keys: Sequence[str]) -> Cipher:
+def cipher_from_keys(keys: Sequence[str], *, source: str = "the voucher key") -> Cipher:
     """A Cipher from key texts as configured or in the key file, current first."""
-    return Cipher(_secret_from_text(keys[0]), [_secret_from_text(k) for k in keys[1:]])
+    return Cipher(_secret_from_text(keys[0]), [_secret_from_text(k) for k in keys[1:]], source=source)
 
 
-def load_cipher(config: Config) -> Cipher:
-    """The Cipher for `config`: PARTNERKIT_VOUCHER_KEY (and _PREVIOUS), else the generated key file's lines."""
+def key_source(config: Config) -> str:
+    """Where `config`'s voucher keys come from, for messages (never the keys)."""
+    return "PARTNERKIT_VOUCHER_KEY" if config.voucher_key else f"the voucher key file {str(config.key_file)!r}"
+
+
+def load_cipher(config: Config, *, check: bool = True) -> Cipher:
+    """The Cipher for `config`: PARTNERKIT_VOUCHER_KEY (and _PREVIOUS), else the generated key file's lines.
+
+    With `check` (every caller that seals or reveals), a key that opens none of the values already
+    stored is refused (`refuse_a_stranger`); `partnerkit keys status` alone looks without it, to say
+    what the key opens."""
+    source = key_source(config)
     if config.voucher_key:
-        return cipher_from_keys([config.voucher_key, *config.voucher_key_previous])
+        cipher = cipher_from_keys([config.voucher_key, *config.voucher_key_previous], source=source)
+    else:
+        try:
+            keys = _read_or_create_key_file(config.key_file, config.db_path)
+        except OSError as exc:
+            raise ConfigError(f"PARTNERKIT_VOUCHER_KEY is not set and the key file {str(config.key_file)!r} "
+                              f"cannot be read or created: {exc.strerror}") from exc
+        cipher = cipher_from_keys(keys, source=source)
+    if check:
+        refuse_a_stranger(config, cipher)
+    return cipher
+
+
+def check_voucher_key(config: Config) -> None:
+    """At a service's start (the worker): refuse, as `load_cipher` would at its first seal, a configured
+    key or key file that cannot be read or opens none of the stored values. Generates nothing: without
+    a key file, the first seal makes one (and only beside a database with nothing sealed)."""
+    if config.voucher_key or config.key_file.exists():
+        load_cipher(config)
+
+
+def refuse_a_stranger(config: Config, cipher: Cipher) -> None:
+    """ConfigError when values sealed with the voucher key are stored and `cipher` opens none of them.
+
+    A mistyped PARTNERKIT_VOUCHER_KEY (or another database's key file) would otherwise be taken as a
+    new key: vouchers and tokens sealed with it could not be read once the right key is back, and
+    `orders sync` would not fetch them again (their count is complete). It is the same rule as never
+    generating a key beside stored values (`_read_or_create_key_file`). Cheap: a few stored values are
+    tried (`keyed_samples`: the oldest and newest voucher and saved token), not all; opening one is
+    enough, so a database where some values are unreadable, or a rotation's new key beside the old
+    ones, passes.
+    """
+    from partnerkit.rotation import opens_any  # rotation builds on this module
+
+    samples = keyed_samples(Path(config.db_path))
+    if not samples or opens_any(cipher, samples):
+        return
+    if config.voucher_key:
+        hint = ("set it back to the key they were sealed with (after `keys rotate`, that key goes in "
+                "PARTNERKIT_VOUCHER_KEY_PREVIOUS)")
+    else:
+        hint = "restore this database's key file from its backup (or set PARTNERKIT_VOUCHER_KEY to its key)"
+    raise ConfigError(f"{cipher.source} opens none of the vouchers and webhook tokens stored in "
+                      f"{str(config.db_path)!r}, so it is not the key they were sealed with (what it sealed would be "
+                      f"unreadable once that key is back); {hint}. Nothing was sealed (`partnerkit keys status` "
+                      "shows what it opens)")
+
+
+def unreadable_tokens(config: Config, db) -> str | None:
+    """Why the webhook tokens saved in `db` cannot be opened with the voucher key as this process reads
+    it, or None (they can, or none is saved). A receiver running as the same user answers 503 to every
+    delivery meanwhile (`partnerkit status` asks: the status timer runs as the services' user). Cheap:
+    the key file and a few tokens; generates no key (beside saved tokens a missing file is refused)."""
+    sealed = webhook_tokens.sealed(db)
+    if not sealed:
+        return None
     try:
-        keys = _read_or_create_key_file(config.key_file, config.db_path)
-    except OSError as exc:
-        raise ConfigError(f"PARTNERKIT_VOUCHER_KEY is not set and the key file {str(config.key_file)!r} "
-                          f"cannot be read or created: {exc.strerror}") from exc
-    return cipher_from_keys(keys)
+        cipher = load_cipher(config, check=False)
+        for webhook_id, value in sealed:
+            cipher.decrypt(value, context=token_context(webhook_id))
+    except (ConfigError, DecryptionError) as exc:
+        return str(exc)
+    return None

@@ -28,7 +28,7 @@ from partnerkit.store import Database, transaction
 from partnerkit.store import inbox
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store import webhook_tokens
-from partnerkit.store.vouchers import SEALED_COLUMNS
+from partnerkit.store.vouchers import SEALED_COLUMNS, KeyedSample
 from partnerkit.vouchers import voucher_context, voucher_identity
 
 DEFAULT_BATCH = 500
@@ -101,6 +101,16 @@ def _examine(cipher: Cipher, row: dict) -> _Voucher:
         if identity is not None:
             fingerprints = cipher.fingerprints(str(row["order_id"]), identity)
     return _Voucher(row, opened, fingerprints)
+
+
+def opens_any(cipher: Cipher, samples: list[KeyedSample]) -> bool:
+    """Whether `cipher` opens at least one of these stored values (`crypto.refuse_a_stranger`)."""
+    for sample in samples:
+        context = (voucher_context(int(sample.owner)) + sample.field.encode() if sample.kind == "voucher"
+                   else token_context(sample.owner))
+        if cipher.open(sample.sealed, context=context) is not None:
+            return True
+    return False
 
 
 def _where(row: dict, detail: str | None = None) -> dict:

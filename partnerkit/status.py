@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from partnerkit.config import Config
+from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
 from partnerkit.processes import holder_is_gone
 from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, order_intents, orders, recharges, reports
@@ -138,6 +139,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "events_stored": sum(v for k, v in states.items() if k != "duplicates"),
         "events_quarantined": states.get("quarantined", 0),
         "duplicates_absorbed": states.get("duplicates", 0),
+        # The saved webhook tokens, opened with the voucher key as this user reads it (the receiver's view).
+        "webhook_tokens_unreadable": unreadable_tokens(config, db),
         "voucher_fetch_backlog": job_states.get("pending", 0),
         "voucher_fetch_parked": job_states.get("dead", 0),
         "recharges_processing": processing,
@@ -196,6 +199,11 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(f"the provider refused partnerkit's credentials ({status['provider_refused']}): every call "
                      "fails until PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET are right and this host is on the key's "
                      "IP allowlist; the next accepted call clears this")
+    if status["webhook_tokens_unreadable"]:
+        lines.append(f"the saved webhook tokens cannot be read with the voucher key as this user reads it: "
+                     f"{status['webhook_tokens_unreadable']}; a receiver running as this user cannot verify deliveries "
+                     "signed with them (it answers 503, or refuses to start) until they can (a key file rewritten "
+                     "by another user: give it back to the services' user)")
     if status["voucher_fetch_parked"]:
         lines.append(f"{status['voucher_fetch_parked']} voucher fetch job(s) parked: see `partnerkit events list`")
     if status["recharges_past_30_min"]:

@@ -19,13 +19,16 @@ from receiver import health, views
 from receiver.budget import remaining_budget
 from receiver.metrics import Metrics
 from receiver.state import RECEIVER_BUSY_TIMEOUT_MS, Receiver
-from receiver.tokens import require_tokens
+from receiver.tokens import require_tokens, unbound_left_out
 
 log = logging.getLogger(__name__)
 
 
-def create_app(config: Config | None = None) -> Flask:
-    """Build the receiver; refuse (ConfigError) when no webhook token is accepted."""
+def create_app(config: Config | None = None, *, warn: bool = True) -> Flask:
+    """Build the receiver; refuse (ConfigError) when no webhook token is accepted.
+
+    `warn`: log the start-up warnings (an unbound token that is never tried); the gunicorn master
+    logs them once and builds its workers' apps without."""
     config = load_config() if config is None else config
     redactor = configure_logging(config)
     db = open_db(config.db_path)  # migrates; the views use their own per-thread connections
@@ -35,6 +38,9 @@ def create_app(config: Config | None = None) -> Flask:
     finally:
         db.conn.close()
     redactor.add(*(t.token for t in tokens))
+    left_out = unbound_left_out(tokens)
+    if warn and left_out:
+        log.warning(left_out)
 
     app = Flask(__name__, static_folder=None)  # no /static/<path> route: four endpoints, nothing else
     app.config["JSON_SORT_KEYS"] = False

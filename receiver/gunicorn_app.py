@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         _on_exit(None)
         print(f"Error: {exc}", file=sys.stderr)
         sys.exit(2)
-    GunicornApplication(lambda: create_app(config), gunicorn_options(args.bind, args.workers,
+    GunicornApplication(lambda: create_app(config, warn=False), gunicorn_options(args.bind, args.workers,
                                                                      log_level=config.log_level)).run()
 
 

@@ -1,12 +1,13 @@
-"""GET /healthz (process up), /readyz (database writable), /metrics (Prometheus text)."""
+"""GET /healthz (process up), /readyz (database writable, tokens readable), /metrics (Prometheus text)."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from partnerkit.errors import StorageError
+from partnerkit.errors import PartnerKitError, StorageError
 from partnerkit.store import inbox
 
 bp = Blueprint("health", __name__)
@@ -21,13 +22,21 @@ def healthz():
 
 @bp.get("/readyz")
 def readyz():
-    """The database takes a write lock and commits a write (inbox.probe_write): events can be stored."""
+    """Deliveries can be taken: the database takes a write lock and commits a write (inbox.probe_write),
+    and the accepted tokens can be read (a saved token sealed with a key this process cannot read makes
+    every delivery a 503; `Receiver.tokens` logs why, once)."""
     rx = current_app.extensions["partnerkit_receiver"]
     try:
         inbox.probe_write(rx.db())
     except StorageError as exc:
         log.warning("not ready: %s", exc)
         return jsonify(status="unavailable", reason="database not writable"), 503
+    try:
+        tokens = rx.tokens()
+    except (PartnerKitError, sqlite3.Error):
+        return jsonify(status="unavailable", reason="cannot read accepted webhook tokens"), 503
+    if not tokens:  # every one deleted (`webhooks delete`, `webhooks token forget`) since start
+        return jsonify(status="unavailable", reason="no webhook token accepted"), 503
     return jsonify(status="ready")
 
 

@@ -11,6 +11,7 @@ from typing import Callable
 
 from partnerkit.config import Config, ConfigError, WebhookToken
 from partnerkit.crypto import Cipher, key_file_stamp, load_cipher
+from partnerkit.errors import PartnerKitError
 from partnerkit.store import Database
 from partnerkit.store.db import connect
 
@@ -122,7 +123,9 @@ class Receiver:
         self._tokens_at = float("-inf")
         self._tokens_lock = threading.Lock()
         self._on_tokens = on_tokens  # e.g. the log redactor learns tokens saved at run time
+        self._token_error: str | None = None  # why the accepted tokens cannot be read now (logged once)
         self._key_stamp = None if config.voucher_key else key_file_stamp(config.key_file)
+        self._key_stamp_failed = None  # a changed key file that could not be read (said once, tried again)
         self._checkpointer: Checkpointer | None = None
         self._checkpointer_pid: int | None = None
         self._checkpointer_lock = threading.Lock()
@@ -170,15 +173,42 @@ class Receiver:
             self._checkpointer = None
 
     def tokens(self, *, refresh: bool = False) -> tuple[WebhookToken, ...]:
-        """Accepted tokens, re-read from the database every few seconds (or now, if `refresh`)."""
+        """Accepted tokens, re-read from the database every few seconds (or now, if `refresh`).
+
+        Raises (PartnerKitError, sqlite3.Error) while they cannot be read, e.g. a saved token sealed
+        with a key this process cannot read: every delivery is then a 503 and /readyz says so. That is
+        logged once when it starts and once when it clears; each later call tries again, so the
+        receiver recovers without a restart once the key file can be read."""
         age = time.monotonic() - self._tokens_at
         if age > TOKEN_REFRESH_S or (refresh and age > TOKEN_RETRY_S):
             with self._tokens_lock:
                 self._follow_key_file()
-                self._tokens = accepted_tokens(self.config, self.db(), self.cipher)
+                try:
+                    tokens = accepted_tokens(self.config, self.db(), self.cipher)
+                except (PartnerKitError, sqlite3.Error) as exc:
+                    self._token_trouble(exc)
+                    raise
+                self._token_trouble(None)
+                self._tokens = tokens
                 self._on_tokens(*(t.token for t in self._tokens))
                 self._tokens_at = time.monotonic()
         return self._tokens
+
+    @property
+    def token_error(self) -> str | None:
+        """Why the accepted tokens could not be read at the last try, or None."""
+        return self._token_error
+
+    def _token_trouble(self, exc: Exception | None) -> None:
+        error = None if exc is None else f"{type(exc).__name__}: {exc}"[:300]
+        if error == self._token_error:
+            return
+        if error is not None:
+            log.error("cannot read accepted tokens: every delivery is answered 503 until they can be read",
+                      extra={"error": error})
+        else:
+            log.info("accepted tokens can be read again")
+        self._token_error = error
 
     def _follow_key_file(self) -> None:
         """With the generated key file, seal with the keys it holds now: `partnerkit keys rotate` puts a
@@ -190,12 +220,16 @@ class Receiver:
         stamp = key_file_stamp(self.config.key_file)
         if stamp is None or stamp == self._key_stamp:
             return
-        self._key_stamp = stamp
         try:
             self.cipher = load_cipher(self.config)
         except (ConfigError, OSError) as exc:
-            log.warning("the voucher key file changed and cannot be read; sealing with the keys read before",
-                        extra={"error": str(exc)[:200]})
+            # Not recorded as read: a file made readable again (chown, which changes neither its inode,
+            # mtime nor size) is read at the next refresh; said once per version of the file.
+            if stamp != self._key_stamp_failed:
+                self._key_stamp_failed = stamp
+                log.warning("the voucher key file changed and cannot be read; sealing with the keys read before",
+                            extra={"error": str(exc)[:200]})
             return
+        self._key_stamp, self._key_stamp_failed = stamp, None
         log.info("the voucher key file changed: sealing with its first key from now on",
                  extra={"previous_keys": self.cipher.previous_keys})

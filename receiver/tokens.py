@@ -19,6 +19,23 @@ def accepted_tokens(config: Config, db: Database, cipher: Cipher) -> tuple[Webho
     return tuple(config.webhook_tokens) + saved_tokens(db, cipher)
 
 
+def unbound_left_out(tokens: tuple[WebhookToken, ...]) -> str | None:
+    """A warning when configured unbound tokens are never tried for the webhooks partnerkit knows of.
+
+    For an X-Webhook-ID with a bound token (saved by `webhooks register`, or an `ID:TOKEN` entry) only
+    the bound tokens are tried (DESIGN.md, receiver step 3; `signature.candidate_tokens`), so an unbound
+    token added for such a webhook, e.g. the new one of a rotation written as `old,new`, is never tried
+    and every delivery signed with it is refused. None when there is no unbound or no bound token."""
+    unbound = sum(1 for t in tokens if t.webhook_id is None)
+    bound = sorted({t.webhook_id for t in tokens if t.webhook_id is not None}, key=lambda i: (len(i), i))
+    if not unbound or not bound:
+        return None
+    return (f"PARTNERKIT_WEBHOOK_TOKENS holds {unbound} unbound token(s), which are never tried for webhook "
+            f"{', '.join(bound)}: a delivery with an X-Webhook-ID that has a bound token (saved by `webhooks "
+            "register`, or an ID:TOKEN entry) is checked against its bound tokens only. To accept another "
+            f"token for one of them (a rotation), bind it: ID:TOKEN, e.g. {bound[0]}:<new token>")
+
+
 NO_TOKEN = ("no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
             "`partnerkit webhooks register`; the receiver refuses to start without one")
 

@@ -45,6 +45,7 @@ READ_HEADERS = ("X-Timestamp", "X-Signature", "X-Webhook-ID", "X-Event-ID", "X-E
 # Their WSGI environ keys (PEP 3333: HTTP_ + upper case, "-" -> "_"), read directly.
 _ENVIRON_KEYS = tuple((name, "HTTP_" + name.upper().replace("-", "_")) for name in READ_HEADERS)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+FORWARDED_FOR_LOGGED = 200  # characters of X-Forwarded-For a rejection's log line keeps
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,19 @@ def _decoded_headers(environ: dict) -> dict[str, str]:
     return decoded
 
 
+def _forwarded_for(environ: dict) -> str | None:
+    """X-Forwarded-For as a proxy in front set it (deploy/nginx), for the log only: behind nginx
+    REMOTE_ADDR is always 127.0.0.1, and this is how a forged delivery is traced to its sender. Never
+    trusted for anything (any client can send the header); cut short, since its length is the client's."""
+    value = environ.get("HTTP_X_FORWARDED_FOR")
+    return None if value is None else value[:FORWARDED_FOR_LOGGED]
+
+
 def _reject(rx: Receiver, environ: dict, status: int, reason: str, request_id: str, started: float) -> Reply:
     rx.metrics.rejected_total(reason).inc()
     log.warning("webhook rejected", extra={"request_id": request_id, "reason": reason, "http_status": status,
                                            "remote": environ.get("REMOTE_ADDR"),
+                                           "forwarded_for": _forwarded_for(environ),
                                            "ms": round((time.perf_counter() - started) * 1000, 2)})
     return Reply(status, json.dumps({"status": "rejected", "reason": reason}).encode() + b"\n")
 
@@ -120,8 +130,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
             verify(headers, body, rx.tokens(refresh=True), now=now.timestamp(), tolerance_s=rx.config.tolerance_s)
     except VerificationError as exc:
         return _reject(rx, environ, 401, exc.reason, request_id, started)
-    except (PartnerKitError, sqlite3.Error):  # the saved tokens cannot be read or decrypted
-        log.exception("cannot read accepted tokens", extra={"request_id": request_id})
+    except (PartnerKitError, sqlite3.Error):  # the saved tokens cannot be read: Receiver.tokens logged why, once
         rx.metrics.outcome("unavailable").inc()
         return _UNAVAILABLE
     # 4. Normalise; 5. one transaction: inbox row under a unique key, order state, fetch job.

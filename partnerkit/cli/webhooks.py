@@ -1,7 +1,9 @@
-"""`partnerkit webhooks register|list|test|update|delete|deliveries|stats|retry`: the provider's webhooks."""
+"""`partnerkit webhooks register|list|test|update|delete|deliveries|stats|retry`: the provider's webhooks;
+`webhooks token set|forget`: the signing tokens saved for them."""
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -9,10 +11,11 @@ from urllib.parse import urlsplit
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import counted, emit, emit_one, format_option
+from partnerkit.cli.output import Progress, counted, emit, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64
 from partnerkit.crypto import load_cipher
-from partnerkit.errors import ApiStatusError
+from partnerkit.config import MIN_TOKEN_LENGTH
+from partnerkit.errors import ApiError, ApiStatusError
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import iso, utcnow
 
@@ -106,13 +109,16 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver."""
     from receiver.tokens import seal_token
 
+    # The key is checked before the webhook is created: the token comes back only once, and a key
+    # refused after that would leave a webhook at the provider whose deliveries nothing accepts.
+    cipher = load_cipher(app.config)
     created = _client(app).create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
                                           credential_id=credential_id)
     webhook_id = str(created.id)
     # Saved before this one: a second webhook to the same receiver doubles every delivery.
     same_url = [row["webhook_id"] for row in webhook_tokens.listing(app.db)
                 if row["url"] == url and row["webhook_id"] != webhook_id]
-    webhook_tokens.save(app.db, webhook_id, seal_token(load_cipher(app.config), webhook_id, created.token),
+    webhook_tokens.save(app.db, webhook_id, seal_token(cipher, webhook_id, created.token),
                         now=utcnow(), name=created.name, url=created.url, events=list(created.events))
     emit_one({"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}, fmt)
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
@@ -159,8 +165,6 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     Running receivers stop accepting that token within seconds. A webhook the provider no longer has
     (404) still has its saved token forgotten; run it again after a failure, it is safe to repeat.
     """
-    from receiver.tokens import has_some_token
-
     try:
         _client(app).delete_webhook(webhook_id)
         deleted = True
@@ -178,10 +182,18 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
         said.append("its saved token is forgotten (running receivers stop accepting it within seconds)")
     if any(t.webhook_id == str(webhook_id) for t in app.config.webhook_tokens):
         said.append("PARTNERKIT_WEBHOOK_TOKENS still binds a token to this id: remove it from the configuration")
-    if not has_some_token(app.config, app.db):
-        said.append("no webhook token is accepted any more: the receiver rejects every delivery and will refuse to "
-                    "start until `partnerkit webhooks register` or PARTNERKIT_WEBHOOK_TOKENS gives it one")
+    said += _none_left(app)
     click.echo("; ".join(said), err=True)
+
+
+def _none_left(app: AppContext) -> list[str]:
+    """The warning for when no webhook token is accepted any more (after a token was forgotten)."""
+    from receiver.tokens import has_some_token
+
+    if has_some_token(app.config, app.db):
+        return []
+    return ["no webhook token is accepted any more: the receiver rejects every delivery and will refuse to "
+            "start until `partnerkit webhooks register`, `webhooks token set` or PARTNERKIT_WEBHOOK_TOKENS gives it one"]
 
 
 @webhooks_group.command("update")
@@ -241,6 +253,90 @@ def _saved_details(sent: dict, answer: Any) -> dict:
     return details
 
 
+@webhooks_group.group("token")
+def token_group() -> None:
+    """Replace or forget the signing token saved for a webhook (the webhook at the provider is untouched)."""
+
+
+TOKEN_INPUT_LIMIT = 4096  # characters read from stdin: a token is a line, not a file
+
+
+def _read_token() -> str:
+    """The token, from stdin when that is a pipe or a file, else typed twice at a hidden prompt; never
+    from the command line, where `ps` and the shell's history would show it."""
+    stdin = sys.stdin
+    if stdin.isatty():
+        text = click.prompt("signing token", hide_input=True, confirmation_prompt=True, err=True)
+    else:
+        text = stdin.read(TOKEN_INPUT_LIMIT + 1)
+        if len(text) > TOKEN_INPUT_LIMIT:
+            raise click.ClickException(f"stdin holds more than {TOKEN_INPUT_LIMIT} characters: give the token "
+                                       "alone, on one line")
+    token = text.strip()
+    if not token:
+        raise click.ClickException("no token given: pipe it on stdin (e.g. `... webhooks token set 12 < new.token`) "
+                                   "or run the command in a terminal to type it")
+    if any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise click.ClickException("the token holds a space, a line break or a control character: give the "
+                                   "signing token alone, on one line")
+    # The same floor as PARTNERKIT_WEBHOOK_TOKENS (the message never quotes the token).
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise click.ClickException(f"the token is shorter than {MIN_TOKEN_LENGTH} characters; use the signing "
+                                   "token the provider issued")
+    return token
+
+
+@token_group.command("set")
+@click.argument("webhook_id", type=ID)
+@pass_app
+def token_set_command(app: AppContext, webhook_id: int) -> None:
+    """Save WEBHOOK_ID's signing token, replacing the one saved before.
+
+    The token is read from stdin (`partnerkit webhooks token set 12 < new.token`) or typed twice at a
+    hidden prompt, never taken from the command line, where `ps` and the shell's history would show it;
+    it is saved encrypted and bound to WEBHOOK_ID. Running receivers accept it, and stop accepting the
+    token it replaced, within seconds. Use it after the signing secret was rotated in the client portal
+    (README, "Rotate the webhook token"); the webhook at the provider is not touched. Exit 0; 1 when no
+    usable token was given.
+    """
+    from receiver.tokens import seal_token
+
+    db = app.db  # the database and the key first: nothing to type into a command that cannot save it
+    cipher = load_cipher(app.config)
+    token = _read_token()
+    webhook = str(webhook_id)
+    replaced = webhook_tokens.set_token(db, webhook, seal_token(cipher, webhook, token), now=utcnow())
+    click.echo(f"webhook {webhook_id}: " + ("its saved token is replaced; running receivers accept the new one and "
+                                            "refuse the old within seconds" if replaced else
+                                            "token saved; running receivers accept it within seconds"), err=True)
+
+
+@token_group.command("forget")
+@click.argument("webhook_id", type=ID)
+@pass_app
+def token_forget_command(app: AppContext, webhook_id: int) -> None:
+    """Forget WEBHOOK_ID's saved signing token; the webhook at the provider is not touched.
+
+    Running receivers stop accepting that token within seconds. Deliveries for WEBHOOK_ID are then
+    checked against the tokens PARTNERKIT_WEBHOOK_TOKENS binds to it, else its unbound ones. To remove
+    the webhook too, use `webhooks delete`. Exit 0; 1 when no token of WEBHOOK_ID is saved.
+    """
+    webhook = str(webhook_id)
+    if not webhook_tokens.forget(app.existing_db, webhook):
+        raise click.ClickException(f"no token of webhook {webhook_id} is saved (`partnerkit webhooks list` shows "
+                                   "TOKEN_SAVED)")
+    configured = app.config.webhook_tokens
+    if any(t.webhook_id == webhook for t in configured):
+        then = "its deliveries are checked against the tokens PARTNERKIT_WEBHOOK_TOKENS binds to it"
+    elif any(t.webhook_id is None for t in configured):
+        then = "its deliveries are checked against the unbound tokens of PARTNERKIT_WEBHOOK_TOKENS"
+    else:
+        then = "its deliveries are refused (401) until a token of it is accepted again"
+    said = [f"webhook {webhook_id}: its saved token is forgotten (running receivers stop accepting it within "
+            f"seconds); {then}"]
+    click.echo("; ".join(said + _none_left(app)), err=True)
+
+
 @webhooks_group.command("deliveries")
 @click.option("--status", type=click.Choice(["pending", "delivered", "failed"]),
               help="Only deliveries in this state (failed: the provider gave up retrying).")
@@ -274,12 +370,85 @@ def stats_command(app: AppContext, fmt: str) -> None:
     emit_one({k: v for k, v in vars(stats).items() if k != "raw"}, fmt)
 
 
+RETRY_COLUMNS = ["delivery_id", "outcome", "message"]
+
+
 @webhooks_group.command("retry")
-@click.argument("delivery_id", type=ID)
+@click.argument("delivery_ids", nargs=-1, type=ID)
+@click.option("--failed", "all_failed", is_flag=True,
+              help="Re-queue every delivery the provider lists as failed (read 100 a page first, then re-queued).")
 @format_option
 @pass_app
-def retry_command(app: AppContext, delivery_id: int, fmt: str) -> None:
-    """Re-queue a failed delivery (only while it has attempts left)."""
+def retry_command(app: AppContext, delivery_ids: tuple[int, ...], all_failed: bool, fmt: str) -> None:
+    """Re-queue failed deliveries (only while they have attempts left): the ids given, and/or --failed.
+
+    One id prints the provider's answer as one object, and a refusal is the error (exit 1). Several
+    ids, or --failed, print one row per delivery (re-queued, or refused with the provider's message)
+    and go on past a refusal; they leave the hour's last requests to the worker (as the syncs do) and
+    stop when only those are left, saying how many remain (run the same command again later). Progress
+    goes to stderr. Exit 0 when every one was re-queued; 1 otherwise.
+    """
+    if not delivery_ids and not all_failed:
+        raise click.UsageError("give one or more DELIVERY_IDs, or --failed")
+    if len(delivery_ids) == 1 and not all_failed:
+        _retry_one(app, delivery_ids[0], fmt)
+        return
+    from partnerkit.store.budget import walk_reserve
+
+    client = _client(app).leaving(walk_reserve(app.config.hourly_budget, app.config.poller_budget_share))
+    progress = Progress("webhooks retry")
+    wanted = list(dict.fromkeys(delivery_ids + (tuple(_failed_ids(client, progress)) if all_failed else ())))
+    rows: list[dict] = []
+    stopped = None
+    for number, delivery_id in enumerate(wanted, 1):
+        try:
+            answer = _masked(client.retry_delivery(delivery_id))
+            message = answer.get("message") if isinstance(answer, dict) else None
+            rows.append({"delivery_id": delivery_id, "outcome": "re-queued", "message": message or "re-queued"})
+        except ApiStatusError as exc:
+            if not 400 <= exc.status < 500 or exc.status in (401, 429):  # the provider, not this delivery
+                stopped = exc
+                break
+            rows.append({"delivery_id": delivery_id, "outcome": "refused", "message": str(exc)})
+        except ApiError as exc:  # no room left in the budget (BudgetExhausted), or no answer: the rest wait
+            stopped = exc
+            break
+        progress("deliveries re-queued or refused", number)
+    emit(rows, RETRY_COLUMNS, fmt, empty_message="none re-queued" if wanted else "no failed deliveries to re-queue")
+    if not wanted:
+        return
+    queued = sum(1 for row in rows if row["outcome"] == "re-queued")
+    click.echo(f"re-queued {counted(queued, 'delivery', 'deliveries')} of {len(wanted):,}"
+               + (f"; {len(rows) - queued:,} refused by the provider" if len(rows) > queued else ""), err=True)
+    if stopped is not None:
+        raise click.ClickException(f"stopped after {len(rows):,} of {len(wanted):,}: {stopped}; the rest were not "
+                                   "sent: run the same command again later")
+    if queued < len(rows):
+        sys.exit(1)
+
+
+def _failed_ids(client: Any, progress: Progress) -> list[int]:
+    """Every delivery id the provider lists as failed, read page by page before any is re-queued.
+
+    Re-queuing while walking would move each one out of the `failed` filter, the rest up a place,
+    and the next page (read by offset) would skip as many (docs/client.md, "Walking lists"); read
+    first, nothing of ours moves them. A record that cannot be read is counted and skipped."""
+    from partnerkit.client import iterate
+
+    unreadable: list[Any] = []
+    ids = []
+    for delivery in iterate(lambda n: client.list_deliveries(page=n, limit=100, status="failed"),
+                            on_malformed=unreadable.append):
+        ids.append(delivery.id)
+        progress("failed deliveries listed", len(ids))
+    if unreadable:
+        click.echo(f"warning: {counted(len(unreadable), 'failed delivery', 'failed deliveries')} could not be read "
+                   "from the provider's list and are left out", err=True)
+    return ids
+
+
+def _retry_one(app: AppContext, delivery_id: int, fmt: str) -> None:
+    """One delivery: the provider's answer as one object; a refusal is the command's error."""
     result = _masked(_client(app).retry_delivery(delivery_id))
     fields = dict(result) if isinstance(result, dict) else {}
     row = {"delivery_id": fields.pop("delivery_id", delivery_id),

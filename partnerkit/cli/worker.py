@@ -23,6 +23,7 @@ from partnerkit.cli.output import FORMATS, emit
 @pass_app
 def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no_wait: bool) -> None:
     """Poll recharges, fetch vouchers, sync and report on schedule; one worker per database."""
+    from partnerkit.crypto import check_voucher_key
     from partnerkit.logs import configure_logging
     from reconcile.scheduler import run_once, run_worker
 
@@ -31,6 +32,7 @@ def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no
         raise click.UsageError("--format applies only with --once (the running worker logs JSON lines on stderr)")
     config = app.config.require("api_base_url", "api_key", "api_secret")
     configure_logging(config)
+    check_voucher_key(config)  # a key that opens none of the stored vouchers: refused before any job seals
     if once:
         results = run_once(config)
         emit(results, ["job", "outcome", "duration_ms", "result"], fmt)

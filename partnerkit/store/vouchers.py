@@ -90,6 +90,17 @@ def reseal(conn: sqlite3.Connection, row: dict, *, fingerprint: str, sealed: dic
          *(row[c] for c in SEALED_COLUMNS))).rowcount == 1
 
 
+def _read_only(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection to the file at `path` (never creates or migrates it); None when there is
+    no such file or it cannot be opened (its own open reports that)."""
+    if not path.is_file():
+        return None
+    try:
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+
+
 def keyed_values(path: Path) -> int:
     """How many rows of the database file at `path` depend on the voucher key: stored vouchers (codes
     sealed, fingerprints keyed) and saved webhook tokens; 0 when the file is not a partnerkit database.
@@ -97,15 +108,48 @@ def keyed_values(path: Path) -> int:
     Read-only (never creates or migrates the file): `partnerkit.crypto` asks it before generating a
     key, because a new key beside such rows would leave them unreadable.
     """
-    if not path.is_file():
-        return 0
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error:
+    conn = _read_only(path)
+    if conn is None:
         return 0
     try:
         return sum(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in ("vouchers", "webhook_tokens"))
     except sqlite3.Error:  # no such table yet, or not a database at all (its own open reports that)
         return 0
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class KeyedSample:
+    """One stored value sealed with the voucher key, and what its ciphertext is bound to."""
+
+    kind: str  # "voucher" or "webhook_token"
+    owner: str  # the voucher's order id, or the token's webhook id
+    field: str  # the voucher's sealed column, or "token"
+    sealed: bytes
+
+
+def keyed_samples(path: Path) -> list[KeyedSample] | None:
+    """A few of the values `keyed_values` counts, read-only: a sealed field of the oldest and of the
+    newest voucher, and the first and last saved webhook token (each a primary-key lookup). An empty
+    list when none is stored; None when the file cannot be read as a partnerkit database."""
+    conn = _read_only(path)
+    if conn is None:
+        return None
+    try:
+        samples = []
+        for row in conn.execute(
+                """SELECT order_id, card_number, pin_code, claim_url FROM vouchers
+                   WHERE id IN ((SELECT MIN(id) FROM vouchers), (SELECT MAX(id) FROM vouchers)) ORDER BY id"""):
+            name, value = next(((n, v) for n, v in zip(SEALED_COLUMNS, row[1:]) if v is not None), (None, None))
+            if value is not None:
+                samples.append(KeyedSample("voucher", str(row[0]), name, bytes(value)))
+        for webhook_id, token in conn.execute(
+                """SELECT webhook_id, token FROM webhook_tokens WHERE rowid IN
+                   ((SELECT MIN(rowid) FROM webhook_tokens), (SELECT MAX(rowid) FROM webhook_tokens))"""):
+            samples.append(KeyedSample("webhook_token", str(webhook_id), "token", bytes(token)))
+        return samples
+    except sqlite3.Error:  # no such table yet, or not a database at all (its own open reports that)
+        return None
     finally:
         conn.close()

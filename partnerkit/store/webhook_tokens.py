@@ -24,6 +24,18 @@ def save(db: Database, webhook_id: str, sealed_token: bytes, *, now: datetime, n
             (webhook_id, sealed_token, name, url, json.dumps(events) if events is not None else None, stamp(now)))
 
 
+def set_token(db: Database, webhook_id: str, sealed_token: bytes, *, now: datetime) -> bool:
+    """Save the encrypted token of one webhook, replacing the one saved before but keeping the name, url
+    and events saved with it (`partnerkit webhooks token set`); return whether one was replaced."""
+    with transaction(db) as conn:
+        replaced = conn.execute("SELECT 1 FROM webhook_tokens WHERE webhook_id = ?", (webhook_id,)).fetchone()
+        conn.execute(
+            """INSERT INTO webhook_tokens (webhook_id, token, created_at) VALUES (?, ?, ?)
+               ON CONFLICT (webhook_id) DO UPDATE SET token = excluded.token, created_at = excluded.created_at""",
+            (webhook_id, sealed_token, stamp(now)))
+        return replaced is not None
+
+
 def sealed(db: Database) -> list[tuple[str, bytes]]:
     """Every saved (webhook_id, encrypted token)."""
     return [(row[0], bytes(row[1])) for row in db.execute("SELECT webhook_id, token FROM webhook_tokens ORDER BY webhook_id")]

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from partnerkit.config import Config, ConfigError
-from partnerkit.crypto import Cipher, DecryptionError, load_cipher, read_key_file, write_key_file
+from partnerkit.crypto import Cipher, DecryptionError, load_cipher, read_key_file, token_context, write_key_file
 from partnerkit.store import open_db, transaction, vouchers, webhook_tokens
 from partnerkit.store.vouchers import SealedVoucher
 
@@ -71,16 +71,22 @@ def test_no_new_key_beside_a_database_that_holds_values_sealed_with_the_old_one(
     now = datetime(2025, 3, 14, tzinfo=timezone.utc)
     if sealed == "voucher":
         with transaction(db) as conn:
-            vouchers.add(conn, 5001, [SealedVoucher(cipher.fingerprint("CODE-1"), cipher.encrypt("CODE-1"), None,
-                                                    None, None, None)], now=now)
+            vouchers.add(conn, 5001, [SealedVoucher(cipher.fingerprint("CODE-1"), cipher.encrypt(
+                "CODE-1", context=b"voucher:5001:card_number"), None, None, None, None)], now=now)
     else:
-        webhook_tokens.save(db, "7", cipher.encrypt("token"), now=now)
+        webhook_tokens.save(db, "7", cipher.encrypt("token-of-webhook-7", context=token_context("7")), now=now)
+    [key] = read_key_file(config.key_file)
     config.key_file.unlink()
     with pytest.raises(ConfigError, match=r"voucher key file .* is missing, but .* holds 1 stored voucher\(s\) or "
                                           r"webhook token\(s\) sealed with it: restore the key file"):
         load_cipher(config)
     assert not config.key_file.exists()
-    assert load_cipher(Config(db_path=config.db_path, voucher_key="given-in-the-environment-instead")) is not None
+    # Nor is one given in the environment taken for it (finding 1): only the key they were sealed with.
+    with pytest.raises(ConfigError, match=r"^PARTNERKIT_VOUCHER_KEY opens none of the vouchers and webhook tokens "
+                                          r"stored in .*PARTNERKIT_VOUCHER_KEY_PREVIOUS"):
+        load_cipher(Config(db_path=config.db_path, voucher_key="given-in-the-environment-instead"))
+    assert load_cipher(Config(db_path=config.db_path, voucher_key=key)) is not None
+    assert not config.key_file.exists()
 
 
 def test_a_key_is_still_generated_beside_a_database_with_nothing_sealed(tmp_path):

@@ -56,8 +56,8 @@ class Keys:
         self.env = env
         self.outputs: list[str] = []
 
-    def __call__(self, *args: str, code: int = 0):
-        result = CliRunner().invoke(cli, list(args), env=self.env)
+    def __call__(self, *args: str, code: int = 0, input: str | None = None):
+        result = CliRunner().invoke(cli, list(args), env=self.env, input=input)
         assert "Traceback" not in result.stderr, result.stderr
         assert result.exit_code == code, (args, result.exit_code, result.stderr)
         self.outputs.append(result.stdout + result.stderr)
@@ -66,10 +66,11 @@ class Keys:
     def config(self):
         return load_config(environ={k: v for k, v in self.env.items() if v is not None})
 
-    def store(self, order_id: int = ORDER, payloads: list[dict] = PAYLOADS) -> int:
-        """Seal and store vouchers as the worker does; how many were new."""
+    def store(self, order_id: int = ORDER, payloads: list[dict] = PAYLOADS, cipher=None) -> int:
+        """Seal and store vouchers as the worker does (or with `cipher`, as nothing in partnerkit would
+        any more: a key that opens none of the stored values is refused); how many were new."""
         config = self.config()
-        cipher = load_cipher(config)
+        cipher = cipher or load_cipher(config)
         db = open_db(config.db_path)
         try:
             with transaction(db) as conn:
@@ -206,15 +207,18 @@ def test_environment_rotate_rewrap_retire(tmp_path):
 
 
 def test_a_value_no_key_opens_is_named_and_left_untouched(tmp_path):
+    """Values sealed with a key nobody has any more, beside values the key opens (vouchers an earlier
+    version sealed under a mistyped PARTNERKIT_VOUCHER_KEY): named, and left exactly as they are."""
     run = Keys(environment(tmp_path, PARTNERKIT_VOUCHER_KEY=KEY_A))
     run.store(payloads=PAYLOADS[:1])
     run.save_token()
     other = "b3RoZXIta2V5LW9mLTMyLWJ5dGVzLWZvci10ZXN0cyE"
     run.env.update(PARTNERKIT_VOUCHER_KEY=other)  # KEY_A forgotten, not listed as previous
+    assert run.store(order_id=5002, payloads=PAYLOADS[:1], cipher=cipher_from_keys([other])) == 1
     before = run.sealed_bytes()
 
     status = run.status()
-    assert status["values_unreadable"] == 3 and status["values_current_key"] == 0
+    assert status["values_unreadable"] == 3 and status["values_current_key"] == 2
     assert {"kind": "voucher", "order_id": ORDER, "voucher_id": 1, "field": "card_number"} in status["unreadable"]
     assert {"kind": "webhook_token", "webhook_id": "77"} in status["unreadable"]
     table = run("keys", "status").stdout
@@ -224,6 +228,9 @@ def test_a_value_no_key_opens_is_named_and_left_untouched(tmp_path):
     assert "no key opens these, left as they are: order 5001 voucher 1 (card_number)" in failed.stderr
     assert failed.stderr.strip().splitlines()[-1].startswith("Error: no key opens 3 stored values")
     assert run.sealed_bytes() == before
+    revealed = run("vouchers", str(ORDER), "--reveal", code=1)
+    # The hint names where the key came from (N2): here the setting.
+    assert "cannot be decrypted with this key (was PARTNERKIT_VOUCHER_KEY changed?)" in revealed.stderr
     run.assert_no_key_in(KEY_A, other)
 
 

@@ -237,3 +237,76 @@ def test_a_token_or_secret_in_an_answer_whose_shape_is_not_shown_is_masked():
         assert secret not in text
     assert shown["data"]["url"] == "https://partner.example/webhooks/partner" and shown["data"]["id"] == 7
     assert shown["data"]["token_rotated"] is None  # nothing to hide stays as it is
+
+
+def failed_deliveries(env, sandbox_server, count: int) -> None:
+    """`count` deliveries to a URL nothing listens on, each failed after the document's 5 attempts."""
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    for _ in range(count):
+        run(env, "webhooks", "test", "1")
+    for minutes in (0, 1, 2, 4, 8):
+        sandbox_server.advance(minutes * 60 + 1)
+    assert len(json.loads(run(env, "webhooks", "deliveries", "--status", "failed", "--format", "json").stdout)) == count
+
+
+def test_webhooks_retry_takes_several_ids_and_goes_on_past_a_refusal(env, sandbox_server):
+    failed_deliveries(env, sandbox_server, 2)
+    result = run(env, "webhooks", "retry", "1", "2", "424242", "--format", "json", code=1)
+    rows = json.loads(result.stdout)
+    assert [(r["delivery_id"], r["outcome"]) for r in rows] == [(1, "re-queued"), (2, "re-queued"), (424242, "refused")]
+    assert "404" in rows[2]["message"]
+    assert "re-queued 2 deliveries of 3; 1 refused by the provider" in result.stderr
+    assert [d.max_attempts for d in sandbox_server.sandbox.deliveries.values()] == [6, 6]  # one more attempt each
+
+
+def test_webhooks_retry_failed_requeues_every_failed_delivery_page_by_page(env, sandbox_server):
+    failed_deliveries(env, sandbox_server, 3)
+    lists_before = sandbox_server.sandbox.calls["GET /api/v1/webhooks/deliveries"]
+    result = run(env, "webhooks", "retry", "--failed", "--format", "csv")
+    assert result.stdout.splitlines() == ["delivery_id,outcome,message", "3,re-queued,delivery re-queued",
+                                          "2,re-queued,delivery re-queued", "1,re-queued,delivery re-queued"]
+    assert "re-queued 3 deliveries of 3" in result.stderr
+    # All read before any was re-queued: a walk that re-queued as it went would skip some (offset pages).
+    assert sandbox_server.sandbox.calls["GET /api/v1/webhooks/deliveries"] == lists_before + 1
+    assert [d.max_attempts for d in sandbox_server.sandbox.deliveries.values()] == [6, 6, 6]
+
+
+def test_webhooks_retry_failed_stops_before_the_hours_last_requests(env, sandbox_config, sandbox_server):
+    """The voucher fetches' and the poller's tenths of the hour are left to them, as the syncs leave them."""
+    from partnerkit.store.budget import Budget, walk_reserve
+
+    failed_deliveries(env, sandbox_server, 4)
+    db = open_db(sandbox_config.db_path)
+    used = Budget.from_config(sandbox_config, db).usage()["general"]["used"]
+    db.conn.close()
+    # An hourly budget that leaves room for the list and two retries above the walks' reserve.
+    hourly = next(b for b in range(used, used + 200)
+                  if b - walk_reserve(b, sandbox_config.poller_budget_share) - used == 3)
+    result = run({**env, "PARTNERKIT_HOURLY_BUDGET": str(hourly)}, "webhooks", "retry", "--failed", "--format", "json",
+                 code=1)
+    assert [r["outcome"] for r in json.loads(result.stdout)] == ["re-queued", "re-queued"]
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: stopped after 2 of 4: request budget")
+    assert "run the same command again later" in result.stderr
+    assert sorted(d.max_attempts for d in sandbox_server.sandbox.deliveries.values()) == [5, 5, 6, 6]
+
+
+def test_webhooks_retry_without_an_id_or_failed_is_a_usage_error(env):
+    result = CliRunner().invoke(cli, ["webhooks", "retry"], env=env)
+    assert result.exit_code == 2 and "give one or more DELIVERY_IDs, or --failed" in result.stderr
+    none = run(env, "webhooks", "retry", "--failed")
+    assert none.stderr.strip() == "no failed deliveries to re-queue" and none.stdout == ""
+
+
+def test_a_mistyped_voucher_key_creates_no_webhook_and_places_no_order(env, sandbox_config, sandbox_server):
+    """Finding 1: the key is checked before the provider is called (the token comes back only once; the
+    wallet is debited at creation)."""
+    created = json.loads(run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "2",
+                             "--format", "json").stdout)
+    assert created["vouchers_stored"] == 2  # sealed with the generated key file
+    wrong = {**env, "PARTNERKIT_VOUCHER_KEY": "d3Jvbmctd3Jvbmctd3Jvbmctd3Jvbmctd3Jvbmct"}
+    for args in (["orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "2"],
+                 ["webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner"]):
+        result = run(wrong, *args, code=2)
+        assert result.stderr.startswith("Error: PARTNERKIT_VOUCHER_KEY opens none of the vouchers")
+    assert list(sandbox_server.sandbox.orders) == [created["id"]] and sandbox_server.sandbox.webhooks == {}
+    assert len(json.loads(run(env, "vouchers", str(created["id"]), "--reveal", "--format", "json").stdout)) == 2

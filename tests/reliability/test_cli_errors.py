@@ -88,6 +88,8 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("webhooks", "retry"): ["424242"],
         ("webhooks", "stats"): [],
         ("webhooks", "test"): ["424242"],
+        ("webhooks", "token", "forget"): ["424242"],
+        ("webhooks", "token", "set"): ["424242"],
         ("webhooks", "update"): ["424242", "--name", "renamed"],
         ("worker",): ["--once", "--no-wait"],
     }.get(path)
