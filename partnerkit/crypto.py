@@ -284,6 +284,44 @@ def load_cipher(config: Config, *, check: bool = True) -> Cipher:
     return cipher
 
 
+class KeyFollower:
+    """The Cipher of `config`, re-read whenever `partnerkit keys rotate` or `keys retire` replace the
+    generated key file, so that a long-running process always seals with the file's first key.
+
+    A process that went on sealing with the old key after `keys retire` dropped it would leave what it
+    sealed unreadable: the receiver's webhook bodies, and the vouchers a fetch stores after a provider
+    read that can take seconds. `current()` costs one stat; call it right before sealing, not once per
+    run. A key from PARTNERKIT_VOUCHER_KEY changes only with a restart. A file gone or unreadable keeps
+    the keys read before (said once per version of the file, and tried again at the next call: a
+    `chown` changes neither its inode, mtime nor size)."""
+
+    def __init__(self, config: Config, cipher: Cipher | None = None) -> None:
+        self.config = config
+        self.cipher = cipher or load_cipher(config)
+        self._stamp = None if config.voucher_key else key_file_stamp(config.key_file)
+        self._failed: tuple[int, int, int] | None = None
+
+    def current(self) -> Cipher:
+        """The cipher to seal with now."""
+        if self.config.voucher_key:
+            return self.cipher
+        stamp = key_file_stamp(self.config.key_file)
+        if stamp is None or stamp == self._stamp:
+            return self.cipher
+        try:
+            self.cipher = load_cipher(self.config)
+        except (ConfigError, OSError) as exc:
+            if stamp != self._failed:
+                self._failed = stamp
+                log.warning("the voucher key file changed and cannot be read; sealing with the keys read before",
+                            extra={"error": str(exc)[:200]})
+            return self.cipher
+        self._stamp, self._failed = stamp, None
+        log.info("the voucher key file changed: sealing with its first key from now on",
+                 extra={"previous_keys": self.cipher.previous_keys})
+        return self.cipher
+
+
 def check_voucher_key(config: Config) -> None:
     """At a service's start (the worker): refuse, as `load_cipher` would at its first seal, a configured
     key or key file that cannot be read or opens none of the stored values. Generates nothing: without

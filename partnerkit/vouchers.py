@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from partnerkit import errors
 from partnerkit.config import Config
-from partnerkit.crypto import Cipher, load_cipher
+from partnerkit.crypto import Cipher, KeyFollower
 from partnerkit.money import cents
 from partnerkit.store import Database, jobs, order_intents, orders, quarantine, vouchers
 from partnerkit.store.budget import REFUSAL_PAUSE_S, walk_reserve
@@ -185,7 +185,7 @@ def _in_hand(db: Database, job: Job) -> int | None:
     return stored if want and stored >= want else None
 
 
-def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPolicy, now: datetime,
+def _fetch_one(db: Database, api: Any, keys: KeyFollower, job: Job, policy: FetchPolicy, now: datetime,
                summary: FetchSummary) -> str:
     stored = _in_hand(db, job)
     if stored is not None:
@@ -222,6 +222,9 @@ def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPo
         return "deferred"
     except errors.ApiStatusError as exc:  # 400/403: retrying unchanged will not help
         return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
+    # The key is looked up after the read, not once per run: a read can take seconds, and vouchers sealed
+    # with a key that `keys rotate` replaced and `keys retire` dropped meanwhile could never be read.
+    cipher = keys.current()
     sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
     verdict, reason = _verdict(job, detail)
     if detail.malformed:
@@ -247,7 +250,7 @@ def _fetch_one(db: Database, api: Any, cipher: Cipher, job: Job, policy: FetchPo
 def run_voucher_fetches(config: Config, db: Database, client: Any, *, now: datetime | None = None, limit: int = 20,
                         policy: FetchPolicy = FetchPolicy(), cipher: Cipher | None = None) -> FetchSummary:
     """Run the due voucher fetch jobs once (the worker calls this every few seconds)."""
-    cipher = cipher or load_cipher(config)
+    keys = KeyFollower(config, cipher)
     api = client.with_budget("voucher_fetch", wait=False) if hasattr(client, "with_budget") else client
     started = now or utcnow()
     claimed = jobs.claim(db, owner=_owner(), now=started, lease_until=started + timedelta(seconds=policy.lease_s),
@@ -255,7 +258,7 @@ def run_voucher_fetches(config: Config, db: Database, client: Any, *, now: datet
     summary = FetchSummary(claimed=len(claimed))
     for index, job in enumerate(claimed):
         moment = now or utcnow()
-        result = _fetch_one(db, api, cipher, job, policy, moment, summary)
+        result = _fetch_one(db, api, keys, job, policy, moment, summary)
         summary.outcomes[result] = summary.outcomes.get(result, 0) + 1
         if result == "deferred":  # no budget, or the key refused: hand the rest back untouched
             with transaction(db) as conn:

@@ -9,8 +9,8 @@ import threading
 import time
 from typing import Callable
 
-from partnerkit.config import Config, ConfigError, WebhookToken
-from partnerkit.crypto import Cipher, key_file_stamp, load_cipher
+from partnerkit.config import Config, WebhookToken
+from partnerkit.crypto import Cipher, KeyFollower
 from partnerkit.errors import PartnerKitError
 from partnerkit.store import Database
 from partnerkit.store.db import connect
@@ -115,7 +115,7 @@ class Receiver:
     def __init__(self, config: Config, cipher: Cipher, metrics: Metrics, busy_timeout_ms: int, *,
                  on_tokens: Callable[..., None] = lambda *tokens: None) -> None:
         self.config = config
-        self.cipher = cipher
+        self._keys = KeyFollower(config, cipher)
         self.metrics = metrics
         self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
@@ -124,8 +124,6 @@ class Receiver:
         self._tokens_lock = threading.Lock()
         self._on_tokens = on_tokens  # e.g. the log redactor learns tokens saved at run time
         self._token_error: str | None = None  # why the accepted tokens cannot be read now (logged once)
-        self._key_stamp = None if config.voucher_key else key_file_stamp(config.key_file)
-        self._key_stamp_failed = None  # a changed key file that could not be read (said once, tried again)
         self._checkpointer: Checkpointer | None = None
         self._checkpointer_pid: int | None = None
         self._checkpointer_lock = threading.Lock()
@@ -182,7 +180,7 @@ class Receiver:
         age = time.monotonic() - self._tokens_at
         if age > TOKEN_REFRESH_S or (refresh and age > TOKEN_RETRY_S):
             with self._tokens_lock:
-                self._follow_key_file()
+                self._keys.current()  # `keys rotate` put a new key first: seal with it from now on
                 try:
                     tokens = accepted_tokens(self.config, self.db(), self.cipher)
                 except (PartnerKitError, sqlite3.Error) as exc:
@@ -210,26 +208,8 @@ class Receiver:
             log.info("accepted tokens can be read again")
         self._token_error = error
 
-    def _follow_key_file(self) -> None:
-        """With the generated key file, seal with the keys it holds now: `partnerkit keys rotate` puts a
-        new key first, and a receiver that went on sealing webhook bodies with the old one after `keys
-        retire` dropped it would leave them unreadable. A key from PARTNERKIT_VOUCHER_KEY changes only
-        with a restart. A file gone or unreadable keeps the keys read before (and says so once)."""
-        if self.config.voucher_key:
-            return
-        stamp = key_file_stamp(self.config.key_file)
-        if stamp is None or stamp == self._key_stamp:
-            return
-        try:
-            self.cipher = load_cipher(self.config)
-        except (ConfigError, OSError) as exc:
-            # Not recorded as read: a file made readable again (chown, which changes neither its inode,
-            # mtime nor size) is read at the next refresh; said once per version of the file.
-            if stamp != self._key_stamp_failed:
-                self._key_stamp_failed = stamp
-                log.warning("the voucher key file changed and cannot be read; sealing with the keys read before",
-                            extra={"error": str(exc)[:200]})
-            return
-        self._key_stamp, self._key_stamp_failed = stamp, None
-        log.info("the voucher key file changed: sealing with its first key from now on",
-                 extra={"previous_keys": self.cipher.previous_keys})
+    @property
+    def cipher(self) -> Cipher:
+        """The cipher to seal webhook bodies and read tokens with: the key file's first key, followed
+        (partnerkit.crypto.KeyFollower) at each token refresh, so within seconds of `keys rotate`."""
+        return self._keys.cipher

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -226,3 +227,31 @@ def test_a_refused_api_key_parks_nothing_and_spends_one_call(api_config, store, 
     later = run_voucher_fetches(api_config, store, client, now=NOW + timedelta(minutes=1))
     assert (later.done, later.vouchers_added) == (2, 4)
     assert store.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 0
+
+
+def test_a_key_rotated_and_retired_while_the_detail_is_read_seals_with_the_new_key(api_config, store, client,
+                                                                                     httpserver):
+    # `keys rotate`, `keys rewrap`, `keys retire` run while a fetch waits for a slow provider: vouchers sealed
+    # with the key the run began with would be unreadable for good once retire dropped it.
+    from partnerkit.rotation import retire_key_file, rotate_key_file
+    from werkzeug.wrappers import Response
+
+    api_config = replace(api_config, voucher_key=None, voucher_key_previous=())  # the generated key file's case
+    load_cipher(api_config)  # the key file the run begins with
+    first_key = api_config.key_file.read_text().split()[0]
+
+    def rotate_then_answer(request):
+        rotate_key_file(api_config.key_file)
+        other = open_db(api_config.db_path)
+        try:
+            assert retire_key_file(api_config.key_file, other)[1] == 1  # nothing stored needs the old key yet
+        finally:
+            other.conn.close()
+        return Response(json.dumps(detail()), content_type="application/json")
+
+    httpserver.expect_request("/api/v1/orders/101").respond_with_handler(rotate_then_answer)
+    queue(store)
+    assert run_voucher_fetches(api_config, store, client, now=NOW).vouchers_added == 2
+    assert first_key not in api_config.key_file.read_text()  # retired: only the new key is left
+    cipher = load_cipher(api_config)
+    assert [unseal(cipher, r)["card_number"] for r in voucher_store.for_order(store, 101)] == CODES[:2]
