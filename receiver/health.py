@@ -30,6 +30,7 @@ def readyz():
         inbox.probe_write(rx.db())
     except StorageError as exc:
         log.warning("not ready: %s", exc)
+        rx.reopen_later()  # ready again as soon as the file can be written, without a restart
         return jsonify(status="unavailable", reason="database not writable"), 503
     try:
         tokens = rx.tokens()

@@ -151,6 +151,23 @@ class Receiver:
             local.writer = writer
         return local.writer
 
+    def reopen_later(self) -> None:
+        """Drop this thread's connections after a failed write, so that the next request opens new ones.
+
+        A connection SQLite opened read-only (the file could not be written at that moment) stays so for
+        its life, and with it every delivery would be a 503 after the disk came back. Opening again costs
+        a millisecond, only on a request that failed anyway."""
+        local = self._local
+        for name in ("db", "writer"):
+            db = getattr(local, name, None)
+            if db is not None:
+                try:
+                    db.conn.close()
+                except sqlite3.Error:
+                    pass
+        local.db = local.writer = None
+        local.pid = None
+
     def _ensure_checkpointer(self) -> None:
         """Start the checkpoint thread of this process (threads do not survive a fork)."""
         with self._checkpointer_lock:

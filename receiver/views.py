@@ -141,6 +141,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
                                 webhook_id=headers.get("X-Webhook-ID"))
     except (StorageError, sqlite3.Error) as exc:
         rx.metrics.outcome("unavailable").inc()
+        rx.reopen_later()  # a connection opened while the file was read-only stays read-only
         log.error("webhook not stored", extra={"request_id": request_id, "event_id": getattr(event, "event_id", None),
                                                "error": str(exc)[:200], "http_status": 503})
         return _UNAVAILABLE

@@ -205,7 +205,10 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
     refuse_inside_gunicorn()
     stop = stop or threading.Event()
     _install_signal_handlers(stop)
-    db = open_db(config.db_path)
+    db = _open_waiting(config, wait=wait_for_lease, stop=stop)
+    if db is None:
+        log.info("worker stopped while waiting for its database")
+        return 0
     lease = WorkerLease(db)
     try:
         try:
@@ -227,6 +230,22 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
     finally:
         lease.release()
         db.conn.close()
+
+
+def _open_waiting(config: Config, *, wait: bool, stop: threading.Event, poll_s: float = LEASE_POLL_S) -> Database | None:
+    """The worker's database, waiting (as for a busy lease) while it cannot be opened for writing: a
+    file read-only for a moment (a remount, a restore, the wrong owner) is refused at open rather than
+    opened read-only for good (partnerkit.store.db), and a worker exiting on it would soon meet
+    systemd's restart limit. None when stopped while waiting; without `wait`, the error is raised."""
+    while True:
+        try:
+            return open_db(config.db_path)
+        except StorageError as exc:
+            if not wait:
+                raise
+            log.warning("cannot open the database yet (%s); retrying in %.0f s", exc, poll_s)
+            if stop.wait(poll_s):
+                return None
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:

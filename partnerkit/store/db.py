@@ -11,6 +11,7 @@ Do not call sqlite-utils' insert/upsert helpers inside `transaction()`: they wra
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import time
@@ -45,6 +46,24 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+class _ReadOnlyFile(OSError):
+    """The database file exists but this process cannot write it."""
+
+
+def _refuse_read_only(file: Path) -> None:
+    """Refuse a file this process cannot write, rather than let SQLite open it read-only.
+
+    SQLite opens a file it cannot write read-only, without a word, and the connection stays read-only
+    for its life: a receiver worker or a job that opened the file while it was read-only (a remount, an
+    immutable flag, the wrong owner for a moment) went on failing every write after the file was
+    writable again, 503 to every delivery until a restart. Refused here, the next request, job run or
+    restart opens it again and finds it writable. (A connection opened read-write and then meeting a
+    read-only file writes again once it is writable: only the open is judged.)"""
+    if not os.access(file, os.W_OK) and file.is_file():
+        raise _ReadOnlyFile(errno.EACCES, "the file cannot be written by this user (its permissions, an "
+                            "immutable flag or a read-only filesystem); partnerkit needs to write it", str(file))
+
+
 def _enable_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
     """PRAGMA journal_mode = WAL, retried while another process holds the new file's lock.
 
@@ -64,6 +83,8 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
 
 def _open_failure(file: Path, exc: Exception) -> str:
     """Why the file could not be opened, in words where SQLite and mkdir are cryptic about it."""
+    if isinstance(exc, _ReadOnlyFile):
+        return exc.strerror
     if file.is_dir():
         return "it is a directory, not a database file"  # SQLite: "unable to open database file"
     if isinstance(exc, FileExistsError) and exc.filename and os.path.isfile(exc.filename):
@@ -89,6 +110,7 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     try:
         if str(file) != ":memory:":
             _create_private(file)
+            _refuse_read_only(file)
         conn = sqlite3.connect(str(file), timeout=busy_timeout_ms / 1000, isolation_level=None,
                                check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
 import time
 from datetime import datetime, timezone
 
@@ -14,7 +15,9 @@ from freezegun import freeze_time
 
 from partnerkit.config import ConfigError, WebhookToken
 from partnerkit.crypto import load_cipher
+from partnerkit.errors import StorageError
 from partnerkit.store import inbox
+from partnerkit.store.db import connect
 from receiver.app import create_app
 from receiver.signature import sign
 from tests.receiver.conftest import OTHER_TOKEN, TOKEN, envelope, post, signed_headers, with_tokens
@@ -188,7 +191,31 @@ def test_read_only_database_answers_503(app, config):
     rx._local.pid = os.getpid()
     client = app.test_client()
     assert post(client, envelope()).status_code == 503
-    assert client.get("/readyz").status_code == 503
+    # The file itself is writable: the next request opens new connections and is stored. A connection
+    # SQLite opened read-only stays read-only, and kept, it made every delivery a 503 until a restart.
+    assert client.get("/readyz").status_code == 200
+    assert post(client, envelope()).get_json() == {"status": "accepted"}  # the provider's retry
+    rx._local.db = rx._local.writer = sqlite_utils.Database(
+        sqlite3.connect(f"file:{config.db_path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False))
+    rx._local.pid = os.getpid()
+    assert client.get("/readyz").status_code == 503  # readiness reopens too
+    assert client.get("/readyz").status_code == 200
+
+
+def test_a_file_that_cannot_be_written_is_refused_at_open_not_opened_read_only(tmp_path):
+    # SQLite would open it read-only without a word, for the connection's whole life.
+    path = tmp_path / "pk.db"
+    connect(path).conn.close()
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs root on a filesystem with immutable flags")
+    try:
+        with pytest.raises(StorageError, match="the file cannot be written by this user"):
+            connect(path)
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    db = connect(path)
+    db.conn.execute("CREATE TABLE written (x)")  # writable again: opened read-write
+    db.conn.close()
 
 
 def test_no_token_refuses_to_start(config):

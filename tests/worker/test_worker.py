@@ -16,6 +16,7 @@ import pytest
 from freezegun import freeze_time
 
 from partnerkit.config import config_as_env
+from partnerkit.errors import StorageError
 from partnerkit.store import locks, open_db
 from reconcile.scheduler import (LEASE_NAME, WorkerBusy, WorkerLease, WorkerRefused, build_scheduler,
                                  refuse_inside_gunicorn, run_once, run_worker)
@@ -295,3 +296,31 @@ def test_a_refused_api_key_pauses_the_jobs_that_call_it_for_a_minute(config, ser
         after = run_once(config, jobs=(catch_up, POLL))
     assert [r["outcome"] for r in after] == ["ok", "ok"]
     assert wdb.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 0, "the accepted call cleared it"
+
+
+def test_the_worker_waits_for_a_database_it_cannot_open_yet(config, caplog):
+    # A file that cannot be opened for writing at start (here a directory where the file belongs, as
+    # portable as a read-only file for a test run as root) is waited out, not a start failure: systemd
+    # stops restarting a service that failed five times in ten seconds.
+    from dataclasses import replace
+    from reconcile.scheduler import _open_waiting
+
+    blocked = replace(config, db_path=config.db_path.parent / "later" / "pk.db")
+    blocked.db_path.mkdir(parents=True)
+    caplog.set_level(logging.WARNING, logger="reconcile.scheduler")
+    stop = threading.Event()
+    with pytest.raises(StorageError, match="it is a directory"):
+        _open_waiting(blocked, wait=False, stop=stop)
+    fixed = threading.Timer(0.3, blocked.db_path.rmdir)
+    fixed.start()
+    try:
+        db = _open_waiting(blocked, wait=True, stop=stop, poll_s=0.1)
+    finally:
+        fixed.cancel()
+    assert db is not None and blocked.db_path.is_file()
+    db.conn.close()
+    assert any("cannot open the database yet" in r.getMessage() for r in caplog.records)
+    blocked.db_path.unlink()
+    blocked.db_path.mkdir()
+    stop.set()
+    assert _open_waiting(blocked, wait=True, stop=stop, poll_s=0.1) is None  # stopped while waiting
