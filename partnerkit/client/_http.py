@@ -7,8 +7,9 @@ adapter is therefore mounted with retries off, and requests' exceptions are conv
 partnerkit's tree once, here, with `raise ... from exc`.
 
 Which failures are retried (decision, see docs/client.md):
-- GET: 429 (after Retry-After, else X-RateLimit-Reset), 5xx, connection errors and a 2xx body
-  that is not JSON (cut off on the way), up to RetryPolicy.max_attempts.
+- GET: 429 (after Retry-After, else X-RateLimit-Reset, at most one window of the budget class),
+  5xx, connection errors and a 2xx body that is not JSON (cut off on the way), up to
+  RetryPolicy.max_attempts.
 - POST/PUT/DELETE: only when the failure proves nothing was processed: the connection was
   never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
   A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
@@ -254,6 +255,10 @@ class Transport:
                     # (Limits) says when the window reopens, read by the budget's one rule. Neither
                     # usable: None, and the budget blocks for its default.
                     err.retry_after = self.budget.until_reset(budget_class, rate["reset"])
+                else:
+                    # The same rule for Retry-After: at most one window of the class (an hour, a
+                    # minute), so the error, the sleep and every process's block say the same.
+                    err.retry_after = self.budget.block_seconds(budget_class, err.retry_after)
                 self.budget.block(budget_class, err.retry_after)
             if not self._should_retry(err, repeatable, attempt, spend):
                 raise err
