@@ -24,6 +24,9 @@ REPORT_GRACE = timedelta(hours=2)
 # An order intent still INTENT this long after its send began was left by a process that died while
 # sending (a send lasts at most a few client timeouts): its outcome is as unknown as an UNKNOWN one's.
 INTENT_ABANDONED_AFTER = timedelta(minutes=15)
+# A 429's block of the shared budget that still has this long to run holds every job (voucher
+# fetches, polls, syncs, the report) past what a passing rate limit explains: a person should know.
+BLOCK_ATTENTION = timedelta(minutes=5)
 
 
 def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
@@ -32,6 +35,11 @@ def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str
     then = now - REPORT_GRACE
     latest = (then.date() - timedelta(days=1 if then.hour >= due_hour else 2)).isoformat()
     return latest if last_report is not None and last_report < latest else None
+
+
+def _moment(epoch: float | None) -> datetime | None:
+    """A unix time from the store (the budget keeps its own as floats) as an aware UTC datetime."""
+    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
 
 
 def _age_s(moment: str | None, now: datetime) -> int | None:
@@ -109,7 +117,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_used_by_purpose": budget.get("general", {}).get("by_purpose", {}),
         # What the recharge poller may take of the hour for itself (PARTNERKIT_POLLER_BUDGET_SHARE).
         "poller_requests_per_hour": poller_cap(config.hourly_budget, config.poller_budget_share),
-        "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
+        # After a 429 (at most an hour: the budget caps a wait at one window of its class), as UTC.
+        "budget_blocked_until": _moment(budget.get("general", {}).get("blocked_until")),
         # The provider's last 401 to this API key, until a call with it is accepted again.
         "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
                              f"at {iso(datetime.fromtimestamp(refused['at'], timezone.utc))}: {refused['message']}"
@@ -131,6 +140,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc)
     status["attention"] = attention(status)
     return status
+
+
+def _minutes(span: timedelta) -> int:
+    return max(1, round(span.total_seconds() / 60))
 
 
 def attention(status: dict[str, Any]) -> list[str]:
@@ -173,6 +186,13 @@ def attention(status: dict[str, Any]) -> list[str]:
     if status["poller_requests_per_hour"] == 0:
         lines.append("PARTNERKIT_POLLER_BUDGET_SHARE of PARTNERKIT_HOURLY_BUDGET leaves the recharge poller no request "
                      "of the hour: PROCESSING recharges settle only when a sync reads them; raise the share")
+    blocked = status["budget_blocked_until"]
+    if blocked is not None and blocked - status["checked_at"] > BLOCK_ATTENTION:
+        lines.append(f"the provider answered 429 and no process calls it until {iso(blocked)} "
+                     f"({_minutes(blocked - status['checked_at'])} min from now): voucher fetches, recharge polls, "
+                     "syncs and `recharges submit` wait; it clears by itself (partnerkit never waits longer than "
+                     "one window of the budget, an hour); if it keeps coming back, ask the provider about the key's "
+                     "limits (PARTNERKIT_HOURLY_BUDGET)")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
     return lines
