@@ -159,7 +159,9 @@ def attention(status: dict[str, Any]) -> list[str]:
         lines.append(f"{status['recharges_past_30_min']} recharge(s) PROCESSING for over 30 minutes: escalate to "
                      "support with their reference_number (`partnerkit recharges list --status PROCESSING`)")
     if status["recharges_unknown"]:
-        lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome: run `partnerkit recharges locate`")
+        lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome (`partnerkit recharges list "
+                     "--status UNKNOWN`): `partnerkit recharges locate --local-id N` searches the provider for each; "
+                     "if it shows none, sending it again is a decision (`--replay` performs it now), never a new key")
     if status["order_intents_unknown"]:
         lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "
