@@ -191,8 +191,8 @@ def attention(status: dict[str, Any]) -> list[str]:
     blocked = status["budget_blocked_until"]
     if blocked is not None and blocked - status["checked_at"] > BLOCK_ATTENTION:
         lines.append(f"the provider answered 429 and no process calls it until {iso(blocked)} "
-                     f"({_minutes(blocked - status['checked_at'])} min from now): voucher fetches, recharge polls, "
-                     "syncs and `recharges submit` wait; it clears by itself (partnerkit never waits longer than "
+                     f"({_minutes(blocked - status['checked_at'])} min from now): voucher fetches, recharge polls "
+                     "and syncs wait, `recharges submit` is refused; it clears by itself (partnerkit never waits longer than "
                      "one window of the budget, an hour); if it keeps coming back, ask the provider about the key's "
                      "limits (PARTNERKIT_HOURLY_BUDGET)")
     if status["budget_remaining_this_hour"] == 0:
