@@ -37,6 +37,9 @@ WORKER_RAN_EVERY = timedelta(minutes=1)
 SUBMIT_BUDGET_WAIT_S = 60
 INTENT_STALE_FLOOR_S = 120
 SHOWN_IDS = 10  # local ids named in an attention line
+# A 429's block of the shared budget that still has this long to run holds every job (voucher
+# fetches, polls, syncs, the report) past what a passing rate limit explains: a person should know.
+BLOCK_ATTENTION = timedelta(minutes=5)
 
 
 def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
@@ -45,6 +48,11 @@ def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str
     then = now - REPORT_GRACE
     latest = (then.date() - timedelta(days=1 if then.hour >= due_hour else 2)).isoformat()
     return latest if last_report is not None and last_report < latest else None
+
+
+def _moment(epoch: float | None) -> datetime | None:
+    """A unix time from the store (the budget keeps its own as floats) as an aware UTC datetime."""
+    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
 
 
 def _age_s(moment: str | None, now: datetime) -> int | None:
@@ -159,7 +167,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_used_by_purpose": budget.get("general", {}).get("by_purpose", {}),
         # What the recharge poller may take of the hour for itself (PARTNERKIT_POLLER_BUDGET_SHARE).
         "poller_requests_per_hour": poller_cap(config.hourly_budget, config.poller_budget_share),
-        "budget_blocked_until": budget.get("general", {}).get("blocked_until"),
+        # After a 429 (at most an hour: the budget caps a wait at one window of its class), as UTC.
+        "budget_blocked_until": _moment(budget.get("general", {}).get("blocked_until")),
         # The provider's last 401 to this API key, until a call with it is accepted again.
         "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
                              f"at {iso(datetime.fromtimestamp(refused['at'], timezone.utc))}: {refused['message']}"
@@ -192,6 +201,10 @@ def _silent_for(status: dict[str, Any], worker_stale_s: int) -> int | None:
     return silent if silent is not None and silent > worker_stale_s else None
 
 
+def _minutes(span: timedelta) -> int:
+    return max(1, round(span.total_seconds() / 60))
+
+
 def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]:
     """Plain-language lines for what needs a person now (empty when all is well)."""
     lines = []
@@ -212,8 +225,9 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
     if status["recharges_unknown"]:
         ids = ", ".join(str(i) for i in status["recharges_unknown_local_ids"])
         more = ", ..." if status["recharges_unknown"] > len(status["recharges_unknown_local_ids"]) else ""
-        lines.append(f"{status['recharges_unknown']} recharge(s) whose submit's answer was lost (local id {ids}{more}): "
-                     "run `partnerkit recharges locate --local-id N` for each; never submit them again")
+        lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome (local id {ids}{more}): "
+                     "`partnerkit recharges locate --local-id N` searches the provider for each, read only; if it "
+                     "shows none, sending it again is a decision (`--replay` performs it now), never a new key")
     if status["order_intents_unknown"]:
         lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "
@@ -249,6 +263,13 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
     if status["poller_requests_per_hour"] == 0:
         lines.append("PARTNERKIT_POLLER_BUDGET_SHARE of PARTNERKIT_HOURLY_BUDGET leaves the recharge poller no request "
                      "of the hour: PROCESSING recharges settle only when a sync reads them; raise the share")
+    blocked = status["budget_blocked_until"]
+    if blocked is not None and blocked - status["checked_at"] > BLOCK_ATTENTION:
+        lines.append(f"the provider answered 429 and no process calls it until {iso(blocked)} "
+                     f"({_minutes(blocked - status['checked_at'])} min from now): voucher fetches, recharge polls "
+                     "and syncs wait, `recharges submit` is refused; it clears by itself (partnerkit never waits longer than "
+                     "one window of the budget, an hour); if it keeps coming back, ask the provider about the key's "
+                     "limits (PARTNERKIT_HOURLY_BUDGET)")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
     return lines

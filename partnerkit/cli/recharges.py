@@ -2,7 +2,8 @@
 
 Exit codes of `submit` and `locate`: 0 when the provider's outcome is known and not FAILED
 (SUCCESS, PROCESSING, REVERSED), 1 for FAILED or any error, 3 when the outcome is UNKNOWN (run
-`recharges locate` later; never resubmit with a new key).
+`recharges locate` later: it searches first, and sends the same key again only within minutes of
+the submit or with --replay; never resubmit with a new key).
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     """Submit a recharge: the intent is recorded before anything is sent.
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
-    3 when its outcome is UNKNOWN (the provider's answer was lost: run `partnerkit recharges locate
-    --local-id N` later, never submit it again with a new key).
+    3 when its outcome is UNKNOWN (the provider's answer was lost and locating it found nothing: the
+    message says what `partnerkit recharges locate --local-id N` will do next; never submit it again
+    with a new key).
     """
     from reconcile.recharges import submit
 
@@ -132,37 +134,51 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 @click.option("--mobile", "mobile_number", help="Number searched when there is no local id.")
 @click.option("--amount", help="Face value in whole rupees, with --mobile.")
 @click.option("--client-reference", help="Match this client_reference, with --mobile.")
+@click.option("--replay", is_flag=True,
+              help="When the search finds nothing to link, send it again under its Idempotency-Key, however long "
+                   "after the submit (by itself locate does so only within 5 minutes, and not when another recharge "
+                   "of the number and amount was made since): if the first send never arrived, this PERFORMS the "
+                   "recharge now. The same key never makes a second one.")
 @format_option
 @pass_app
 def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_number: str | None,
-                   amount: str | None, client_reference: str | None) -> None:
-    """Run the document's after-timeout search: same Idempotency-Key, then client_reference, then face and time.
+                   amount: str | None, client_reference: str | None, replay: bool) -> None:
+    """Find out what became of a submit whose answer was lost: search the provider first, read only.
+
+    Searches by number and client_reference, then by face and time, and links what it finds. Only if
+    the provider shows no such recharge does it send the same Idempotency-Key again: by itself within
+    5 minutes of the submit (the customer is still waiting), later only with --replay, because if the
+    first send never arrived that performs the recharge now. The same key never makes a second one.
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
-    3 when its outcome is UNKNOWN still (run it again later). --mobile without a local intent only
-    lists what the provider has, with exit code 0.
+    3 when its outcome is UNKNOWN still (the message says why and what to do). --mobile without a
+    local intent only lists what the provider has, with exit code 0 (1 if the provider could not be
+    read in full).
     """
-    from reconcile.recharges import locate
+    from reconcile.locate import locate
 
     if local_id is None and not (mobile_number and amount):
         raise click.UsageError("give --local-id N, or --mobile M --amount A [--client-reference R]")
     if local_id is not None and (mobile_number or amount or client_reference):
         raise click.UsageError("--local-id cannot be combined with --mobile/--amount/--client-reference")
+    if replay and local_id is None:
+        raise click.UsageError("--replay needs --local-id N: only a local intent has a key to send again")
     # A local id names an intent in the worker's database: a mistyped PARTNERKIT_DB is named, not
     # answered with "no local recharge" from a new empty one.
     db = app.existing_db if local_id is not None else app.db
     outcome = locate(app.config, db, _client(app), local_id=local_id, mobile_number=mobile_number,
-                     amount=amount, client_reference=client_reference)
+                     amount=amount, client_reference=client_reference, replay=replay)
     if outcome.status == "NOT_RECORDED":
         # Nothing local to show: the provider's matching recharges (a script reading JSON gets them too).
         found = [{"id": r.id, "reference_number": r.reference_number, "status": r.status, "face": r.face,
                   "client_reference": r.client_reference, "created_at": r.created_at} for r in outcome.matches]
-        if fmt == "table":
-            click.echo(outcome.message, err=True)
-            return
-        emit_one({"status": "NOT_RECORDED", "local_id": None, "mobile_number": mobile_number, "matches": found}, fmt,
-                 rows=found, columns=["id", "reference_number", "status", "face", "client_reference", "created_at"])
+        if fmt != "table":
+            emit_one({"status": "NOT_RECORDED", "local_id": None, "mobile_number": mobile_number, "matches": found},
+                     fmt, rows=found, columns=["id", "reference_number", "status", "face", "client_reference",
+                                               "created_at"])
         click.echo(outcome.message, err=True)
+        if outcome.unchecked:
+            sys.exit(1)  # "0 matches" would be a guess: the provider did not answer every lookup
         return
     _finish(outcome, fmt)
 

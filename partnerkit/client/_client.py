@@ -205,6 +205,14 @@ class PartnerClient:
         view._spend = replace(self._spend, keep_free=keep_free)
         return view
 
+    def once(self) -> "PartnerClient":
+        """This client, spending as it does, but sending each call once (no retries) and never waiting
+        for budget: for a caller that bounds its own time (the locate inside `recharges submit`)."""
+        view = object.__new__(PartnerClient)
+        view._transport = self._transport
+        view._spend = replace(self._spend, wait=False, attempts=1)
+        return view
+
     def close(self) -> None:
         """Close the HTTP session."""
         self._transport.session.close()

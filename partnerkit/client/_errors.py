@@ -64,21 +64,35 @@ _NEVER_RETRYABLE = (errors.InsufficientBalance, errors.DuplicateRecharge, errors
 _UPPER_CODE = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 
 
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After value: delta-seconds or an HTTP-date (RFC 9110 10.2.3)."""
+def _http_date(value: str | None) -> datetime | None:
+    """An HTTP-date (RFC 9110 5.6.7) as an aware datetime; None if absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    try:
+        when = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None, sent_at: str | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value: delta-seconds or an HTTP-date (RFC 9110 10.2.3).
+
+    An HTTP-date is counted from the response's own `Date` header (`sent_at`) when it has one, so
+    the provider's clock meets itself (as RFC 9111 4.2.1 counts Expires from Date): a provider
+    clock ahead of ours would otherwise lengthen every wait by the difference. Without a readable
+    Date, from `now` (ours). How long a 429 may block is the budget's rule (at most one window).
+    """
     if value is None or not value.strip():
         return None
     text = value.strip()
     try:
         seconds = float(text)
     except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError):
+        when = _http_date(text)
+        if when is None:
             return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        moment = now or datetime.now(timezone.utc)
+        moment = _http_date(sent_at) or now or datetime.now(timezone.utc)
         return max(0.0, (when - moment).total_seconds())
     if not math.isfinite(seconds):
         return None
@@ -132,7 +146,7 @@ def error_from_response(
         status=status,
         code=code,
         retryable=retryable,
-        retry_after=parse_retry_after(headers.get("Retry-After")),
+        retry_after=parse_retry_after(headers.get("Retry-After"), sent_at=headers.get("Date")),
         trace_id=headers.get("X-Trace-ID"),
         body=body,
         method=method,

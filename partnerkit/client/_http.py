@@ -7,8 +7,9 @@ adapter is therefore mounted with retries off, and requests' exceptions are conv
 partnerkit's tree once, here, with `raise ... from exc`.
 
 Which failures are retried (decision, see docs/client.md):
-- GET: 429 (after Retry-After, else X-RateLimit-Reset), 5xx, connection errors and a 2xx body
-  that is not JSON (cut off on the way), up to RetryPolicy.max_attempts.
+- GET: 429 (after Retry-After, else X-RateLimit-Reset, at most one window of the budget class),
+  5xx, connection errors and a 2xx body that is not JSON (cut off on the way), up to
+  RetryPolicy.max_attempts.
 - POST/PUT/DELETE: only when the failure proves nothing was processed: the connection was
   never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
   A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
@@ -75,6 +76,7 @@ class Spend:
     max_wait: float = 60.0
     keep_free: int = 0
     own_cap: int | None = None  # at most this many of the window's requests under `purpose` (None: no cap)
+    attempts: int | None = None  # at most this many attempts per call (None: the RetryPolicy's)
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,7 @@ class Transport:
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
         clean_params = {k: v for k, v in (params or {}).items() if v is not None}
+        attempts = min(self.retry.max_attempts, spend.attempts or self.retry.max_attempts)
         attempt = 0
         while True:
             attempt += 1
@@ -218,7 +221,7 @@ class Transport:
                                             headers=headers, timeout=self.timeout, allow_redirects=False)
             except requests.RequestException as exc:
                 err = _transport_error(exc, method, path)
-                if attempt < self.retry.max_attempts and (repeatable or not err.request_sent):
+                if attempt < attempts and (repeatable or not err.request_sent):
                     log.info("%s; retrying", err)  # err names the method and path already
                     self.sleep(self.retry.interval(attempt))
                     continue
@@ -236,7 +239,7 @@ class Transport:
                 except errors.MalformedResponse:
                     # A garbled read (cut off on the way) is read again like a 5xx; a write's lost
                     # answer is never re-sent here: the caller replays its key or locates it.
-                    if not repeatable or attempt >= self.retry.max_attempts:
+                    if not repeatable or attempt >= attempts:
                         raise
                     log.info("%s %s: HTTP %d body is not JSON; retrying (attempt %d)", method, path,
                              resp.status_code, attempt)
@@ -254,14 +257,19 @@ class Transport:
                     # (Limits) says when the window reopens, read by the budget's one rule. Neither
                     # usable: None, and the budget blocks for its default.
                     err.retry_after = self.budget.until_reset(budget_class, rate["reset"])
+                else:
+                    # The same rule for Retry-After: at most one window of the class (an hour, a
+                    # minute), so the error, the sleep and every process's block say the same.
+                    err.retry_after = self.budget.block_seconds(budget_class, err.retry_after)
                 self.budget.block(budget_class, err.retry_after)
-            if not self._should_retry(err, repeatable, attempt, spend):
+            if not self._should_retry(err, repeatable, attempt, attempts, spend):
                 raise err
             log.info("%s %s: HTTP %d; retrying (attempt %d)", method, path, err.status, attempt)
             self.sleep(self.retry.interval(attempt, err.retry_after))
 
-    def _should_retry(self, err: errors.ApiStatusError, repeatable: bool, attempt: int, spend: Spend) -> bool:
-        if attempt >= self.retry.max_attempts:
+    def _should_retry(self, err: errors.ApiStatusError, repeatable: bool, attempt: int, attempts: int,
+                      spend: Spend) -> bool:
+        if attempt >= attempts:
             return False
         if err.retry_after is not None and err.retry_after > spend.max_wait:
             return False

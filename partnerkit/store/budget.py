@@ -9,7 +9,8 @@ limit, which stays inside the provider's limit whether the provider counts fixed
 windows. Every acquisition runs inside BEGIN IMMEDIATE, so two processes can never both take
 the last request. The provider's X-RateLimit-* headers can only tighten the local view, and a
 429 blocks the class for everybody until Retry-After has passed (without one, until
-X-RateLimit-Reset; see `seconds_until_reset`).
+X-RateLimit-Reset; see `seconds_until_reset`), never longer than one window of the class
+(`within_window`: an hour for general, a minute for order_create).
 
 A caller may also cap its own purpose (`acquire(own_cap=N)`: at most N of the window's requests
 under its purpose label), checked in the same transaction, so two processes can never both take
@@ -121,6 +122,19 @@ def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
 
 
+def within_window(seconds: float, *, window_s: float) -> float:
+    """A wait the provider asked for, from 0 to one window of its class: the one rule for
+    X-RateLimit-Reset and Retry-After alike.
+
+    Never negative: a moment already past (a clock a little off ours) means the window has reopened.
+    Never more than one window: the document's limits are per hour (general) and per minute (order
+    creation), so the class reopens within one; a longer wait is a unit misread (milliseconds), a
+    clock far off, or a provider asking for more than its own limits say, and believing it would
+    stop every process sharing the key for a day (a `Retry-After: 86400` did).
+    """
+    return min(max(0.0, seconds), window_s)
+
+
 def seconds_until_reset(reset: float | None, *, now: float, window_s: float) -> float | None:
     """Seconds from `now` until an X-RateLimit-Reset value, from 0 to `window_s`; None if absent or not a number.
 
@@ -129,12 +143,15 @@ def seconds_until_reset(reset: float | None, *, now: float, window_s: float) -> 
     """
     if reset is None or not math.isfinite(reset):
         return None
-    seconds = reset - now if reset > _EPOCH_THRESHOLD else reset
-    # Never negative: a moment already past (a clock a little off ours) means the window has reopened.
-    # Never more than one window of the class: the provider's window (Limits: an hour, a minute)
-    # reopens within it, so a Reset further off is a unit misread (milliseconds) or a clock far
-    # off, and believing it would stop every process sharing the key for days.
-    return min(max(0.0, seconds), window_s)
+    return within_window(reset - now if reset > _EPOCH_THRESHOLD else reset, window_s=window_s)
+
+
+def block_seconds(retry_after: float | None, *, window_s: float) -> float:
+    """How long a 429 blocks its class: its Retry-After (already in seconds) within one window
+    (`within_window`), or DEFAULT_BLOCK_S without one (at most one window too)."""
+    if retry_after is None or not math.isfinite(retry_after):
+        return within_window(DEFAULT_BLOCK_S, window_s=window_s)
+    return within_window(retry_after, window_s=window_s)
 
 
 def wait_needed(
@@ -342,11 +359,17 @@ class Budget:
         """Seconds from now until X-RateLimit-Reset, at most one window of the class; None if unusable."""
         return seconds_until_reset(reset, now=self._now(), window_s=self.limit(budget_class).window_s)
 
+    def block_seconds(self, budget_class: str, retry_after: float | None) -> float:
+        """How long a 429 with this Retry-After (seconds, or None) blocks the class: at most one window."""
+        return block_seconds(retry_after, window_s=self.limit(budget_class).window_s)
+
     def block(self, budget_class: str, retry_after: float | None) -> float:
-        """A 429: no process sends in this class until retry_after seconds from now; returns the moment."""
-        self.limit(budget_class)
+        """A 429: no process sends in this class for `block_seconds` from now; returns the moment.
+
+        Only this class: a block of `order_create` (its minute) leaves the general reads alone, while
+        a block of `general` also holds order creation, which spends one of it (`ALSO_SPENDS`)."""
         now = self._now()
-        until = now + (DEFAULT_BLOCK_S if retry_after is None else max(0.0, retry_after))
+        until = now + self.block_seconds(budget_class, retry_after)
         with self._lock, transaction(self._db) as conn:
             conn.execute(
                 "INSERT INTO budget_state (key_hash, class, blocked_until, updated_at) VALUES (?, ?, ?, ?)"

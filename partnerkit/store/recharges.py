@@ -27,6 +27,9 @@ FINAL = frozenset({"SUCCESS", "FAILED", "REVERSED"})
 LEGACY_SUCCESS = frozenset({"DELIVERED", "RECHARGED"})
 OPEN_INTENT = ("INTENT", "UNKNOWN")
 UNREADABLE = "recharge record unreadable:"  # the prefix of a quarantine reason kept in last_error
+# The prefix of the one note kept in last_error for good: a later replay of the row's Idempotency-Key
+# made the recharge (its first send never arrived). Provider reads clear last_error; not this.
+PERFORMED_BY_REPLAY = "performed by a later replay:"
 
 
 @dataclass
@@ -159,6 +162,13 @@ def note_error(db: Database, local_id: int, error: str, at: datetime) -> None:
                      (error, iso(at), local_id))
 
 
+def note_performed_by_replay(db: Database, local_id: int, how: str, at: datetime) -> None:
+    """Keep on the row, for good, that a later replay of its key made the recharge (`recharges show`)."""
+    with transaction(db) as conn:
+        conn.execute("UPDATE recharges SET last_error = ?, row_updated_at = ? WHERE local_id = ?",
+                     (f"{PERFORMED_BY_REPLAY} {how}", iso(at), local_id))
+
+
 # ---- provider reads ----------------------------------------------------------------------------
 
 # The indexed columns a provider read can change. SQLite rewrites an index entry for every indexed
@@ -191,7 +201,8 @@ _MERGE = {
     "vendor_recharge_id": ":vendor_recharge_id", "http_status": "COALESCE(:http_status, http_status)",
     "updated_at": "COALESCE(:updated_at, updated_at)",
     "settled_at": "CASE WHEN :settled_at IS NULL THEN NULL ELSE COALESCE(settled_at, :settled_at) END",
-    "last_error": "NULL", "row_updated_at": ":row_updated_at", "raw": ":raw",
+    "last_error": f"CASE WHEN last_error LIKE '{PERFORMED_BY_REPLAY}%' THEN last_error END",
+    "row_updated_at": ":row_updated_at", "raw": ":raw",
 }
 
 
@@ -312,8 +323,10 @@ def reject(db: Database, bad: Iterable[tuple[int | None, str, Any]], seen_at: da
 
 
 def note_unreadable(conn: sqlite3.Connection, provider_id: int, reason: str, at: datetime) -> None:
-    """Keep why the provider's copy of a known recharge could not be read (shown by `recharges show`)."""
-    conn.execute("UPDATE recharges SET last_error = ?, row_updated_at = ? WHERE provider_id = ?",
+    """Keep why the provider's copy of a known recharge could not be read (shown by `recharges show`),
+    unless the row holds the note that a later replay made it (kept for good; the quarantine has the reason)."""
+    conn.execute("UPDATE recharges SET last_error = ?, row_updated_at = ? WHERE provider_id = ? AND "
+                 f"(last_error IS NULL OR last_error NOT LIKE '{PERFORMED_BY_REPLAY}%')",
                  (reason[:500], iso(at), provider_id))
 
 

@@ -14,7 +14,7 @@ from partnerkit import errors
 from partnerkit.client import PartnerClient
 from partnerkit.config import Config
 from partnerkit.store import open_db
-from partnerkit.store.budget import DEFAULT_BLOCK_S, GENERAL, Budget, seconds_until_reset
+from partnerkit.store.budget import DEFAULT_BLOCK_S, GENERAL, ORDER_CREATE, Budget, block_seconds, seconds_until_reset
 from sandbox.testing import SandboxServer
 
 from tests.client.client_payloads import FAST
@@ -148,3 +148,54 @@ def test_a_remaining_figure_is_trusted_at_most_one_window(tmp_path):
     with pytest.raises(errors.BudgetExhausted) as info:
         budget.acquire(wait=False)
     assert info.value.retry_after == HOUR
+
+
+# ---- F4: a Retry-After longer than the window it applies to -----------------------------------------------------
+@pytest.mark.parametrize("retry_after, window, seconds", [
+    (None, HOUR, DEFAULT_BLOCK_S),     # none given: the default
+    (None, 60.0, 60.0),
+    (7.0, HOUR, 7.0),
+    (0.0, HOUR, 0.0),
+    (-3.0, HOUR, 0.0),                 # never negative
+    (86_400.0, HOUR, HOUR),            # a day: one window of the general budget (per hour)
+    (86_400.0, 60.0, 60.0),            # ... one minute for order creation
+    (float("inf"), HOUR, DEFAULT_BLOCK_S),
+])
+def test_a_429_blocks_at_most_one_window_of_its_class(retry_after, window, seconds):
+    assert block_seconds(retry_after, window_s=window) == seconds
+
+
+@freeze_time("2024-05-01 10:00:00")
+def test_a_retry_after_of_a_day_blocks_the_general_budget_one_hour_not_a_day(server, config):
+    _fault(server, scope="GET /api/v1/orders", seconds=86_400)
+    client = PartnerClient(config, open_db(config.db_path), wait_for_budget=False, retry=FAST)
+    with pytest.raises(errors.RateLimited) as info:
+        client.list_orders()
+    assert info.value.retry_after == HOUR and _blocked_for(client) == HOUR
+    _fault(server)
+    other = PartnerClient(config, open_db(config.db_path), wait_for_budget=False, retry=FAST)
+    with pytest.raises(errors.BudgetExhausted, match=r"retry in 60 min"):
+        other.get_recharge(1)   # every process waits for the block, an hour at most
+    with freeze_time("2024-05-01 10:59:59"), pytest.raises(errors.BudgetExhausted):
+        other.list_wallets()
+    with freeze_time("2024-05-01 11:00:00"):
+        other.list_wallets()    # the provider recovered long ago: an hour later the calls go again
+    assert server.sandbox.calls["GET /api/v1/wallets"] == 1
+
+
+@freeze_time("2024-05-01 10:00:00")
+def test_a_429_on_order_creation_blocks_its_minute_and_never_the_reads(server, config):
+    _fault(server, scope="POST /api/v1/orders", seconds=86_400)
+    client = PartnerClient(config, open_db(config.db_path), wait_for_budget=False, retry=FAST)
+    with pytest.raises(errors.RateLimited) as info:
+        client.create_order(product_id=1, denomination=100, quantity=1)
+    assert info.value.retry_after == 60.0
+    usage = client.budget.usage()
+    assert usage[ORDER_CREATE]["blocked_until"] == NOW + 60 and usage[GENERAL]["blocked_until"] is None
+    _fault(server)
+    client.list_wallets()                          # reads go on: only the order-creation class is blocked
+    with pytest.raises(errors.BudgetExhausted, match="order_create"):
+        client.create_order(product_id=1, denomination=100, quantity=1)
+    with freeze_time("2024-05-01 10:01:00"):
+        assert client.create_order(product_id=1, denomination=100, quantity=1).id
+    assert server.sandbox.calls["POST /api/v1/orders"] == 2 and server.sandbox.calls["GET /api/v1/wallets"] == 1

@@ -7,6 +7,7 @@ import hmac
 import logging
 import socket
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from freezegun import freeze_time
@@ -229,3 +230,19 @@ def test_every_attempt_of_a_write_is_signed_again_with_its_own_timestamp(config,
                           hashlib.sha256).hexdigest()
         assert request.headers["X-Signature"] == f"t={ts},v1={digest}"
     assert first.get_data() == second.get_data()
+
+
+def test_once_sends_each_call_once_and_never_waits_for_budget(client, httpserver, sleeps):
+    """`client.once()`: for a caller bounding its own time (the locate inside `recharges submit`)."""
+    httpserver.expect_request("/api/v1/recharges/101").respond_with_response(_json(500, ""))
+    quick = client.once()
+    with pytest.raises(errors.ServerError):
+        quick.get_recharge(101)
+    assert len(httpserver.log) == 1 and sleeps == []          # the client itself would have tried 4 times
+    client.budget.block("general", 30)
+    with pytest.raises(errors.BudgetExhausted):
+        quick.get_recharge(101)                                # no room: refused at once, nothing sent
+    assert len(httpserver.log) == 1 and sleeps == []
+    with freeze_time(datetime.now(timezone.utc) + timedelta(seconds=31)), pytest.raises(errors.ServerError):
+        client.get_recharge(101)                               # the client it came from still retries
+    assert len(httpserver.log) == 1 + FAST.max_attempts

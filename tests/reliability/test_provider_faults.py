@@ -20,7 +20,8 @@ from partnerkit.store import jobs, quarantine
 from partnerkit.store import recharges as recharge_store
 from partnerkit.client._http import RetryPolicy
 from reconcile.jobs import report_day
-from reconcile.recharges import locate, submit
+from reconcile.locate import locate
+from reconcile.recharges import submit
 from tests.reliability.provider_orders import codes_stored, delivered_orders, mobile, processing_recharges
 from tests.reliability.provider_world import (
     FAULTS, ORDER_DETAIL, RECHARGE_LIST, RECHARGE_ONE, START, SUBMIT, World, local_orders, local_recharges, local_transactions,
@@ -309,9 +310,13 @@ def test_submit_during_a_fault_never_creates_a_second_recharge(tmp_path, frozen,
         else:
             [row] = rows
             assert row["status"] == "UNKNOWN"                       # the operator decides; see the report
-            # locate replays the same Idempotency-Key: at most one recharge, ever.
+            # 20 minutes on, locate only searches: sending the key now would perform the recharge.
+            looked = locate(world.config, world.db, client, local_id=row["local_id"])
+            assert looked.status == "UNKNOWN" and "--replay" in looked.message
+            assert not [r for r in world.sb.recharges.values() if r.mobile_number == number]
+            # --replay sends the same Idempotency-Key: at most one recharge, however often it is run.
             for _ in range(2):
-                located = locate(world.config, world.db, client, local_id=row["local_id"])
+                located = locate(world.config, world.db, client, local_id=row["local_id"], replay=True)
             assert located.status == "PROCESSING"
             assert len([r for r in world.sb.recharges.values() if r.mobile_number == number]) == 1
 

@@ -138,7 +138,7 @@ def test_submit_with_the_key_of_a_local_recharge_answers_as_locate_and_sends_not
     again = run(*args, "--format", "json")
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["local_id"] == json.loads(first.stdout)["local_id"] == 1
-    assert "is local recharge #1's: located it instead of submitting again" in again.stderr
+    assert "is local recharge #1's: ran its locate instead of submitting again" in again.stderr
     other = run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "22",
                 "--idempotency-key", "samekey-h12-0001")
     assert other.exit_code == 1 and len(other.output.strip().splitlines()) == 1
@@ -146,3 +146,14 @@ def test_submit_with_the_key_of_a_local_recharge_answers_as_locate_and_sends_not
     assert "amount differ" in other.output and "database" not in other.output
     assert server.sandbox.calls["POST /api/v1/recharges"] == 1
     assert sum(1 for rc in server.sandbox.recharges.values() if rc.mobile_number == number) == 1
+
+
+def test_locate_without_a_local_intent_exits_1_when_the_provider_could_not_be_read_in_full(run, client, server):
+    """"0 matching recharges" from records the client could not read would be a guess (nit 1)."""
+    number = mobile(0)
+    client.submit_recharge(mobile_number=number, operator_id=1, amount=99, client_reference="elsewhere")
+    server.sandbox.settings.faults = {"missing_fields": {"scope": "GET /api/v1/recharges", "fields": ["status"]}}
+    result = run("recharges", "locate", "--mobile", number, "--amount", "99")
+    assert result.exit_code == 1
+    assert (f"No local intent for {number} / 99; the provider could not be checked in full (search by number: "
+            "1 record(s) could not be read); it shows 0 matching recharge(s) so far") in result.stderr

@@ -1,20 +1,24 @@
 """Locating a recharge after a submit timeout: same key, then client_reference, then face and time.
 
-Every test asserts the provider holds exactly one recharge for the number: partnerkit never
-re-sends with a new key on its own.
+Every test asserts how many recharges the provider holds for the number (the sandbox's own count):
+partnerkit never re-sends with a new key on its own. The provider's faults are the sandbox's
+(docs/sandbox.md, "Provider faults"): `http_500` answers before anything is done (the first send never
+arrived), `slow` does the work and answers past the client's timeout. tests/worker/test_locate_later.py
+has the locate that runs later, and its replay.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 
-from partnerkit.errors import ApiTimeout
 from partnerkit.store import recharges as store
-from partnerkit.timeutil import utcnow
-from reconcile.recharges import locate, submit
-from tests.worker.worker_helpers import SUBMIT, make_config, mobile
+from partnerkit.timeutil import parse_ts, utcnow
+from reconcile.locate import locate
+from reconcile.recharges import submit
+from tests.worker.worker_helpers import LIST, SUBMIT, make_config, mobile
 
 
 def provider_count(server, number: str) -> int:
@@ -22,23 +26,9 @@ def provider_count(server, number: str) -> int:
     return sum(1 for rc in sb.recharges.values() if rc.mobile_number == number)
 
 
-class LostWrites:
-    """The real client, except that submits lose their answer: the first one reaches the provider
-    (when `first_arrives`), every later one times out without arriving."""
-
-    def __init__(self, real, *, first_arrives: bool = True) -> None:
-        self.real = real
-        self.first_arrives = first_arrives
-        self.submits = 0
-
-    def submit_recharge(self, **kwargs):
-        self.submits += 1
-        if self.submits == 1 and self.first_arrives:
-            self.real.submit_recharge(**kwargs)
-        raise ApiTimeout("POST /api/v1/recharges: no answer within the timeout (outcome unknown)")
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
+def quick_config(server, tmp_path):
+    """A 0.5 s client timeout, for the sandbox's `slow` fault to outlast."""
+    return make_config(server, tmp_path, http_timeout_s="0.5")
 
 
 def test_a_timed_out_submit_is_located_by_its_key_without_a_second_recharge(server, tmp_path, wdb, stats):
@@ -66,46 +56,60 @@ def test_a_500_after_commit_is_located_by_its_key(config, wdb, client, server, s
     assert provider_count(server, number) == 1 and stats.calls(SUBMIT) == 2
 
 
-def test_located_by_client_reference_when_the_key_replay_also_fails(config, wdb, client, server):
+def test_located_by_client_reference_when_the_key_replay_also_fails(server, tmp_path, wdb, stats):
+    from partnerkit.client import PartnerClient
+
     number = mobile(0)
-    outcome = submit(config, wdb, LostWrites(client), mobile_number=number, operator_id=1, amount=199,
-                     client_reference="order-4711")
+    server.sandbox.settings.faults = {"slow": {"scope": SUBMIT, "seconds": 1}}  # done, answered too late
+    config = quick_config(server, tmp_path)
+    with PartnerClient(config, wdb) as client:
+        outcome = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199,
+                         client_reference="order-4711")
     assert outcome.located_by == "client_reference" and outcome.status == "SUCCESS"
     assert store.get(wdb, outcome.local_id)["client_reference"] == "order-4711"
-    assert provider_count(server, number) == 1
+    assert provider_count(server, number) == 1 and stats.calls(SUBMIT) == 2  # the send and its key's replay
 
 
-def test_located_by_face_and_time_when_no_client_reference_came_back(config, wdb, client, server):
+def test_located_by_face_and_time_when_no_client_reference_came_back(config, wdb, client, server, stats):
     number = mobile(5)
     created = client.submit_recharge(mobile_number=number, operator_id=1, amount=199)  # no client_reference
     local_id = store.record_intent(wdb, idempotency_key="pk-lost-key-0001", mobile_number=number, operator_id=1,
                                    amount=created.recharge.face, client_reference="pk-never-arrived",
                                    submitted_at=created.recharge.created_at)
     store.mark_unknown(wdb, local_id, "timeout", created.recharge.created_at)
-    outcome = locate(config, wdb, LostWrites(client, first_arrives=False), local_id=local_id)
+    stats.mark()
+    outcome = locate(config, wdb, client, local_id=local_id)
     assert outcome.located_by == "face_and_time" and outcome.recharge.id == created.recharge.id
-    assert provider_count(server, number) == 1
+    assert provider_count(server, number) == 1 and stats.calls(SUBMIT) == 0  # found by searching: nothing sent
 
 
-def test_nothing_found_stays_unknown_and_says_what_to_do(config, wdb, client, server):
+def test_nothing_found_stays_unknown_and_says_what_to_do(config, wdb, client, server, stats):
     number = mobile(5)
-    outcome = submit(config, wdb, LostWrites(client, first_arrives=False), mobile_number=number, operator_id=1,
-                     amount=199)
+    server.sandbox.settings.faults = {"http_500": {"scope": SUBMIT}}  # answered before anything is done
+    outcome = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
     assert outcome.status == "UNKNOWN" and outcome.located_by is None
-    assert f"partnerkit recharges locate --local-id {outcome.local_id}" in outcome.message
-    assert "Do NOT submit it again with a new key" in outcome.message
-    assert provider_count(server, number) == 0
-    # Later, by hand: the same key is replayed; it cannot create a second recharge.
-    again = locate(config, wdb, client, local_id=outcome.local_id)
-    assert again.located_by == "idempotency_key" and provider_count(server, number) == 1
-    assert locate(config, wdb, client, local_id=outcome.local_id).located_by == "already_known"
+    assert stats.calls(SUBMIT) == 2 and provider_count(server, number) == 0  # the send and one replay, both 500
+    row = store.get(wdb, outcome.local_id)
+    until = (parse_ts(row["submitted_at"]) + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    assert outcome.message.startswith("The submit's answer was lost (")
+    assert f"is UNKNOWN: the provider shows no such recharge (search by number and client_reference" in outcome.message
+    assert "Do NOT submit it again with a new key. Do not tell the customer it failed yet." in outcome.message
+    assert (f"Until {until} (5 minutes after the submit) `partnerkit recharges locate --local-id {outcome.local_id}` "
+            "searches and, if the provider then shows no such recharge, sends it again under the same "
+            f"Idempotency-Key ({row['idempotency_key']})") in outcome.message
+    assert "After that, locate only searches, and sending it is your decision (`--replay`)." in outcome.message
 
 
 def test_manual_locate_by_number_and_amount_uses_the_open_intent(config, wdb, client, server):
     number = mobile(0)
-    lost = submit(config, wdb, LostWrites(client), mobile_number=number, operator_id=1, amount=249,
-                  client_reference="shop-1")
-    assert lost.located_by == "client_reference"
+    lost = store.record_intent(wdb, idempotency_key="pk-shop-1-key-01", mobile_number=number, operator_id=1,
+                               amount=249, client_reference="shop-1", submitted_at=utcnow())
+    store.mark_unknown(wdb, lost, "timeout", utcnow())
+    created = client.submit_recharge(mobile_number=number, operator_id=1, amount=249, client_reference="shop-1",
+                                     idempotency_key="pk-shop-1-key-01")
+    found = locate(config, wdb, client, mobile_number=number, amount="249")
+    assert found.local_id == lost and found.located_by == "client_reference"
+    assert found.recharge.id == created.recharge.id
     # Without a local intent, locate only reports what the provider has.
     other = mobile(0)
     client.submit_recharge(mobile_number=other, operator_id=1, amount=99, client_reference="elsewhere")
@@ -175,15 +179,63 @@ def test_a_recharge_found_by_search_with_a_status_the_document_does_not_name_is_
 def test_the_key_of_an_unknown_recharge_given_again_replays_it_once(config, wdb, client, server, stats):
     """F4: the user reaches for the key `recharges show` gives after a lost answer: locate, never a second send."""
     number = mobile(5)
-    lost = submit(config, wdb, LostWrites(client, first_arrives=False), mobile_number=number, operator_id=1,
-                  amount=199, idempotency_key="user-key-0000001")
+    server.sandbox.settings.faults = {"http_500": {"scope": SUBMIT}}
+    lost = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199,
+                  idempotency_key="user-key-0000001")
     assert lost.status == "UNKNOWN" and provider_count(server, number) == 0
+    server.sandbox.settings.faults = {}
+    stats.mark()
+    # Within minutes of the submit: its locate, which searches, finds nothing, and sends the key again.
     again = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199,
                    idempotency_key="user-key-0000001")
-    assert again.local_id == lost.local_id and again.located_by == "idempotency_key"
+    assert again.local_id == lost.local_id and again.located_by == "idempotency_key" and again.performed_now
     assert provider_count(server, number) == 1 and stats.calls(SUBMIT) == 1
     with pytest.raises(ValueError, match=r"is local recharge #1's \(.*\), not this request \(mobile_number, "
                                          r"client_reference differ\): nothing was sent"):
         submit(config, wdb, client, mobile_number=mobile(5), operator_id=1, amount=199,
                idempotency_key="user-key-0000001", client_reference="another")
     assert stats.calls(SUBMIT) == 1
+
+
+# ---- a provider that does not answer in time (nit 1) ---------------------------------------------------------
+def test_a_submit_whose_lookups_go_unanswered_returns_within_a_few_timeouts_and_says_could_not_be_checked(
+        server, tmp_path, wdb, stats):
+    """Every recharge answer held past the client's timeout: the locate inside submit sends each lookup
+    once (the client would try a read 4 times, with back-off: 64 s at the default 10 s timeout) and
+    says the provider could not be checked, never that it shows nothing."""
+    from partnerkit.client import PartnerClient
+
+    number = mobile(0)
+    server.sandbox.settings.faults = {"slow": {"scope": "recharges", "seconds": 1}}
+    config = quick_config(server, tmp_path)
+    with PartnerClient(config, wdb) as client:   # the default RetryPolicy, as the CLI's
+        started = time.monotonic()
+        outcome = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+        elapsed = time.monotonic() - started
+        assert outcome.status == "UNKNOWN" and outcome.unchecked
+        assert stats.calls(SUBMIT) == 2 and stats.calls(LIST) == 1   # the send, one replay, one page
+        assert elapsed < 4.0   # three 0.5 s timeouts, give or take
+        assert ("is UNKNOWN: it could not be checked (search by number: GET /api/v1/recharges: no answer within "
+                "the timeout") in outcome.message
+        assert "UNKNOWN: the provider shows no such recharge" not in outcome.message
+        assert "may have performed it, which only the next locate can tell" in outcome.message
+        assert provider_count(server, number) == 1   # the held send did arrive
+        server.sandbox.settings.faults = {}
+        found = locate(config, wdb, client, local_id=outcome.local_id)
+    assert found.located_by == "client_reference" and not found.performed_now
+    assert stats.calls(SUBMIT) == 2 and provider_count(server, number) == 1
+
+
+def test_a_later_locate_whose_search_goes_unanswered_sends_nothing(config, server, wdb, client, stats):
+    number = mobile(0)
+    server.sandbox.settings.faults = {"http_500": {"scope": SUBMIT}}
+    lost = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+    server.sandbox.settings.faults = {"http_500": {"scope": LIST}}
+    stats.mark()
+    outcome = locate(config, wdb, client, local_id=lost.local_id)
+    assert outcome.status == "UNKNOWN" and outcome.unchecked
+    assert stats.calls(SUBMIT) == 0 and provider_count(server, number) == 0   # within 5 minutes, yet not sent
+    assert "is UNKNOWN: it could not be checked (search by number: HTTP 500" in outcome.message
+    assert "UNKNOWN: the provider shows no such recharge" not in outcome.message
+    assert (f"Run `partnerkit recharges locate --local-id {lost.local_id}` again when the provider answers (until "
+            in outcome.message)
