@@ -383,8 +383,9 @@ def test_a_submit_killed_mid_send_counts_as_an_answer_lost(sandbox_config, db):
         status = collect(sandbox_config, db)
     assert status["recharges_unknown"] == 2 and status["recharges_unknown_local_ids"] == [killed, unknown]
     assert fresh not in status["recharges_unknown_local_ids"]  # 30 s old: its submit may still be running
-    assert f"2 recharge(s) whose submit's answer was lost (local id {killed}, {unknown}): run `partnerkit " \
-           "recharges locate --local-id N` for each; never submit them again" in status["attention"]
+    assert f"2 recharge(s) with an unknown outcome (local id {killed}, {unknown}): `partnerkit recharges locate " \
+           "--local-id N` searches the provider for each, read only; if it shows none, sending it again is a " \
+           "decision (`--replay` performs it now), never a new key" in status["attention"]
 
     listed = CliRunner().invoke(cli, ["recharges", "list", "--format", "json"], env=config_as_env(sandbox_config))
     assert [r["local_id"] for r in json.loads(listed.output)] == [fresh, unknown, killed]  # newest first

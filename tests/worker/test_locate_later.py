@@ -149,9 +149,9 @@ def test_the_command_replays_only_when_told_and_exits_as_documented(server, conf
     server.sandbox.settings.faults = {}
     assert first.exit_code == 3 and "Until 2026-03-10T10:05:00Z (5 minutes after the submit)" in first.stderr
     attention = collect(config, wdb)["attention"]
-    assert ("1 recharge(s) with an unknown outcome (`partnerkit recharges list --status UNKNOWN`): `partnerkit "
-            "recharges locate --local-id N` searches the provider for each; if it shows none, sending it again is a "
-            "decision (`--replay` performs it now), never a new key") in attention
+    assert ("1 recharge(s) with an unknown outcome (local id 1): `partnerkit recharges locate --local-id N` searches "
+            "the provider for each, read only; if it shows none, sending it again is a decision (`--replay` performs "
+            "it now), never a new key") in attention
     later(30 * 60)
     stats.mark()
     looked = run("recharges", "locate", "--local-id", "1")
