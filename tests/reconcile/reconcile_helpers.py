@@ -3,6 +3,7 @@ through the owners' store functions (never raw SQL)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -115,3 +116,26 @@ class Ledger:
     def quarantine(self, reason: str = "no amount") -> None:
         """A record that fit no alias."""
         quarantine(self.db, [("k" + str(next(self.ids)), reason, "{}", DAY.isoformat())], at(23).isoformat())
+
+
+@contextmanager
+def sandbox_day(tmp_path, start: datetime, **client_options):
+    """The sandbox (real HTTP, no background thread) with its clock at `start`, and partnerkit pointed at
+    it: yields (server, config, db, client); `client_options` go to PartnerClient (e.g. `retry`)."""
+    from partnerkit.client import PartnerClient
+    from partnerkit.config import load_config
+    from partnerkit.store import open_db
+    from sandbox.settings import SandboxSettings
+    from sandbox.testing import SandboxServer
+
+    with SandboxServer(SandboxSettings(start=start, speed=1.0), background=False) as server:
+        alpha = server.clients[0]
+        config = load_config(environ={
+            "PARTNERKIT_DB": str(tmp_path / "pk.db"), "PARTNERKIT_API_BASE_URL": server.base_url,
+            "PARTNERKIT_API_KEY": alpha.key, "PARTNERKIT_API_SECRET": alpha.secret,
+            "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports")})
+        db = open_db(config.db_path)
+        try:
+            yield server, config, db, PartnerClient(config, db, **client_options)
+        finally:
+            db.conn.close()

@@ -8,17 +8,13 @@ from decimal import Decimal
 import pytest
 import requests
 
-from partnerkit.config import load_config
-from partnerkit.store import open_db
 from partnerkit.store.drifts import KINDS, set_resolution
 
 pytest.importorskip("sandbox.testing")
 
-from partnerkit.client import PartnerClient  # noqa: E402
 from reconcile.jobs import reconcile_day  # noqa: E402
 from reconcile.recharges import submit  # noqa: E402
-from sandbox.settings import SandboxSettings  # noqa: E402
-from sandbox.testing import SandboxServer  # noqa: E402
+from tests.reconcile.reconcile_helpers import sandbox_day  # noqa: E402
 
 YESTERDAY_10 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=10, minute=0, second=0, microsecond=0)
 
@@ -26,15 +22,8 @@ YESTERDAY_10 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=10,
 @pytest.fixture
 def world(tmp_path):
     """The sandbox with its clock at 10:00 yesterday, and partnerkit pointed at it."""
-    with SandboxServer(SandboxSettings(start=YESTERDAY_10, speed=1.0), background=False) as server:
-        alpha = server.clients[0]
-        config = load_config(environ={
-            "PARTNERKIT_DB": str(tmp_path / "pk.db"), "PARTNERKIT_API_BASE_URL": server.base_url,
-            "PARTNERKIT_API_KEY": alpha.key, "PARTNERKIT_API_SECRET": alpha.secret,
-            "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports")})
-        db = open_db(config.db_path)
-        yield server, config, db, PartnerClient(config, db)
-        db.conn.close()
+    with sandbox_day(tmp_path, YESTERDAY_10) as world:
+        yield world
 
 
 def control(server, method: str, path: str, **body) -> dict:

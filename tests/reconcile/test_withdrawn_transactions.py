@@ -15,7 +15,6 @@ from decimal import Decimal
 import pytest
 import requests
 
-from partnerkit.config import load_config
 from partnerkit.errors import ApiError, BudgetExhausted
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import open_db, quarantine
@@ -24,15 +23,13 @@ from partnerkit.timeutil import iso
 
 pytest.importorskip("sandbox.testing")
 
-from partnerkit.client import PartnerClient  # noqa: E402
 from partnerkit.client._http import RetryPolicy  # noqa: E402
 from reconcile import sync  # noqa: E402
 from reconcile.jobs import reconcile_day  # noqa: E402
 from reconcile.ledger_writer import (TransactionPages, store_transaction_page, withdraw_unlisted,  # noqa: E402
                                      withdrawn_reason)
 from reconcile.recharges import submit  # noqa: E402
-from sandbox.settings import SandboxSettings  # noqa: E402
-from sandbox.testing import SandboxServer  # noqa: E402
+from tests.reconcile.reconcile_helpers import sandbox_day  # noqa: E402
 
 YESTERDAY_10 = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=10, minute=0, second=0, microsecond=0)
 DAY = YESTERDAY_10.date()
@@ -46,15 +43,8 @@ def run(n: int) -> datetime:
 @pytest.fixture
 def world(tmp_path):
     """The sandbox with its clock at 10:00 yesterday; partnerkit pointed at it (no retries: a 500 stops a walk)."""
-    with SandboxServer(SandboxSettings(start=YESTERDAY_10, speed=1.0), background=False) as server:
-        alpha = server.clients[0]
-        config = load_config(environ={
-            "PARTNERKIT_DB": str(tmp_path / "pk.db"), "PARTNERKIT_API_BASE_URL": server.base_url,
-            "PARTNERKIT_API_KEY": alpha.key, "PARTNERKIT_API_SECRET": alpha.secret,
-            "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports")})
-        db = open_db(config.db_path)
-        yield server, config, db, PartnerClient(config, db, retry=RetryPolicy(max_attempts=1))
-        db.conn.close()
+    with sandbox_day(tmp_path, YESTERDAY_10, retry=RetryPolicy(max_attempts=1)) as world:
+        yield world
 
 
 def control(server, method: str, path: str, **body) -> dict:
