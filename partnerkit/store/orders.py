@@ -69,7 +69,10 @@ def get(db: Database, order_id: int) -> dict | None:
 
 
 def by_reference(db: Database, reference_code: str) -> dict | None:
-    """The local order carrying a reference_code (the provider keeps a client's refs unique), or None."""
+    """The local order carrying a reference_code (the provider keeps a client's refs unique), or None.
+
+    A scan, deliberately unindexed: only `orders create` asks, after the provider answered "Duplicate
+    reference code" to an intent past its key's 24 hours, and an index would cost every webhook's commit."""
     cursor = db.execute("SELECT * FROM orders WHERE reference_code = ? ORDER BY id LIMIT 1", (reference_code,))
     row = cursor.fetchone()
     return None if row is None else dict(zip([c[0] for c in cursor.description], row))

@@ -34,6 +34,7 @@ STATEMENTS: tuple[str, ...] = (
     )""",
     "CREATE INDEX order_intents_state ON order_intents (state)",
     "CREATE INDEX order_intents_ref ON order_intents (ref)",
-    # An intent whose answer was lost is found by its ref among the stored orders.
-    "CREATE INDEX orders_reference_code ON orders (reference_code)",
+    # No index on orders.reference_code: every webhook writes an order row, and one more B-tree per
+    # commit is the receiver's cost (docs/receiver.md, "Benchmark"); the one lookup by ref
+    # (partnerkit.store.orders.by_reference) is a rare command's, and scans.
 )
