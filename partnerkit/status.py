@@ -171,7 +171,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_blocked_until": _moment(budget.get("general", {}).get("blocked_until")),
         # The provider's last 401 to this API key, until a call with it is accepted again.
         "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
-                             f"at {iso(datetime.fromtimestamp(refused['at'], timezone.utc))}: {refused['message']}"
+                             f"at {iso(_moment(refused['at']))}: {refused['message']}"
                              if refused else None),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,

@@ -89,6 +89,7 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     is refused (exit 1, nothing written): `partnerkit reconcile --date D` syncs it first.
     """
     from partnerkit.cli import os_error_line
+    from partnerkit.files import make_private_dirs
     from reconcile.jobs import current_report, day_synced, report_day, write_atomic, write_report_files
     from reconcile.report import render
 
@@ -114,7 +115,7 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
         click.echo(text, nl=False)
     else:
         try:
-            output.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new directory: the owner's only
+            make_private_dirs(output.parent)  # new directories: the owner's only, at every level
             write_atomic(output, text)
         except OSError as exc:
             raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc

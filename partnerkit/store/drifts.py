@@ -191,33 +191,16 @@ FROM (SELECT f.id, d.id IS NULL AS is_new, d.resolution != 'pending' AS reopens,
              COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor
                       AND {AUTO_RESOLVED.format(id='d.id')}, 0) AS auto
       FROM m_found f LEFT JOIN drifts d USING (id))"""
-# What cleared a drift that is no longer detected, where the store shows it: for a missing_refund or a
-# duplicate_debit the credits, for a missing_debit the debits, linked to its recharge (by recharge_id or
-# reference_number) or order (by order_id, or named by its transaction_id) and dated after the run that
-# last found it ("credit 700030 of 194.02"). NULL otherwise (a status that changed, a credit synced late
-# but dated before that run): the note then says only that it is gone. Index lookups per drift gone.
-_CLEARED_BY = """
-    SELECT group_concat(CASE WHEN t.amount_cents > 0 THEN 'credit ' ELSE 'debit ' END || t.id || ' of '
-                        || printf('%d.%02d', abs(t.amount_cents) / 100, abs(t.amount_cents) % 100), ', ')
-    FROM transactions t
-    WHERE t.id IN (SELECT x.id FROM recharges r JOIN transactions x ON x.recharge_id = r.provider_id
-                   WHERE d.subject = 'recharge' AND r.reference_number = d.reference
-                   UNION SELECT x.id FROM transactions x WHERE d.subject = 'recharge' AND x.reference_number = d.reference
-                   UNION SELECT x.id FROM transactions x
-                   WHERE d.subject = 'order' AND x.order_id = CAST(d.reference AS INTEGER)
-                   UNION SELECT CAST(o.transaction_id AS TEXT) FROM orders o
-                   WHERE d.subject = 'order' AND o.id = CAST(d.reference AS INTEGER))
-      AND t.created_at > d.last_detected_at
-      AND CASE WHEN d.kind = 'missing_debit' THEN t.amount_cents < 0 ELSE t.amount_cents > 0 END"""
 _MERGE_TEMP = ("m_state", "m_restore", "m_gone")
 
 
-def merge_found(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:
+def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str | None = None) -> dict[str, int]:
     """Merge a day's drifts (temp table `m_found`: id, kind, subject, reference, expected_cents, actual_cents,
     currency, detail) into `drifts`, set-based; resolve the day's open drifts not found again.
 
     A drift of the day no longer found is resolved automatically (audit `auto_resolved`; the note names the
-    credit or debit that cleared it when the store shows one, see _CLEARED_BY). A new drift is pending
+    credit or debit that cleared it when `cleared_by` shows one: a scalar subquery over the gone drift `d`,
+    which the matcher owns with its links, partnerkit.store.matching.CLEARED_BY). A new drift is pending
     (audit `detected`). One found again with the same figures keeps its resolution
     and adds nothing, unless partnerkit resolved it automatically: then it gets back its state from before
     (audit `reopened`). One found again with other figures (expected, actual or currency; or another
@@ -232,9 +215,9 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, in
                  + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE auto AND change IS NULL)"), p)
     # The day's open drifts not found again, taken before the merge (which touches only found ones):
     # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
+    cleared = f"COALESCE(': ' || ({cleared_by}) || ' received', '')" if cleared_by else "''"
     conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id, 'no longer detected on ' || :day || ' run'"
-                 " || COALESCE(': ' || CASE WHEN d.kind IN ('missing_refund', 'duplicate_debit', 'missing_debit')"
-                 f" THEN ({_CLEARED_BY}) END || ' received', '') AS note"
+                 f" || {cleared} AS note"
                  " FROM drifts d WHERE d.report_date = :day AND d.resolution != 'resolved'"
                  " AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)", p)
     conn.execute(
