@@ -36,10 +36,14 @@
     ├── partnerkit.ordering.OrderInputError      (also a ValueError) an order refused locally, before
     │                                            anything is sent (a bad field, a key reused with
     │                                            other fields)
+    ├── partnerkit.ordering.UnresolvedOrder      a new order refused locally, nothing recorded or
+    │                                            sent: an earlier one of the same fields is still
+    │                                            UNKNOWN or INTENT; `held` names each (replay its
+    │                                            key, or force=True / --force for another order)
     ├── VerificationError             a webhook failed verification; `reason` says which check
     └── StorageError                  the SQLite store cannot be read or written
 
-The three classes named with their module live beside the code that raises them, which owns their
+The four classes named with their module live beside the code that raises them, which owns their
 checks (partnerkit never imports reconcile).
 `is_ambiguous(exc)` says whether a write that raised `exc` may still have taken effect.
 

@@ -19,6 +19,12 @@ created, and its answer can be lost after that: so, as a recharge submit does
    UNKNOWN, and the outcome names the key, the ref and the command that replays it. The order
    catch-up (`partnerkit.vouchers.catch_up_orders`) links it to the listed order carrying its ref.
 
+A new order (no key, a key never recorded, or a REFUSED intent's) is refused before anything is sent
+(`UnresolvedOrder`) while an earlier order of the same product, denomination, quantity and wallet
+is unresolved, UNKNOWN or INTENT (being sent, or its process died while sending), from the last
+`HOLD_WINDOW`: it may be placed already, and a second one debits the wallet twice. Its replay
+command resolves it; `force=True` (`--force`) places another order deliberately.
+
 Given the key of a known intent, the same request is resumed with the intent's own ref; other
 fields under that key are refused before anything is sent. A 2xx whose order is not the request's
 (product, denomination or quantity differ: a key used for another order) raises `ReplayMismatch`.
@@ -30,7 +36,7 @@ import logging
 import shlex
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -43,14 +49,60 @@ from partnerkit.store import Database, jobs, order_intents, orders
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
-from partnerkit.timeutil import utcnow
+from partnerkit.timeutil import parse_ts, utcnow
 from partnerkit.vouchers import seal
 
 log = logging.getLogger(__name__)
 
+# How long an unresolved intent holds back a new order of the same fields, from its last send. The
+# provider replays a key for 24 hours ("Idempotency record lifetime"): within them the replay command
+# answers what happened, and the worker's order catch-up (every 5 minutes) links a placed order long
+# before. One still open past them was most likely never placed; `partnerkit status` keeps naming it.
+HOLD_HOURS = 24
+HOLD_WINDOW = timedelta(hours=HOLD_HOURS)
+
 
 class OrderInputError(errors.PartnerKitError, ValueError):
     """An order refused locally, before anything is recorded or sent."""
+
+
+@dataclass(frozen=True)
+class HeldIntent:
+    """An unresolved intent that holds back a new order of the same fields."""
+
+    intent_id: int
+    idempotency_key: str
+    ref: str
+    state: str  # UNKNOWN (its answer was lost) or INTENT (being sent, or its process died while sending)
+    age: timedelta  # since its last send (or its recording, if never sent)
+    replay_command: str
+
+    def describe(self) -> str:
+        how = ("its answer was lost" if self.state == "UNKNOWN" else
+               "not answered yet: another `orders create` may still be sending it, or its process died")
+        return (f"order intent #{self.intent_id} is {self.state}, sent {_age(self.age)} ago and {how} "
+                f"(Idempotency-Key {self.idempotency_key}, ref {self.ref}); replay it with `{self.replay_command}`")
+
+
+class UnresolvedOrder(errors.PartnerKitError):
+    """A new order refused before anything is recorded or sent: an earlier order of the same product,
+    denomination, quantity and wallet has an unresolved outcome from the last `HOLD_WINDOW`, and may
+    already be placed.
+
+    `held` names each such intent (oldest first: key, ref, state, age, the command that replays it).
+    Replay it (`place_order(..., idempotency_key=exc.held[0].idempotency_key)`: never a second order),
+    let the order sync link it, or pass `force=True` (`--force`) when this is deliberately another order."""
+
+    SHOWN = 3  # intents named in the message; `held` has them all
+
+    def __init__(self, request: "OrderRequest", held: list[HeldIntent]) -> None:
+        self.request, self.held = request, held
+        more = f"; and {len(held) - self.SHOWN} more (`partnerkit status`)" if len(held) > self.SHOWN else ""
+        super().__init__(
+            f"not sent: an order of {request.describe()} may already be placed: "
+            f"{'; '.join(h.describe() for h in held[:self.SHOWN])}{more}. The same key never orders twice, and "
+            "`partnerkit orders sync` links the order if it was placed. If this is deliberately another order, "
+            "add --force")
 
 
 @dataclass(frozen=True)
@@ -125,6 +177,13 @@ def replay_command(intent: dict) -> str:
     return shlex.join(parts + ["--idempotency-key", intent["idempotency_key"]])
 
 
+def _age(age: timedelta) -> str:
+    seconds = max(0, int(age.total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s"
+    return f"{seconds // 60} min" if seconds < 7200 else f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
 def _key(idempotency_key: str | None) -> str:
     from partnerkit.client import check_idempotency_key
 
@@ -160,8 +219,12 @@ def _resume_check(intent: dict, request: OrderRequest, ref: str | None) -> None:
 
 def place_order(config: Config, db: Database, client: Any, *, product_id: int, denomination: Any, quantity: int,
                 ref: str | None = None, email: str | None = None, wallet_id: int | None = None,
-                idempotency_key: str | None = None, cipher: Cipher | None = None) -> OrderOutcome:
-    """Place one order (or resume the intent of `idempotency_key`): intent first, at most one order."""
+                idempotency_key: str | None = None, force: bool = False, cipher: Cipher | None = None) -> OrderOutcome:
+    """Place one order (or resume the intent of `idempotency_key`): intent first, at most one order.
+
+    A new order whose fields match an unresolved intent raises `UnresolvedOrder`, unless `force`
+    (deliberately another order). The key of an intent that may have placed its order (any state but
+    REFUSED) resumes it, `force` or not."""
     request = validate_order(product_id=product_id, denomination=denomination, quantity=quantity,
                              wallet_id=wallet_id, email=email)
     if ref is not None and (not isinstance(ref, str) or not ref.strip()):
@@ -170,7 +233,7 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
     # The voucher key is opened before anything is recorded or sent: vouchers delivered with the
     # answer must be stored, and a key error after the wallet is debited invites a second, paid, attempt.
     cipher = cipher or load_cipher(config)
-    intent, resumed = _open_intent(db, key, request, ref)
+    intent, resumed = _open_intent(db, key, request, ref, force=force)
     if intent["state"] == "PLACED" and intent["order_id"] is not None and orders.get(db, intent["order_id"]):
         # Nothing to learn from the provider: the order is stored, at least as new as the answer was.
         return _from_local(db, intent, request, note=f"Idempotency-Key {key} already placed order "
@@ -197,21 +260,34 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
     return _placed(db, cipher, intent, request, created, resumed=resumed)
 
 
-def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None) -> tuple[dict, bool]:
+def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None, *, force: bool) -> tuple[dict, bool]:
     """(the intent to send, whether it existed already): the key's known intent, checked against the
-    request, or a new one committed now, before the request exists."""
-    known = order_intents.by_key(db, key)
-    if known is None:
-        intent_id = order_intents.record(db, idempotency_key=key, ref=ref or new_ref(), product_id=request.product_id,
+    request, or a new one committed now, before the request exists. A new order (a new intent, or a
+    REFUSED one sent again: nothing was placed for it) is refused while one of the same fields is
+    unresolved (`UnresolvedOrder`, nothing recorded), unless `force`. The look-ups and the insert are
+    one IMMEDIATE transaction: two processes placing the same order, or under one key, cannot both pass."""
+    now = utcnow()
+    with transaction(db) as conn:
+        known = order_intents.by_key(conn, key)
+        if known is not None:
+            _resume_check(known, request, ref)
+        if not force and (known is None or known["state"] == "REFUSED"):
+            held = order_intents.held(conn, product_id=request.product_id, denomination=request.denomination,
+                                      quantity=request.quantity, wallet_id=request.wallet_id, since=now - HOLD_WINDOW)
+            if held:
+                raise UnresolvedOrder(request, [_held(intent, now) for intent in held])
+        if known is not None:
+            return known, True
+        intent_id = order_intents.record(conn, idempotency_key=key, ref=ref or new_ref(), product_id=request.product_id,
                                          denomination=request.denomination, quantity=request.quantity,
-                                         wallet_id=request.wallet_id, email=request.email, now=utcnow())
-        if intent_id is not None:
-            return order_intents.get(db, intent_id) or {}, False
-        known = order_intents.by_key(db, key)  # another process recorded this key a moment ago
-        if known is None:
-            raise errors.StorageError(f"order intent for Idempotency-Key {key} was neither recorded nor found")
-    _resume_check(known, request, ref)
-    return known, True
+                                         wallet_id=request.wallet_id, email=request.email, now=now)
+        return order_intents.get(conn, intent_id) or {}, False
+
+
+def _held(intent: dict, now: datetime) -> HeldIntent:
+    since = parse_ts(intent["sent_at"] or intent["created_at"]) or now
+    return HeldIntent(intent["id"], intent["idempotency_key"], intent["ref"], intent["state"], now - since,
+                      replay_command(intent))
 
 
 def _send(db: Database, client: Any, intent: dict) -> Any:
@@ -324,7 +400,8 @@ def _unknown(db: Database, intent: dict, request: OrderRequest, why: str, *, exi
                    f"without the key (Idempotency-Key {intent['idempotency_key']}, ref {intent['ref']}).")
     else:
         message = (f"Order intent #{intent['id']} is UNKNOWN: {why}; the order may or may not have been placed. "
-                   f"Do NOT order it again without its key: replay it with `{command}` (Idempotency-Key "
+                   f"Do NOT order it again without its key (`orders create` refuses the same order for {HOLD_HOURS} "
+                   f"hours, unless --force): replay it with `{command}` (Idempotency-Key "
                    f"{intent['idempotency_key']}, ref {intent['ref']}: the same key replays the original answer and "
                    "the provider refuses a second order with the same ref), or let `partnerkit orders sync` (the "
                    "worker's order catch-up, every 5 minutes) link the order carrying that ref.")

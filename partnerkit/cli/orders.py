@@ -11,6 +11,7 @@ from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, emit, emit_newest, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64, moment
 from partnerkit.money import MoneyError, from_cents, to_decimal
+from partnerkit.ordering import HOLD_HOURS
 from partnerkit.store import inbox, jobs, orders
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.timeutil import iso, utcnow
@@ -87,10 +88,15 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 @click.option("--email", help="Customer e-mail.")
 @click.option("--idempotency-key", help="The key of an earlier attempt (printed when its answer was lost): "
                                         "replays it with the same ref, never ordering twice.")
+@click.option("--force", is_flag=True,
+              help="Place this order although an earlier one of the same product, denomination and quantity, sent "
+                   f"in the last {HOLD_HOURS} hours, is still unresolved (UNKNOWN, or INTENT: being sent, or its "
+                   "process died) and may already be placed: a deliberate second order. Without it that is refused, "
+                   "nothing sent. The key of an intent that may have placed its order (not REFUSED) resumes it, --force or not.")
 @format_option
 @pass_app
 def create_command(app: AppContext, product_id: int, denomination: str, quantity: int, ref: str | None,
-                   email: str | None, idempotency_key: str | None, fmt: str) -> None:
+                   email: str | None, idempotency_key: str | None, force: bool, fmt: str) -> None:
     """Place a voucher order (wallet debited); vouchers delivered at once are stored encrypted.
 
     The order is recorded (its Idempotency-Key and ref) before it is sent. When the provider's answer
@@ -98,6 +104,11 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
     order is placed, 1 on a refusal or an error (nothing ordered), 3 when its outcome is UNKNOWN still:
     the command to run then is printed (the same key with --idempotency-key, never a new one), and
     `partnerkit orders sync` links the order carrying its ref.
+
+    Run again without the key, the same order is refused (exit 1, nothing sent) while an earlier one of
+    the same product, denomination and quantity from the last 24 hours is unresolved (UNKNOWN, or still
+    INTENT): the message names its key and ref and the command that replays it. --force places a
+    second order deliberately.
     """
     from partnerkit.ordering import place_order
 
@@ -106,7 +117,7 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
     except MoneyError as exc:
         raise click.BadParameter(str(exc), param_hint="--denomination") from exc
     outcome = place_order(app.config, app.db, _client(app), product_id=product_id, denomination=amount,
-                          quantity=quantity, ref=ref, email=email, idempotency_key=idempotency_key)
+                          quantity=quantity, ref=ref, email=email, idempotency_key=idempotency_key, force=force)
     row = {"id": outcome.order_id, "ref": outcome.ref, "status": outcome.status or outcome.state,
            "amount": outcome.amount, "quantity": outcome.request.quantity, "vouchers_stored": outcome.vouchers_stored,
            "idempotency_key": outcome.idempotency_key}

@@ -1,10 +1,11 @@
 """Order intents in SQLite (migration 10): recorded before `POST /api/v1/orders`, resolved after.
 
-`partnerkit.ordering.place_order` records one (its own transaction, committed before the request
-exists), marks it before each send, and resolves it: PLACED with the order it placed (in the
-transaction that stores the order), REFUSED, or UNKNOWN when the answer was lost. The order
-catch-up links an open intent to the listed order carrying its ref (`link_by_ref`). Money is integer
-paise, times fixed-width UTC text (`partnerkit.store.jobs.stamp`), so they compare as text.
+`partnerkit.ordering.place_order` records one (committed before the request exists, in the
+transaction that finds no open intent of the same order `held`), marks it before each send, and
+resolves it: PLACED with the order it placed (in the transaction that stores the order), REFUSED,
+or UNKNOWN when the answer was lost. The order catch-up links an open intent to the listed order
+carrying its ref (`link_by_ref`). Money is integer paise, times fixed-width UTC text
+(`partnerkit.store.jobs.stamp`), so they compare as text.
 """
 
 from __future__ import annotations
@@ -26,16 +27,27 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict]:
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
-def record(db: Database, *, idempotency_key: str, ref: str, product_id: int, denomination: Decimal, quantity: int,
-           wallet_id: int | None, email: str | None, now: datetime) -> int | None:
-    """Commit an INTENT before the order is sent; its id, or None when the key is another intent's."""
-    with transaction(db) as conn:
-        cursor = conn.execute(
-            """INSERT INTO order_intents (idempotency_key, ref, product_id, denomination_cents, quantity, wallet_id,
-                   email, state, created_at, updated_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?) ON CONFLICT (idempotency_key) DO NOTHING""",
-            (idempotency_key, ref, product_id, cents(denomination), quantity, wallet_id, email, stamp(now), stamp(now)))
-        return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+def record(conn: sqlite3.Connection, *, idempotency_key: str, ref: str, product_id: int, denomination: Decimal,
+           quantity: int, wallet_id: int | None, email: str | None, now: datetime) -> int:
+    """Insert an INTENT (inside the caller's transaction, committed before the order is sent); its id."""
+    cursor = conn.execute(
+        """INSERT INTO order_intents (idempotency_key, ref, product_id, denomination_cents, quantity, wallet_id,
+               email, state, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?)""",
+        (idempotency_key, ref, product_id, cents(denomination), quantity, wallet_id, email, stamp(now), stamp(now)))
+    return int(cursor.lastrowid)
+
+
+def held(conn: sqlite3.Connection, *, product_id: int, denomination: Decimal, quantity: int, wallet_id: int | None,
+         since: datetime) -> list[dict]:
+    """Open intents (INTENT or UNKNOWN) of the same order last sent (or recorded) at `since` or later, oldest
+    first: the same product, denomination and quantity, and the same wallet or one left to the provider's choice
+    (its auto-selection may pick the wallet the other names)."""
+    return _rows(conn.execute(
+        "SELECT * FROM order_intents WHERE state IN ('INTENT', 'UNKNOWN') AND product_id = ? "
+        "AND denomination_cents = ? AND quantity = ? AND (wallet_id IS NULL OR ? IS NULL OR wallet_id = ?) "
+        "AND COALESCE(sent_at, created_at) >= ? ORDER BY id",
+        (product_id, cents(denomination), quantity, wallet_id, wallet_id, stamp(since))))
 
 
 def by_key(db: Database, idempotency_key: str) -> dict | None:

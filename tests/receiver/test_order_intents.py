@@ -11,16 +11,21 @@ import shlex
 import subprocess
 import sys
 import threading
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
+from freezegun import freeze_time
 
+from partnerkit import errors
 from partnerkit import status as status_mod
 from partnerkit.cli import cli
 from partnerkit.client import PartnerClient
 from partnerkit.config import config_as_env, load_config
-from partnerkit.store import open_db, order_intents
+from partnerkit.ordering import HOLD_WINDOW, UnresolvedOrder, place_order, replay_command
+from partnerkit.store import open_db, order_intents, transaction
 from partnerkit.store import orders as order_store
 from partnerkit.timeutil import utcnow
 from partnerkit.vouchers import catch_up_orders
@@ -245,6 +250,10 @@ def test_a_process_killed_while_sending_leaves_an_intent_whose_key_places_one_or
     [intent] = [dict(zip(("id", "state", "key"), row)) for row in
                 db.execute("SELECT id, state, idempotency_key FROM order_intents").fetchall()]
     assert intent["state"] == "INTENT"  # committed before the request existed; nobody answered it
+    # Run again without its key, the same order is refused before anything is sent: it may be placed.
+    rerun = run(env, *ORDER, code=1)
+    assert f"order intent #{intent['id']} is INTENT" in rerun.output and intent["key"] in rerun.output
+    assert server.sandbox.calls[CREATE] == 1 and db.execute("SELECT count(*) FROM order_intents").fetchone() == (1,)
     hold.drop = not arrived
     hold.release.set()
     # A quarter of an hour on, `status` names it (a send never lasts that long).
@@ -267,3 +276,181 @@ def test_a_replay_refused_before_it_was_read_leaves_the_intent_open(server, env,
     placed = json.loads(run(env, *ORDER, "--idempotency-key", key, "--format", "json").stdout)
     [order] = provider_orders(server)
     assert placed["id"] == order.id and order_intents.by_key(db, key)["state"] == "PLACED"
+
+
+# ---- the guard: the same order is not placed again while an earlier one's outcome is unknown ------------------
+
+
+def test_a_rerun_after_exit_3_without_the_key_is_refused_and_sends_nothing(server, env, db):
+    """The defect: exit 3, then the same command without --idempotency-key placed a second, paid, order."""
+    fault(server, "malformed_json")  # placed, both answers cut: exit 3
+    printed = json.loads(run(env, *ORDER, "--format", "json", code=3).stdout)
+    server.sandbox.settings.faults = {}
+    [first] = provider_orders(server)
+    sent = server.sandbox.calls[CREATE]
+    intent = order_intents.by_key(db, printed["idempotency_key"])
+    rerun = run(env, *ORDER, "--format", "json", code=1)
+    assert rerun.stdout == "" and len(rerun.stderr.strip().splitlines()) == 1
+    assert rerun.stderr.startswith("Error: not sent: an order of product 8, 1 x 100.00 may already be placed: "
+                                   f"order intent #{intent['id']} is UNKNOWN, sent ")
+    assert (f"(Idempotency-Key {intent['idempotency_key']}, ref {intent['ref']}); replay it with "
+            f"`{replay_command(intent)}`") in rerun.stderr
+    assert rerun.stderr.rstrip().endswith("If this is deliberately another order, add --force")
+    assert server.sandbox.calls[CREATE] == sent and len(provider_orders(server)) == 1  # nothing sent
+    assert db.execute("SELECT count(*) FROM order_intents").fetchone() == (1,)  # nothing recorded
+    # --force: deliberately a second order (a new key and ref); the first intent stays open, still named.
+    forced = json.loads(run(env, *ORDER, "--force", "--format", "json").stdout)
+    second = [o for o in provider_orders(server) if o.id != first.id]
+    assert [o.id for o in second] == [forced["id"]] and forced["idempotency_key"] != intent["idempotency_key"]
+    assert order_intents.get(db, intent["id"])["state"] == "UNKNOWN"
+    run(env, *ORDER, code=1)
+    # The held key resumes its intent as before: the first order, linked, nothing ordered again.
+    replayed = json.loads(run(env, *shlex.split(replay_command(intent))[1:], "--format", "json").stdout)
+    assert replayed["id"] == first.id and order_intents.get(db, intent["id"])["state"] == "PLACED"
+    assert len(provider_orders(server)) == 2
+
+
+def test_place_order_raises_unresolved_order_naming_each_held_intent(server, config, db):
+    """The Python API: a fork calling place_order again after an UNKNOWN outcome, with or without its own new key."""
+    fault(server, "order_create")  # 500 "Failed to create order" to the send and its replay: UNKNOWN
+    with PartnerClient(config, db) as client:
+        lost = place_order(config, db, client, product_id=8, denomination=Decimal("100"), quantity=1)
+        assert lost.state == "UNKNOWN"
+        server.sandbox.settings.faults = {}
+        sent = server.sandbox.calls[CREATE]
+        for key in (None, "a-new-key-of-the-fork"):
+            with pytest.raises(UnresolvedOrder, match=r"^not sent: an order of product 8, 1 x 100\.00 may already "
+                                                      rf"be placed: order intent #{lost.intent_id} is UNKNOWN") as info:
+                place_order(config, db, client, product_id=8, denomination="100.00", quantity=1, idempotency_key=key,
+                            email="someone@example.com", ref="another-ref")  # e-mail and ref are not the order
+            [held] = info.value.held
+            intent = order_intents.get(db, lost.intent_id)
+            assert (held.intent_id, held.idempotency_key, held.ref, held.state, held.replay_command) == (
+                lost.intent_id, lost.idempotency_key, lost.ref, "UNKNOWN", replay_command(intent))
+            assert timedelta(0) <= held.age < timedelta(minutes=1)
+            assert info.value.request.describe() == "product 8, 1 x 100.00"
+        assert server.sandbox.calls[CREATE] == sent and order_intents.by_key(db, "a-new-key-of-the-fork") is None
+        # The key of a REFUSED intent (nothing placed for it) sent again is a new order: held back too.
+        product = server.sandbox.products[8]
+        product.max_quantity = 0
+        with pytest.raises(errors.BadRequest, match="Invalid quantity"):
+            place_order(config, db, client, product_id=8, denomination=100, quantity=1, force=True,
+                        idempotency_key="refused-key-0001")
+        product.max_quantity = 1000
+        assert order_intents.by_key(db, "refused-key-0001")["state"] == "REFUSED"
+        sent = server.sandbox.calls[CREATE]
+        with pytest.raises(UnresolvedOrder, match=f"order intent #{lost.intent_id} is UNKNOWN"):
+            place_order(config, db, client, product_id=8, denomination=100, quantity=1,
+                        idempotency_key="refused-key-0001")
+        assert server.sandbox.calls[CREATE] == sent
+        # Another order (other quantity) is not held; the held key resumes and places the one order.
+        assert place_order(config, db, client, product_id=8, denomination=100, quantity=2).state == "PLACED"
+        resumed = place_order(config, db, client, product_id=8, denomination=100, quantity=1,
+                              idempotency_key=lost.idempotency_key)
+        assert resumed.state == "PLACED" and resumed.resumed and resumed.intent_id == lost.intent_id
+        again = place_order(config, db, client, product_id=8, denomination=100, quantity=1,
+                            idempotency_key="refused-key-0001")
+        assert again.state == "PLACED" and again.resumed
+    assert sorted(o.quantity for o in provider_orders(server)) == [1, 1, 2]
+
+
+def test_an_intent_still_being_sent_holds_back_the_same_order(server, config, env, db):
+    """Two `orders create` of one purchase at once (a double click, two terminals): the second sends nothing."""
+    hold = Hold(server.app)
+    done: list = []
+
+    def first() -> None:
+        own = open_db(config.db_path)
+        try:
+            patient = replace(config, http_timeout_s=30.0)  # waits for the held answer: no replay under way
+            with PartnerClient(patient, own) as client:
+                done.append(place_order(patient, own, client, product_id=8, denomination=100, quantity=1))
+        finally:
+            own.conn.close()
+
+    sender = threading.Thread(target=first, daemon=True)
+    sender.start()
+    try:
+        assert hold.held.wait(30), "the create never reached the sandbox"
+        [intent] = db.execute("SELECT id, state FROM order_intents").fetchall()
+        assert intent[1] == "INTENT"
+        second = run(env, *ORDER, code=1)
+        assert f"order intent #{intent[0]} is INTENT, sent " in second.output
+        assert "another `orders create` may still be sending it, or its process died" in second.output
+    finally:
+        hold.release.set()
+        sender.join(30)
+    [outcome] = done
+    [order] = provider_orders(server)
+    assert outcome.state == "PLACED" and outcome.order_id == order.id and server.sandbox.calls[CREATE] == 1
+
+
+def test_an_intent_past_the_window_no_longer_holds_the_same_order(server, env, db):
+    """24 hours after its last send an open intent lets the same order through (`status` still names it)."""
+    start = datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
+    with freeze_time(start) as clock:
+        fault(server, "order_create")  # nothing placed, the outcome UNKNOWN
+        run(env, *ORDER, code=3)
+        server.sandbox.settings.faults = {}
+        clock.move_to(start + HOLD_WINDOW - timedelta(minutes=1))
+        assert "is UNKNOWN, sent 23 h 59 min ago" in run(env, *ORDER, code=1).output
+        clock.move_to(start + HOLD_WINDOW + timedelta(seconds=1))
+        placed = json.loads(run(env, *ORDER, "--format", "json").stdout)
+    [order] = provider_orders(server)
+    assert placed["id"] == order.id and placed["status"] == "DELIVERED"
+    assert [state for (state,) in db.execute("SELECT state FROM order_intents ORDER BY id")] == ["UNKNOWN", "PLACED"]
+
+
+@pytest.mark.parametrize("settled_by", ["order sync", "refusal"])
+def test_a_settled_intent_no_longer_holds_the_same_order(server, config, env, db, settled_by):
+    """Linked by the order catch-up (PLACED), or refused when its key was replayed (REFUSED): the guard lets go."""
+    if settled_by == "order sync":
+        fault(server, "malformed_json")  # placed, its answers lost
+        run(env, *ORDER, code=3)
+        server.sandbox.settings.faults = {}
+        run(env, *ORDER, code=1)
+        run(env, "orders", "sync")
+    else:
+        fault(server, "order_create")  # nothing placed, its answers lost
+        printed = json.loads(run(env, *ORDER, "--format", "json", code=3).stdout)
+        server.sandbox.settings.faults = {}
+        run(env, *ORDER, code=1)
+        product = server.sandbox.products[8]
+        product.max_quantity = 0  # the provider now refuses the request outright: nothing was placed
+        refused = run(env, *ORDER, "--idempotency-key", printed["idempotency_key"], code=1)
+        assert "Invalid quantity, allowed max quantity: 0" in refused.output
+        product.max_quantity = 1000
+    assert db.execute("SELECT count(*) FROM order_intents WHERE state IN ('INTENT', 'UNKNOWN')").fetchone() == (0,)
+    before = len(provider_orders(server))
+    placed = json.loads(run(env, *ORDER, "--format", "json").stdout)
+    assert len(provider_orders(server)) == before + 1 and placed["status"] == "DELIVERED"
+
+
+def _intent(conn, key: str, *, wallet_id=None, denomination="100", quantity=1, state="UNKNOWN", sent_at=None):
+    now = datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
+    intent_id = order_intents.record(conn, idempotency_key=key, ref=f"ref-{key}", product_id=8,
+                                     denomination=Decimal(denomination), quantity=quantity, wallet_id=wallet_id,
+                                     email=None, now=now)
+    conn.execute("UPDATE order_intents SET state = ?, sent_at = ? WHERE id = ?", (state, sent_at, intent_id))
+    return intent_id
+
+
+def test_held_matches_product_denomination_quantity_and_wallet_within_the_window(db):
+    """The store's query, row by row: which open intents hold back product 8, 1 x 100.00 (wallet 1 or any)."""
+    with transaction(db) as conn:
+        ids = {name: _intent(conn, name, **fields) for name, fields in {
+            "auto-wallet": {}, "wallet-1": {"wallet_id": 1}, "wallet-2": {"wallet_id": 2},
+            "sending": {"state": "INTENT"}, "placed": {"state": "PLACED"}, "refused": {"state": "REFUSED"},
+            "other-amount": {"denomination": "50"}, "other-quantity": {"quantity": 2},
+            "resent-lately": {"sent_at": "2026-11-23T09:00:00.000000Z"},
+            "sent-long-ago": {"sent_at": "2026-11-21T09:59:59.000000Z"},
+        }.items()}
+    since = datetime(2026, 11, 22, 9, 0, tzinfo=timezone.utc)
+    names = {v: k for k, v in ids.items()}
+
+    def held(wallet_id):
+        return [names[i["id"]] for i in order_intents.held(db.conn, product_id=8, denomination=Decimal("100.00"),
+                                                           quantity=1, wallet_id=wallet_id, since=since)]
+
+    assert held(None) == ["auto-wallet", "wallet-1", "wallet-2", "sending", "resent-lately"]
+    assert held(1) == ["auto-wallet", "wallet-1", "sending", "resent-lately"]
