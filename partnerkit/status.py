@@ -13,7 +13,8 @@ from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
 from partnerkit.processes import holder_is_gone
-from partnerkit.store import Database, drifts, inbox, jobs, ledger, locks, order_intents, orders, recharges, reports
+from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, order_intents, orders, recharges, reports,
+                              webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
@@ -40,6 +41,27 @@ SHOWN_IDS = 10  # local ids named in an attention line
 # A 429's block of the shared budget that still has this long to run holds every job (voucher
 # fetches, polls, syncs, the report) past what a passing rate limit explains: a person should know.
 BLOCK_ATTENTION = timedelta(minutes=5)
+# Refused webhook deliveries are counted by the minute (receiver.refusals); `status` reads this far back.
+REFUSALS_WINDOW = timedelta(hours=1)
+# What to check when every delivery is refused, by the most frequent reason (receiver.signature, receiver.views).
+_SIGNED_WITH_ANOTHER_TOKEN = ("the deliveries are signed with a token this receiver does not accept, or a proxy "
+                              "changes their bodies: `partnerkit webhooks list` gives the webhook's id, "
+                              "`partnerkit webhooks token set ID` saves the signing secret the provider's portal "
+                              "shows now, and the proxy must pass bodies through unchanged")
+REFUSAL_HINTS = {
+    "signature_mismatch": _SIGNED_WITH_ANOTHER_TOKEN,
+    "service_token_mismatch": _SIGNED_WITH_ANOTHER_TOKEN,
+    "no_token": ("no accepted token is bound to the deliveries' X-Webhook-ID: `partnerkit webhooks list` gives the "
+                 "webhooks, `partnerkit webhooks token set ID` saves the signing secret of one"),
+    "timestamp_out_of_tolerance": ("their X-Timestamp is more than PARTNERKIT_TOLERANCE_S from this host's clock: "
+                                   "check the clock (`timedatectl`: is it NTP-synchronised?)"),
+    "malformed_timestamp": "their X-Timestamp is not Unix seconds: a proxy that rewrites it, or not the provider",
+    "malformed_signature": "their X-Signature is not 64 hex digits: a proxy that rewrites it, or not the provider",
+    "missing_timestamp": "X-Timestamp is missing: a proxy that drops the provider's headers, or not the provider",
+    "missing_signature": "X-Signature is missing: a proxy that drops the provider's headers, or not the provider",
+    "header_not_utf8": "a header is not UTF-8: a proxy that re-encodes headers, or not the provider",
+    "body_too_large": "bodies over 1 MiB: a proxy that alters them, or not the provider",
+}
 
 
 def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
@@ -140,10 +162,16 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     lease = locks.current(db, WORKER_LEASE)
     lost = lost_answers(config, db, now)
     worker_ran = last_worker_run(db)
+    turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
     status: dict[str, Any] = {
         "checked_at": now,
         "last_webhook_at": latest[0]["received_at"] if latest else None,
         "last_webhook_age_s": _age_s(latest[0]["received_at"], now) if latest else None,
+        # Deliveries the receiver refused before storing anything, by reason (most first), and the first
+        # and last of them, over the last hour by the minute; the receiver saves them every few seconds.
+        "webhooks_refused_last_hour": turned_away.by_reason,
+        "webhooks_refused_first_at": parse_ts(turned_away.first_at),
+        "webhooks_refused_last_at": parse_ts(turned_away.last_at),
         "events_stored": sum(v for k, v in states.items() if k != "duplicates"),
         "events_quarantined": states.get("quarantined", 0),
         "duplicates_absorbed": states.get("duplicates", 0),
@@ -201,6 +229,16 @@ def _silent_for(status: dict[str, Any], worker_stale_s: int) -> int | None:
     return silent if silent is not None and silent > worker_stale_s else None
 
 
+def _every_delivery_refused(status: dict[str, Any]) -> bool:
+    """Deliveries were refused in the last hour and none was accepted (stored, whatever its outcome)
+    since the first of them: arriving, and all turned away."""
+    first = status["webhooks_refused_first_at"]
+    if first is None:
+        return False
+    accepted = parse_ts(status["last_webhook_at"]) if status["last_webhook_at"] else None
+    return accepted is None or accepted < first
+
+
 def _minutes(span: timedelta) -> int:
     return max(1, round(span.total_seconds() / 60))
 
@@ -217,6 +255,19 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      f"{status['webhook_tokens_unreadable']}; a receiver running as this user cannot verify deliveries "
                      "signed with them (it answers 503, or refuses to start) until they can (a key file rewritten "
                      "by another user: give it back to the services' user)")
+    if _every_delivery_refused(status):
+        refused = status["webhooks_refused_last_hour"]
+        total = sum(refused.values())
+        top, most = next(iter(refused.items()))
+        others = "".join(f", {reason} {count}" for reason, count in list(refused.items())[1:])
+        accepted = (f"the last accepted at {status['last_webhook_at']}" if status["last_webhook_at"]
+                    else "none was ever accepted")
+        lines.append(f"{total} webhook deliver{'y' if total == 1 else 'ies'} refused in the last hour "
+                     f"({top} {most}{others}) and none accepted since the first of them at "
+                     f"{iso(status['webhooks_refused_first_at'])} ({accepted}): "
+                     f"{REFUSAL_HINTS.get(top, 'see the receiver log')}; the receiver's `webhook rejected` log lines "
+                     "name each sender (remote, forwarded_for); the next accepted delivery clears this "
+                     "(`partnerkit webhooks test ID` asks the provider for one)")
     if status["voucher_fetch_parked"]:
         lines.append(f"{status['voucher_fetch_parked']} voucher fetch job(s) parked: see `partnerkit events list`")
     if status["recharges_past_30_min"]:

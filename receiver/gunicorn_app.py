@@ -144,6 +144,20 @@ def _post_fork(server: Any, worker: Any) -> None:
         arm()
 
 
+def _worker_exit(server: Any, worker: Any) -> None:
+    """Save what an exiting worker counted of refused deliveries since its last save (Receiver.close).
+
+    gunicorn calls this in the worker as it exits (a graceful stop, a restart, a timeout's abort), and
+    in the master for a worker already gone, which has no app there; an app that is not the
+    receiver's (the benchmark's bare app) has nothing to save."""
+    if getattr(worker, "pid", None) != os.getpid():
+        return
+    extensions = getattr(getattr(worker, "wsgi", None), "extensions", None)
+    receiver = extensions.get("partnerkit_receiver") if isinstance(extensions, dict) else None
+    if receiver is not None:
+        receiver.close()
+
+
 def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: str = "info") -> dict[str, Any]:
     """The gunicorn settings of the receiver (the benchmark's bare app uses the same ones)."""
     return {
@@ -163,6 +177,7 @@ def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: s
         "preload_app": False,  # each worker builds its app (and its database connections) after fork
         "post_fork": _post_fork,
         "post_worker_init": _post_worker_init,
+        "worker_exit": _worker_exit,
         "child_exit": _child_exit,
         "on_exit": _on_exit,
     }

@@ -1,4 +1,5 @@
-"""What the receiver's views share: configuration, per-thread connections, tokens, metrics."""
+"""What the receiver's views share: configuration, per-thread connections, tokens, metrics, and the
+per-process housekeeping thread (WAL checkpoints, the refused deliveries' counts)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from partnerkit.crypto import Cipher, KeyFollower
 from partnerkit.errors import PartnerKitError
 from partnerkit.store import Database
 from partnerkit.store.db import connect
+from partnerkit.timeutil import utcnow
 
 from receiver.metrics import Metrics
+from receiver.refusals import REFUSALS_SAVE_S, RefusalCounts
 from receiver.tokens import accepted_tokens
 
 # The provider may give up after 5 s (docs/receiver.md): a locked database must become a 503
@@ -26,84 +29,124 @@ TOKEN_RETRY_S = 0.2    # ... or at once on a failed signature, at most this ofte
 # WAL checkpoints copy the log back into the database file and fsync both: tens of ms on a
 # real disk. SQLite runs them inside whichever commit crosses `wal_autocheckpoint` pages, i.e.
 # inside a webhook request. The receiver's request connections raise that threshold to a
-# backstop, and a background thread per worker process checkpoints (PASSIVE: it never waits for
-# or blocks a writer) every CHECKPOINT_INTERVAL_S, off the request path.
+# backstop, and a background thread per worker process (the Housekeeper) checkpoints (PASSIVE: it
+# never waits for or blocks a writer) every CHECKPOINT_INTERVAL_S, off the request path.
 CHECKPOINT_INTERVAL_S = 0.2
 WAL_BACKSTOP_PAGES = 4000  # ~16 MB with 4 KiB pages: a request checkpoints only if the thread falls behind
-# A checkpoint that keeps failing (a read-only database) fails on every pass, five times a second: it is
+# A chore that keeps failing (a read-only database) fails on every pass, five times a second: it is
 # logged once, then again only when the error changes or after this long, and once when it works again.
-CHECKPOINT_FAILURE_REPEAT_S = 300.0
+FAILURE_REPEAT_S = 300.0
 
 log = logging.getLogger(__name__)
 
 
-class Checkpointer:
-    """A daemon thread that checkpoints the WAL (PASSIVE) every `interval_s` on its own connection."""
+class FailureLog:
+    """The failures of one background chore, logged once when they start, again when the error changes
+    or after `repeat_s`, and once when the chore works again."""
 
-    def __init__(self, db_path, *, interval_s: float = CHECKPOINT_INTERVAL_S,
-                 failure_repeat_s: float = CHECKPOINT_FAILURE_REPEAT_S) -> None:
+    def __init__(self, chore: str, repeat_s: float = FAILURE_REPEAT_S) -> None:
+        self.chore = chore
+        self.repeat_s = repeat_s
+        self.error: str | None = None  # the error of the failing passes since the last good one
+        self.passes = 0  # passes failed since the last good one
+        self._logged_at = float("-inf")
+
+    def failed(self, error: str, **extra: object) -> None:
+        """Count a failed pass; log it when the failure is new, its error changed, or it was last logged long ago."""
+        self.passes += 1
+        now = time.monotonic()
+        if error == self.error and now - self._logged_at < self.repeat_s:
+            return
+        log.warning(f"{self.chore} failed" if error != self.error else f"{self.chore} still failing",
+                    extra={"error": error, "failed_passes": self.passes, "logged_again_after_s": self.repeat_s,
+                           **extra})
+        self.error, self._logged_at = error, now
+
+    def worked(self) -> None:
+        """After failing passes, say once that the chore works again."""
+        if self.error is None:
+            return
+        log.info(f"{self.chore} works again", extra={"failed_passes": self.passes})
+        self.error, self.passes, self._logged_at = None, 0, float("-inf")
+
+
+class Housekeeper:
+    """A daemon thread per worker process, on its own connection: a PASSIVE WAL checkpoint every
+    `interval_s`, and the refusal tally (`refusals`, receiver.refusals) saved every `save_every_s`
+    while there is one, and once more when it stops (a worker's exit)."""
+
+    def __init__(self, db_path, *, refusals: RefusalCounts | None = None, interval_s: float = CHECKPOINT_INTERVAL_S,
+                 save_every_s: float = REFUSALS_SAVE_S, failure_repeat_s: float = FAILURE_REPEAT_S) -> None:
         self.db_path = db_path
+        self.refusals = refusals
         self.interval_s = interval_s
-        self.failure_repeat_s = failure_repeat_s
+        self.save_every_s = save_every_s
         self._stop = threading.Event()
-        self._conn: sqlite3.Connection | None = None
-        self.last: tuple[int, int, int] | None = None  # the latest (busy, log frames, checkpointed)
-        self.failing: str | None = None  # the error of the failing passes since the last good one
-        self.failed_passes = 0  # passes failed since the last good one
-        self._failure_logged_at = float("-inf")
-        self._thread = threading.Thread(target=self._run, name="partnerkit-wal-checkpoint", daemon=True)
+        self._conn: Database | None = None
+        self.last: tuple[int, int, int] | None = None  # the latest checkpoint's (busy, log frames, checkpointed)
+        self.checkpoints = FailureLog("WAL checkpoint", failure_repeat_s)
+        self.refusal_saves = FailureLog("saving the refused deliveries' counts", failure_repeat_s)
+        self._thread = threading.Thread(target=self._run, name="partnerkit-housekeeper", daemon=True)
 
-    def start(self) -> "Checkpointer":
+    def start(self) -> "Housekeeper":
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread, after its last save of the refusal tally."""
         self._stop.set()
         self._thread.join(timeout)
 
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def _db(self) -> Database:
+        if self._conn is None:
+            self._conn = connect(self.db_path, busy_timeout_ms=RECEIVER_BUSY_TIMEOUT_MS)
+        return self._conn
+
     def checkpoint(self) -> tuple[int, int, int]:
         """One PASSIVE checkpoint: (busy, frames in the WAL, frames checkpointed)."""
-        if self._conn is None:
-            self._conn = connect(self.db_path, busy_timeout_ms=RECEIVER_BUSY_TIMEOUT_MS).conn
-        self.last = tuple(self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())  # type: ignore[assignment]
+        self.last = tuple(self._db().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())  # type: ignore[assignment]
         return self.last  # type: ignore[return-value]
 
+    def save_refusals(self) -> int:
+        """Save the refusal tally in one transaction; return how many refusals were saved. A failure keeps
+        the tally for the next save and is logged as FailureLog says, never per request."""
+        if self.refusals is None:
+            return 0
+        try:
+            saved = self.refusals.save(self._db())
+        except Exception as exc:  # locked, read-only, full: the tally waits for the next save
+            self.refusal_saves.failed(str(exc)[:200], refusals_kept=self.refusals.pending())
+            self._close()  # opened again for the next pass, as Receiver.reopen_later does for requests
+            return 0
+        if saved:
+            self.refusal_saves.worked()
+        return saved
+
     def _run(self) -> None:
+        next_save = time.monotonic() + self.save_every_s
         while not self._stop.wait(self.interval_s):
             try:
                 self.checkpoint()
             except Exception as exc:  # keep going: the request connections' backstop still bounds the WAL
-                self._failed(str(exc)[:200])
+                self.checkpoints.failed(str(exc)[:200])
                 self._close()
             else:
-                self._recovered()
+                self.checkpoints.worked()
+            if time.monotonic() >= next_save:
+                self.save_refusals()
+                next_save = time.monotonic() + self.save_every_s
+        self.save_refusals()  # the worker exits: what it counted since the last save
+        if self.refusals is not None and self.refusals.pending():
+            log.warning("refused deliveries' counts lost at exit", extra={"refusals_lost": self.refusals.pending()})
         self._close()
-
-    def _failed(self, error: str) -> None:
-        """Log a failing pass when the failure is new, its error changed, or it was last logged long ago."""
-        self.failed_passes += 1
-        now = time.monotonic()
-        if error == self.failing and now - self._failure_logged_at < self.failure_repeat_s:
-            return
-        log.warning("WAL checkpoint failed" if error != self.failing else "WAL checkpoint still failing",
-                    extra={"error": error, "failed_passes": self.failed_passes,
-                           "logged_again_after_s": self.failure_repeat_s})
-        self.failing, self._failure_logged_at = error, now
-
-    def _recovered(self) -> None:
-        """After failing passes, say once that the checkpoint works again."""
-        if self.failing is None:
-            return
-        log.info("WAL checkpoint works again", extra={"failed_passes": self.failed_passes})
-        self.failing, self.failed_passes, self._failure_logged_at = None, 0, float("-inf")
 
     def _close(self) -> None:
         if self._conn is not None:
             try:
-                self._conn.close()
+                self._conn.conn.close()
             except sqlite3.Error:
                 pass
             self._conn = None
@@ -124,17 +167,19 @@ class Receiver:
         self._tokens_lock = threading.Lock()
         self._on_tokens = on_tokens  # e.g. the log redactor learns tokens saved at run time
         self._token_error: str | None = None  # why the accepted tokens cannot be read now (logged once)
-        self._checkpointer: Checkpointer | None = None
-        self._checkpointer_pid: int | None = None
-        self._checkpointer_lock = threading.Lock()
+        self.refusals = RefusalCounts()  # saved by this process's housekeeping thread, never by a request
+        self.refusals_save_s = REFUSALS_SAVE_S
+        self._housekeeper: Housekeeper | None = None
+        self._housekeeper_pid: int | None = None
+        self._housekeeper_lock = threading.Lock()
 
     def db(self) -> Database:
-        """This thread's connection, opened on first use (and this process's checkpoint thread)."""
+        """This thread's connection, opened on first use (and this process's housekeeping thread)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             db = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms)
             db.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
-            self._ensure_checkpointer()
+            self._ensure_housekeeper()
             local.db, local.writer = db, None
             local.pid = os.getpid()
         return local.db
@@ -168,24 +213,34 @@ class Receiver:
         local.db = local.writer = None
         local.pid = None
 
-    def _ensure_checkpointer(self) -> None:
-        """Start the checkpoint thread of this process (threads do not survive a fork)."""
-        with self._checkpointer_lock:
-            if self._checkpointer_pid != os.getpid() or self._checkpointer is None or not self._checkpointer.alive():
-                self._checkpointer = Checkpointer(self.config.db_path).start()
-                self._checkpointer_pid = os.getpid()
+    def refused(self, reason: str) -> None:
+        """Count a refused delivery for `partnerkit status`: noted in memory, saved by this process's
+        housekeeping thread within seconds (receiver.refusals), never written by the request itself."""
+        self.refusals.note(reason, utcnow())
+        if self._housekeeper is None or self._housekeeper_pid != os.getpid():
+            self._ensure_housekeeper()  # a worker whose first request was refused before any connection
+
+    def _ensure_housekeeper(self) -> None:
+        """Start the housekeeping thread of this process (threads do not survive a fork)."""
+        with self._housekeeper_lock:
+            if (self._housekeeper_pid != os.getpid() or self._housekeeper is None
+                    or not self._housekeeper.alive()):
+                self._housekeeper = Housekeeper(self.config.db_path, refusals=self.refusals,
+                                                 save_every_s=self.refusals_save_s).start()
+                self._housekeeper_pid = os.getpid()
 
     @property
-    def checkpointer(self) -> Checkpointer | None:
-        """This process's checkpoint thread, once a connection was opened."""
-        return self._checkpointer if self._checkpointer_pid == os.getpid() else None
+    def housekeeper(self) -> Housekeeper | None:
+        """This process's housekeeping thread, once a connection was opened or a delivery refused."""
+        return self._housekeeper if self._housekeeper_pid == os.getpid() else None
 
     def close(self) -> None:
-        """Stop this process's checkpoint thread (tests; a gunicorn worker just exits)."""
-        with self._checkpointer_lock:
-            if self._checkpointer is not None and self._checkpointer_pid == os.getpid():
-                self._checkpointer.stop()
-            self._checkpointer = None
+        """Stop this process's housekeeping thread, after it saved the refusal tally (a gunicorn worker's
+        exit: receiver.gunicorn_app's worker_exit hook; tests)."""
+        with self._housekeeper_lock:
+            if self._housekeeper is not None and self._housekeeper_pid == os.getpid():
+                self._housekeeper.stop()
+            self._housekeeper = None
 
     def tokens(self, *, refresh: bool = False) -> tuple[WebhookToken, ...]:
         """Accepted tokens, re-read from the database every few seconds (or now, if `refresh`).

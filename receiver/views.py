@@ -95,6 +95,7 @@ def _forwarded_for(environ: dict) -> str | None:
 
 def _reject(rx: Receiver, environ: dict, status: int, reason: str, request_id: str, started: float) -> Reply:
     rx.metrics.rejected_total(reason).inc()
+    rx.refused(reason)  # for `partnerkit status`: saved within seconds, off the request (receiver.refusals)
     log.warning("webhook rejected", extra={"request_id": request_id, "reason": reason, "http_status": status,
                                            "remote": environ.get("REMOTE_ADDR"),
                                            "forwarded_for": _forwarded_for(environ),

@@ -51,12 +51,20 @@ def prune_command(app: AppContext, older_than_days: int | None) -> None:
     The worker's `prune-events` job does this every 6 hours with PARTNERKIT_INBOX_RETENTION_DAYS;
     this command is for cron users without a worker, or to prune at once with a shorter one. Rows go
     2,000 per transaction, so a running receiver is never held up; what the events did (orders,
-    vouchers, jobs) is kept. New rows reuse the freed pages: the file itself does not shrink."""
+    vouchers, jobs) is kept. New rows reuse the freed pages: the file itself does not shrink. The
+    per-minute counts of refused deliveries older than 7 days go too."""
     from datetime import timedelta
 
+    from partnerkit.retention import REFUSALS_KEPT, prune_refusals
+
     days = older_than_days or app.config.inbox_retention_days
-    deleted = inbox.prune(app.existing_db, now=utcnow(), keep=timedelta(days=days))
+    now = utcnow()
+    deleted = inbox.prune(app.existing_db, now=now, keep=timedelta(days=days))
     click.echo(f"deleted {deleted} inbox rows last seen more than {days} days ago", err=True)
+    refusals = prune_refusals(app.existing_db, now=now)
+    if refusals:
+        click.echo(f"deleted {refusals} per-minute counts of refused deliveries older than {REFUSALS_KEPT.days} days",
+                   err=True)
 
 
 def register(group: click.Group) -> None:

@@ -14,8 +14,9 @@ from partnerkit.cli.output import emit_one, format_option
               help="Exit 1 when anything needs attention (the same figures are printed), for a monitor or cron.")
 @pass_app
 def status_command(app: AppContext, fmt: str, check: bool) -> None:
-    """Last webhook, voucher backlog and parked jobs, PROCESSING recharges, budget, last report (and one overdue
-    two hours past PARTNERKIT_DUE_HOUR_UTC), open drifts, and what needs a person now.
+    """Last webhook, deliveries the receiver refused in the last hour (by reason), voucher backlog and parked
+    jobs, PROCESSING recharges, budget, last report (and one overdue two hours past PARTNERKIT_DUE_HOUR_UTC),
+    open drifts, and what needs a person now.
 
     Exit codes: 0; 1 with --check when the `attention` list is not empty, and 1 when the database cannot be
     opened; 2 for a bad option or setting.

@@ -1,10 +1,10 @@
-"""WAL checkpoints run off the request path; the acknowledgements are constant bodies."""
+"""WAL checkpoints run off the request path (the housekeeping thread); the acknowledgements are constant bodies."""
 
 from __future__ import annotations
 
 import time
 
-from receiver.state import WAL_BACKSTOP_PAGES, Checkpointer
+from receiver.state import WAL_BACKSTOP_PAGES, Housekeeper
 from tests.receiver.conftest import envelope, post
 
 
@@ -13,42 +13,42 @@ def test_request_connection_checkpoints_only_as_a_backstop(app, client):
     rx = app.extensions["partnerkit_receiver"]
     assert rx.db().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_BACKSTOP_PAGES
     assert rx.db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    checkpointer = rx.checkpointer
-    assert checkpointer is not None and checkpointer.alive()
+    housekeeper = rx.housekeeper
+    assert housekeeper is not None and housekeeper.alive()
     rx.close()
-    assert not checkpointer.alive()
+    assert not housekeeper.alive()
 
 
 def test_background_thread_backfills_the_wal(app, client, config):
     rx = app.extensions["partnerkit_receiver"]
     rx.db()
     rx.close()  # replace the default thread with a fast one, to observe it
-    checkpointer = Checkpointer(config.db_path, interval_s=0.01).start()
+    housekeeper = Housekeeper(config.db_path, interval_s=0.01).start()
     try:
         for i in range(50):
             assert post(client, envelope(f"evt_wal_{i}", order_id=1000 + i)).status_code == 200
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            last = checkpointer.last
+            last = housekeeper.last
             if last is not None and last[1] > 0 and last[0] == 0 and last[1] == last[2]:
                 break
             time.sleep(0.01)
-        busy, frames, checkpointed = checkpointer.last
+        busy, frames, checkpointed = housekeeper.last
         assert busy == 0 and frames > 0 and checkpointed == frames  # every committed frame is in the db file
     finally:
-        checkpointer.stop()
-    assert not checkpointer.alive()
+        housekeeper.stop()
+    assert not housekeeper.alive()
 
 
 def test_checkpoint_thread_survives_an_error(tmp_path):
-    checkpointer = Checkpointer(tmp_path / "missing" / "dir" / "x.db", interval_s=0.01)
-    checkpointer.db_path = tmp_path  # a directory: every checkpoint attempt fails
-    checkpointer.start()
+    housekeeper = Housekeeper(tmp_path / "missing" / "dir" / "x.db", interval_s=0.01)
+    housekeeper.db_path = tmp_path  # a directory: every checkpoint attempt fails
+    housekeeper.start()
     try:
         time.sleep(0.1)
-        assert checkpointer.alive()
+        assert housekeeper.alive()
     finally:
-        checkpointer.stop()
+        housekeeper.stop()
 
 
 def test_acknowledgements_are_constant_json(client, db):
@@ -86,39 +86,39 @@ def test_a_failing_checkpoint_is_logged_once_then_when_it_changes_or_clears(tmp_
     # A read-only database failed every 0.2 s pass, and each one was a WARNING: 860,000 lines a day.
     caplog.set_level("DEBUG", logger="receiver.state")
     (tmp_path / "a-directory").mkdir()
-    checkpointer = Checkpointer(tmp_path / "a-directory", interval_s=0.005)  # cannot be opened as a database
-    checkpointer.start()
+    housekeeper = Housekeeper(tmp_path / "a-directory", interval_s=0.005)  # cannot be opened as a database
+    housekeeper.start()
     try:
-        _wait_for(lambda: checkpointer.failed_passes >= 20)
+        _wait_for(lambda: housekeeper.checkpoints.passes >= 20)
         assert _checkpoint_lines(caplog) == [("WARNING", "WAL checkpoint failed")]
         first = next(r for r in caplog.records if r.name == "receiver.state")
         assert "it is a directory" in first.error and first.failed_passes == 1
 
         (tmp_path / "a-file").write_text("x")
-        checkpointer.db_path = tmp_path / "a-file" / "x.db"  # another error: said once more
+        housekeeper.db_path = tmp_path / "a-file" / "x.db"  # another error: said once more
         _wait_for(lambda: len(_checkpoint_lines(caplog)) == 2)
-        passes = checkpointer.failed_passes
-        _wait_for(lambda: checkpointer.failed_passes >= passes + 20)
+        passes = housekeeper.checkpoints.passes
+        _wait_for(lambda: housekeeper.checkpoints.passes >= passes + 20)
         assert _checkpoint_lines(caplog) == [("WARNING", "WAL checkpoint failed")] * 2
 
-        checkpointer.db_path = tmp_path / "x.db"  # a database it can open: works again, said once
-        _wait_for(lambda: checkpointer.failing is None)
-        _wait_for(lambda: checkpointer.last is not None)
+        housekeeper.db_path = tmp_path / "x.db"  # a database it can open: works again, said once
+        _wait_for(lambda: housekeeper.checkpoints.error is None)
+        _wait_for(lambda: housekeeper.last is not None)
         time.sleep(0.1)  # more good passes: nothing more is logged
     finally:
-        checkpointer.stop()
+        housekeeper.stop()
     assert _checkpoint_lines(caplog) == [("WARNING", "WAL checkpoint failed")] * 2 + [("INFO", "WAL checkpoint works again")]
     assert caplog.records[-1].failed_passes >= 40
 
 
 def test_a_checkpoint_failing_for_long_is_logged_again_after_the_back_off(tmp_path, caplog):
     caplog.set_level("DEBUG", logger="receiver.state")
-    checkpointer = Checkpointer(tmp_path, interval_s=0.005, failure_repeat_s=0.2).start()
+    housekeeper = Housekeeper(tmp_path, interval_s=0.005, failure_repeat_s=0.2).start()
     try:
         _wait_for(lambda: len(_checkpoint_lines(caplog)) >= 3)
     finally:
-        checkpointer.stop()
+        housekeeper.stop()
     lines = _checkpoint_lines(caplog)
     assert lines[:3] == [("WARNING", "WAL checkpoint failed"), ("WARNING", "WAL checkpoint still failing"),
                          ("WARNING", "WAL checkpoint still failing")]
-    assert checkpointer.failed_passes > len(lines) * 5  # far fewer lines than failed passes
+    assert housekeeper.checkpoints.passes > len(lines) * 5  # far fewer lines than failed passes

@@ -36,18 +36,18 @@ def test_the_job_prunes_what_was_last_seen_before_the_retention_and_keeps_what_t
     _deliver(client, NOW - timedelta(days=89, hours=23), "evt_inside", order_id=103)
     _deliver(client, NOW - timedelta(days=1), "evt_new", order_id=104)
 
-    assert prune_events(config, db, now=NOW) == {"events_deleted": 1}  # 90 days by default
+    assert prune_events(config, db, now=NOW) == {"events_deleted": 1, "refusal_counts_deleted": 0}  # 90 days by default
     # A provider's manual retry 20 days ago renewed the dedup key: it is kept as long again.
     assert _kept(db) == ["evt_redelivered", "evt_inside", "evt_new"]
     assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == 4, "orders are never pruned"
     assert db.execute("SELECT COUNT(*) FROM jobs WHERE order_id = 101").fetchone()[0] == 1, "nor their jobs"
-    assert prune_events(config, db, now=NOW) == {"events_deleted": 0}, "a second run has nothing left to do"
+    assert prune_events(config, db, now=NOW) == {"events_deleted": 0, "refusal_counts_deleted": 0}, "a second run has nothing left to do"
 
 
 def test_the_retention_setting_decides_and_a_redelivery_inside_it_stays_a_duplicate(client, db, config):
     for days, event_id in ((45, "evt_45"), (35, "evt_35"), (25, "evt_25")):
         _deliver(client, NOW - timedelta(days=days), event_id, order_id=100 + days)
-    assert prune_events(replace(config, inbox_retention_days=40), db, now=NOW) == {"events_deleted": 1}
+    assert prune_events(replace(config, inbox_retention_days=40), db, now=NOW)["events_deleted"] == 1
     assert _kept(db) == ["evt_35", "evt_25"]
     assert _deliver(client, NOW, "evt_35", order_id=135) == "duplicate"
 
