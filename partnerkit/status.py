@@ -64,6 +64,13 @@ REFUSAL_HINTS = {
 }
 
 
+# Refusals a scanner's request earns as well as a provider's behind a broken proxy: attention only from
+# UNSIGNED_FLOOR of them in the hour (the provider's attempts at one delivery; see _every_delivery_refused).
+UNSIGNED_REASONS = frozenset({"missing_timestamp", "missing_signature", "malformed_timestamp", "malformed_signature",
+                              "header_not_utf8", "body_too_large"})
+UNSIGNED_FLOOR = 5
+
+
 def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
     """The latest day whose nightly report should exist by now (REPORT_GRACE after its due hour) when
     the last complete report is older; None when nothing is late, or before the first report."""
@@ -231,9 +238,19 @@ def _silent_for(status: dict[str, Any], worker_stale_s: int) -> int | None:
 
 def _every_delivery_refused(status: dict[str, Any]) -> bool:
     """Deliveries were refused in the last hour and none was accepted (stored, whatever its outcome)
-    since the first of them: arriving, and all turned away."""
+    since the first of them: arriving, and all turned away.
+
+    A public endpoint is probed by scanners whose requests carry no signature headers, or broken ones.
+    Those alone are the provider's only when there are several: it sends each delivery up to 5 times
+    (Webhooks, delivery rule 2), so a proxy that drops the headers makes at least that many. A refusal
+    of a well-formed signed request (a mismatch, an unknown webhook, a clock beyond tolerance) counts
+    at once."""
     first = status["webhooks_refused_first_at"]
     if first is None:
+        return False
+    refused = status["webhooks_refused_last_hour"]
+    unsigned = sum(count for reason, count in refused.items() if reason in UNSIGNED_REASONS)
+    if unsigned == sum(refused.values()) and unsigned < UNSIGNED_FLOOR:
         return False
     accepted = parse_ts(status["last_webhook_at"]) if status["last_webhook_at"] else None
     return accepted is None or accepted < first

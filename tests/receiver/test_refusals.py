@@ -119,6 +119,26 @@ def test_the_line_stands_only_while_none_was_accepted_since_the_first_refusal(ap
     assert bool(status["attention"]) is attention, status["attention"]
 
 
+@pytest.mark.parametrize("unsigned, forged, attention", [
+    (4, 0, False),  # a scanner's few requests without signature headers: not the provider
+    (5, 0, True),  # as many as the provider's attempts at one delivery: a proxy dropping its headers
+    (0, 1, True),  # one well-formed signed request refused counts at once
+])
+def test_requests_without_signature_headers_need_a_delivery_s_attempts_before_the_line(app, client, db, config,
+                                                                                      unsigned, forged, attention):
+    rx = app.extensions["partnerkit_receiver"]
+    with freeze_time(T):
+        for _ in range(unsigned):
+            assert _unsigned(client).status_code == 401
+        for _ in range(forged):
+            assert _forged(client).status_code == 401
+    rx.close()
+    with freeze_time(T + timedelta(minutes=10)):
+        status = collect(config, db)
+    assert sum(status["webhooks_refused_last_hour"].values()) == unsigned + forged, "every refusal is counted"
+    assert bool(status["attention"]) is attention, status["attention"]
+
+
 def test_refusals_older_than_the_hour_leave_status_and_a_week_on_the_database(app, client, db, config):
     rx = app.extensions["partnerkit_receiver"]
     with freeze_time(T):
