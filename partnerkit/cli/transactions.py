@@ -181,9 +181,11 @@ def show_command(app: AppContext, ident: str, fmt: str) -> None:
     """One wallet transaction by id: the stored row's fields and the provider's record as received.
 
     ID is the transaction id a drift's reference or detail names. The record is the provider's, as
-    received: its canonical JSON (keys sorted; a number with decimals as the string of its exact digits). A transaction held in the quarantine (withdrawn by the provider, or
-    whose latest copy could not be read) shows the reason; withdrawn, it has no stored row and is in none
-    of the figures (state `quarantined`). An id neither stored nor held: exit 1.
+    received: its canonical JSON (keys sorted; a number with decimals as the string of its exact digits).
+    A transaction held in the quarantine shows the reason: withdrawn by the provider, or never read
+    correctly, it has no stored row and is in none of the figures (state `quarantined`, its fields empty);
+    stored but held, its latest copy could not be read and the last readable one stands (state `stored`).
+    An id neither stored nor held: exit 1.
     """
     from reconcile.ledger_fast import record_json
 

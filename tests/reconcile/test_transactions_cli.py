@@ -229,6 +229,18 @@ def test_show_a_withdrawn_transaction_gives_the_reason_and_the_record_it_had(inv
     assert code == 0 and "quarantined" in out and "GHOST1" in out
 
 
+def test_show_a_stored_transaction_whose_latest_copy_was_unreadable_gives_both(invoke, db, held):
+    """The provider listed a stored id again in a form the mapping refuses: the last readable copy stands."""
+    ident = held["topup"]
+    ledger_store.quarantine(db, [(f"transaction:{ident}", "no amount", json.dumps({"id": int(ident)}), DAY.isoformat())],
+                            iso(at(5, day=NEXT_DAY)))
+    shown = json.loads(run(invoke, "transactions", "show", ident, "--format", "json")[1])
+    assert (shown["state"], shown["amount"], shown["quarantine_reason"]) == ("stored", "1000.00", "no amount")
+    assert shown["quarantined_since"] == "2025-03-15T05:00:00Z" and shown["record"]["type"] == "TOPUP"
+    only_held = json.loads(run(invoke, "transactions", "show", "990001", "--format", "json")[1])
+    assert (only_held["state"], only_held["amount"], only_held["record"]["amount"]) == ("quarantined", None, "-1.005")
+
+
 @pytest.mark.parametrize("ident", ["424242", "  ", "transaction:1"])
 def test_show_an_unknown_id_is_one_line_with_exit_1(invoke, day, ident):
     code, out, err = run(invoke, "transactions", "show", ident)
