@@ -6,13 +6,14 @@ idempotent, so a missed, doubled or crashed run is repaired by the next one.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import tempfile
 import threading
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from partnerkit.store import drifts as drift_store
 from partnerkit.store import matching as matching_store
@@ -34,28 +35,88 @@ def report_filename(day: str, fmt_name: str) -> str:
     return f"partnerkit-report-{day}.{fmt_name}"
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write a file so readers see the old or the new content, never half (temp file + rename)."""
-    from partnerkit.files import make_private_dirs
-
-    make_private_dirs(path.parent)  # reports hold finance's figures, at every level 0700
+def _write_temp(path: Path, text: str) -> str:
+    """`text` in a new private temp file beside `path` (0600, flushed to disk); its name. Removed on failure."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return tmp
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the renames into `directory` durable (a rename lives in the directory, not in the file)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # a filesystem that cannot sync a directory: the renames stand, as before
+        if exc.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write a file so readers see the old or the new content, never half (temp file + rename)."""
+    return write_together([(path, text)])[0]
+
+
+def write_together(files: Sequence[tuple[Path, str]]) -> list[Path]:
+    """Write files of one directory as one set, as far as a filesystem allows: every text goes to a temp
+    file beside its target first (flushed to disk), and only once all are written are they renamed into
+    place, one right after the other, in the order given. A failure before the renames (a full disk, a
+    target name taken by a directory) leaves every previous file as it was and no temp file behind; only
+    a process killed between two renames leaves a mixed set (see `write_report_files` for how a reader
+    tells). Returns the paths written."""
+    from partnerkit.files import make_private_dirs
+
+    paths = [Path(path) for path, _ in files]
+    if len({path.parent for path in paths}) > 1:
+        raise ValueError("write_together writes into one directory")
+    if not paths:
+        return []
+    make_private_dirs(paths[0].parent)  # reports hold finance's figures, at every level 0700
+    temps: list[str] = []
+    renamed = 0
+    try:
+        for path, (_, text) in zip(paths, files):
+            temps.append(_write_temp(path, text))
+        for path in paths:
+            # A rename onto a directory fails; found before the first rename, the previous set stays whole.
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        for tmp, path in zip(temps, paths):
+            os.replace(tmp, path)
+            renamed += 1
+    finally:
+        for tmp in temps[renamed:]:  # written but not renamed into place
+            Path(tmp).unlink(missing_ok=True)
+    _sync_directory(paths[0].parent)
+    return paths
+
+
+# The order the report's files are renamed into place: the JSON last, the CSV (which carries no
+# generated_at) between the two that do. See write_report_files.
+REPORT_FORMATS = ("html", "csv", "json")
 
 
 def write_report_files(report_dir: Path, report: dict[str, Any]) -> list[Path]:
-    """Write the report as JSON, CSV and HTML into report_dir."""
-    return [write_atomic(Path(report_dir) / report_filename(report["date"], f), report_mod.render(report, f))
-            for f in ("json", "csv", "html")]
+    """Write the report as JSON, CSV and HTML into report_dir, as one set (`write_together`).
+
+    All three are rendered, then written to temp files, then renamed into place: HTML, CSV, JSON. A
+    failure up to the renames leaves the previous files of the day untouched. A process killed between
+    two renames leaves the first ones new and the rest old: the JSON and the HTML each carry generated_at
+    (the HTML's "Generated ..." line), and since the CSV is renamed between them, a JSON and an HTML
+    that show the same generated_at have that run's CSV beside them (docs/reconcile.md, "The report").
+    """
+    written = write_together([(Path(report_dir) / report_filename(report["date"], f), report_mod.render(report, f))
+                              for f in REPORT_FORMATS])
+    return sorted(written, key=lambda path: ("json", "csv", "html").index(path.suffix[1:]))
 
 
 def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,

@@ -1,7 +1,8 @@
 """Parameter types and checks shared by the commands, so bad input is a usage error (exit 2).
 
 They keep the help text unchanged (an id still shows as INTEGER) and only narrow what is accepted:
-an id must fit SQLite's 64-bit INTEGER, a UTC day must be one the kit can compute with.
+an id must fit SQLite's 64-bit INTEGER, a UTC day must be one the kit can compute with (and, for
+the commands that read what happened, one that has begun).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from partnerkit.timeutil import parse_day, parse_ts
+from partnerkit.timeutil import parse_day, parse_ts, utcnow
 
 MAX_INT64 = 2 ** 63 - 1
 FIRST_DAY = date(1970, 1, 1)
@@ -49,6 +50,15 @@ def utc_day(ctx: click.Context, param: click.Parameter, value: str | None) -> da
         raise click.BadParameter(str(exc)) from None
     if not FIRST_DAY <= day <= LAST_DAY:
         raise click.BadParameter(f"{day} is out of range ({FIRST_DAY} to {LAST_DAY})")
+    return day
+
+
+def past_utc_day(ctx: click.Context, param: click.Parameter, value: str | None) -> date | None:
+    """Callback: a UTC day (as utc_day) that has begun; a future day has nothing to reconcile or list yet."""
+    day = utc_day(ctx, param, value)
+    today = utcnow().date()
+    if day is not None and day > today:
+        raise click.BadParameter(f"{day} is in the future (today is {today} UTC)")
     return day
 
 

@@ -11,7 +11,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, counted, emit, format_option
-from partnerkit.cli.params import output_file, utc_day
+from partnerkit.cli.params import output_file, past_utc_day, utc_day
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
 
@@ -20,15 +20,6 @@ from partnerkit.timeutil import utcnow
 DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
                  "resolution", "resolution_by", "resolution_note", "detected_at", "resolution_at", "detail")
 DRIFT_TABLE_COLUMNS = DRIFT_COLUMNS[:12]
-
-
-def _past_day(ctx: click.Context, param: click.Parameter, value: str | None) -> date | None:
-    """Callback: a UTC day (as utc_day) that has begun; a future day has nothing to reconcile yet."""
-    day = utc_day(ctx, param, value)
-    today = utcnow().date()
-    if day is not None and day > today:
-        raise click.BadParameter(f"{day} is in the future (today is {today} UTC)")
-    return day
 
 
 def _in_progress(day: date) -> None:
@@ -46,7 +37,7 @@ def _client(app: AppContext):
 
 
 @click.command("reconcile")
-@click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--date", "day", required=True, callback=past_utc_day, help="The UTC day, YYYY-MM-DD.")
 @pass_app
 def reconcile_command(app: AppContext, day: date) -> None:
     """Sync one UTC day from the provider, match it, and write its report.
@@ -74,7 +65,7 @@ def reconcile_command(app: AppContext, day: date) -> None:
 
 
 @click.command("report")
-@click.option("--date", "day", required=True, callback=_past_day, help="The UTC day, YYYY-MM-DD.")
+@click.option("--date", "day", required=True, callback=past_utc_day, help="The UTC day, YYYY-MM-DD.")
 @click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True,
               help="json (the whole report), csv (the drift table) or html (one self-contained page).")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,

@@ -147,6 +147,7 @@ def print_next_steps(echo: Echo, env_file: Path, order_id: int | None, drift_id:
              f"{base} drifts list"]
     if drift_id:
         lines.append(f"{base} drifts resolve {drift_id} --note \"refund confirmed by support\"")
+    lines.append(f"{base} transactions list --date {day}")
     lines.append(f"{base} report --date {day} --format html --output /tmp/partnerkit-report.html")
     if running:
         lines.append(f"{base} webhooks deliveries")

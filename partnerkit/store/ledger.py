@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from partnerkit.errors import StorageError
 from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, transaction
+from partnerkit.store.matching import linked_transactions
 
 ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
                "created_at", "balance_after_cents")
@@ -132,6 +133,60 @@ def stored_transaction(db: Database, ident: str) -> tuple[tuple, str | None, str
     row = db.execute(f"SELECT {', '.join('t.' + c for c in ROW_COLUMNS)}, s.keys, t.raw FROM transactions t"
                      " LEFT JOIN transaction_shapes s ON s.id = t.shape WHERE t.id = ?", (ident,)).fetchone()
     return None if row is None else (tuple(row[:len(ROW_COLUMNS)]), row[-2], row[-1])
+
+
+# What `partnerkit transactions` shows of a stored transaction: its columns, and when the read that last
+# listed it began (each read stamps the rows it stores; see _REFRESH).
+LISTED_COLUMNS = ROW_COLUMNS + ("synced_at",)
+# The ledger's reading order, the balance chain's (partnerkit.store.matching_ledger): by time, a whole
+# second before its fractions, then by id (numeric ids by value).
+_CHAIN_ORDER = "rtrim(t.created_at, 'Z'), length(t.id), t.id"
+
+
+def get_transaction(db: Database, ident: str) -> dict | None:
+    """A stored transaction: LISTED_COLUMNS, and `shape` (its text) and `raw` to rebuild the provider's record
+    (reconcile.ledger_fast.record_json); None when no transaction has that id."""
+    cursor = db.execute(f"SELECT {', '.join('t.' + c for c in LISTED_COLUMNS)}, s.keys AS shape, t.raw"
+                        " FROM transactions t LEFT JOIN transaction_shapes s ON s.id = t.shape WHERE t.id = ?", (ident,))
+    row = cursor.fetchone()
+    return None if row is None else dict(zip([c[0] for c in cursor.description], row))
+
+
+def list_transactions(db: Database, *, start: str | None = None, end: str | None = None, kind: str | None = None,
+                      reference: str | None = None, order_id: int | None = None,
+                      limit: int) -> tuple[list[dict], int]:
+    """Stored transactions in the ledger's order (LISTED_COLUMNS each), at most `limit`, and how many match in all.
+
+    Filters, all optional: created in [start, end); of type `kind` (as stored: upper-cased); paying for the
+    recharge whose reference_number, or the order whose reference_code, is `reference`, or for the order
+    `order_id`, by the matcher's links (partnerkit.store.matching.linked_transactions), on any day.
+    """
+    where, params = [], {"limit": limit + 1}
+    if start is not None:
+        where.append("t.created_at >= :start AND t.created_at < :end")
+        params.update(start=start, end=end)
+    if kind is not None:
+        where.append("t.type = :kind")
+        params["kind"] = kind
+    if reference is not None:
+        recharge = linked_transactions("'recharge'", ":reference")
+        order = linked_transactions("'order'", "(SELECT o.id FROM orders o WHERE o.reference_code = :reference LIMIT 1)")
+        where.append(f"t.id IN ({recharge} UNION {order})")
+        params["reference"] = reference
+    if order_id is not None:
+        order = linked_transactions("'order'", ":order_id")
+        where.append(f"t.id IN ({order})")
+        params["order_id"] = order_id
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    cursor = db.execute(f"SELECT {', '.join('t.' + c for c in LISTED_COLUMNS)} FROM transactions t{clause}"
+                        f" ORDER BY {_CHAIN_ORDER} LIMIT :limit", params)
+    names = [c[0] for c in cursor.description]
+    rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+    if len(rows) <= limit:
+        return rows, len(rows)
+    total = db.execute(f"SELECT count(*) FROM transactions t{clause}",
+                       {k: v for k, v in params.items() if k != "limit"}).fetchone()[0]
+    return rows[:limit], total
 
 
 def transaction_rowid_mark(db: Database) -> int:

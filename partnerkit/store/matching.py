@@ -276,23 +276,37 @@ def drop(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
 
 
+# The ids of the transactions linked to one subject, by the links the passes above use: when {subject} is
+# 'recharge', those of the recharge whose reference_number is {reference} (by recharge_id, or carrying that
+# reference_number); when it is 'order', those of the order whose id is {reference} (carrying its order_id,
+# or named by its transaction_id). On any day, as the matcher links them (a refund comes days later).
+# {subject} and {reference} are SQL expressions: a drift's columns (CLEARED_BY), or a command's parameters
+# (partnerkit.store.ledger.list_transactions, behind `partnerkit transactions list --reference/--order`).
+_LINKED = """SELECT x.id FROM recharges r JOIN transactions x ON x.recharge_id = r.provider_id
+                   WHERE {subject} = 'recharge' AND r.reference_number = {reference}
+                   UNION SELECT x.id FROM transactions x WHERE {subject} = 'recharge' AND x.reference_number = {reference}
+                   UNION SELECT x.id FROM transactions x
+                   WHERE {subject} = 'order' AND x.order_id = CAST({reference} AS INTEGER)
+                   UNION SELECT CAST(o.transaction_id AS TEXT) FROM orders o
+                   WHERE {subject} = 'order' AND o.id = CAST({reference} AS INTEGER)"""
+
+
+def linked_transactions(subject: str, reference: str) -> str:
+    """SQL selecting the ids of the transactions linked to a subject (see _LINKED); both are SQL expressions."""
+    return _LINKED.format(subject=subject, reference=reference)
+
+
 # What cleared a drift that is no longer detected, where the store shows it (partnerkit.store.drifts.merge_found
-# names it in the automatic resolution's note), by the links the passes above use: for a missing_refund or a
-# duplicate_debit the credits, for a missing_debit the debits, linked to its recharge (by recharge_id or
-# reference_number) or order (by order_id, or named by its transaction_id) and dated after the run that
-# last found it ("credit 700030 of 194.02"). NULL otherwise (a status that changed, a credit synced late
-# but dated before that run): the note then says only that it is gone. Index lookups per drift gone.
-CLEARED_BY = """
+# names it in the automatic resolution's note), by the links the passes above use (_LINKED): for a
+# missing_refund or a duplicate_debit the credits, for a missing_debit the debits, linked to its recharge or
+# order and dated after the run that last found it ("credit 700030 of 194.02"). NULL otherwise (a status that
+# changed, a credit synced late but dated before that run): the note then says only that it is gone. Index
+# lookups per drift gone.
+CLEARED_BY = f"""
     SELECT group_concat(CASE WHEN t.amount_cents > 0 THEN 'credit ' ELSE 'debit ' END || t.id || ' of '
                         || printf('%d.%02d', abs(t.amount_cents) / 100, abs(t.amount_cents) % 100), ', ')
     FROM transactions t
-    WHERE t.id IN (SELECT x.id FROM recharges r JOIN transactions x ON x.recharge_id = r.provider_id
-                   WHERE d.subject = 'recharge' AND r.reference_number = d.reference
-                   UNION SELECT x.id FROM transactions x WHERE d.subject = 'recharge' AND x.reference_number = d.reference
-                   UNION SELECT x.id FROM transactions x
-                   WHERE d.subject = 'order' AND x.order_id = CAST(d.reference AS INTEGER)
-                   UNION SELECT CAST(o.transaction_id AS TEXT) FROM orders o
-                   WHERE d.subject = 'order' AND o.id = CAST(d.reference AS INTEGER))
+    WHERE t.id IN ({linked_transactions("d.subject", "d.reference")})
       AND t.created_at > d.last_detected_at
       AND CASE WHEN d.kind = 'missing_debit' THEN t.amount_cents < 0 ELSE t.amount_cents > 0 END
       AND d.kind IN ('missing_refund', 'duplicate_debit', 'missing_debit')"""

@@ -134,12 +134,25 @@ def _of_kind(kind: str) -> str:
     return "key LIKE ?"
 
 
-def held(db: Database, kind: str) -> list[dict]:
-    """The records of one kind held now: key, reason, raw (JSON text), day, first and last seen."""
+def held(db: Database, kind: str, *, day: str | None = None) -> list[dict]:
+    """The records of one kind held now: key, reason, raw (JSON text), day, first and last seen; with `day`,
+    those of that day and those whose day is unknown (listed in every day's report, as there)."""
+    params: tuple = () if kind == "transaction" else (f"{kind}:%",)
+    on_day = ""
+    if day is not None:
+        on_day, params = " AND (day = ? OR day IS NULL)", params + (day,)
     cursor = db.execute("SELECT key, reason, raw, day, first_seen_at, last_seen_at FROM transaction_quarantine"
-                        f" WHERE {_of_kind(kind)} ORDER BY key", () if kind == "transaction" else (f"{kind}:%",))
+                        f" WHERE {_of_kind(kind)}{on_day} ORDER BY key", params)
     names = [c[0] for c in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def held_entry(db: Database, key: str) -> dict | None:
+    """One held record by its key (`transaction:<id>`, ...), as `held` gives it, or None."""
+    cursor = db.execute("SELECT key, reason, raw, day, first_seen_at, last_seen_at FROM transaction_quarantine"
+                        " WHERE key = ?", (key,))
+    row = cursor.fetchone()
+    return None if row is None else dict(zip([c[0] for c in cursor.description], row))
 
 
 def held_ids(db: Database, kind: str) -> set[int]:

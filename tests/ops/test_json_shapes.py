@@ -23,9 +23,10 @@ from tests.worker.worker_helpers import mobile
 ONE_OBJECT = {("keys", "status"), ("orders", "create"), ("orders", "show"), ("orders", "sync"), ("recharges", "locate"),
               ("recharges", "show"), ("recharges", "submit"), ("report",), ("status",), ("webhooks", "delete"),
               ("webhooks", "register"), ("webhooks", "retry"), ("webhooks", "stats"), ("webhooks", "test"),
-              ("webhooks", "update")}
+              ("webhooks", "update"), ("transactions", "show")}
 LISTING = {("config",), ("drifts", "history"), ("drifts", "list"), ("events", "list"), ("orders", "list"),
-           ("recharges", "list"), ("vouchers",), ("webhooks", "deliveries"), ("webhooks", "list"), ("worker",)}
+           ("recharges", "list"), ("vouchers",), ("webhooks", "deliveries"), ("webhooks", "list"), ("worker",),
+           ("transactions", "list")}
 
 
 def test_every_command_with_a_format_is_in_one_table():
@@ -75,6 +76,9 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     assert synced.exit_code == 0, synced.output
     run("report", "--date", today)
     run("drifts", "list")
+    debits = run("transactions", "list", "--date", today)
+    assert {t["type"] for t in debits} >= {"RECHARGE", "ORDER"}
+    run("transactions", "show", debits[-1]["id"])
     run("webhooks", "delete", "1")
 
     not_run = {("drifts", "history"), ("worker",)}  # need a drift / run every job: their own tests

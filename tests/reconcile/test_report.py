@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
+import os
 import re
 from pathlib import Path
 from datetime import timedelta
@@ -15,7 +17,7 @@ from freezegun import freeze_time
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.config import load_config
 from partnerkit.store.drifts import set_resolution
-from reconcile.jobs import current_report, report_day, report_filename
+from reconcile.jobs import REPORT_FORMATS, current_report, report_day, report_filename, write_report_files
 from reconcile.report import DRIFT_FIELDS, chart_bars, grouped, render_csv, render_html, render_json
 
 MONEY = re.compile(r"^-?\d+\.\d{2}$")
@@ -75,6 +77,62 @@ def test_json_round_trips_and_is_written_as_files(report, config):
     names = sorted(p.name for p in config.report_dir.iterdir())
     assert names == [report_filename("2025-03-14", f) for f in ("csv", "html", "json")]
     assert json.loads((config.report_dir / report_filename("2025-03-14", "json")).read_text()) == report
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    """Every entry of the report directory (hidden temp files included), a file's bytes or b"<dir>"."""
+    return {p.name: b"<dir>" if p.is_dir() else p.read_bytes() for p in directory.iterdir()}
+
+
+@pytest.fixture
+def later(db, config, report):
+    """A second run's report of the same day (another generated_at), its files not written yet."""
+    return report_day(config, db, DAY, now=RUN + timedelta(hours=1), save=False, files=False)
+
+
+def test_the_three_files_are_renamed_into_place_json_last_each_with_the_run_s_generated_at(config, report, later):
+    assert [p.name for p in write_report_files(config.report_dir, later)] == [
+        report_filename("2025-03-14", f) for f in ("json", "csv", "html")]
+    assert REPORT_FORMATS == ("html", "csv", "json")  # the CSV, without a generated_at, between the two with one
+    files = _files(config.report_dir)
+    assert set(files) == {report_filename("2025-03-14", f) for f in ("json", "csv", "html")}
+    assert json.loads(files[report_filename("2025-03-14", "json")])["generated_at"] == "2025-03-15T03:00:00Z"
+    assert b"Generated 2025-03-15T03:00:00Z by partnerkit" in files[report_filename("2025-03-14", "html")]
+
+
+def test_a_second_file_that_cannot_be_put_in_place_leaves_the_previous_set_untouched(config, report, later):
+    """The CSV's name is taken by a directory (a real OS refusal: rename onto a directory fails): nothing
+    is renamed, not even the JSON and HTML written before it, and no temp file is left behind."""
+    csv_path = config.report_dir / report_filename("2025-03-14", "csv")
+    csv_path.unlink()
+    csv_path.mkdir()
+    before = _files(config.report_dir)
+    with pytest.raises(IsADirectoryError) as info:
+        write_report_files(config.report_dir, later)
+    assert info.value.filename == str(csv_path)
+    assert _files(config.report_dir) == before
+    assert json.loads(before[report_filename("2025-03-14", "json")])["generated_at"] == report["generated_at"]
+
+
+def test_a_disk_full_while_writing_the_second_file_leaves_the_previous_set_untouched(db, ledger, tmp_path):
+    """A real full filesystem (a tmpfs, root only): the HTML's temp file fits, the CSV's does not."""
+    from tests.reliability.storage_faults import fill, tiny_filesystem
+
+    reports = tmp_path / "reports"
+    config = load_config(environ={"PARTNERKIT_DB": str(tmp_path / "partnerkit.db"), "PARTNERKIT_REPORT_DIR": str(reports)})
+    ledger.recharge()  # missing_debit: the CSV has a row
+    with tiny_filesystem(reports, "1m"):
+        report_day(config, db, DAY, now=RUN)
+        before = _files(reports)
+        later = report_day(config, db, DAY, now=RUN + timedelta(hours=1), save=False, files=False)
+        filler = fill(reports)
+        pages = -(-len(render_html(later).encode()) // 4096)  # what the HTML's temp file takes, no more
+        os.truncate(filler, filler.stat().st_size - pages * 4096)
+        with pytest.raises(OSError) as info:
+            write_report_files(reports, later)
+        after = _files(reports)
+    assert info.value.errno == errno.ENOSPC
+    assert {k: v for k, v in after.items() if k != filler.name} == before
 
 
 def test_csv_is_the_drift_table(report):

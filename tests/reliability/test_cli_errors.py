@@ -80,6 +80,8 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("sandbox",): ["--port", "0"],
         ("serve",): ["--bind", f"127.0.0.1:{closed_port()}", "--workers", "1"],
         ("status",): [],
+        ("transactions", "list"): ["--date", "2024-05-01"],
+        ("transactions", "show"): ["424242"],
         ("vouchers",): ["424242"],
         ("webhooks", "delete"): ["424242"],
         ("webhooks", "deliveries"): [],
@@ -384,6 +386,11 @@ def test_a_database_path_that_is_not_a_database(db, tmp_path):
     (["drifts", "resolve", "d-unknown", "--note", "n"], "no drift with id 'd-unknown'"),
     (["drifts", "escalate", "d-unknown", "--note", "n"], "no drift with id 'd-unknown'"),
     (["drifts", "history", "d-unknown"], "no drift with id 'd-unknown'"),
+    (["transactions", "show", "424242"], "no transaction with id '424242' is stored or quarantined"),
+    (["transactions", "show", " "], "no transaction with id ' ' is stored or quarantined"),
+    # A day no sync has read: said so, never an empty list that reads as "no transactions".
+    (["transactions", "list", "--date", "2024-05-01", "--format", "json"], "no sync has read the wallet transactions"),
+    (["transactions", "list", "--date", "2024-05-01", "--quarantined"], "no sync has read the wallet transactions"),
 ])
 def test_unknown_ids_are_one_line_with_exit_1(args, match, tmp_path):
     existing_database(tmp_path)  # an id unknown to a database that exists (finance's commands refuse a missing one)
@@ -421,6 +428,12 @@ def test_an_unreachable_provider_is_one_line_with_exit_1(tmp_path):
     (["orders", "sync", "--since", "yesterday"], 2, "not an ISO 8601 timestamp"),
     (["orders", "sync", "--since", "9999-12-31T23:59:59-23:00"], 2, "out of range"),
     (["webhooks", "update", "424242"], 2, "give at least one of --name, --url, --events, --active/--inactive"),
+    (["transactions", "list"], 2, "give --date YYYY-MM-DD, or --reference / --order"),
+    (["transactions", "list", "--type", "ORDER"], 2, "give --date YYYY-MM-DD, or --reference / --order"),
+    (["transactions", "list", "--date", "2024-05-01", "--quarantined", "--order", "7"], 2, "cannot be combined"),
+    (["transactions", "list", "--date", "2024-05-01", "--type", " "], 2, "must not be empty"),
+    (["transactions", "list", "--reference", ""], 2, "must not be empty"),
+    (["transactions", "list", "--date", "2999-12-31"], 2, "is in the future"),
 ])
 def test_bad_values_are_one_line(args, code, match, tmp_path):
     result = run_in_process(args, environment(tmp_path))
