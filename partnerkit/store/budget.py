@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
+import sqlite3
 import time
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Callable, Mapping, Sequence
 
-from partnerkit.errors import BudgetExhausted
+from partnerkit.errors import BudgetExhausted, StorageError
 from partnerkit.store.db import Database, open_db, transaction
 
 GENERAL = "general"
@@ -205,7 +205,6 @@ class Budget:
         self._limits = dict(limits or {GENERAL: Limit(1000, 3600.0), ORDER_CREATE: Limit(100, 60.0)})
         self._clock = clock
         self._sleep = sleep
-        self._lock = threading.Lock()  # one connection, many threads: one transaction at a time
 
     @classmethod
     def from_config(cls, config, db: Database | None = None, **kwargs) -> "Budget":
@@ -266,7 +265,7 @@ class Budget:
 
         The request must fit its class and every class it also spends (`ALSO_SPENDS`), checked and
         taken in this one transaction: two processes can never both take the last one of either."""
-        with self._lock, transaction(self._db) as conn:
+        with transaction(self._db) as conn:
             now = self._now()
             waits = []
             for spent in (budget_class, *ALSO_SPENDS.get(budget_class, ())):
@@ -340,7 +339,7 @@ class Budget:
         window = self.limit(ticket.budget_class).window_s
         wait = seconds_until_reset(reset, now=now, window_s=window)
         until = now + (window if wait is None else wait)  # no reset given: trust the figure for a whole window
-        with self._lock, transaction(self._db) as conn:
+        with transaction(self._db) as conn:
             conn.execute(
                 "INSERT INTO budget_state (key_hash, class, provider_limit, provider_remaining, provider_after_id,"
                 " provider_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -370,7 +369,7 @@ class Budget:
         a block of `general` also holds order creation, which spends one of it (`ALSO_SPENDS`)."""
         now = self._now()
         until = now + self.block_seconds(budget_class, retry_after)
-        with self._lock, transaction(self._db) as conn:
+        with transaction(self._db) as conn:
             conn.execute(
                 "INSERT INTO budget_state (key_hash, class, blocked_until, updated_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (key_hash, class) DO UPDATE SET"
@@ -382,7 +381,7 @@ class Budget:
 
     def refused(self, *, status: int, message: str | None, method: str, path: str, purpose: str) -> None:
         """The provider refused this key's credentials (HTTP 401): kept until a call is accepted again."""
-        with self._lock, transaction(self._db) as conn:
+        with transaction(self._db) as conn:
             conn.execute(
                 "INSERT INTO provider_refusals (key_hash, status, message, method, path, purpose, at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key_hash) DO UPDATE SET status = excluded.status,"
@@ -393,11 +392,15 @@ class Budget:
     def accepted(self) -> None:
         """A call with this key was answered 2xx: forget an earlier refusal (by any process).
 
-        Called after every answered call, so it reads first: a write only when there is one to forget."""
-        with self._lock:
-            if self._db.execute("SELECT 1 FROM provider_refusals WHERE key_hash = ?", (self._key,)).fetchone():
-                with transaction(self._db) as conn:
-                    conn.execute("DELETE FROM provider_refusals WHERE key_hash = ?", (self._key,))
+        Called after every answered call, so it reads first: a write only when there is one to forget.
+        (Threads sharing the database handle take turns in `transaction()`, which holds the handle's lock.)"""
+        try:
+            standing = self._db.execute("SELECT 1 FROM provider_refusals WHERE key_hash = ?", (self._key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot read the provider's refusals: {exc}") from exc
+        if standing:
+            with transaction(self._db) as conn:
+                conn.execute("DELETE FROM provider_refusals WHERE key_hash = ?", (self._key,))
 
     def refusal(self) -> dict | None:
         """The provider's latest refusal of this key still standing (status, message, method, path,
@@ -410,7 +413,7 @@ class Budget:
         """Per class: limit, used, remaining (after provider tightening), blocked_until, used by purpose."""
         report: dict[str, dict] = {}
         now = self._now()
-        with self._lock, transaction(self._db) as conn:
+        with transaction(self._db) as conn:
             for budget_class, limit in self._limits.items():
                 rows = conn.execute(
                     "SELECT purpose, COUNT(*) FROM budget_events WHERE key_hash = ? AND class = ? AND at > ?"

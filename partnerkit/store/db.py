@@ -7,6 +7,16 @@ connection's busy timeout (in short steps on a `short_lock_waits` connection: `_
 Do not call sqlite-utils' insert/upsert helpers inside `transaction()`: they wrap their work in
 `with conn:`, which would commit our transaction half-way. Inside a transaction, use
 `db.execute()` with SQL kept in the store modules.
+
+A handle (what `connect`/`open_db` return) may be shared by threads: its connection is opened with
+check_same_thread=False, and every transaction on it (`transaction()`, and the raw BEGINs of
+`migrate` and the readiness probe, through `holding()`) holds a lock owned by the handle from BEGIN
+to COMMIT, so one thread's transaction never interleaves with another's (their statements would
+otherwise all land in whichever transaction was open, and a second BEGIN fails with "cannot start a
+transaction within a transaction"). Threads sharing a handle therefore wait for each other's
+transactions, and a plain read on it while another thread's transaction is open sees that
+transaction's uncommitted rows (one connection, one transaction). One handle per thread is the
+fast way, and what the receiver and the worker do (docs/internals.md).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +41,8 @@ BUSY_TIMEOUT_MS = 5000
 # _LONGEST_PAUSE_S, until the connection's busy timeout; see _begin_immediate.
 _FIRST_PAUSE_S = 0.00005
 _LONGEST_PAUSE_S = 0.002
+# Guards the one-time creation of a lock for a handle not made by `connect` (see _lock_of).
+_NEW_LOCK = threading.Lock()
 
 
 def _create_private(path: Path) -> None:
@@ -120,6 +133,8 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot open database {str(file)!r}: {_open_failure(file, exc)}") from exc
     db = sqlite_utils.Database(conn)
+    db._pk_lock = threading.RLock()  # the handle's transaction lock (module docstring; _lock_of)
+    db._pk_owner = None  # the thread whose transaction is open on the handle, if any
     if short_lock_waits:
         try:
             conn.execute("PRAGMA busy_timeout = 0")
@@ -174,33 +189,78 @@ def _begin_immediate(db: Database) -> None:
             pause = min(pause * 2, _LONGEST_PAUSE_S)
 
 
+def _lock_of(db: Database) -> threading.RLock:
+    """The handle's transaction lock; made once for a handle `connect` did not make (a fork's own
+    sqlite_utils.Database). Re-entrant: a thread that opens a transaction inside its own gets
+    SQLite's "within a transaction" error, as before, rather than waiting for itself for ever."""
+    lock = getattr(db, "_pk_lock", None)
+    if lock is None:
+        with _NEW_LOCK:
+            lock = getattr(db, "_pk_lock", None)
+            if lock is None:
+                lock = db._pk_lock = threading.RLock()
+    return lock
+
+
+@contextmanager
+def holding(db: Database) -> Iterator[sqlite3.Connection]:
+    """Hold the handle's transaction lock for a BEGIN ... COMMIT run by hand (migrations, the readiness
+    probe): no other thread's transaction on the handle runs meanwhile. `transaction()` does this itself."""
+    lock = _lock_of(db)
+    with lock:
+        outer, db._pk_owner = getattr(db, "_pk_owner", None), threading.get_ident()
+        try:
+            yield db.conn
+        finally:
+            db._pk_owner = outer
+
+
+def in_transaction(db: Database) -> bool:
+    """True when the calling thread has a transaction open on the handle: a store function joins it
+    rather than opening its own. Another thread's open transaction is not the caller's (its own
+    `transaction()` waits for that one to end)."""
+    if not db.conn.in_transaction:
+        return False
+    owner = getattr(db, "_pk_owner", None)
+    return owner is None or owner == threading.get_ident()  # None: a BEGIN issued by hand, the caller's
+
+
 @contextmanager
 def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Connection]:
-    """BEGIN (IMMEDIATE) ... COMMIT, rolled back on any exception; sqlite3 errors become StorageError."""
+    """BEGIN (IMMEDIATE) ... COMMIT, rolled back on any exception; sqlite3 errors become StorageError.
+
+    Holds the handle's lock from BEGIN to COMMIT: threads sharing one handle take turns (module docstring)."""
     conn = db.conn
+    lock = _lock_of(db)
+    lock.acquire()
+    outer, db._pk_owner = getattr(db, "_pk_owner", None), threading.get_ident()
     try:
-        if immediate:
-            _begin_immediate(db)
-        else:
-            conn.execute("BEGIN")
-    except sqlite3.Error as exc:
-        raise StorageError(f"cannot start a transaction: {exc}") from exc
-    try:
-        yield conn
-    except BaseException as exc:
         try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-        if isinstance(exc, sqlite3.Error):
-            raise StorageError(f"database write failed: {exc}") from exc
-        raise
-    else:
-        try:
-            conn.execute("COMMIT")
+            if immediate:
+                _begin_immediate(db)
+            else:
+                conn.execute("BEGIN")
         except sqlite3.Error as exc:
+            raise StorageError(f"cannot start a transaction: {exc}") from exc
+        try:
+            yield conn
+        except BaseException as exc:
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            raise StorageError(f"database commit failed: {exc}") from exc
+            if isinstance(exc, sqlite3.Error):
+                raise StorageError(f"database write failed: {exc}") from exc
+            raise
+        else:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise StorageError(f"database commit failed: {exc}") from exc
+    finally:
+        db._pk_owner = outer
+        lock.release()

@@ -20,7 +20,7 @@ from sqlite_utils import Database
 from partnerkit.errors import StorageError
 from partnerkit.money import cents
 from partnerkit.store import jobs, orders
-from partnerkit.store.db import transaction
+from partnerkit.store.db import holding, transaction
 from partnerkit.store.jobs import stamp
 
 SEALED_PREFIX = b"v1"  # partnerkit.crypto.VERSION, which the store cannot import (crypto imports the store)
@@ -200,16 +200,16 @@ def probe_write(db: Database) -> None:
 
     Committed, not rolled back: a rolled-back write never reaches the WAL, so a full disk would
     pass the probe while every webhook got 503."""
-    conn = db.conn
-    try:
-        conn.execute("BEGIN IMMEDIATE")
+    with holding(db) as conn:  # a handle shared by threads: no other thread's transaction in between
         try:
-            conn.execute("INSERT INTO counters (name, value) VALUES ('readyz.probe', 1) "
-                         "ON CONFLICT (name) DO UPDATE SET value = value + 1")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    except sqlite3.Error as exc:
-        raise StorageError(f"database is not writable: {exc}") from exc
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT INTO counters (name, value) VALUES ('readyz.probe', 1) "
+                             "ON CONFLICT (name) DO UPDATE SET value = value + 1")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"database is not writable: {exc}") from exc

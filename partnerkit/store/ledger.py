@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 from partnerkit.errors import StorageError
-from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, transaction
+from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, in_transaction, transaction
 from partnerkit.store.matching import linked_transactions
 
 ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
@@ -25,7 +25,7 @@ _REFRESH = ", ".join([f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "
 
 
 def _in_transaction(db: Database, work) -> Any:
-    if db.conn.in_transaction:
+    if in_transaction(db):  # this thread's own transaction (not another thread's on a shared handle)
         return work(db.conn)
     with transaction(db) as conn:
         return work(conn)

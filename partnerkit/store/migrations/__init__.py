@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sqlite_utils import Database
 
 from partnerkit.errors import StorageError
+from partnerkit.store.db import holding
 
 
 @dataclass(frozen=True)
@@ -53,18 +54,19 @@ def migrate(db: Database) -> int:
     for migration in migrations:
         if current_version(db) >= migration.version:
             continue
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            # Another process may have applied it while we waited for the lock.
-            if current_version(db) < migration.version:
-                for statement in migration.statements:
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {migration.version}")
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise StorageError(f"migration {migration.version} ({migration.name}) failed: {exc}") from exc
+        with holding(db):  # a handle shared by threads: no other thread's transaction in between
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                # Another process may have applied it while we waited for the lock.
+                if current_version(db) < migration.version:
+                    for statement in migration.statements:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {migration.version}")
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StorageError(f"migration {migration.version} ({migration.name}) failed: {exc}") from exc
     latest = migrations[-1].version if migrations else 0
     version = current_version(db)
     if version > latest:
