@@ -41,7 +41,8 @@
     │                                            UNKNOWN or INTENT; `held` names each (replay its
     │                                            key, or force=True / --force for another order)
     ├── VerificationError             a webhook failed verification; `reason` says which check
-    └── StorageError                  the SQLite store cannot be read or written
+    └── StorageError                  the SQLite store cannot be read or written; raised by the
+                                      client before a request left, `request_sent` is False
 
 The four classes named with their module live beside the code that raises them, which owns their
 checks (partnerkit never imports reconcile).
@@ -239,18 +240,33 @@ class VerificationError(PartnerKitError):
 class StorageError(PartnerKitError):
     """The SQLite store could not be read or written (locked, read-only, disk full)."""
 
+    # False when the client raised it before the request left (the budget could not be taken): a write
+    # it stopped did not happen. None otherwise: raised while a write was in flight, its outcome is unknown.
+    request_sent: bool | None = None
+
 
 def is_ambiguous(exc: BaseException) -> bool:
     """True when a write (recharge submit, order creation) may have taken effect although no usable
     answer came back: replay its Idempotency-Key or locate it, never send it again with a new key.
 
-    A timeout or a connection lost after sending, a 5xx (Errors, "Recharge submit", 500: "check for
-    a created recharge ... before re-sending"; "Order creation", 500 "Failed to create order"), or a
-    2xx that cannot be read. Not: a connection never established, a 503 with the document's
-    "temporarily unavailable/paused" message (nothing was done), any 4xx, an empty local budget.
+    Definite (False) only when nothing was sent or the provider's answer says nothing was done: a
+    connection never established, an empty local budget, a local error raised before the request
+    left (`request_sent = False`: the client marks a StorageError taking the budget so), a 503 with
+    the document's "temporarily unavailable/paused" message, any 4xx, a replay of another request's
+    key. Anything else raised while the write was in flight may have taken effect: a timeout or a
+    connection lost after sending, a 5xx (Errors, "Recharge submit", 500: "check for a created
+    recharge ... before re-sending"; "Order creation", 500 "Failed to create order"), a 2xx that
+    cannot be read, and a local error after the request left (a StorageError: the database locked
+    while the answer was on its way), which says nothing of what the provider did.
     """
+    if getattr(exc, "request_sent", None) is False:
+        return False  # it never left (a TransportError before connecting, a budget the store could not take)
     if isinstance(exc, TransportError):
-        return bool(getattr(exc, "request_sent", True))  # connection refused: it never left
+        return True  # sent, and no answer
     if isinstance(exc, RechargeUnavailable):
         return False  # 503 with the document's message: nothing was done
-    return isinstance(exc, (ServerError, MalformedResponse))
+    if isinstance(exc, (ServerError, MalformedResponse)):
+        return True
+    if isinstance(exc, (ApiStatusError, BudgetExhausted, ReplayMismatch)):
+        return False  # the provider's refusal, or nothing sent
+    return True  # a local error while the write was in flight: its outcome is unknown

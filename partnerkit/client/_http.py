@@ -163,6 +163,7 @@ class Transport:
         self.timeout = (timeout, timeout)  # connect, read
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        self._books_failing = False  # a budget write after an answer failed, not logged again until one succeeds
 
     def __repr__(self) -> str:
         return f"Transport(base_url={self.base_url!r})"
@@ -210,9 +211,15 @@ class Transport:
         attempt = 0
         while True:
             attempt += 1
-            ticket = self.budget.acquire(budget_class, purpose=spend.purpose, wait=spend.wait,
-                                         max_wait=spend.max_wait, keep_free=spend.keep_free,
-                                         own_cap=spend.own_cap)
+            try:
+                ticket = self.budget.acquire(budget_class, purpose=spend.purpose, wait=spend.wait,
+                                             max_wait=spend.max_wait, keep_free=spend.keep_free,
+                                             own_cap=spend.own_cap)
+            except errors.StorageError as exc:
+                # Raised before this attempt left, and a write's earlier attempt is re-sent only when it
+                # proved nothing was done: nothing can have taken effect (errors.is_ambiguous reads this).
+                exc.request_sent = False
+                raise
             if signed:
                 headers.update(signature_headers(self._api_secret, method, urlsplit(url).path, content))
             log.debug("%s %s attempt %d", method, path, attempt)
@@ -231,9 +238,11 @@ class Transport:
                 # The block below alone says when the class reopens. A 429's Remaining (0) without
                 # a Reset would be trusted for a whole window and outlast the provider's Retry-After.
                 rate["remaining"] = None
-            self.budget.observe(ticket, **rate)
+            # From here the provider has answered: the budget's bookkeeping never replaces its answer.
+            self._keep_books(method, path, lambda: self.budget.observe(ticket, **rate),
+                             writes=rate["limit"] is not None or rate["remaining"] is not None)
             if 200 <= resp.status_code < 300:
-                self.budget.accepted()
+                self._keep_books(method, path, self.budget.accepted, writes=False)
                 try:
                     return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
                 except errors.MalformedResponse:
@@ -250,7 +259,8 @@ class Transport:
                 said = err.message or ""
                 for secret in filter(None, (self._api_secret, self._api_key)):  # never replace ""
                     said = said.replace(secret, "***")
-                self.budget.refused(status=401, message=said, method=method, path=path, purpose=spend.purpose)
+                self._keep_books(method, path, lambda: self.budget.refused(
+                    status=401, message=said, method=method, path=path, purpose=spend.purpose))
             if err.status == 429:
                 if err.retry_after is None:
                     # Errors, "Other" promises Retry-After on a 429; without it X-RateLimit-Reset
@@ -261,11 +271,37 @@ class Transport:
                     # The same rule for Retry-After: at most one window of the class (an hour, a
                     # minute), so the error, the sleep and every process's block say the same.
                     err.retry_after = self.budget.block_seconds(budget_class, err.retry_after)
-                self.budget.block(budget_class, err.retry_after)
+                self._keep_books(method, path, lambda: self.budget.block(budget_class, err.retry_after))
             if not self._should_retry(err, repeatable, attempt, attempts, spend):
                 raise err
             log.info("%s %s: HTTP %d; retrying (attempt %d)", method, path, err.status, attempt)
             self.sleep(self.retry.interval(attempt, err.retry_after))
+
+    def _keep_books(self, method: str, path: str, write: Callable[[], object], *, writes: bool = True) -> None:
+        """Run one of the budget's writes about an answer already received; a database that cannot take
+        it (locked past its busy timeout, full, a read-only file) is logged once per episode, not per
+        call, and the answer is returned (or its error raised) all the same.
+
+        Dropping the write never lets a request go uncounted: each one was reserved in the budget's
+        log before it was sent (`acquire`), and the sliding window counts that. What is lost, until a
+        later answer's write gets through: the provider's X-RateLimit figures (the local count alone
+        then stands; a provider that counts more, such as another system on the key, answers 429 a
+        little sooner), a 429's block (other processes send until they meet their own 429, and this
+        caller still gets RateLimited with its retry_after), and a 401's record or its clearing
+        (`partnerkit status` shows the key's refusal late, or until a later answer clears it)."""
+        try:
+            write()
+        except errors.StorageError as exc:
+            if not self._books_failing:
+                self._books_failing = True
+                log.warning("%s %s: the request budget's bookkeeping could not be written (%s); the provider's "
+                            "answer is used all the same, and each request is still counted (reserved before it was "
+                            "sent), but its X-RateLimit figures, 429 blocks and 401 records are missed until the "
+                            "database takes writes again", method, path, exc)
+            return
+        if writes and self._books_failing:
+            self._books_failing = False
+            log.info("the request budget's bookkeeping is written again")
 
     def _should_retry(self, err: errors.ApiStatusError, repeatable: bool, attempt: int, attempts: int,
                       spend: Spend) -> bool:
