@@ -12,12 +12,15 @@ created, and its answer can be lost after that: so, as a recharge submit does
    refs unique ("Duplicate reference code"): once an order carries the ref, no second one can;
 3. sends once and stores the answer (the order, its vouchers encrypted, a voucher fetch for any
    still missing) with the intent PLACED, in one transaction. A definite refusal (a 4xx, no budget,
-   a connection never made) leaves it REFUSED: nothing was placed;
+   a connection never made, nothing sent) leaves it REFUSED: nothing was placed. An answer the store
+   cannot take (the database locked past its busy timeout) leaves the intent open (UNKNOWN), never
+   REFUSED: the order exists, and its replay or the catch-up stores it;
 4. on an ambiguous failure (`partnerkit.errors.is_ambiguous`: a timeout or reset after sending, a
-   5xx, a 2xx that cannot be read) replays the same key once: "a retry with the same
-   Idempotency-Key within 24 hours replays the original response". Still no answer: the intent is
-   UNKNOWN, and the outcome names the key, the ref and the command that replays it. The order
-   catch-up (`partnerkit.vouchers.catch_up_orders`) links it to the listed order carrying its ref.
+   5xx, a 2xx that cannot be read, a local error once the request left) replays the same key once:
+   "a retry with the same Idempotency-Key within 24 hours replays the original response". Still no
+   answer: the intent is UNKNOWN, and the outcome names the key, the ref and the command that
+   replays it. The order catch-up (`partnerkit.vouchers.catch_up_orders`) links it to the listed
+   order carrying its ref.
 
 A new order (no key, a key never recorded, or a REFUSED intent's) is refused before anything is sent
 (`UnresolvedOrder`) while an earlier order of the same product, denomination, quantity and wallet
@@ -124,7 +127,8 @@ class OrderOutcome:
     """What placing (or resuming) one order established.
 
     `state` is the intent's: PLACED (`order_id`, `status`, `amount` are the order's) or UNKNOWN (the
-    answer was lost: replay `idempotency_key`, as `replay_command` says). A refusal is raised."""
+    answer was lost: replay `idempotency_key`, as `replay_command` says; or it came but could not be
+    stored: `order_id`, `amount` and `created` are the answer's). A refusal is raised."""
 
     intent_id: int
     state: str
@@ -246,7 +250,7 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
     except errors.PartnerKitError as exc:
         if not is_ambiguous(exc):
             return _not_placed(db, intent, request, exc, may_exist=may_exist, resumed=resumed)
-        order_intents.mark_unknown(db, intent["id"], str(exc), utcnow())
+        _keep_open(db, intent, str(exc))
         log.warning("order intent #%s: the answer was lost (%s); replaying its Idempotency-Key",
                     intent["id"], exc, extra={"intent_id": intent["id"], "ref": intent["ref"]})
         try:
@@ -254,10 +258,32 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
         except errors.PartnerKitError as again:
             if not is_ambiguous(again):
                 return _not_placed(db, intent, request, again, may_exist=True, resumed=resumed)
-            order_intents.mark_unknown(db, intent["id"], f"{exc}; its replay: {again}", utcnow())
+            _keep_open(db, intent, f"{exc}; its replay: {again}")
             return _unknown(db, intent, request, f"the answer was lost ({exc}) and so was its replay's ({again})",
                             resumed=resumed)
     return _placed(db, cipher, intent, request, created, resumed=resumed)
+
+
+def _keep_open(db: Database, intent: dict, why: str) -> None:
+    """Mark the intent UNKNOWN after a send whose outcome is not known. A database that cannot take it
+    leaves the intent INTENT, open all the same: held against a second order, replayed by its key and
+    linked by the order catch-up alike. So the mark never replaces what the caller is told."""
+    try:
+        order_intents.mark_unknown(db, intent["id"], why, utcnow())
+    except errors.StorageError as exc:
+        log.warning("order intent #%s stays INTENT, not marked UNKNOWN (%s); it is open either way",
+                    intent["id"], exc, extra={"intent_id": intent["id"], "ref": intent["ref"]})
+
+
+def _refuse(db: Database, intent: dict, why: str) -> None:
+    """Mark the intent REFUSED: nothing was placed for it. A database that cannot take it leaves the intent
+    open (INTENT or UNKNOWN), which only holds back the same order until its replay or the catch-up settles
+    it; the caller hears the refusal all the same, not the database."""
+    try:
+        order_intents.mark_refused(db, intent["id"], why, utcnow())
+    except errors.StorageError as exc:
+        log.warning("order intent #%s was refused (%s) but stays open: %s", intent["id"], why, exc,
+                    extra={"intent_id": intent["id"], "ref": intent["ref"]})
 
 
 def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None, *, force: bool) -> tuple[dict, bool]:
@@ -302,7 +328,7 @@ def _send(db: Database, client: Any, intent: dict) -> Any:
     except errors.PartnerKitError:
         raise
     except BaseException:
-        order_intents.mark_unknown(db, intent["id"], "interrupted while sending", utcnow())
+        _keep_open(db, intent, "interrupted while sending")
         raise
 
 
@@ -318,31 +344,53 @@ def _placed(db: Database, cipher: Cipher, intent: dict, request: OrderRequest, c
     now = utcnow()
     sealed = [seal(cipher, created.id, v) for v in created.vouchers]
     status = created.status.upper()
-    with transaction(db) as conn:
-        orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
-                     transaction_id=created.transaction_id, product_id=created.product_id, quantity=created.quantity,
-                     amount_cents=cents(created.amount), denomination_cents=cents(created.denomination),
-                     discount_cents=cents(created.discount), email=request.email if not differ else None,
-                     placed_at=stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None,
-                     delivered_quantity=len(sealed) if status in orders.DELIVERING else None)
-        voucher_store.add(conn, created.id, sealed, now=now)
-        stored = voucher_store.count(conn, created.id)
-        if status in orders.DELIVERING and stored < created.quantity:
-            jobs.queue(conn, created.id, now=now, expected_status=status, expected_count=created.quantity)
-        if not differ:
-            order_intents.mark_placed(conn, intent["id"], created.id, now)
+    try:
+        with transaction(db) as conn:
+            orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
+                         transaction_id=created.transaction_id, product_id=created.product_id,
+                         quantity=created.quantity, amount_cents=cents(created.amount),
+                         denomination_cents=cents(created.denomination), discount_cents=cents(created.discount),
+                         email=request.email if not differ else None,
+                         placed_at=stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None,
+                         delivered_quantity=len(sealed) if status in orders.DELIVERING else None)
+            voucher_store.add(conn, created.id, sealed, now=now)
+            stored = voucher_store.count(conn, created.id)
+            if status in orders.DELIVERING and stored < created.quantity:
+                jobs.queue(conn, created.id, now=now, expected_status=status, expected_count=created.quantity)
+            if not differ:
+                order_intents.mark_placed(conn, intent["id"], created.id, now)
+    except errors.StorageError as exc:
+        if differ:
+            raise  # another order's answer: nothing was placed for this request (ReplayMismatch below)
+        return _unstored(db, intent, request, created, exc, resumed=resumed)
     if differ:
         message = (f"Idempotency-Key {intent['idempotency_key']} belongs to order {created.id} "
                    f"({answered.describe()}), not to this request ({request.describe()}: {', '.join(differ)} differ): "
                    "the provider replayed that order's answer and placed nothing for this request; run it without "
                    "--idempotency-key to place it")
-        order_intents.mark_refused(db, intent["id"], message, now)
+        _refuse(db, intent, message)
         raise errors.ReplayMismatch(message, method="POST", path="/api/v1/orders")
     note = (f"Idempotency-Key {intent['idempotency_key']} replayed ({_name({**intent, 'state': 'PLACED'})}): "
             "the provider's answer is the original order's, no second order was placed." if resumed else "")
     return OrderOutcome(intent["id"], "PLACED", intent["idempotency_key"], created.ref, request, order_id=created.id,
                         status=status, amount=created.amount, vouchers_stored=stored, resumed=resumed, message=note,
                         created=created)
+
+
+def _unstored(db: Database, intent: dict, request: OrderRequest, created: Any, exc: errors.StorageError, *,
+              resumed: bool) -> OrderOutcome:
+    """The provider placed the order and answered, but the store could not take it (locked past its busy
+    timeout, full): nothing of it was stored, so the intent stays open (UNKNOWN, or INTENT if even that
+    mark fails) for its replay or the order catch-up, which store it then. Never REFUSED: the money moved."""
+    log.error("order intent #%s: the provider placed order %s but it could not be stored (%s); the intent stays "
+              "open for its replay or the order catch-up", intent["id"], created.id, exc,
+              extra={"intent_id": intent["id"], "ref": intent["ref"], "order_id": created.id})
+    _keep_open(db, intent, f"order {created.id} was placed but could not be stored: {exc}")
+    outcome = _unknown(db, intent, request, f"the provider placed order {created.id} ({created.status.upper()}, "
+                       f"{fmt(created.amount)}), but it could not be stored here ({exc})", resumed=resumed,
+                       placed=created.id)
+    outcome.order_id, outcome.amount, outcome.created = created.id, created.amount, created
+    return outcome
 
 
 def _from_local(db: Database, intent: dict, request: OrderRequest, *, note: str) -> OrderOutcome:
@@ -357,8 +405,8 @@ def _from_local(db: Database, intent: dict, request: OrderRequest, *, note: str)
 def _unread(exc: errors.PartnerKitError) -> bool:
     """A refusal given before the provider looked at the request (or nothing sent): it says nothing of
     what an earlier send under the same key did."""
-    if isinstance(exc, errors.TransportError):
-        return not exc.request_sent
+    if getattr(exc, "request_sent", None) is False:
+        return True  # never sent: a connection never made, a budget the store could not take
     return isinstance(exc, (errors.BudgetExhausted, errors.RateLimited, errors.Unauthorized))
 
 
@@ -370,31 +418,43 @@ def _not_placed(db: Database, intent: dict, request: OrderRequest, exc: errors.P
     intent stays open. Any other refusal under the same key is the provider's answer to the key,
     which it would have replayed had an order been placed with it ("replays the original response")."""
     if may_exist and _unread(exc):
-        order_intents.mark_unknown(db, intent["id"], f"its replay was not read: {exc}", utcnow())
+        _keep_open(db, intent, f"its replay was not read: {exc}")
         return _unknown(db, intent, request, f"its replay was refused before the provider read it ({exc}), and an "
                         "earlier send may have placed it", resumed=resumed)
     if not (may_exist and isinstance(exc, errors.DuplicateOrderReference)):
-        order_intents.mark_refused(db, intent["id"], str(exc), utcnow())
+        _refuse(db, intent, str(exc))
         raise exc
     # Past the key's 24 hours the provider no longer replays it, but the ref still guards the order.
     local = orders.by_reference(db, intent["ref"])
     if local is not None and (local["product_id"], local["denomination_cents"], local["quantity"]) == (
             intent["product_id"], intent["denomination_cents"], intent["quantity"]):
-        with transaction(db) as conn:
-            order_intents.mark_placed(conn, intent["id"], local["id"], utcnow())
-        linked = order_intents.get(db, intent["id"]) or intent
-        if linked["order_id"] == local["id"]:
-            return _from_local(db, linked, request, note=f"An order with ref {intent['ref']} exists: order {local['id']}, "
-                               "placed by an earlier send of this intent; no second order was placed.")
-    order_intents.mark_unknown(db, intent["id"], f"{exc}: an order with its ref exists", utcnow())
+        try:
+            with transaction(db) as conn:
+                order_intents.mark_placed(conn, intent["id"], local["id"], utcnow())
+        except errors.StorageError as failed:  # still open: the UNKNOWN answer below, and the catch-up links it
+            log.warning("order intent #%s: its order %s could not be linked (%s)", intent["id"], local["id"], failed,
+                        extra={"intent_id": intent["id"], "ref": intent["ref"]})
+        else:
+            linked = order_intents.get(db, intent["id"]) or intent
+            if linked["order_id"] == local["id"]:
+                return _from_local(db, linked, request, note=f"An order with ref {intent['ref']} exists: order "
+                                   f"{local['id']}, placed by an earlier send of this intent; no second order was "
+                                   "placed.")
+    _keep_open(db, intent, f"{exc}: an order with its ref exists")
     return _unknown(db, intent, request, f"the provider answers {exc}: an order with ref {intent['ref']} exists, "
                     "placed by an earlier send of this intent", exists=True, resumed=resumed)
 
 
 def _unknown(db: Database, intent: dict, request: OrderRequest, why: str, *, exists: bool = False,
-             resumed: bool) -> OrderOutcome:
+             resumed: bool, placed: int | None = None) -> OrderOutcome:
     command = replay_command(intent)
-    if exists:
+    if placed is not None:
+        message = (f"Order intent #{intent['id']} stays open (UNKNOWN): {why}. Do NOT order it again without its key. "
+                   f"Once the database takes writes, `{command}` stores it (Idempotency-Key "
+                   f"{intent['idempotency_key']}: the provider replays the original answer, no second order), and "
+                   f"`partnerkit orders sync` (the worker's order catch-up, every 5 minutes) links order {placed} "
+                   f"by its ref {intent['ref']}.")
+    elif exists:
         message = (f"Order intent #{intent['id']}: {why}. `partnerkit orders sync` (and the worker's order "
                    f"catch-up, every 5 minutes) brings that order and links it to this intent. Do NOT order it again "
                    f"without the key (Idempotency-Key {intent['idempotency_key']}, ref {intent['ref']}).")

@@ -27,8 +27,8 @@ from partnerkit.money import from_cents
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
 from partnerkit.timeutil import iso, parse_ts, utcnow
-from reconcile.recharges import (RechargeInputError, SubmitOutcome, SubmitRequest, describe, status_from_answer,
-                                 stored_status, validate_amount, validate_mobile)
+from reconcile.recharges import (RechargeInputError, SubmitOutcome, SubmitRequest, answer_not_stored, describe,
+                                 status_from_answer, stored_status, validate_amount, validate_mobile)
 
 log = logging.getLogger("reconcile.locate")
 
@@ -148,7 +148,11 @@ def _replay_same_key(config: Config, db: Database, client: Any, row: dict, now: 
         status = status_from_answer(result.http_status, result.recharge.status)
     except errors.PartnerKitError as exc:
         search.replay_error, search.replay_ambiguous = str(exc), is_ambiguous(exc)
-        store.note_error(db, row["local_id"], f"locate step 1: {exc}", utcnow())
+        try:
+            store.note_error(db, row["local_id"], f"locate step 1: {exc}", utcnow())
+        except errors.StorageError as failed:  # a note: what locate tells the caller matters more
+            log.warning("local recharge #%s: locate step 1's error could not be noted (%s)", row["local_id"],
+                        failed, extra={"local_id": row["local_id"]})
         return None
     performed = _performed_now(config, row, result.recharge, shown_none=searched and search.shows_none)
     return _link(db, row, result.recharge, status, "idempotency_key", http_status=result.http_status,
@@ -241,18 +245,27 @@ def _search(db: Database, client: Any, row: dict, now: datetime, search: _Search
 def _link(db: Database, row: dict, recharge: Any, status: str, step: str, *, http_status: int | None = None,
           performed: str | None = None, replay_sent: datetime | None = None) -> SubmitOutcome:
     stored = stored_status(status)
-    linked = store.record_response(db, row["local_id"], recharge, status=stored, seen_at=utcnow(),
-                                   http_status=http_status)
+    try:
+        linked = store.record_response(db, row["local_id"], recharge, status=stored, seen_at=utcnow(),
+                                       http_status=http_status)
+    except errors.StorageError as exc:
+        found = "The replay performed it now" if performed else f"Located by {step.replace('_', ' ')}"
+        return answer_not_stored(db, row["local_id"], recharge, stored, exc, http_status=http_status,
+                                 head=f"{found}: ")
     log.info("located local recharge #%s as %s by %s%s", row["local_id"], recharge.id, step,
              " (the replay performed it now)" if performed else "",
              extra={"local_id": row["local_id"], "recharge_id": recharge.id, "located_by": step})
     if performed:
         # Not found: made. Said so, and kept on the row (`recharges show`, last_error) for whoever
         # looks at this number's recharges later.
-        store.note_performed_by_replay(
-            db, row["local_id"], f"the same Idempotency-Key sent again at {iso(replay_sent)} made recharge "
-            f"{recharge.id} ({performed}); the first send never reached the provider", utcnow())
-        linked = store.get(db, row["local_id"]) or linked
+        note = (f"the same Idempotency-Key sent again at {iso(replay_sent)} made recharge {recharge.id} "
+                f"({performed}); the first send never reached the provider")
+        try:
+            store.note_performed_by_replay(db, row["local_id"], note, utcnow())
+            linked = store.get(db, row["local_id"]) or linked
+        except errors.StorageError as failed:  # the recharge is stored; only the note is missing (the message says it)
+            log.warning("local recharge #%s: %s; this note could not be kept on the row (%s)", row["local_id"],
+                        note, failed, extra={"local_id": row["local_id"]})
         head = (f"The replay performed it now ({performed}): the first send never reached the provider, so "
                 f"sending its Idempotency-Key again made the recharge at this moment. ")
     else:

@@ -19,7 +19,7 @@ from typing import Any
 from partnerkit import errors
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
-from partnerkit.money import MoneyError, from_cents, to_decimal
+from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
 from partnerkit.timeutil import utcnow
@@ -187,28 +187,80 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
         result = client.submit_recharge(**request.body(reference), idempotency_key=key)
         status = status_from_answer(result.http_status, result.recharge.status)
     except errors.DuplicateRecharge as exc:
-        store.discard_refused(db, local_id)
+        _discard(db, local_id, exc)
         raise DuplicateSubmit(
             f"a recharge of {request.amount} to {request.mobile_number} was submitted recently; "
             f"if this second recharge is intended, submit again with --force",
             status=409, code=exc.code, trace_id=exc.trace_id, body=exc.body, method=exc.method, path=exc.path) from exc
     except errors.PartnerKitError as exc:
         if not is_ambiguous(exc):
-            store.discard_refused(db, local_id)  # a definite refusal: no recharge exists for this intent
+            _discard(db, local_id, exc)  # a definite refusal: no recharge exists for this intent
             raise
-        store.mark_unknown(db, local_id, str(exc), utcnow())
+        # Any other error once the request left, a local one included (the database locked while the
+        # answer was on its way), says nothing of what the provider did: locate it, never drop it.
+        keep_open(db, local_id, str(exc))
         log.warning("recharge submit #%s outcome unknown (%s); locating it", local_id, exc,
                     extra={"local_id": local_id})
         from reconcile.locate import locate_after_submit  # locate builds on this module
 
         return locate_after_submit(config, db, client, local_id, exc)
     except BaseException:
-        store.mark_unknown(db, local_id, "interrupted while sending", utcnow())
+        keep_open(db, local_id, "interrupted while sending")
         raise
-    row = store.record_response(db, local_id, result.recharge, status=status, seen_at=utcnow(),
-                                http_status=result.http_status)
+    try:
+        row = store.record_response(db, local_id, result.recharge, status=status, seen_at=utcnow(),
+                                    http_status=result.http_status)
+    except errors.StorageError as exc:
+        return answer_not_stored(db, local_id, result.recharge, status, exc, http_status=result.http_status)
     return SubmitOutcome(local_id, status, key, reference, result.http_status, result.recharge,
                          message=describe(row), row=row)
+
+
+def _discard(db: Database, local_id: int, refusal: Exception) -> None:
+    """Remove a definitely refused intent; a database that cannot take it leaves the row open (locate
+    then finds no such recharge), and the caller still hears the refusal, not the database."""
+    try:
+        store.discard_refused(db, local_id)
+    except errors.StorageError as exc:
+        log.warning("recharge submit #%s was refused (%s) but its intent could not be removed (%s); it stays "
+                    "open until `recharges locate` finds no such recharge", local_id, refusal, exc,
+                    extra={"local_id": local_id})
+
+
+def keep_open(db: Database, local_id: int, why: str) -> None:
+    """Mark a row UNKNOWN after a send whose outcome is not known. A database that cannot take it leaves
+    the row INTENT: open all the same for locate and the sync (both read INTENT and UNKNOWN rows), so
+    the mark never replaces what the caller is told."""
+    try:
+        store.mark_unknown(db, local_id, why, utcnow())
+    except errors.StorageError as exc:
+        log.warning("local recharge #%s stays INTENT, not marked UNKNOWN (%s); it is open either way",
+                    local_id, exc, extra={"local_id": local_id})
+
+
+def answer_not_stored(db: Database, local_id: int, recharge: Any, status: str, exc: errors.StorageError, *,
+                      http_status: int | None = None, head: str = "") -> SubmitOutcome:
+    """The provider answered with its recharge, but the store could not take it (locked past its busy
+    timeout, full): the row stays open (INTENT or UNKNOWN) for `recharges locate` and the recharge sync,
+    which link it by its client_reference once the database takes writes. Said so, never dropped."""
+    log.error("local recharge #%s: the provider's recharge %s (%s) could not be stored (%s); the row stays open "
+              "for locate and the sync", local_id, recharge.id, status, exc,
+              extra={"local_id": local_id, "recharge_id": recharge.id})
+    keep_open(db, local_id, f"the provider answered recharge {recharge.id} ({status}) but it could not be "
+                            f"stored: {exc}")
+    try:
+        row = store.get(db, local_id) or {}
+    except errors.StorageError:
+        row = {}
+    payable = getattr(recharge, "payable", None)
+    paid = f", payable {fmt(payable)}" if isinstance(payable, Decimal) else ""
+    message = (f"{head}The provider answered: recharge {recharge.id} ({recharge.reference_number}) {status}{paid}, "
+               f"but it could not be stored here ({exc}). Local recharge #{local_id} stays {row.get('status') or 'open'}: once the database "
+               f"takes writes, `partnerkit recharges locate --local-id {local_id}` links it (it searches first "
+               "and finds it; nothing is sent twice), as does the worker's recharge sync. Do NOT submit it again "
+               "with a new key.")
+    return SubmitOutcome(local_id, row.get("status") or "INTENT", row.get("idempotency_key"),
+                         row.get("client_reference"), http_status, recharge, message=message, row=row)
 
 
 def _resume(config: Config, db: Database, client: Any, row: dict, request: SubmitRequest,

@@ -101,9 +101,10 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
 
     The order is recorded (its Idempotency-Key and ref) before it is sent. When the provider's answer
     is lost (a timeout, a 500, a garbled answer), the same key is replayed once. Exit code 0 when the
-    order is placed, 1 on a refusal or an error (nothing ordered), 3 when its outcome is UNKNOWN still:
-    the command to run then is printed (the same key with --idempotency-key, never a new one), and
-    `partnerkit orders sync` links the order carrying its ref.
+    order is placed, 1 on a refusal or an error (nothing ordered), 3 when its outcome is UNKNOWN still
+    (its answer lost, or placed but not storable while the database is locked): the command to run
+    then is printed (the same key with --idempotency-key, never a new one), and `partnerkit orders
+    sync` links the order carrying its ref.
 
     Run again without the key, the same order is refused (exit 1, nothing sent) while an earlier one of
     the same product, denomination and quantity from the last 24 hours is unresolved (UNKNOWN, or still

@@ -89,7 +89,8 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN (the provider's answer was lost and locating it found nothing: the
     message says what `partnerkit recharges locate --local-id N` will do next; never submit it again
-    with a new key).
+    with a new key) or the intent stays INTENT (the answer came but the database could not store it:
+    the message names the recharge, and that locate links it once the database takes writes).
     """
     from reconcile.recharges import submit
 
