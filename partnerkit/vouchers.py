@@ -120,7 +120,8 @@ def voucher_context(order_id: int) -> bytes:
 
 
 def unseal(cipher: Cipher, row: dict) -> dict:
-    """A stored voucher row with its secrets decrypted (for `partnerkit vouchers --reveal` only)."""
+    """A stored voucher row (`partnerkit.store.vouchers.for_order`) with card_number, pin_code and claim_url
+    decrypted: what `partnerkit vouchers --reveal` shows and a fork hands its customer. Never log them."""
     ctx = voucher_context(row["order_id"])
     return {**row, **{name: cipher.decrypt(row[name], context=ctx + name.encode())
                       for name in ("card_number", "pin_code", "claim_url")}}

@@ -22,9 +22,14 @@ def _print(line: str) -> None:
 
 def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
           allow_http_webhooks: bool = True, echo=_print,
-          settings: SandboxSettings | None = None) -> None:
-    """Serve the sandbox until interrupted, printing base URL, credentials and new tokens."""
-    settings = settings or SandboxSettings(speed=speed, allow_http_webhooks=allow_http_webhooks)
+          settings: SandboxSettings | None = None, *, webhook_envelope: str = "standard",
+          webhook_chaos: bool = False) -> None:
+    """Serve the sandbox until interrupted, printing base URL, credentials and new tokens.
+
+    `settings`, when given, is used as it is (speed, allow_http_webhooks and the webhook defaults
+    are then its own)."""
+    settings = settings or SandboxSettings(speed=speed, allow_http_webhooks=allow_http_webhooks,
+                                           webhook_envelope=webhook_envelope, webhook_chaos=webhook_chaos)
     server = SandboxServer(settings, background=True, host=host, port=port, quiet=False)
     sb = server.sandbox
 
@@ -42,7 +47,11 @@ def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
         for c in server.clients:
             echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
                  f"signing secret {c.signing_secret}  credential_id {c.credential_id}")
-        echo("  control endpoints under /sandbox (stats, clock, settings); Ctrl-C to stop")
+        echo(f"  webhooks registered now: envelope {settings.webhook_envelope}, chaos "
+             f"{'on' if settings.webhook_chaos else 'off'}, plain http to loopback "
+             f"{'allowed' if settings.allow_http_webhooks else 'refused'} "
+             "(PATCH /sandbox/webhooks/ID switches a registered one)")
+        echo("  control endpoints under /sandbox (stats, clock, settings, webhooks); Ctrl-C to stop")
         # werkzeug's serve_forever ends quietly on KeyboardInterrupt (Ctrl-C, or SIGTERM through
         # _interrupt) and returns: only an interrupt that comes before it starts reaches the except.
         server.serve_forever()

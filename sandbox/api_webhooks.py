@@ -100,8 +100,9 @@ def create_webhook():
             token = "whk_" + secrets.token_hex(24)
         hook = Webhook(sb.next_id("webhook"), me.key, fields["name"], fields["url"], token,
                        fields["events"], sb.clock.now(), is_active=fields.get("is_active", True),
-                       credential_id=credential_id, envelope=fields.get("envelope", "standard"),
-                       chaos=fields.get("chaos", False))
+                       credential_id=credential_id,
+                       envelope=fields.get("envelope", sb.settings.webhook_envelope),
+                       chaos=fields.get("chaos", sb.settings.webhook_chaos))
         sb.webhooks[hook.id] = hook
         body_out = webhooks.webhook_json(hook, token=True)
     for listener in list(sb.webhook_listeners):

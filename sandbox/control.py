@@ -1,4 +1,5 @@
-"""Control endpoints under /sandbox (no auth): stats, clock, settings, drift planting.
+"""Control endpoints under /sandbox (no auth): stats, clock, settings, webhooks' envelope and chaos,
+drift planting.
 
 The client is named by API key or short name in the body ("client") or the `client`
 query parameter; default alpha.
@@ -10,7 +11,8 @@ from decimal import Decimal
 
 from flask import Blueprint, request
 
-from . import faults, orders, recharges, wallets
+from . import faults, orders, recharges, wallets, webhooks
+from .api_webhooks import validate_config
 from .errors import ApiError
 from .httputil import json_response, sandbox
 from .models import Recharge
@@ -179,6 +181,41 @@ def patch_client(ref: str):
     with sb.lock:
         _patch_client(sb.client(ref), _body())
     return json_response({"ok": True})
+
+
+WEBHOOK_SWITCHES = ("envelope", "chaos")  # the sandbox-only fields of a webhook
+
+
+@bp.get("/webhooks")
+def list_webhooks():
+    """Every client's webhooks (without their tokens), with the client's name."""
+    sb = sandbox()
+    with sb.lock:
+        names = {c.key: c.name for c in sb.clients.values()}
+        return json_response([{**webhooks.webhook_json(h), "client": names.get(h.client_key)}
+                              for h in sorted(sb.webhooks.values(), key=lambda h: h.id)])
+
+
+@bp.patch("/webhooks/<int:wid>")
+def patch_webhook(wid: int):
+    """Switch a registered webhook's envelope form or chaos, without a signed API call."""
+    sb = sandbox()
+    body = _body()
+    other = sorted(set(body) - set(WEBHOOK_SWITCHES))
+    if other:
+        raise ApiError(400, f"only envelope and chaos change here, not {', '.join(other)} "
+                            "(the other fields through PUT /api/v1/webhooks/{id})")
+    if not body:
+        raise ApiError(400, "give envelope (standard, order_id, timestamp) and/or chaos (true or false)")
+    with sb.lock:
+        hook = sb.webhooks.get(wid)
+        if hook is None:
+            raise ApiError(404, "webhook not found")
+        for name, value in validate_config(sb, body, creating=False).items():
+            setattr(hook, name, value)
+        hook.updated_at = sb.clock.now()
+        names = {c.key: c.name for c in sb.clients.values()}
+        return json_response({**webhooks.webhook_json(hook), "client": names.get(hook.client_key)})
 
 
 def _patch_client(found, changes: dict) -> None:

@@ -5,7 +5,16 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
 
+from . import envelopes as _envelopes
 from . import faults as _faults
+
+
+def _check(name: str, value) -> None:
+    """ValueError for a webhook default the sandbox cannot honour (checked before anything is applied)."""
+    if name == "webhook_envelope" and value not in _envelopes.FORMS:
+        raise ValueError(f"webhook_envelope must be one of {', '.join(_envelopes.FORMS)}, not {value!r}")
+    if name == "webhook_chaos" and not isinstance(value, bool):
+        raise ValueError(f"webhook_chaos must be true or false, not {value!r}")
 
 
 def _default_fx_rates() -> dict[tuple[str, str], Decimal]:
@@ -49,10 +58,15 @@ class SandboxSettings:
     # name -> Fault (sandbox/faults.py); a set or list of names is accepted and normalised
     faults: dict[str, _faults.Fault] = field(default_factory=dict)
     user_agent: str = "PartnerAPI-Webhooks/1.0 (partnerkit-sandbox)"
+    # The sandbox-only envelope form and chaos of a webhook registered without them (`python -m sandbox
+    # --envelope/--chaos`); a registered one is switched with PATCH /sandbox/webhooks/{id}.
+    webhook_envelope: str = "standard"
+    webhook_chaos: bool = False
 
     def __setattr__(self, name, value):
         if name == "faults":            # every way in (constructor, update, assignment)
             value = _faults.normalise(value)
+        _check(name, value)
         super().__setattr__(name, value)
 
     def update(self, changes: dict) -> list[str]:
@@ -81,6 +95,7 @@ class SandboxSettings:
                     raise ValueError(f"conversion_charge_pct must be a number, not {value!r}") from None
                 if not value.is_finite() or value < 0:
                     raise ValueError(f"conversion_charge_pct must be 0 or more, not {value}")
+            _check(key, value)
             converted[key] = value
         for key, value in converted.items():
             setattr(self, key, value)

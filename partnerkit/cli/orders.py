@@ -47,7 +47,11 @@ def orders_group() -> None:
 @format_option
 @pass_app
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:
-    """Local orders, newest first, with how many vouchers are stored."""
+    """Local orders, newest first, with how many vouchers are stored.
+
+    The currency and product name come from the provider's order list: the answer to `orders create` and
+    the order detail carry neither, so a new order shows them blank until the next order sync reads the
+    list (the worker's, every 5 minutes, or `partnerkit orders sync` now)."""
     rows = [_money(r) for r in orders.list_orders(app.existing_db, status=status, limit=limit + 1)]
     emit_newest(rows, limit, "orders", LIST_COLUMNS, fmt,
                 empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")

@@ -10,6 +10,10 @@ import click
 
 from partnerkit.cli.serve import check_listen
 
+# The document's three webhook envelope forms, as the sandbox names them (sandbox.envelopes.FORMS: the CLI
+# does not import the simulator until the command runs).
+ENVELOPES = ("standard", "order_id", "timestamp")
+
 
 @click.command("sandbox")
 @click.option("--port", type=click.IntRange(0, 65535), default=8090, show_default=True,
@@ -20,13 +24,23 @@ from partnerkit.cli.serve import check_listen
               help="Sandbox clock speed: 60 makes a minute of provider time pass every second "
                    "(webhook retries, recharge settlement, order fulfilment); 0 freezes the clock, which "
                    "then moves only with POST /sandbox/clock/advance.")
-def sandbox_command(port: int, host: str, speed: float) -> None:
+@click.option("--envelope", type=click.Choice(ENVELOPES), default="standard", show_default=True,
+              help="Envelope form of the webhooks registered while it runs (`webhooks register`): the "
+                   "provider's document shows three; a registered webhook is switched with `curl -X PATCH "
+                   "localhost:8090/sandbox/webhooks/ID -d '{\"envelope\": \"timestamp\"}'`.")
+@click.option("--chaos", is_flag=True,
+              help="Deliver the webhooks registered while it runs out of order and some twice (the same "
+                   "event_id), as a real provider may; `-d '{\"chaos\": true}'` switches a registered one.")
+@click.option("--no-http-webhooks", is_flag=True,
+              help="Refuse plain-http webhook URLs, loopback included, as the provider does (https only).")
+def sandbox_command(port: int, host: str, speed: float, envelope: str, chaos: bool, no_http_webhooks: bool) -> None:
     """Run the provider simulator; prints its base URL, API key, secret and any webhook token it issues."""
     import sandbox  # imported here so that the rest of the CLI never loads the simulator
 
     check_listen(host, port)
     try:
-        sandbox.serve(port=port, speed=speed, host=host, allow_http_webhooks=True, echo=click.echo)
+        sandbox.serve(port=port, speed=speed, host=host, allow_http_webhooks=not no_http_webhooks, echo=click.echo,
+                      webhook_envelope=envelope, webhook_chaos=chaos)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     except KeyboardInterrupt:

@@ -21,6 +21,9 @@ from partnerkit.money import cents, fmt, from_cents, to_decimal
 from partnerkit.store.db import Database, in_transaction, transaction
 from partnerkit.timeutil import iso
 
+# A new drift kind (docs/internals.md, "Extending"): its name here (and in COUNT_KINDS when its figures
+# are counts), a migration rebuilding `drifts` with it in the CHECK on `kind` (REBUILD = True), the rule
+# that finds it (partnerkit/store/matching.py) and its row in docs/reconcile.md's table.
 KINDS = (
     "missing_debit", "amount_mismatch", "duplicate_debit", "missing_refund", "unexpected_refund",
     "orphan_transaction", "stuck_processing", "unknown_to_provider", "unknown_to_partner",
@@ -29,6 +32,11 @@ KINDS = (
 SUBJECTS = ("recharge", "order", "transaction", "wallet")
 RESOLUTIONS = ("pending", "resolved", "escalated")
 COUNT_KINDS = ("voucher_shortfall",)  # expected/actual are voucher counts, not money
+
+
+def measure_sql(column: str = "kind") -> str:
+    """The SQL expression giving a drift's measure ('count' for COUNT_KINDS, else 'money') from its kind."""
+    return f"CASE WHEN {column} IN ({', '.join(repr(kind) for kind in COUNT_KINDS)}) THEN 'count' ELSE 'money' END"
 SYSTEM_ACTOR = "partnerkit"
 
 COLUMNS = ("id", "kind", "subject", "reference", "report_date", "expected_cents", "actual_cents", "measure",
@@ -221,10 +229,10 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
                  " FROM drifts d WHERE d.report_date = :day AND d.resolution != 'resolved'"
                  " AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)", p)
     conn.execute(
-        """INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
+        f"""INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
                                currency, detail, detected_at, last_detected_at)
            SELECT id, kind, subject, reference, :day, expected_cents, actual_cents,
-                  CASE WHEN kind = 'voucher_shortfall' THEN 'count' ELSE 'money' END, currency, detail, :now, :now
+                  {measure_sql()}, currency, detail, :now, :now
            FROM m_found WHERE true
            ON CONFLICT(id) DO UPDATE SET
                report_date = excluded.report_date, expected_cents = excluded.expected_cents,

@@ -9,6 +9,7 @@ both are read through `provider_fields`. Money is stored as integer paise, times
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,8 +72,13 @@ def normalise_status(status: str | None) -> tuple[str, str | None]:
 
 
 # The document's recharge fields stored as the provider sent them (money and times are parsed).
+# Adding a provider field to the stored recharge (docs/internals.md, "Extending"): a migration adding its
+# column, its name here, its column in `_provider_values` and how an update merges it in `_MERGE`;
+# `check_provider_columns` refuses, at import, a field named in one of these and missing from another.
 _AS_SENT = ("reference_number", "status", "sub_status", "mobile_number", "operator_id", "operator", "currency",
             "vendor_recharge_id", "operator_txn_id", "failure_reason", "client_reference")
+# The fields of _AS_SENT stored through the indexed columns (`_write`, `_insert`), not `_provider_values`.
+_AS_SENT_INDEXED = frozenset({"reference_number", "status", "mobile_number", "client_reference"})
 
 
 def provider_fields(record: Any) -> dict[str, Any]:
@@ -206,6 +212,42 @@ _MERGE = {
 }
 
 
+class _Reads(dict):
+    """A provider_fields dict of Nones that notes which fields are read from it."""
+
+    def __init__(self, as_sent: Sequence[str]) -> None:
+        super().__init__(dict.fromkeys(("id", *as_sent, "face", "discount", "payable", "created_at", "updated_at",
+                                        "raw")))
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> Any:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+
+def check_provider_columns(as_sent: Sequence[str] = _AS_SENT, values: Any = None,
+                           merge: Mapping[str, str] | None = None) -> list[str]:
+    """What keeps a provider read's columns from being stored alike on every row, one line each (none: agreed).
+
+    `_insert` stores every column `_provider_values` names, but `_write` (every recharge partnerkit submitted,
+    and any row stored before) only those `_MERGE` names: a column missing there would be stored only for
+    recharges someone else submitted. A field of `_AS_SENT` that no column stores would be read and dropped."""
+    values = _provider_values if values is None else values
+    merge = _MERGE if merge is None else merge
+    probe = _Reads(as_sent)
+    columns = values(probe, "SUCCESS", None, "1970-01-01T00:00:00Z", None)
+    problems = [f"recharges: _provider_values sets {name!r} but _MERGE has no entry for it, so it would be stored "
+                f"only on recharges partnerkit did not submit; add to _MERGE \"{name}\": \"COALESCE(:{name}, {name})\" "
+                f"(an absent field keeps the stored value) or \":{name}\" (the read replaces it)"
+                for name in columns if name not in merge]
+    for name, how in merge.items():
+        problems += [f"recharges: _MERGE entry {name!r} uses :{param} but _provider_values sets no {param!r}"
+                     for param in re.findall(r"(?<![:\w]):(\w+)", how) if param not in columns]
+    problems += [f"recharges: _AS_SENT reads {name!r} but _provider_values stores it in no column; add its column "
+                 f"there and to _MERGE" for name in as_sent if name not in probe.read and name not in _AS_SENT_INDEXED]
+    return problems
+
+
 def _write(conn: sqlite3.Connection, row: dict, f: dict, status: str, legacy: str | None, seen_at: datetime,
            *, http_status: int | None = None) -> None:
     """Store a provider read on the stored row `row` (its `_ROW` columns): a PROCESSING one keeps its
@@ -235,6 +277,10 @@ def _insert(conn: sqlite3.Connection, f: dict, status: str, legacy: str | None, 
     cursor = conn.execute(f"INSERT INTO recharges ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                           tuple(columns.values()))
     return int(cursor.lastrowid)
+
+
+if _problems := check_provider_columns():
+    raise RuntimeError("\n".join(_problems))
 
 
 def upsert_from_provider(db: Database, recharges: Iterable[Any], seen_at: datetime, *,

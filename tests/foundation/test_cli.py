@@ -70,6 +70,33 @@ def test_sandbox_speed_0_freezes_the_clock_as_docs_sandbox_md_says():
     assert first.startswith("sandbox listening on http://127.0.0.1:") and "speed x0)" in first, process.stderr.read()
 
 
+@pytest.mark.parametrize("command", [["-m", "partnerkit", "sandbox"], ["-m", "sandbox"]],
+                         ids=["partnerkit sandbox", "python -m sandbox"])
+def test_sandbox_webhook_options_reach_its_settings(command):
+    """--envelope, --chaos and --no-http-webhooks (docs/sandbox.md, "Running it"), on both entry points."""
+    process = subprocess.Popen([sys.executable, *command, "--port", "0", "--envelope", "timestamp", "--chaos",
+                                "--no-http-webhooks"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+        assert first.startswith("sandbox listening on "), process.stderr.read()
+        banner = [process.stdout.readline() for _ in range(4)][-1]
+        settings = requests.get(f"{first.split()[3]}/sandbox/settings", timeout=10).json()
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+    assert (settings["webhook_envelope"], settings["webhook_chaos"], settings["allow_http_webhooks"]) == (
+        "timestamp", True, False)
+    assert banner.strip() == ("webhooks registered now: envelope timestamp, chaos on, plain http to loopback "
+                              "refused (PATCH /sandbox/webhooks/ID switches a registered one)")
+
+
+def test_the_clis_envelope_choices_are_the_sandboxs():
+    from partnerkit.cli.sandbox_cmd import ENVELOPES
+    from sandbox.envelopes import FORMS
+
+    assert ENVELOPES == FORMS
+
+
 @pytest.mark.parametrize("serving", [False, True], ids=["while starting", "while serving"])
 def test_sandbox_stops_cleanly_on_sigterm_as_on_ctrl_c(serving):
     # systemd, docker stop and `kill` send SIGTERM: the sandbox says it stopped and exits 0, as on Ctrl-C,

@@ -1,0 +1,82 @@
+"""The recharges table's provider columns are named in three lists of partnerkit/store/recharges.py
+(`_AS_SENT`, `_provider_values`, `_MERGE`); a field named in one and missing from another is refused at
+import with a message naming it, and every column a read sets is stored alike on a recharge partnerkit
+submitted and on one it did not (docs/internals.md, "Extending")."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from partnerkit.store import recharges
+
+SEEN = datetime(2025, 3, 10, 10, 0, tzinfo=timezone.utc)
+
+
+def _record(provider_id: int, client_reference: str, **extra) -> dict:
+    return {"id": provider_id, "reference_number": f"RCH{provider_id}", "status": "SUCCESS", "sub_status": "DONE",
+            "mobile_number": "9876543210", "operator_id": 1, "operator": "Airtel", "face": "100.00",
+            "discount": "2.50", "payable": "97.50", "currency": "INR", "vendor_recharge_id": "V1",
+            "operator_txn_id": "OP1", "failure_reason": None, "client_reference": client_reference,
+            "created_at": "2025-03-10T09:59:00Z", "updated_at": "2025-03-10T09:59:30Z", **extra}
+
+
+def test_the_three_lists_agree():
+    assert recharges.check_provider_columns() == []
+
+
+def test_every_provider_column_is_stored_alike_on_a_submitted_and_a_foreign_recharge(db):
+    local_id = recharges.record_intent(db, idempotency_key="k1", mobile_number="9876543210", operator_id=1,
+                                       amount=Decimal("100"), client_reference="mine", submitted_at=SEEN)
+    result = recharges.upsert_from_provider(db, [_record(501, "mine"), _record(502, "theirs")], SEEN)
+    assert result.linked == [local_id] and result.inserted == 1
+    columns = list(recharges._provider_values(recharges.provider_fields(_record(1, "x")), "SUCCESS", None, "", None))
+    mine, theirs = (db.execute(f"SELECT {', '.join(columns)} FROM recharges WHERE provider_id = ?", (pid,)).fetchone()
+                    for pid in (501, 502))
+    differ = {name for name, a, b in zip(columns, mine, theirs) if a != b}
+    assert differ == {"raw"}, differ                       # only the payload itself (its id and client_reference)
+    assert dict(zip(columns, mine))["operator"] == "Airtel"
+
+
+def _values_with_circle(f, status, legacy, seen_at, http_status):
+    return {**recharges._provider_values(f, status, legacy, seen_at, http_status), "circle": f["circle"]}
+
+
+def test_a_column_without_a_merge_rule_is_named():
+    [problem] = recharges.check_provider_columns(as_sent=(*recharges._AS_SENT, "circle"), values=_values_with_circle)
+    assert "_provider_values sets 'circle' but _MERGE has no entry for it" in problem
+    assert '"circle": "COALESCE(:circle, circle)"' in problem
+    merge = {**recharges._MERGE, "circle": "COALESCE(:circle, circle)"}
+    assert recharges.check_provider_columns(as_sent=(*recharges._AS_SENT, "circle"), values=_values_with_circle,
+                                            merge=merge) == []
+
+
+def test_a_field_read_but_stored_nowhere_is_named():
+    [problem] = recharges.check_provider_columns(as_sent=(*recharges._AS_SENT, "circle"))
+    assert problem.startswith("recharges: _AS_SENT reads 'circle' but _provider_values stores it in no column")
+
+
+def test_a_merge_rule_without_a_value_is_named():
+    [problem] = recharges.check_provider_columns(merge={**recharges._MERGE, "circle": "COALESCE(:circle, circle)"})
+    assert problem == "recharges: _MERGE entry 'circle' uses :circle but _provider_values sets no 'circle'"
+
+
+def test_the_forks_obvious_edit_fails_at_import_naming_the_missing_entry(tmp_path, monkeypatch):
+    """FINDINGS finding 5's edit: the field added to _AS_SENT and _provider_values, not to _MERGE."""
+    source = Path(recharges.__file__).read_text()
+    edited = source.replace('"failure_reason", "client_reference")', '"failure_reason", "client_reference", "circle")',
+                            1).replace('"updated_at": iso(f["updated_at"]),',
+                                       '"updated_at": iso(f["updated_at"]), "circle": f["circle"],', 1)
+    assert '"client_reference", "circle")' in edited and '"circle": f["circle"]' in edited
+    copy = tmp_path / "recharges_fork.py"
+    copy.write_text(edited)
+    spec = importlib.util.spec_from_file_location("recharges_fork", copy)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "recharges_fork", module)  # dataclasses look their module up there
+    with pytest.raises(RuntimeError, match=r"_provider_values sets 'circle' but _MERGE has no entry for it"):
+        spec.loader.exec_module(module)
