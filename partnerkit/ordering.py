@@ -105,7 +105,7 @@ class UnresolvedOrder(errors.PartnerKitError):
             f"not sent: an order of {request.describe()} may already be placed: "
             f"{'; '.join(h.describe() for h in held[:self.SHOWN])}{more}. The same key never orders twice, and "
             "`partnerkit orders sync` links the order if it was placed. If this is deliberately another order, "
-            "add --force")
+            "add --force (force=True)")
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ def _resume_check(intent: dict, request: OrderRequest, ref: str | None) -> None:
     if differ:
         raise OrderInputError(f"Idempotency-Key {intent['idempotency_key']} is {_name(intent)}, not this request "
                               f"({', '.join(differ)} differ): nothing was sent; to place another order, run it "
-                              "without --idempotency-key")
+                              "without --idempotency-key (idempotency_key)")
 
 
 def place_order(config: Config, db: Database, client: Any, *, product_id: int, denomination: Any, quantity: int,
@@ -367,7 +367,7 @@ def _placed(db: Database, cipher: Cipher, intent: dict, request: OrderRequest, c
         message = (f"Idempotency-Key {intent['idempotency_key']} belongs to order {created.id} "
                    f"({answered.describe()}), not to this request ({request.describe()}: {', '.join(differ)} differ): "
                    "the provider replayed that order's answer and placed nothing for this request; run it without "
-                   "--idempotency-key to place it")
+                   "--idempotency-key (idempotency_key) to place it")
         _refuse(db, intent, message)
         raise errors.ReplayMismatch(message, method="POST", path="/api/v1/orders")
     note = (f"Idempotency-Key {intent['idempotency_key']} replayed ({_name({**intent, 'state': 'PLACED'})}): "

@@ -190,7 +190,7 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
         _discard(db, local_id, exc)
         raise DuplicateSubmit(
             f"a recharge of {request.amount} to {request.mobile_number} was submitted recently; "
-            f"if this second recharge is intended, submit again with --force",
+            f"if this second recharge is intended, submit again with --force (force=True)",
             status=409, code=exc.code, trace_id=exc.trace_id, body=exc.body, method=exc.method, path=exc.path) from exc
     except errors.PartnerKitError as exc:
         if not is_ambiguous(exc):
@@ -276,7 +276,7 @@ def _resume(config: Config, db: Database, client: Any, row: dict, request: Submi
         raise RechargeInputError(
             f"Idempotency-Key {row['idempotency_key']} is local recharge #{row['local_id']}'s "
             f"({row['mobile_number']}, {from_cents(row['amount_cents'])}, {row['status']}), not this request "
-            f"({', '.join(differ)} differ): nothing was sent; submit without --idempotency-key for a new recharge")
+            f"({', '.join(differ)} differ): nothing was sent; submit without --idempotency-key (idempotency_key) for a new recharge")
     from reconcile.locate import locate  # locate builds on this module
 
     found = locate(config, db, client, local_id=row["local_id"])

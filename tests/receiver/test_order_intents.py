@@ -295,7 +295,7 @@ def test_a_rerun_after_exit_3_without_the_key_is_refused_and_sends_nothing(serve
                                    f"order intent #{intent['id']} is UNKNOWN, sent ")
     assert (f"(Idempotency-Key {intent['idempotency_key']}, ref {intent['ref']}); replay it with "
             f"`{replay_command(intent)}`") in rerun.stderr
-    assert rerun.stderr.rstrip().endswith("If this is deliberately another order, add --force")
+    assert rerun.stderr.rstrip().endswith("If this is deliberately another order, add --force (force=True)")
     assert server.sandbox.calls[CREATE] == sent and len(provider_orders(server)) == 1  # nothing sent
     assert db.execute("SELECT count(*) FROM order_intents").fetchone() == (1,)  # nothing recorded
     # --force: deliberately a second order (a new key and ref); the first intent stays open, still named.

@@ -121,7 +121,7 @@ def test_409_names_the_force_option_and_discards_the_intent(config, wdb, client)
     with pytest.raises(DuplicateSubmit, match="--force") as refused:
         submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
     assert str(refused.value).startswith("HTTP 409 from the provider's duplicate guard")
-    assert str(refused.value).endswith("submit again with --force")  # what to do last, not the trace id
+    assert str(refused.value).endswith("submit again with --force (force=True)")  # what to do last, not the trace id
     assert [r["status"] for r in store.list_rows(wdb)] == ["SUCCESS"]
     forced = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199, force=True)
     assert forced.status == "SUCCESS" and store.get(wdb, forced.local_id)["force"] == 1
