@@ -1,5 +1,6 @@
 """The CLI edge: one-line errors, exit codes, no tracebacks."""
 
+import json
 import subprocess
 import sys
 
@@ -39,6 +40,18 @@ def test_missing_config_file_exit_2(tmp_path):
     result = run("--config", str(tmp_path / "missing.env"), "config")
     assert result.exit_code == 2
     assert "does not exist" in result.output
+
+
+def test_config_option_wins_over_partnerkit_config(tmp_path):
+    """README, Configuration: `--config FILE` (or PARTNERKIT_CONFIG=FILE); the option names the file when both do."""
+    named, given = tmp_path / "named.env", tmp_path / "given.env"
+    named.write_text(f"PARTNERKIT_DB={tmp_path / 'named.db'}\n")
+    given.write_text(f"PARTNERKIT_DB={tmp_path / 'given.db'}\n")
+    shown = lambda result: {row["variable"]: row["value"] for row in json.loads(result.stdout)}  # noqa: E731
+    assert shown(run("config", "--format", "json", env={"PARTNERKIT_CONFIG": str(named)}))["PARTNERKIT_DB"] == \
+        str(tmp_path / "named.db")
+    assert shown(run("--config", str(given), "config", "--format", "json",
+                     env={"PARTNERKIT_CONFIG": str(named)}))["PARTNERKIT_DB"] == str(tmp_path / "given.db")
 
 
 @pytest.mark.parametrize("args", [
