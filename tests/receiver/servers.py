@@ -73,13 +73,15 @@ class ServedReceiver:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self._log.close()
                 raise RuntimeError(f"partnerkit serve exited: {self.log_path.read_text()}")
             try:
                 if requests.get(self.base_url + "/healthz", timeout=0.5).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # a worker still booting: not up yet
                 time.sleep(0.05)
-        raise RuntimeError("partnerkit serve did not come up in 15 s")
+        self.__exit__()  # never left running: __exit__ is not called when __enter__ raises
+        raise RuntimeError(f"partnerkit serve did not come up in 15 s: {self.log()}")
 
     def __exit__(self, *exc: object) -> None:
         assert self.process is not None
