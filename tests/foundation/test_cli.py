@@ -58,7 +58,7 @@ def test_config_option_wins_over_partnerkit_config(tmp_path):
     ["status"], ["backup", "copy.db"], ["events", "list"], ["events", "prune"], ["orders", "list"],
     ["orders", "show", "5001"], ["vouchers", "5001"], ["recharges", "list"], ["recharges", "show", "100001"],
     ["recharges", "locate", "--local-id", "1"],  # a local intent: with a mistyped DB, "no local recharge #1"
-    ["transactions", "list", "--date", "2025-03-14"], ["transactions", "show", "700001"],
+    ["transactions", "list", "--date", "2025-03-14"], ["transactions", "show", "700001"], ["account", "show"],
 ])
 def test_commands_that_read_the_local_store_refuse_a_database_that_does_not_exist(args, tmp_path):
     # A mistyped PARTNERKIT_DB gave a new empty database on the spot: `status` said "nothing needs
