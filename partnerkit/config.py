@@ -1,4 +1,5 @@
-"""Configuration: one object, read from the environment (and optionally a .env-style file).
+"""Configuration: one object, read from the environment (and optionally a .env-style file, named by
+the CLI's --config or by PARTNERKIT_CONFIG, which `load_config()` reads alike for every entry point).
 
 Every setting is named in DESIGN.md's configuration table. `load_config()` validates all of
 them at start-up and raises `ConfigError` naming the variable; the CLI turns that into a
@@ -327,13 +328,19 @@ def read_env_file(path: str | os.PathLike, name: str = "--config file") -> dict[
 
 def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None, *,
                 config_source: str = "--config") -> Config:
-    """Build a validated Config from a --config file overlaid by the environment.
+    """Build a validated Config from a .env-style file overlaid by the environment (`environ`, else os.environ).
 
-    `config_source` says where the file's path came from (`--config` or `PARTNERKIT_CONFIG`), for errors."""
+    The file is `config_file` when given, else the one `PARTNERKIT_CONFIG` in that environment names (an
+    empty value names none), exactly as the CLI's `--config FILE` wins over `PARTNERKIT_CONFIG`: so
+    `receiver.app:create_app()` under plain gunicorn and a program calling `load_config()` read the
+    file the commands read. `config_source` says where an explicit `config_file` came from (`--config`
+    or `PARTNERKIT_CONFIG`), for errors; a file named by the variable is always called that."""
+    env = os.environ if environ is None else environ
+    if config_file is None and env.get("PARTNERKIT_CONFIG"):
+        config_file, config_source = env["PARTNERKIT_CONFIG"], "PARTNERKIT_CONFIG"
     source: dict[str, str] = {}
     if config_file is not None:
         source.update(read_env_file(config_file, f"{config_source} file"))
-    env = os.environ if environ is None else environ
     source.update({k: v for k, v in env.items() if k.startswith(PREFIX)})
 
     known = set(ENV_NAMES.values()) | {"PARTNERKIT_CONFIG"}  # PARTNERKIT_CONFIG names the file itself

@@ -11,6 +11,9 @@
     │   │                             names the offending field (callers quarantine the record)
     │   ├── ReplayMismatch            a 2xx for an Idempotency-Key that answers another request (its
     │   │                             product, denomination or quantity differ): the key is taken
+    │   ├── AccountCheckFailed        the wallet read that tells a key new to the database which account
+    │   │                             it is failed before a write (`__cause__` says how): the write was
+    │   │                             not sent
     │   └── ApiStatusError            an HTTP error status; carries status, code, message,
     │       │                         retryable, retry_after, trace_id, body
     │       ├── BadRequest (400)
@@ -40,6 +43,9 @@
     │                                            sent: an earlier one of the same fields is still
     │                                            UNKNOWN or INTENT; `held` names each (replay its
     │                                            key, or force=True / --force for another order)
+    ├── AccountMismatch               the API key is not the provider account's this database serves
+    │                                 (`reason`: other_account, cannot_tell): nothing but the wallet
+    │                                 read that told it was sent, nothing stored
     ├── VerificationError             a webhook failed verification; `reason` says which check
     └── StorageError                  the SQLite store cannot be read or written; raised by the
                                       client before a request left, `request_sent` is False
@@ -129,6 +135,17 @@ class ReplayMismatch(ApiError):
         super().__init__(message)
         self.method = method
         self.path = path
+
+
+class AccountCheckFailed(ApiError):
+    """The read of `GET /wallets` that tells which account a key new to the database belongs to failed before a
+    write (its error is `__cause__`): the write itself was not sent, so it is never ambiguous."""
+
+    def __init__(self, message: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.request_sent = False  # the write never left: `is_ambiguous` is False
 
 
 class ApiStatusError(ApiError):
@@ -227,6 +244,20 @@ class ServiceUnavailable(ServerError):
 
 class RechargeUnavailable(ServiceUnavailable):
     """503: recharge is switched off globally or paused for this client."""
+
+
+class AccountMismatch(PartnerKitError):
+    """The API key is not known to be the provider account's this database serves (partnerkit.account):
+    nothing but the wallet read that told it was sent, and nothing stored. `reason`: `other_account` (the key's wallets are none of the account's) or
+    `cannot_tell` (the wallet list shows no id to compare); `key_wallets` and `account_wallets` are the ids."""
+
+    def __init__(self, message: str, *, reason: str, key_wallets: tuple[str, ...] = (),
+                 account_wallets: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.key_wallets = key_wallets
+        self.account_wallets = account_wallets
+        self.request_sent = False  # refused before the write was sent: `is_ambiguous` is False
 
 
 class VerificationError(PartnerKitError):

@@ -5,8 +5,9 @@
 created, and its answer can be lost after that: so, as a recharge submit does
 (`reconcile.recharges.submit`), it
 
-1. validates locally (`OrderInputError`, nothing recorded or sent) and opens the voucher key
-   (vouchers delivered with the answer must be storable);
+1. validates locally (`OrderInputError`, nothing recorded or sent), checks that the API key is the
+   account's the database serves (`PartnerClient.check_account`: `AccountMismatch`, nothing recorded or
+   sent) and opens the voucher key (vouchers delivered with the answer must be storable);
 2. commits an intent (`partnerkit.store.order_intents`, migration 10) with the Idempotency-Key and
    a client `ref` (a UUID unless given) before the request exists. The provider keeps a client's
    refs unique ("Duplicate reference code"): once an order carries the ref, no second one can;
@@ -234,6 +235,10 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
     if ref is not None and (not isinstance(ref, str) or not ref.strip()):
         raise OrderInputError("ref must be a non-empty text")
     key = _key(idempotency_key)
+    if hasattr(client, "check_account"):  # the PartnerClient (stand-ins in tests have no account)
+        # Before anything is recorded (a generated voucher key file included): a key of another account is
+        # refused here, and an error of the wallet read that tells a new key's account is not the order's.
+        client.check_account()
     # The voucher key is opened before anything is recorded or sent: vouchers delivered with the
     # answer must be stored, and a key error after the wallet is debited invites a second, paid, attempt.
     cipher = cipher or load_cipher(config)

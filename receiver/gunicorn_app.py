@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     from receiver.app import create_app
 
     try:
-        config = load_config(config_file=os.environ.get("PARTNERKIT_CONFIG") or None)
+        config = load_config()  # the environment, over the file PARTNERKIT_CONFIG names (`serve` passes --config so)
         create_app(config)  # validate here, once, before any worker forks
     except ConfigError as exc:
         _on_exit(None)

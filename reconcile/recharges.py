@@ -1,6 +1,7 @@
 """Recharge submit: intent first, HTTP status before body, never a blind resend.
 
-`submit` validates locally, commits an INTENT row (with its Idempotency-Key and a client_reference)
+`submit` validates locally, checks that the API key is the account's the database serves
+(`PartnerClient.check_account`), commits an INTENT row (with its Idempotency-Key and a client_reference)
 before the request exists, sends it once, and stores the answer. An ambiguous failure (timeout,
 500, an unreadable answer) marks the row UNKNOWN and locates it at once (`reconcile.locate`, in the
 document's order, bounded in time). partnerkit never re-sends with a new key on its own.
@@ -167,6 +168,10 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
     key = idempotency_key or new_idempotency_key()
     if not 8 <= len(key) <= 256:
         raise RechargeInputError("Idempotency-Key must be 8 to 256 characters")
+    if hasattr(client, "check_account"):  # the PartnerClient (stand-ins in tests have no account)
+        # Before the intent: a key of another account is refused with nothing recorded, and an error of
+        # the wallet read that tells a new key's account is never taken for the submit's own.
+        client.check_account()
     known = store.by_idempotency_key(db, key) if idempotency_key else None
     if known is not None:
         return _resume(config, db, client, known, request, client_reference)

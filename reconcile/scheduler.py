@@ -32,7 +32,7 @@ from partnerkit.processes import _pid_namespace, holder_is_gone  # noqa: F401 - 
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.timeutil import iso, utcnow
-from reconcile.worker_jobs import JOBS, JobRunner, JobSpec
+from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, check_account
 
 log = logging.getLogger("reconcile.worker")
 
@@ -183,6 +183,7 @@ def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
     db = open_db(config.db_path)
     lease = WorkerLease(db)
     try:
+        check_account(config, db, client_factory)  # another account's key: refused before any job runs
         lease.acquire(wait=False)
         results = []
         for spec in jobs:
@@ -211,6 +212,7 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
         return 0
     lease = WorkerLease(db)
     try:
+        check_account(config, db, client_factory)  # another account's key: refused before any job runs
         try:
             lease.acquire(wait=wait_for_lease, stop=stop)
         except WorkerBusy:

@@ -16,6 +16,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
+from partnerkit.account import wallet_id, wallet_list
 from partnerkit.errors import ApiError
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
@@ -357,16 +358,14 @@ def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime
 def wallet_rows(body: Any, taken_at: str) -> tuple[list[tuple[str, str, str, int, str]], list[tuple[str, Any]]]:
     """Snapshot tuples from GET /wallets, and the (reason, record) pairs that could not be read.
 
-    The shape is not shown in the document: the list is read from `data`, `wallets` or `items` (or
-    the body itself), the balance from `balance`, `available_balance` or `amount`, keys in any case."""
-    if isinstance(body, dict):
-        body = body.get("data", body)
-        if isinstance(body, dict):
-            body = body.get("wallets", body.get("items", [body]))
-    if not isinstance(body, list):
+    The shape is not shown in the document: the list and a wallet's id are read as partnerkit.account reads
+    them (`wallet_list`, `wallet_id`: the account a database serves is known by its wallets), the balance
+    from `balance`, `available_balance` or `amount`, keys in any case."""
+    items = wallet_list(body)
+    if items is None:
         return [], [("wallet list unreadable: not a list of wallets", body)]
     rows, bad = [], []
-    for item in body:
+    for item in items:
         if not isinstance(item, dict):
             bad.append(("wallet record unreadable: not an object", item))
             continue
@@ -381,8 +380,7 @@ def wallet_rows(body: Any, taken_at: str) -> tuple[list[tuple[str, str, str, int
         if not isinstance(currency, str) or not currency.strip():
             bad.append(("wallet record unreadable: no currency", item))
             continue
-        wallet_id = str(record.get("id", record.get("wallet_id", "")))
-        rows.append((taken_at, wallet_id, currency.strip().upper(), cents(amount), canonical_json(item)))
+        rows.append((taken_at, wallet_id(item), currency.strip().upper(), cents(amount), canonical_json(item)))
     return rows, bad
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from partnerkit.config import Config
-from partnerkit.errors import BudgetExhausted, PartnerKitError, RateLimited
+from partnerkit.errors import AccountMismatch, BudgetExhausted, PartnerKitError, RateLimited
 from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
 from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
@@ -181,6 +181,27 @@ class JobRunner:
             return None
         return (f"the provider refused the API key {age:.0f}s ago (HTTP {refusal['status']} to {refusal['method']} "
                 f"{refusal['path']}): trying again {REFUSAL_PAUSE_S - age:.0f}s from now")
+
+
+def check_account(config: Config, db: Database,
+                  client_factory: Callable[[Config, Database, str], Any] | None = None) -> None:
+    """At the worker's start: AccountMismatch when PARTNERKIT_API_KEY is not the provider account's the
+    database serves (partnerkit.account), which every job would otherwise meet every few seconds. Any other
+    failure of the check (the provider unreachable, the budget spent, the database busy) is logged and the
+    worker starts: each job's client checks again before its first call."""
+    client = (client_factory or default_client)(config, db, "account")
+    try:
+        check = getattr(client.once() if hasattr(client, "once") else client, "check_account", None)
+        if check is not None:  # stand-ins in tests have no account
+            check()
+    except AccountMismatch:
+        raise
+    except (PartnerKitError, sqlite3.Error) as exc:
+        log.warning("could not check which provider account PARTNERKIT_API_KEY is (%s); each job checks "
+                    "before its first call", exc)
+    finally:
+        if client_factory is None:  # ours to close; a factory's client may be shared with the jobs
+            client.close()
 
 
 def default_client(config: Config, db: Database, purpose: str) -> Any:

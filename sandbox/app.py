@@ -54,7 +54,7 @@ def _guard():
     if not key or not secret:
         raise ApiError(401, "missing API credentials", code="UNAUTHORIZED",
                        detail="X-API-Key and X-API-Secret are required")
-    me = authenticate(sb.clients, key, secret)
+    me = authenticate(sb.credentials, key, secret)
     if me is None:
         raise ApiError(401, "invalid API credentials", code="UNAUTHORIZED",
                        detail="unknown key or wrong secret")
@@ -62,7 +62,8 @@ def _guard():
     g.faults = active = _draw_faults(sb, request.endpoint, path_template(request.method))
     if request.method in SIGNED_METHODS and sb.settings.require_signatures:
         try:
-            verify_request([me.secret, me.signing_secret], request.headers, request.method,
+            # The secret of the key this request came with (a rotated key has its own), or the signing secret.
+            verify_request([secret, me.signing_secret], request.headers, request.method,
                            request.path, request.query_string.decode("latin-1"),
                            request.get_data(cache=True),
                            tolerance_s=sb.settings.signature_tolerance_s)

@@ -88,12 +88,13 @@ def sign_webhook(token: str, timestamp: str | int, body: bytes) -> str:
                     hashlib.sha256).hexdigest()
 
 
-def authenticate(clients: dict[str, Client], key: str | None, secret: str | None) -> Client | None:
-    """The client owning this key and secret, compared in constant time; else None."""
-    found = clients.get(key or "")
-    if found is None or not hmac.compare_digest(found.secret.encode(), (secret or "").encode()):
+def authenticate(credentials: dict[str, tuple[Client, str]], key: str | None, secret: str | None) -> Client | None:
+    """The client owning this live key (`Sandbox.credentials`: key -> client and secret) with this secret,
+    compared in constant time; else None."""
+    found = credentials.get(key or "")
+    if found is None or not hmac.compare_digest(found[1].encode(), (secret or "").encode()):
         return None
-    return found
+    return found[0]
 
 
 def take(sb, api_key: str, bucket: str, limit: int, window_s: int) -> dict:

@@ -165,7 +165,7 @@ def clear_faults():
 def list_clients():
     """Seeded credentials and enablement flags."""
     sb = sandbox()
-    return json_response([{"name": c.name, "key": c.key, "secret": c.secret,
+    return json_response([{"name": c.name, "key": c.key, "secret": c.secret, "keys": sb.keys_of(c),
                            "signing_secret": c.signing_secret, "credential_id": c.credential_id,
                            **{f: getattr(c, f) for f in CLIENT_FLAGS},
                            "blocked_operators": sorted(c.blocked_operators),
@@ -216,6 +216,37 @@ def patch_webhook(wid: int):
         hook.updated_at = sb.clock.now()
         names = {c.key: c.name for c in sb.clients.values()}
         return json_response({**webhooks.webhook_json(hook), "client": names.get(hook.client_key)})
+
+
+@bp.post("/clients/<ref>/keys")
+def add_client_key(ref: str):
+    """Rotate a client's API key, first half: issue another key and secret (given, or generated); both work."""
+    sb = sandbox()
+    found = sb.client(ref)
+    if found is None:
+        raise ApiError(404, "unknown client")
+    body = _body()
+    try:
+        key, secret = sb.add_key(found, body.get("key"), body.get("secret"))
+    except ValueError as exc:
+        raise ApiError(409, str(exc)) from exc
+    return json_response({"client": found.name, "key": key, "secret": secret}, 201)
+
+
+@bp.delete("/clients/<ref>/keys/<key>")
+def revoke_client_key(ref: str, key: str):
+    """Rotate a client's API key, second half: revoke one of its keys (401 from then on)."""
+    sb = sandbox()
+    found = sb.client(ref)
+    if found is None:
+        raise ApiError(404, "unknown client")
+    try:
+        sb.revoke_key(found, key)
+    except KeyError:
+        raise ApiError(404, f"{found.name} has no API key {key!r}") from None
+    except ValueError as exc:
+        raise ApiError(409, str(exc)) from exc
+    return json_response({"ok": True, "keys": sb.keys_of(found)})
 
 
 def _patch_client(found, changes: dict) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import heapq
 import logging
 import random
+import secrets
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ class Sandbox:
         self.rng = random.Random(self.settings.seed)
         self._ids = dict(_FIRST_IDS)
         self.clients: dict[str, Client] = {}
+        # Every live API key -> (its client, its secret). A client's seeded `key` stays its id in every
+        # record; a rotation (`add_key`, then `revoke_key` of the old one) changes only what authenticates.
+        self.credentials: dict[str, tuple[Client, str]] = {}
         self.operators: dict[int, Operator] = {op.id: op for op in seed.operators()}
         self.circles: dict[int, str] = dict(seed.CIRCLES)
         self.categories: list[dict] = [dict(c) for c in seed.CATEGORIES]
@@ -68,6 +72,7 @@ class Sandbox:
         now = self.clock.now()
         for client, balances in seed.clients():
             self.clients[client.key] = client
+            self.credentials[client.key] = (client, client.secret)
             self.recharge_ids[client.key] = []
             for currency, amount in balances.items():
                 wallet = self.open_wallet(client.key, currency)
@@ -90,12 +95,39 @@ class Sandbox:
         return wallet
 
     def client(self, ref: str | None) -> Client | None:
-        """A client by API key or short name ("alpha"); the first client when ref is None."""
+        """A client by API key (seeded or rotated) or short name ("alpha"); the first client when ref is None."""
         if not ref:
             return next(iter(self.clients.values()))
         if ref in self.clients:
             return self.clients[ref]
+        if ref in self.credentials:
+            return self.credentials[ref][0]
         return next((c for c in self.clients.values() if c.name == ref), None)
+
+    def keys_of(self, client: Client) -> list[str]:
+        """The client's live API keys, in the order they were issued."""
+        return [key for key, (owner, _) in self.credentials.items() if owner is client]
+
+    def add_key(self, client: Client, key: str | None = None, secret: str | None = None) -> tuple[str, str]:
+        """Issue the client another API key and secret (Authentication 2: keys are "rotatable on request");
+        the old ones stay valid until `revoke_key`. ValueError for a key already issued."""
+        with self.lock:
+            key = key or f"{client.key}_r{len(self.keys_of(client))}"
+            secret = secret or f"sk_sandbox_{client.name}_{secrets.token_hex(8)}"
+            if key in self.credentials:
+                raise ValueError(f"API key {key!r} is already issued")
+            self.credentials[key] = (client, secret)
+            return key, secret
+
+    def revoke_key(self, client: Client, key: str) -> None:
+        """Revoke one of the client's API keys (401 from then on). KeyError for a key that is not the client's;
+        ValueError for its last one."""
+        with self.lock:
+            if key not in self.keys_of(client):
+                raise KeyError(key)
+            if len(self.keys_of(client)) == 1:
+                raise ValueError("a client keeps at least one API key")
+            del self.credentials[key]
 
     def schedule_recharge(self, at: datetime, recharge_id: int) -> None:
         """Settle a PROCESSING recharge at sandbox time `at`."""

@@ -44,3 +44,12 @@ def sandbox_config(sandbox_server, tmp_path):
         "PARTNERKIT_WEBHOOK_TOKENS": "bootstrap-token-for-tests",
         "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports"),
     })
+
+
+def account_of(db, api_key: str, wallet_ids=("1",)) -> None:
+    """Record in `db` that it serves the account of `api_key`, whose wallets are `wallet_ids`, as the key's first
+    call would after one `GET /wallets` (partnerkit.account): for tests against a server that answers only the
+    endpoint under test, so that they see that endpoint's requests alone."""
+    from partnerkit.account import settle
+
+    settle(db, api_key, [{"id": wallet_id, "currency": "INR"} for wallet_id in wallet_ids])

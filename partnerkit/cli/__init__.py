@@ -2,8 +2,9 @@
 
 One click group; each concern's commands live in their own module of this package and are
 found automatically: any module here that defines `register(group)` adds its commands. Errors
-are turned into one-line messages at this edge: a ConfigError exits 2, any other partnerkit
-error exits 1, and neither prints a traceback. So do the two families of third-party errors a
+are turned into one-line messages at this edge: a ConfigError exits 2, and so does an API key of
+another provider account than the database's (AccountMismatch); any other partnerkit error exits 1,
+and none prints a traceback. So do the two families of third-party errors a
 command can meet through its input (a path: OSError; the database file: sqlite3.Error), and an
 argument that is not valid UTF-8 (the shell hands such bytes over as lone surrogates) is a usage
 error before any command runs.
@@ -23,7 +24,11 @@ from click.core import ParameterSource
 
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
-from partnerkit.errors import PartnerKitError, TransportError, Unauthorized
+from partnerkit.errors import AccountCheckFailed, AccountMismatch, PartnerKitError, TransportError, Unauthorized
+
+
+REFUSED_KEY = (" (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both, and that this host is "
+               "on the key's IP allowlist)")
 
 
 class ConfigExit(click.ClickException):
@@ -48,11 +53,17 @@ class PartnerKitGroup(click.Group):
             return super().invoke(ctx)
         except ConfigError as exc:
             raise ConfigExit(str(exc)) from exc
+        except AccountMismatch as exc:  # PARTNERKIT_API_KEY and PARTNERKIT_DB do not go together
+            raise ConfigExit(str(exc)) from exc
         except TransportError as exc:
             raise click.ClickException(_unreachable(ctx, exc)) from exc
         except Unauthorized as exc:
-            raise click.ClickException(f"{exc} (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check "
-                                       "both, and that this host is on the key's IP allowlist)") from exc
+            raise click.ClickException(f"{exc}{REFUSED_KEY}") from exc
+        except AccountCheckFailed as exc:  # the wallet read before a write: explained as that read's error would be
+            if isinstance(exc.__cause__, TransportError):
+                raise click.ClickException(_unreachable(ctx, exc)) from exc
+            hint = REFUSED_KEY if isinstance(exc.__cause__, Unauthorized) else ""
+            raise click.ClickException(f"{exc}{hint}") from exc
         except PartnerKitError as exc:
             raise click.ClickException(str(exc)) from exc
         except BrokenPipeError:

@@ -50,10 +50,12 @@ def run_command(app: AppContext, bind: str, workers: int) -> None:
     """Run the receiver (gunicorn) and the worker together; SIGTERM stops both cleanly."""
     from partnerkit.logs import configure_logging
     from reconcile.scheduler import run_worker
+    from reconcile.worker_jobs import check_account
 
     config = app.config.require("api_base_url", "api_key", "api_secret")
     argv, env = receiver_process(app, bind, workers)
     configure_logging(config)
+    check_account(config, app.db)  # another provider account's key: exit 2 before the receiver starts
     stop = threading.Event()
     outcome: dict[str, Any] = {}
 

@@ -109,11 +109,13 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver."""
     from receiver.tokens import seal_token
 
+    client = _client(app)
+    client.check_account()  # another account's key: refused before a voucher key file is generated here
     # The key is checked before the webhook is created: the token comes back only once, and a key
     # refused after that would leave a webhook at the provider whose deliveries nothing accepts.
     cipher = load_cipher(app.config)
-    created = _client(app).create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
-                                          credential_id=credential_id)
+    created = client.create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
+                                    credential_id=credential_id)
     webhook_id = str(created.id)
     # Saved before this one: a second webhook to the same receiver doubles every delivery.
     same_url = [row["webhook_id"] for row in webhook_tokens.listing(app.db)

@@ -19,7 +19,8 @@ from partnerkit.client._records import (
     ChargeQuote, DeliveryStats, OrderCreated, OrderDetail, OrderSummary, Page, Recharge, SubmitResult,
     Webhook, WebhookCreated, WebhookDelivery,
 )
-from partnerkit.errors import ApiError, MalformedResponse, NotFound
+from partnerkit.account import AccountGuard
+from partnerkit.errors import AccountCheckFailed, ApiError, MalformedResponse, NotFound
 from partnerkit.store.budget import ORDER_CREATE, Budget
 
 API = "/api/v1"
@@ -177,6 +178,9 @@ class PartnerClient:
         self._transport = Transport(
             base_url=config.api_base_url, api_key=config.api_key, api_secret=config.api_secret, budget=budget,
             session=session, timeout=config.http_timeout_s if timeout is None else timeout, retry=retry, sleep=sleep,
+            # With the shared database, the key must be the account's it serves (partnerkit.account);
+            # without one (an in-memory budget) nothing is stored that another account could mix into.
+            account=AccountGuard(db, config.api_key) if db is not None else None,
         )
         self._spend = Spend(purpose, wait_for_budget, max_wait, keep_free, own_cap)
 
@@ -223,7 +227,45 @@ class PartnerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def check_account(self) -> None:
+        """Make sure the API key is the provider account's this client's database serves (partnerkit.account):
+        nothing for a key the database knows; for a new key one `GET /wallets` (under the purpose `account`),
+        then its wallets are recorded, or AccountMismatch is raised and nothing else is sent or stored.
+
+        Every call runs it first; a caller that records something before its first call (an intent) runs it
+        before that, so that an error of the wallet read comes before anything is recorded."""
+        guard = self._transport.account
+        if guard is None or guard.checked:
+            return
+        guard.check(self._account_wallets)
+
+    def trust_account(self) -> str:
+        """Take the API key as its database's account's even when the provider's wallet list cannot tell
+        (`partnerkit account trust-key`): one `GET /wallets`; AccountMismatch all the same for a key whose
+        wallets are another account's. Returns partnerkit.account's verdict (`known`, `adopt`, `same`,
+        `cannot_tell`)."""
+        if self._transport.account is None:
+            raise ValueError("trust_account needs the client's database (PartnerClient(config, db))")
+        return self._transport.account.trust(self._account_wallets)
+
+    def _account_wallets(self) -> Any:
+        """GET /wallets for the account check, outside it, under the purpose `account` (no purpose cap)."""
+        spend = replace(self._spend, purpose="account", own_cap=None)
+        return self._transport.request("GET", API + "/wallets", spend=spend).body
+
     def _call(self, method: str, path: str, **kwargs: Any):
+        guard = self._transport.account
+        if guard is not None and not guard.checked:
+            try:
+                self.check_account()
+            except ApiError as exc:
+                if kwargs.get("repeatable") or method.upper() == "GET":
+                    raise
+                # A write's caller reads an error as the write's own: a timeout of the wallet read must not
+                # look like a submit whose outcome is unknown (errors.is_ambiguous). It was never sent.
+                raise AccountCheckFailed(
+                    f"{method} {path} was not sent: the wallet read that tells which account PARTNERKIT_API_KEY "
+                    f"is failed first ({exc})", retryable=exc.retryable, retry_after=exc.retry_after) from exc
         return self._transport.request(method, API + path, spend=self._spend, **kwargs)
 
     def _page(self, path: str, record, params: dict, *keys: str) -> Page:
@@ -379,8 +421,12 @@ class PartnerClient:
         return self._call("GET", f"/products/{_id(product_id, 'product id')}").body
 
     def list_wallets(self) -> Any:
-        """GET /wallets: balances across settlement currencies."""
-        return self._call("GET", "/wallets").body
+        """GET /wallets: balances across settlement currencies (a wallet new to the database is recorded as
+        its account's: partnerkit.account)."""
+        body = self._call("GET", "/wallets").body
+        if self._transport.account is not None:
+            self._transport.account.note(body)
+        return body
 
     def list_transactions(
         self,

@@ -33,6 +33,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from partnerkit import errors, money
+from partnerkit.account import AccountGuard
 from partnerkit.client._errors import error_from_response
 from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
 from partnerkit.store.budget import Budget
@@ -154,8 +155,10 @@ class Transport:
         timeout: float = 10.0,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] | None = None,
+        account: AccountGuard | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.account = account  # the client checks it before its first call (PartnerClient.check_account)
         self._api_key = api_key
         self._api_secret = api_secret
         self.budget = budget

@@ -12,6 +12,7 @@ from partnerkit.config import Config
 from partnerkit.store import open_db
 
 from tests.client.client_payloads import API_KEY, API_SECRET, FAST
+from tests.conftest import account_of
 
 
 @pytest.fixture
@@ -28,6 +29,7 @@ def config(httpserver, tmp_path) -> Config:
 @pytest.fixture
 def db(config):
     database = open_db(config.db_path)
+    account_of(database, config.api_key)  # the server under test answers its endpoints only, not /wallets
     yield database
     database.conn.close()
 

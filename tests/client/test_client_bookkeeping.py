@@ -21,6 +21,7 @@ from partnerkit import errors
 from partnerkit.client import PartnerClient
 from partnerkit.store import open_db
 from tests.client.client_payloads import FAST, as_json, recharge
+from tests.conftest import account_of
 
 BOOKS_FAILED = "the request budget's bookkeeping could not be written"
 BOOKS_BACK = "the request budget's bookkeeping is written again"
@@ -31,6 +32,7 @@ RATE = {"X-RateLimit-Limit": "1000", "X-RateLimit-Remaining": "990", "X-RateLimi
 def quick_db(config):
     """The client's database, waiting 0.2 s for a lock (not 5 s): each failed write is quick."""
     database = open_db(config.db_path, busy_timeout_ms=200)
+    account_of(database, config.api_key)  # the server under test answers its endpoints only, not /wallets
     yield database
     database.conn.close()
 

@@ -17,6 +17,7 @@ from werkzeug import Response
 from partnerkit.client import PartnerClient
 from partnerkit.errors import BudgetExhausted
 from partnerkit.store import open_db
+from tests.conftest import account_of
 from partnerkit.store.budget import (GENERAL, ORDER_CREATE, Budget, Limit, ProviderView, key_hash, poller_cap,
                                      poller_reserve, wait_needed)
 
@@ -292,7 +293,9 @@ def _two_workers(httpserver, tmp_path, *args: str) -> list[dict]:
     """Run budget_worker.py twice at once on one SQLite file (its arguments after the DB and URL); their counts."""
     httpserver.expect_request("/api/v1/wallets").respond_with_json([])
     db_path = tmp_path / "shared.db"
-    open_db(db_path).conn.close()  # migrate once up front (migrations are also safe concurrently)
+    db = open_db(db_path)  # migrate once up front (migrations are also safe concurrently)
+    account_of(db, "shared-key")  # the account is known: the workers count only their own calls
+    db.conn.close()
     worker = Path(__file__).with_name("budget_worker.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     argv = [sys.executable, str(worker), str(db_path), httpserver.url_for("/").rstrip("/"), *args]

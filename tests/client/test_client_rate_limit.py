@@ -14,6 +14,7 @@ from partnerkit import errors
 from partnerkit.client import PartnerClient
 from partnerkit.config import Config
 from partnerkit.store import open_db
+from tests.conftest import account_of
 from partnerkit.store.budget import DEFAULT_BLOCK_S, GENERAL, ORDER_CREATE, Budget, block_seconds, seconds_until_reset
 from sandbox.testing import SandboxServer
 
@@ -50,6 +51,9 @@ def server():
 @pytest.fixture
 def config(server, tmp_path):
     alpha = next(c for c in server.clients if c.name == "alpha")
+    db = open_db(tmp_path / "pk.db")
+    account_of(db, alpha.key, ("1", "2"))  # a database in use: the faults below hit the calls under test alone
+    db.conn.close()
     return Config(db_path=tmp_path / "pk.db", api_base_url=server.base_url, api_key=alpha.key,
                   api_secret=alpha.secret, http_timeout_s=5)
 

@@ -169,3 +169,16 @@ def test_gunicorn_conf_loads_with_the_receivers_own_settings(monkeypatch):
     for name, value in gunicorn_options(workers=3).items():  # every setting, hooks included (post_fork once missed)
         if name in cfg.settings and name != "bind":
             assert cfg.settings[name].value == value, name
+
+
+def test_gunicorn_conf_takes_the_log_level_of_the_file_partnerkit_config_names(monkeypatch, tmp_path):
+    """Plain gunicorn's own log level is the app's: PARTNERKIT_LOG_LEVEL from the --config file too."""
+    from tests.receiver.servers import deploy_gunicorn_config
+
+    env_file = tmp_path / "partnerkit.env"
+    env_file.write_text("PARTNERKIT_LOG_LEVEL=WARNING\n")
+    monkeypatch.delenv("PARTNERKIT_LOG_LEVEL", raising=False)
+    monkeypatch.setenv("PARTNERKIT_CONFIG", str(env_file))
+    assert deploy_gunicorn_config(monkeypatch).loglevel == "warning"
+    monkeypatch.setenv("PARTNERKIT_LOG_LEVEL", "ERROR")  # the environment overrides the file
+    assert deploy_gunicorn_config(monkeypatch).loglevel == "error"

@@ -1,5 +1,6 @@
 """The CLI edge: one-line errors, exit codes, no tracebacks."""
 
+import json
 import subprocess
 import sys
 
@@ -41,11 +42,23 @@ def test_missing_config_file_exit_2(tmp_path):
     assert "does not exist" in result.output
 
 
+def test_config_option_wins_over_partnerkit_config(tmp_path):
+    """README, Configuration: `--config FILE` (or PARTNERKIT_CONFIG=FILE); the option names the file when both do."""
+    named, given = tmp_path / "named.env", tmp_path / "given.env"
+    named.write_text(f"PARTNERKIT_DB={tmp_path / 'named.db'}\n")
+    given.write_text(f"PARTNERKIT_DB={tmp_path / 'given.db'}\n")
+    shown = lambda result: {row["variable"]: row["value"] for row in json.loads(result.stdout)}  # noqa: E731
+    assert shown(run("config", "--format", "json", env={"PARTNERKIT_CONFIG": str(named)}))["PARTNERKIT_DB"] == \
+        str(tmp_path / "named.db")
+    assert shown(run("--config", str(given), "config", "--format", "json",
+                     env={"PARTNERKIT_CONFIG": str(named)}))["PARTNERKIT_DB"] == str(tmp_path / "given.db")
+
+
 @pytest.mark.parametrize("args", [
     ["status"], ["backup", "copy.db"], ["events", "list"], ["events", "prune"], ["orders", "list"],
     ["orders", "show", "5001"], ["vouchers", "5001"], ["recharges", "list"], ["recharges", "show", "100001"],
     ["recharges", "locate", "--local-id", "1"],  # a local intent: with a mistyped DB, "no local recharge #1"
-    ["transactions", "list", "--date", "2025-03-14"], ["transactions", "show", "700001"],
+    ["transactions", "list", "--date", "2025-03-14"], ["transactions", "show", "700001"], ["account", "show"],
 ])
 def test_commands_that_read_the_local_store_refuse_a_database_that_does_not_exist(args, tmp_path):
     # A mistyped PARTNERKIT_DB gave a new empty database on the spot: `status` said "nothing needs

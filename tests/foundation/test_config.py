@@ -116,6 +116,43 @@ def test_config_file_is_overridden_by_environment(tmp_path):
     assert config.due_hour_utc == 3
 
 
+def test_load_config_reads_the_file_partnerkit_config_names(tmp_path):
+    """Every Python entry point (create_app(), a fork's own program) reads the file the CLI reads."""
+    file = tmp_path / "partnerkit.env"
+    file.write_text(f"PARTNERKIT_DB={tmp_path / 'configured.db'}\nPARTNERKIT_TOLERANCE_S=60\n")
+    config = load_config(environ={"PARTNERKIT_CONFIG": str(file), "PARTNERKIT_TOLERANCE_S": "90"})
+    assert config.db_path == tmp_path / "configured.db"
+    assert config.tolerance_s == 90  # the environment overrides the file, as with --config
+
+
+def test_load_config_reads_partnerkit_config_from_the_process_environment(tmp_path, monkeypatch):
+    file = tmp_path / "partnerkit.env"
+    file.write_text(f"PARTNERKIT_DB={tmp_path / 'configured.db'}\n")
+    monkeypatch.setenv("PARTNERKIT_CONFIG", str(file))
+    assert load_config().db_path == tmp_path / "configured.db"
+
+
+def test_an_explicit_config_file_wins_over_partnerkit_config(tmp_path):
+    """As the CLI's --config FILE wins over PARTNERKIT_CONFIG (click reads the variable only without the option)."""
+    named, given = tmp_path / "named.env", tmp_path / "given.env"
+    named.write_text("PARTNERKIT_DUE_HOUR_UTC=5\nPARTNERKIT_TOLERANCE_S=60\n")
+    given.write_text("PARTNERKIT_DUE_HOUR_UTC=7\n")
+    config = load_config(environ={"PARTNERKIT_CONFIG": str(named)}, config_file=given)
+    assert config.due_hour_utc == 7
+    assert config.tolerance_s == 300  # nothing of the other file is read
+
+
+def test_an_empty_partnerkit_config_names_no_file():
+    assert load_config(environ={"PARTNERKIT_CONFIG": ""}) == Config()
+
+
+def test_a_missing_file_named_by_partnerkit_config_is_named_so(tmp_path):
+    with pytest.raises(ConfigError, match="^PARTNERKIT_CONFIG file .*nope.env' does not exist or is not a file$"):
+        load_config(environ={"PARTNERKIT_CONFIG": str(tmp_path / "nope.env")})
+    with pytest.raises(ConfigError, match="^PARTNERKIT_CONFIG file .* is a directory"):
+        load_config(environ={"PARTNERKIT_CONFIG": str(tmp_path)})
+
+
 def test_worker_stale_s_is_read():
     assert load_config(environ={}).worker_stale_s == 900
     assert load_config(environ={"PARTNERKIT_WORKER_STALE_S": "3600"}).worker_stale_s == 3600

@@ -20,7 +20,7 @@ from partnerkit.timeutil import utcnow
 from tests.reliability.test_cli_errors import leaves
 from tests.worker.worker_helpers import mobile
 
-ONE_OBJECT = {("keys", "status"), ("orders", "create"), ("orders", "show"), ("orders", "sync"), ("recharges", "locate"),
+ONE_OBJECT = {("account", "show"), ("keys", "status"), ("orders", "create"), ("orders", "show"), ("orders", "sync"), ("recharges", "locate"),
               ("recharges", "show"), ("recharges", "submit"), ("report",), ("status",), ("webhooks", "delete"),
               ("webhooks", "register"), ("webhooks", "retry"), ("webhooks", "stats"), ("webhooks", "test"),
               ("webhooks", "update"), ("transactions", "show")}
@@ -70,6 +70,8 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     run("recharges", "locate", "--local-id", "1")
     run("recharges", "list")
     run("status")
+    account = run("account", "show")
+    assert [w["wallet_id"] for w in account["wallets"]] == ["1", "2"] and account["configured_key"] == "known"
     run("config")
     today = utcnow().date().isoformat()
     synced = CliRunner().invoke(cli, ["reconcile", "--date", today], env=env)  # `report` needs a day read in full

@@ -18,6 +18,7 @@ from partnerkit.store import drifts, inbox, jobs, transaction
 from partnerkit.timeutil import utcnow
 from receiver.envelope import normalise
 from tests.receiver.conftest import CIPHER
+from tests.conftest import account_of
 from reconcile.recharges import submit
 
 
@@ -271,6 +272,7 @@ def test_status_names_the_providers_refusal_of_the_credentials_until_a_call_pass
     from partnerkit import errors
     from partnerkit.status import gauges
 
+    account_of(db, sandbox_config.api_key, ("1", "2"))  # a database in use: the key's account is known
     wrong = replace(sandbox_config, api_secret="not-the-secret-the-sandbox-issued")
     with PartnerClient(wrong, db) as client:
         try:

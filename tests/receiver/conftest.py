@@ -13,6 +13,7 @@ from partnerkit.crypto import Cipher
 from partnerkit.store import open_db
 from receiver.app import create_app
 from receiver.signature import sign
+from tests.conftest import account_of
 
 TOKEN = "whsec_test_token_one"
 OTHER_TOKEN = "whsec_test_token_two"
@@ -22,8 +23,14 @@ CIPHER = Cipher(b"tests-only-inbox-cipher-32-bytes")  # for inbox.record called 
 
 @pytest.fixture
 def config(tmp_path) -> Config:
-    return Config(db_path=tmp_path / "pk.db", webhook_tokens=(WebhookToken(TOKEN),), voucher_key=VOUCHER_KEY,
-                  api_base_url="http://127.0.0.1:9", api_key="k", api_secret="s", log_level="WARNING")
+    config = Config(db_path=tmp_path / "pk.db", webhook_tokens=(WebhookToken(TOKEN),), voucher_key=VOUCHER_KEY,
+                    api_base_url="http://127.0.0.1:9", api_key="k", api_secret="s", log_level="WARNING")
+    # The database already serves the account of key "k" (partnerkit.account): the provider these tests fake
+    # (pytest-httpserver, or nothing on port 9) answers the endpoint under test, not the wallet list.
+    db = open_db(config.db_path)
+    account_of(db, config.api_key)
+    db.conn.close()
+    return config
 
 
 @pytest.fixture

@@ -38,30 +38,50 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class ServedReceiver:
-    """`partnerkit serve --workers N` in a subprocess; output captured to a log file."""
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
+GUNICORN_CONF = str(Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py")
 
-    def __init__(self, env: dict[str, str], log_path: Path, workers: int = 2) -> None:
+
+class ServedReceiver:
+    """`partnerkit serve --workers N` in a subprocess; output captured to a log file.
+
+    `plain_gunicorn`: README "Deploy"'s other way instead, `gunicorn -c deploy/gunicorn.conf.py
+    'receiver.app:create_app()'` (bind and workers through RECEIVER_BIND and RECEIVER_WORKERS), run in
+    `cwd`, with a private PROMETHEUS_MULTIPROC_DIR beside the log unless `env` gives one."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, workers: int = 2, *, plain_gunicorn: bool = False,
+                 cwd: Path | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._env = {**{k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}, **env}
-        self._argv = [PARTNERKIT, "serve", "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers)]
+        self._cwd = cwd
+        if plain_gunicorn:
+            metrics = log_path.with_name(log_path.name + ".metrics")
+            metrics.mkdir(exist_ok=True)
+            self._env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(metrics))
+            self._env.update(RECEIVER_BIND=f"127.0.0.1:{self.port}", RECEIVER_WORKERS=str(workers))
+            self._argv = [GUNICORN, "-c", GUNICORN_CONF, "receiver.app:create_app()"]
+        else:
+            self._argv = [PARTNERKIT, "serve", "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers)]
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "ServedReceiver":
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(self._argv, env=self._env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self._argv, env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
+                                        cwd=self._cwd)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self._log.close()
                 raise RuntimeError(f"partnerkit serve exited: {self.log_path.read_text()}")
             try:
                 if requests.get(self.base_url + "/healthz", timeout=0.5).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # a worker still booting: not up yet
                 time.sleep(0.05)
-        raise RuntimeError("partnerkit serve did not come up in 15 s")
+        self.__exit__()  # never left running: __exit__ is not called when __enter__ raises
+        raise RuntimeError(f"partnerkit serve did not come up in 15 s: {self.log()}")
 
     def __exit__(self, *exc: object) -> None:
         assert self.process is not None

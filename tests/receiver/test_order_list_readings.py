@@ -25,6 +25,7 @@ from partnerkit.store import open_db
 from partnerkit.vouchers import catch_up_orders
 from sandbox.settings import SandboxSettings
 from sandbox.testing import SandboxServer
+from tests.conftest import account_of
 
 NOW = datetime(2026, 11, 22, 8, 0, tzinfo=timezone.utc)
 SINCE = NOW - timedelta(days=1)
@@ -86,6 +87,7 @@ def walk(httpserver, tmp_path):
     config = Config(db_path=tmp_path / "partnerkit.db", api_base_url=httpserver.url_for("/").rstrip("/"),
                     api_key="pk_test_readings", api_secret="sk_test_readings_0123456789", http_timeout_s=2.0)
     db = open_db(config.db_path)
+    account_of(db, config.api_key)  # the server below answers the order list only
 
     def run(**kwargs):
         with PartnerClient(config, db) as client:

@@ -20,6 +20,7 @@ from partnerkit.store import open_db
 from sandbox import orders as sandbox_orders
 from sandbox.settings import SandboxSettings
 from sandbox.testing import SandboxServer
+from tests.conftest import account_of
 
 OLD, RECENT = 130, 20  # 150 orders: two pages of the list
 
@@ -51,6 +52,9 @@ def _env(server: SandboxServer, tmp_path, **extra: str) -> dict:
         "PARTNERKIT_DB": str(tmp_path / "partnerkit.db"), "PARTNERKIT_API_BASE_URL": server.base_url,
         "PARTNERKIT_API_KEY": client.key, "PARTNERKIT_API_SECRET": client.secret,
         "PARTNERKIT_WEBHOOK_TOKENS": "bootstrap-token-for-tests", **extra})
+    db = open_db(config.db_path)
+    account_of(db, client.key, ("1", "2"))  # a database in use: the budgets below are the walk's alone
+    db.conn.close()
     return config_as_env(config)
 
 

@@ -52,6 +52,8 @@ def closed_port() -> int:
 def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
     """Arguments that parse for each command (what happens next depends on the environment)."""
     return {
+        ("account", "show"): [],
+        ("account", "trust-key"): [],
         ("backup",): [str(tmp / "new-backup.db")],
         ("config",): [],
         ("demo",): ["--workdir", str(tmp / "demo")],

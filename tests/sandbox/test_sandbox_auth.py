@@ -6,7 +6,7 @@ import time
 import pytest
 import requests
 
-from tests.sandbox.sandbox_helpers import hand_signature, make_settings
+from tests.sandbox.sandbox_helpers import Api, hand_signature, make_settings
 
 # (method, path, expected 401 body) - each endpoint family in its own shape (Errors).
 UNAUTHORIZED_SHAPES = [
@@ -187,3 +187,28 @@ def test_unknown_api_path_is_404_general_shape(alpha):
     r = alpha.get("/api/v1/nothing-here")
     assert r.status_code == 404
     assert r.json()["error"]["name"] == "NotFound"
+
+
+def test_a_rotated_key_is_the_same_client_until_the_old_one_is_revoked(server, alpha):
+    """Authentication 2: keys are "rotatable on request". The new key sees the same wallets and records,
+    signs with its own secret, and the old key is refused once revoked."""
+    from types import SimpleNamespace
+
+    made = alpha.recharge(mobile="9811111110", amount=100)
+    assert made.status_code == 200
+    issued = alpha.control("POST", "/clients/alpha/keys", {})
+    assert issued.status_code == 201 and issued.json()["client"] == "alpha"
+    rotated = Api(server, SimpleNamespace(key=issued.json()["key"], secret=issued.json()["secret"]))
+    assert rotated.get("/api/v1/wallets").json() == alpha.get("/api/v1/wallets").json()
+    assert [w["id"] for w in rotated.get("/api/v1/wallets").json()] == [1, 2]
+    assert rotated.get(f"/api/v1/recharges/{made.json()['id']}").status_code == 200
+    assert rotated.post("/api/v1/recharge/charges", {"operator_id": 1, "amount": 100}).status_code == 200
+    listed = alpha.control("GET", "/clients").json()
+    assert next(c for c in listed if c["name"] == "alpha")["keys"] == ["pk_sandbox_alpha", issued.json()["key"]]
+
+    assert alpha.control("DELETE", "/clients/alpha/keys/pk_sandbox_alpha").json()["keys"] == [issued.json()["key"]]
+    assert alpha.get("/api/v1/wallets").status_code == 401
+    assert rotated.get("/api/v1/wallets").status_code == 200
+    assert alpha.control("DELETE", f"/clients/alpha/keys/{issued.json()['key']}").status_code == 409  # its last
+    assert alpha.control("DELETE", "/clients/beta/keys/pk_sandbox_alpha").status_code == 404  # not beta's
+    assert alpha.control("POST", "/clients/beta/keys", {"key": issued.json()["key"]}).status_code == 409

@@ -247,6 +247,30 @@ def test_old_transactions_are_matched_exactly_like_ones_stored_today(old, db):
     assert as_new["drifts"] == as_old["drifts"]
 
 
+def test_the_upgraded_database_serves_the_account_whose_wallets_it_last_synced(old, sandbox_server):
+    """m0012 adopts the account on the upgrade: the wallets of the newest snapshot (the old demo's client alpha,
+    wallets 1 and 2). Alpha's key is then taken on its first call; another account's key is refused."""
+    old("status")  # the first command after the upgrade migrates
+    assert old.raw("SELECT wallet_id, currency, source FROM account_wallets ORDER BY wallet_id") == [
+        ("1", "INR", "snapshot"), ("2", "USD", "snapshot")]
+    assert old.raw("SELECT COUNT(*) FROM account_keys") == [(0,)]
+
+    def as_client(name: str, *args: str) -> Result:
+        client = next(c for c in sandbox_server.clients if c.name == name)
+        env = {**old.env, "PARTNERKIT_API_BASE_URL": sandbox_server.base_url, "PARTNERKIT_API_KEY": client.key,
+               "PARTNERKIT_API_SECRET": client.secret}
+        result = CliRunner().invoke(cli, list(args), env=env)
+        assert "Traceback" not in result.output
+        return result
+
+    refused = as_client("beta", "webhooks", "list")
+    assert refused.exit_code == 2 and "belongs to another provider account" in refused.stderr
+    assert sandbox_server.sandbox.calls["GET /api/v1/webhooks"] == 0
+    assert as_client("alpha", "webhooks", "list").exit_code == 0
+    assert old.raw("SELECT how FROM account_keys") == [("wallets",)]
+    assert _tables(old)["recharges"] == 4  # nothing of the old day touched
+
+
 def _deliver(app, config, token, body: bytes):
     """POST `body` as the provider does: signed now with the webhook's token, naming its webhook id."""
     now = int(datetime.now(timezone.utc).timestamp())

@@ -19,6 +19,7 @@ from partnerkit.timeutil import parse_ts, utcnow
 from reconcile.locate import locate
 from reconcile.recharges import submit
 from tests.worker.worker_helpers import LIST, SUBMIT, make_config, mobile
+from tests.conftest import account_of
 
 
 def provider_count(server, number: str) -> int:
@@ -162,6 +163,7 @@ def test_a_recharge_found_by_search_with_a_status_the_document_does_not_name_is_
 
     config = config_for(httpserver.url_for("").rstrip("/"), "pk_test_key", "sk_test_secret_0123456789", tmp_path)
     db = open_db(config.db_path)
+    account_of(db, config.api_key)  # the server below answers the recharge list only
     submitted = utcnow() - timedelta(hours=23, minutes=30)  # past the key's replay window: search only
     local_id = store.record_intent(db, idempotency_key="pk-old-key-0001", mobile_number="9876543210", operator_id=1,
                                    amount=100, client_reference="order-4711", submitted_at=submitted)

@@ -15,6 +15,7 @@ from partnerkit.timeutil import parse_ts, utcnow
 from reconcile.poller import poll_once, poller_spend
 from reconcile.recharges import submit
 from tests.worker.worker_helpers import LIST, SINGLE, SUBMIT, make_config, mobile
+from tests.conftest import account_of
 
 
 def processing(server, config, db, client, count: int, digit: int = 5, *, skew_s: float = 0) -> list[int]:
@@ -111,6 +112,7 @@ def test_the_poller_leaves_the_voucher_fetches_their_tenth(server, tmp_path):
     config = make_config(server, tmp_path, hourly_budget="10", poller_budget_share="0.5")
     assert poller_spend(config) == (1, 5)  # keep a tenth free; take at most half for itself
     db = open_db(config.db_path)
+    account_of(db, config.api_key, ("1", "2"))  # a database in use: the hour below is spent as counted
     with PartnerClient(config, db, purpose="test", wait_for_budget=False) as client:
         processing(server, config, db, client, 2)  # 2 of 10 used
         for _ in range(7):

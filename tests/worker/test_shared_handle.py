@@ -11,6 +11,7 @@ from partnerkit.client._http import RetryPolicy
 from partnerkit.store import open_db
 from partnerkit.store import recharges as store
 from reconcile.recharges import submit
+from tests.conftest import account_of
 from tests.worker.worker_helpers import mobile
 
 THREADS = 20
@@ -18,6 +19,7 @@ THREADS = 20
 
 def test_request_threads_sharing_one_handle_store_every_performed_recharge(server, config):
     db = open_db(config.db_path)  # one handle for the app, as a web app holds it
+    account_of(db, config.api_key)  # the key's account check done: the budget below counts the submits alone
     client = PartnerClient(config, db, purpose="web", retry=RetryPolicy(max_attempts=1))
     numbers = [mobile(0) for _ in range(THREADS)]  # digit 0: SUCCESS at once
     outcomes: dict[str, str] = {}

@@ -13,6 +13,7 @@ from partnerkit.store import open_db
 from partnerkit.store import recharges as store
 from reconcile.recharges import DuplicateSubmit, RechargeInputError, status_from_answer, submit
 from tests.worker.worker_helpers import config_for, mobile
+from tests.conftest import account_of
 
 
 # Recharge submit response: "HTTP status carries meaning, read it before the body".
@@ -80,6 +81,7 @@ def test_intent_is_committed_before_the_request_arrives(httpserver, tmp_path):
 
     config = config_for(httpserver.url_for("").rstrip("/"), "pk_test_key", "sk_test_secret_0123456789", tmp_path)
     db = open_db(config.db_path)
+    account_of(db, config.api_key)  # the server below answers the submit only
     seen: dict = {}
 
     def provider(request):
@@ -141,6 +143,7 @@ def test_an_answer_with_a_status_the_document_does_not_name_is_kept_and_polled(h
 
     config = config_for(httpserver.url_for("").rstrip("/"), "pk_test_key", "sk_test_secret_0123456789", tmp_path)
     db = open_db(config.db_path)
+    account_of(db, config.api_key)  # the server below answers the submit only
     answer = {"id": 7002, "reference_number": "RCH7002", "status": "QUEUED", "sub_status": "AT_VENDOR",
               "mobile_number": "9876543210", "operator_id": 1, "face": 199.00, "discount": 4.98,
               "payable": 194.02, "created_at": "2025-03-10T10:00:00Z"}

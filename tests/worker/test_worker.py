@@ -21,6 +21,7 @@ from partnerkit.store import locks, open_db
 from reconcile.scheduler import (LEASE_NAME, WorkerBusy, WorkerLease, WorkerRefused, build_scheduler,
                                  refuse_inside_gunicorn, run_once, run_worker)
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, JobUnavailable, resolve
+from tests.conftest import account_of
 
 POLL = next(s for s in JOBS if s.id == "poll-recharges")
 ROOT = Path(__file__).resolve().parents[2]
@@ -282,6 +283,7 @@ def test_a_refused_api_key_pauses_the_jobs_that_call_it_for_a_minute(config, ser
 
     catch_up = next(s for s in JOBS if s.id == "catch-up-orders")
     prune = next(s for s in JOBS if s.id == "prune-events")
+    account_of(wdb, config.api_key, ("1", "2"))  # a database in use, whose secret is then revoked
     wrong = replace(config, api_secret="a-secret-the-provider-revoked")
     start = datetime.now(timezone.utc)
     with freeze_time(start, tick=True):
