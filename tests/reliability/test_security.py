@@ -36,9 +36,6 @@ from tests.receiver.servers import PARTNERKIT, ServedReceiver
 from tests.reliability.hostile_http import listening_sockets, worker_pids
 
 sandbox_testing = pytest.importorskip("sandbox.testing")
-# The full run (about 9 s) is built once for the module: `make test`'s two processes (--dist loadgroup)
-# keep the module's tests on one of them.
-pytestmark = pytest.mark.xdist_group("security_full_run")
 
 CONFIGURED_TOKEN = "whsec_configured_security_7d41c2e9"
 KIT_PACKAGES = ("partnerkit", "receiver", "reconcile")
