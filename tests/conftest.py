@@ -7,6 +7,7 @@ import pytest
 
 from partnerkit.config import load_config
 from partnerkit.store import open_db
+from tests.sandbox_serving import serve_sandbox
 
 
 @pytest.fixture
@@ -26,9 +27,7 @@ def db(db_path):
 @pytest.fixture
 def sandbox_server():
     """The provider simulator on a free loopback port, background work running."""
-    from sandbox.testing import SandboxServer
-
-    with SandboxServer() as server:
+    with serve_sandbox() as server:
         yield server
 
 

@@ -16,9 +16,9 @@ from partnerkit.config import Config
 from partnerkit.store import open_db
 from tests.conftest import account_of
 from partnerkit.store.budget import DEFAULT_BLOCK_S, GENERAL, ORDER_CREATE, Budget, block_seconds, seconds_until_reset
-from sandbox.testing import SandboxServer
 
 from tests.client.client_payloads import FAST
+from tests.sandbox_serving import serve_sandbox
 
 NOW = 1_714_557_600.0  # 2024-05-01 10:00:00 UTC
 HOUR = 3600.0
@@ -44,7 +44,7 @@ def test_seconds_until_reset_follows_the_readme_unit_rule_within_one_window(rese
 
 @pytest.fixture
 def server():
-    with SandboxServer(background=False) as running:
+    with serve_sandbox(background=False) as running:
         yield running
 
 

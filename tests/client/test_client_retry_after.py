@@ -24,6 +24,7 @@ from partnerkit.store import open_db
 from partnerkit.store.budget import GENERAL
 
 from tests.client.client_payloads import API_KEY, API_SECRET, FAST
+from tests.sandbox_serving import POLL_S
 
 NOW = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 AHEAD = NOW + timedelta(hours=2)  # the provider's clock
@@ -65,7 +66,7 @@ def provider_ahead(retry_after: str) -> Iterator[tuple[str, list]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", seen

@@ -9,14 +9,14 @@ import pytest
 
 from partnerkit import errors
 from sandbox.settings import SandboxSettings
-from sandbox.testing import SandboxServer
 
 from tests.client.conftest import alpha_client
+from tests.sandbox_serving import serve_sandbox
 
 
 @pytest.fixture(scope="module")
 def server():
-    with SandboxServer(SandboxSettings(processing_delay_s=20), background=False) as running:
+    with serve_sandbox(SandboxSettings(processing_delay_s=20), background=False) as running:
         yield running
 
 

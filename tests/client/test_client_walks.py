@@ -12,9 +12,9 @@ import pytest
 import requests
 
 from sandbox.settings import SandboxSettings
-from sandbox.testing import SandboxServer
 
 from tests.client.conftest import alpha_client
+from tests.sandbox_serving import serve_sandbox
 
 # Last digit of the mobile number (docs/sandbox.md): 0 SUCCESS at once, 8 PROCESSING until settled.
 OUTCOMES = "808088"
@@ -22,7 +22,7 @@ OUTCOMES = "808088"
 
 @pytest.fixture
 def server():
-    with SandboxServer(SandboxSettings(), background=False) as running:
+    with serve_sandbox(SandboxSettings(), background=False) as running:
         yield running
 
 

@@ -32,7 +32,7 @@ from partnerkit.vouchers import catch_up_orders
 
 pytest.importorskip("sandbox.testing")
 from sandbox.settings import SandboxSettings  # noqa: E402
-from sandbox.testing import SandboxServer  # noqa: E402
+from tests.sandbox_serving import serve_sandbox  # noqa: E402
 
 CREATE = "POST /api/v1/orders"
 # Under this seed a fault on POST /api/v1/orders at rate 0.5 hits the first request and spares the
@@ -44,7 +44,7 @@ ORDER = ["orders", "create", "--product-id", "8", "--denomination", "100", "--qu
 
 @pytest.fixture
 def server():
-    with SandboxServer(SandboxSettings(seed=SEED_FIRST_ONLY, speed=0, hourly_limit=100_000), background=False) as running:
+    with serve_sandbox(SandboxSettings(seed=SEED_FIRST_ONLY, speed=0, hourly_limit=100_000), background=False) as running:
         yield running
 
 

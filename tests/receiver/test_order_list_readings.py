@@ -24,8 +24,8 @@ from partnerkit.config import Config, config_as_env, load_config
 from partnerkit.store import open_db
 from partnerkit.vouchers import catch_up_orders
 from sandbox.settings import SandboxSettings
-from sandbox.testing import SandboxServer
 from tests.conftest import account_of
+from tests.sandbox_serving import serve_sandbox
 
 NOW = datetime(2026, 11, 22, 8, 0, tzinfo=timezone.utc)
 SINCE = NOW - timedelta(days=1)
@@ -41,7 +41,7 @@ IN_RANGE = {o["id"] for o in HISTORY if o["placed_at"] >= SINCE.strftime("%Y-%m-
 
 def test_a_partner_without_orders_syncs_and_reconciles_when_the_empty_list_is_a_404(tmp_path):
     today = datetime.now(timezone.utc).date()
-    with SandboxServer(SandboxSettings(order_list_empty_404=True), background=False) as server:
+    with serve_sandbox(SandboxSettings(order_list_empty_404=True), background=False) as server:
         client = server.clients[1]  # beta: no order ever placed
         env = config_as_env(load_config(environ={
             "PARTNERKIT_DB": str(tmp_path / "partnerkit.db"), "PARTNERKIT_API_BASE_URL": server.base_url,

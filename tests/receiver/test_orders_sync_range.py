@@ -21,6 +21,7 @@ from sandbox import orders as sandbox_orders
 from sandbox.settings import SandboxSettings
 from sandbox.testing import SandboxServer
 from tests.conftest import account_of
+from tests.sandbox_serving import serve_sandbox
 
 OLD, RECENT = 130, 20  # 150 orders: two pages of the list
 
@@ -39,7 +40,7 @@ def _place(server: SandboxServer, count: int) -> None:
 def history():
     """A sandbox whose first 130 orders were placed 5 days ago and the last 20 now."""
     started = datetime.now(timezone.utc) - timedelta(days=5)
-    with SandboxServer(SandboxSettings(start=started), background=False) as server:
+    with serve_sandbox(SandboxSettings(start=started), background=False) as server:
         _place(server, OLD)
         server.advance(timedelta(days=5).total_seconds())
         _place(server, RECENT)

@@ -126,9 +126,9 @@ def sandbox_day(tmp_path, start: datetime, **client_options):
     from partnerkit.config import load_config
     from partnerkit.store import open_db
     from sandbox.settings import SandboxSettings
-    from sandbox.testing import SandboxServer
+    from tests.sandbox_serving import serve_sandbox
 
-    with SandboxServer(SandboxSettings(start=start, speed=1.0), background=False) as server:
+    with serve_sandbox(SandboxSettings(start=start, speed=1.0), background=False) as server:
         alpha = server.clients[0]
         config = load_config(environ={
             "PARTNERKIT_DB": str(tmp_path / "pk.db"), "PARTNERKIT_API_BASE_URL": server.base_url,

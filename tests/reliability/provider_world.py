@@ -24,6 +24,7 @@ from partnerkit.money import from_cents
 from partnerkit.store import open_db
 from reconcile.worker_jobs import JOBS, JobRunner
 from sandbox import SandboxServer, SandboxSettings
+from tests.sandbox_serving import start_sandbox
 
 START = datetime(2025, 3, 10, 10, 0, 0, tzinfo=timezone.utc)
 ORDER_DETAIL = "GET /api/v1/orders/:id"
@@ -74,7 +75,7 @@ class World:
 
     # ---- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> "World":
-        self.server.start()
+        start_sandbox(self.server, background=False)
         return self
 
     def __exit__(self, *exc: object) -> None:

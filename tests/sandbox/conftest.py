@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox import SandboxServer
 from tests.sandbox.sandbox_helpers import Api, Receiver, make_settings
+from tests.sandbox_serving import serve_sandbox
 
 
 @pytest.fixture
@@ -14,7 +14,7 @@ def settings():
 
 @pytest.fixture
 def server(settings):
-    with SandboxServer(settings, background=False) as srv:
+    with serve_sandbox(settings, background=False) as srv:
         yield srv
 
 

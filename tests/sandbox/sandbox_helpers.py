@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import requests
 
 from sandbox import SandboxServer, SandboxSettings
+from tests.sandbox_serving import POLL_S
 
 START = datetime(2025, 3, 10, 10, 0, 0, tzinfo=timezone.utc)
 
@@ -121,7 +122,7 @@ class Receiver:
         self.httpd.block_on_close = False
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/hook"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
-                                       kwargs={"poll_interval": 0.05})
+                                       kwargs={"poll_interval": POLL_S})  # stopped at once
         self.thread.start()
 
     def bodies(self) -> list[dict]:

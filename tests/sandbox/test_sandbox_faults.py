@@ -11,8 +11,9 @@ from decimal import Decimal
 import pytest
 import requests
 
-from sandbox import SandboxServer, SandboxSettings
+from sandbox import SandboxSettings
 from tests.sandbox.sandbox_helpers import Api, make_settings
+from tests.sandbox_serving import serve_sandbox
 
 RECHARGES, ORDERS, TXNS, WALLETS = ("/api/v1/recharges", "/api/v1/orders", "/api/v1/transactions",
                                     "/api/v1/wallets")
@@ -109,7 +110,7 @@ def test_http_500_uses_each_endpoint_error_shape(alpha, sb, method, path, body):
 
 def test_http_500_rate_is_a_seeded_fraction(settings):
     def outcomes():
-        with SandboxServer(make_settings(), background=False) as srv:
+        with serve_sandbox(make_settings(), background=False) as srv:
             api = Api(srv, srv.clients[0])
             switch(api, "http_500", scope="wallet", rate=0.5)
             return [api.get(WALLETS).status_code for _ in range(40)]

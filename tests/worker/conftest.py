@@ -3,32 +3,21 @@ PartnerClient, and a migrated SQLite file in tmp_path."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from partnerkit.store import open_db
+from tests.sandbox_serving import serve_sandbox
 from tests.worker.worker_helpers import Stats, make_config
 
 
 @pytest.fixture
 def server():
     """The sandbox on loopback, clock frozen (speed 0) so only the test moves time; no background thread."""
-    from sandbox import SandboxServer, SandboxSettings
+    from sandbox import SandboxSettings
 
-    settings = SandboxSettings(speed=0, processing_delay_s=600, hourly_limit=100_000)
-    running = SandboxServer(settings, background=False)
-    http = getattr(running, "_server", None)
-    if http is not None and getattr(running, "_thread", "absent") is None:
-        # Serve with a short shutdown poll: the default 0.5 s would be most of each test's time.
-        running._thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        running._thread.start()
-    else:
-        running.start()
-    try:
+    with serve_sandbox(SandboxSettings(speed=0, processing_delay_s=600, hourly_limit=100_000),
+                       background=False) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture
