@@ -37,7 +37,7 @@ from tests.reliability.storage_faults import held_write_lock
 
 pytest.importorskip("sandbox.testing")
 from sandbox.settings import SandboxSettings  # noqa: E402
-from sandbox.testing import SandboxServer  # noqa: E402
+from tests.sandbox_serving import serve_sandbox  # noqa: E402
 
 SUBMIT = "POST /api/v1/recharges"
 CREATE = "POST /api/v1/orders"
@@ -47,7 +47,7 @@ SHORT_WAIT_MS = 300
 
 @pytest.fixture
 def server():
-    with SandboxServer(SandboxSettings(speed=0, hourly_limit=100_000), background=False) as running:
+    with serve_sandbox(SandboxSettings(speed=0, hourly_limit=100_000), background=False) as running:
         yield running
 
 
