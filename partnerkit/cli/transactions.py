@@ -19,7 +19,7 @@ from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import counted, emit, emit_one, format_option
 from partnerkit.cli.params import ID, past_utc_day
 from partnerkit.money import from_cents
-from partnerkit.store import ledger, quarantine
+from partnerkit.store import ledger, orders, quarantine
 from partnerkit.timeutil import parse_ts
 
 # Names as DESIGN.md's alias table reads the provider's record, then partnerkit's own.
@@ -161,6 +161,10 @@ def list_command(app: AppContext, day: date | None, kind: str | None, reference:
     emit([_row(r) for r in stored], TABLE_COLUMNS if fmt == "table" else FIELDS, fmt,
          empty_message=f"no transactions {where}{' ' + ' and '.join(filters) if filters else ''}")
     _say_cut(len(stored), total, "transactions")
+    if not stored and reference is not None and reference.isdigit() and orders.get(db, int(reference)):
+        # An order drift's reference is the order's id, and finance copies it here.
+        click.echo(f"{reference} is an order's id (an order drift's reference): "
+                   f"`partnerkit transactions list --order {reference}`", err=True)
     if held:
         click.echo(f"note: {counted(len(held), 'transaction record')} of {day} "
                    f"{'is' if len(held) == 1 else 'are'} held in the quarantine (refused by the mapping, or "

@@ -132,6 +132,15 @@ def test_an_order_s_reference_code_finds_its_transactions(invoke, db, day):
     assert [r["id"] for r in listed(invoke, "--reference", "ORD-77")] == [day["named"], day["order_refund"]]
 
 
+def test_an_order_id_given_as_the_reference_points_to_order(invoke, db, day):
+    """An order drift's reference is the order's id; copied into --reference, the command names --order."""
+    oid = str(day["oid"])
+    code, out, err = run(invoke, "transactions", "list", "--reference", oid)
+    assert (code, out) == (0, "")
+    assert f"`partnerkit transactions list --order {oid}`" in err
+    assert [r["id"] for r in listed(invoke, "--order", oid)] == [day["named"], day["order_refund"]]
+
+
 def test_nothing_matching_on_a_day_read_in_full_is_an_empty_list(invoke, day):
     assert listed(invoke, "--date", DAY.isoformat(), "--type", "CASHBACK") == []
     code, out, err = run(invoke, "transactions", "list", "--date", DAY.isoformat(), "--type", "CASHBACK")
