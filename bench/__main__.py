@@ -35,8 +35,8 @@ def usage() -> str:
     lines = [f"  {name:<{width}}  {ABOUT.get(name, '')}".rstrip() for name in available()]
     return ("usage: python -m bench [NAME ...]\n\n"
             "Runs every benchmark, or the named ones, each in a fresh interpreter (`make bench` runs them all).\n"
-            "`python -m bench.polling --help`, `bench.reconcile --help` and `bench.soak --help` give their own\n"
-            "options; bench.receiver takes none (any argument is ignored and it runs). Timings are comparable\n"
+            "`python -m bench.NAME --help` gives each one's options (bench.receiver has none: environment\n"
+            "variables size it). Timings are comparable\n"
             "only on a quiet machine: run them with nothing else busy (not beside `make test`), and compare\n"
             "with the README's numbers.\n\n"
             "benchmarks:\n" + "\n".join(lines) + "\n")

@@ -264,5 +264,18 @@ def main() -> int:
     return 0
 
 
+def _arguments(argv: list[str]) -> None:
+    """It takes no options (BENCH_RECEIVER_EVENTS and BENCH_RECEIVER_ROUNDS size it): --help answers, anything
+    else is refused, rather than starting an 80-second run nobody asked for."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.receiver", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+        epilog="Sized by BENCH_RECEIVER_EVENTS (events per peak round, default 2500) and BENCH_RECEIVER_ROUNDS "
+               "(default 5); about 80 s. Run it on a quiet machine (not beside make test).")
+    parser.parse_args(argv)
+
+
 if __name__ == "__main__":
+    _arguments(sys.argv[1:])
     sys.exit(main())
