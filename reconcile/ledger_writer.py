@@ -26,7 +26,6 @@ STAGE_ROWS = 20_000  # transaction rows per copy into the store
 # provider's fault (an empty answer, a list cut short), not for that many withdrawals: it withdraws none.
 # Up to this many at once are withdrawn whatever the share (a quiet day has only a few entries).
 WITHDRAW_ALWAYS = 10
-_KEYED = "transaction:"  # the prefix of a quarantined record keyed by its id (partnerkit.store.quarantine.key_for)
 
 
 def _quarantine(db: Any, bad: list[Any], stamp: str) -> set[str]:
@@ -34,7 +33,7 @@ def _quarantine(db: Any, bad: list[Any], stamp: str) -> set[str]:
     log.warning("quarantined %d transaction record(s): %s", len(bad), "; ".join(q.reason for q in bad[:5]))
     items = [(q.key, q.reason, canonical_json(q.raw), _day_of(q.raw)) for q in bad]
     ledger_store.quarantine(db, items, stamp)
-    return {key[len(_KEYED):] for key, *_ in items if key.startswith(_KEYED)}
+    return {ident for key, *_ in items if (ident := quarantine.id_in_key("transaction", key)) is not None}
 
 
 def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, int]:

@@ -28,7 +28,6 @@ FIELDS = ["id", "type", "amount", "currency", "created_at", "balance_after", "re
 TABLE_COLUMNS = FIELDS[:-1]
 QUARANTINE_COLUMNS = ["key", "id", "day", "reason", "first_seen_at", "last_seen_at", "record"]
 QUARANTINE_TABLE_COLUMNS = ["id", "day", "reason", "last_seen_at"]
-KEYED = "transaction:"  # a held record that shows its id (partnerkit.store.quarantine.key_for)
 
 
 def _text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -69,7 +68,7 @@ def _record(text: str | None) -> Any:
 
 def _held_row(entry: dict) -> dict[str, Any]:
     key = entry["key"]
-    return {"key": key, "id": key[len(KEYED):] if key.startswith(KEYED) else None, "day": entry["day"],
+    return {"key": key, "id": quarantine.id_in_key("transaction", key), "day": entry["day"],
             "reason": entry["reason"], "first_seen_at": entry["first_seen_at"], "last_seen_at": entry["last_seen_at"],
             "record": _record(entry["raw"])}
 
@@ -196,7 +195,7 @@ def show_command(app: AppContext, ident: str, fmt: str) -> None:
     text = ident.strip()
     db = app.existing_db
     stored = ledger.get_transaction(db, text) if text else None
-    held = quarantine.held_entry(db, KEYED + text) if text else None
+    held = quarantine.held_entry(db, "transaction", text) if text else None
     if stored is None and held is None:
         raise click.ClickException(f"no transaction with id {ident!r} is stored or quarantined (the syncs store what "
                                    "the provider lists: `partnerkit transactions list --date D` lists a day)")

@@ -66,6 +66,12 @@ def key_for(kind: str, raw: Any, *, text: str | None = None) -> str:
     return digest if kind == "transaction" else f"{kind}:sha256:{digest}"
 
 
+def id_in_key(kind: str, key: str) -> str | None:
+    """The id (as stored) in a `kind:<id>` key, or None for a key of another kind or an id-less one."""
+    prefix = f"{kind}:"
+    return key[len(prefix):] if key.startswith(prefix) and not key.startswith(f"{prefix}sha256:") else None
+
+
 def _day(raw: Any) -> str | None:
     if isinstance(raw, dict):
         for name in ("created_at", "placed_at"):
@@ -134,6 +140,9 @@ def _of_kind(kind: str) -> str:
     return "key LIKE ?"
 
 
+_HELD_COLUMNS = "key, reason, raw, day, first_seen_at, last_seen_at"  # a held entry, as `held` and `held_entry` give it
+
+
 def held(db: Database, kind: str, *, day: str | None = None) -> list[dict]:
     """The records of one kind held now: key, reason, raw (JSON text), day, first and last seen; with `day`,
     those of that day and those whose day is unknown (listed in every day's report, as there)."""
@@ -141,16 +150,15 @@ def held(db: Database, kind: str, *, day: str | None = None) -> list[dict]:
     on_day = ""
     if day is not None:
         on_day, params = " AND (day = ? OR day IS NULL)", params + (day,)
-    cursor = db.execute("SELECT key, reason, raw, day, first_seen_at, last_seen_at FROM transaction_quarantine"
-                        f" WHERE {_of_kind(kind)}{on_day} ORDER BY key", params)
+    cursor = db.execute(f"SELECT {_HELD_COLUMNS} FROM transaction_quarantine WHERE {_of_kind(kind)}{on_day} ORDER BY key",
+                        params)
     names = [c[0] for c in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
-def held_entry(db: Database, key: str) -> dict | None:
-    """One held record by its key (`transaction:<id>`, ...), as `held` gives it, or None."""
-    cursor = db.execute("SELECT key, reason, raw, day, first_seen_at, last_seen_at FROM transaction_quarantine"
-                        " WHERE key = ?", (key,))
+def held_entry(db: Database, kind: str, ident: str) -> dict | None:
+    """The record of one kind held under its id (`kind:<id>`), as `held` gives it, or None."""
+    cursor = db.execute(f"SELECT {_HELD_COLUMNS} FROM transaction_quarantine WHERE key = ?", (f"{kind}:{ident}",))
     row = cursor.fetchone()
     return None if row is None else dict(zip([c[0] for c in cursor.description], row))
 
@@ -159,7 +167,7 @@ def held_ids(db: Database, kind: str) -> set[int]:
     """The ids of the records of one kind held now under `kind:<id>` (usually none)."""
     ids = set()
     for (key,) in db.execute("SELECT key FROM transaction_quarantine WHERE key LIKE ?", (f"{kind}:%",)):
-        ident = key[len(kind) + 1:]
+        ident = id_in_key(kind, key) or ""
         if ident.lstrip("-").isdecimal():
             ids.add(int(ident))
     return ids
@@ -170,7 +178,7 @@ def held_transaction_ids(db: Database) -> dict[str, bool]:
     with whether it was withdrawn (listed no more) rather than unreadable."""
     rows = db.execute("SELECT key, substr(reason, 1, ?) = ? FROM transaction_quarantine WHERE key LIKE 'transaction:%'",
                       (len(WITHDRAWN), WITHDRAWN))
-    return {key[len("transaction:"):]: bool(withdrawn) for key, withdrawn in rows}
+    return {id_in_key("transaction", key): bool(withdrawn) for key, withdrawn in rows}
 
 
 def rekey_transactions(db: Database) -> int:
