@@ -248,9 +248,19 @@ def main() -> int:
             for target in pair:
                 target.halves.append(run_load(target, f"half-{target.name[0]}{n}", half_count, rate=half_rate))
         half_in_app = before, ack_buckets(f"http://127.0.0.1:{rport}")
-    finally:
+    except KeyboardInterrupt:  # an interrupted run measured nothing worth keeping: leave no 10 MB behind in /tmp
         _stop(receiver.process)
         _stop(bare.process)
+        shutil.rmtree(work, ignore_errors=True)
+        print("interrupted; nothing kept", file=sys.stderr)
+        return 130
+    except BaseException:
+        _stop(receiver.process)
+        _stop(bare.process)
+        print(f"the run failed; database and server logs kept in {work}", file=sys.stderr)
+        raise
+    _stop(receiver.process)
+    _stop(bare.process)
     acknowledged += sum(r["ok"] for r in receiver.peaks + receiver.halves)
     report(receiver, bare, half_rate, half_in_app)
     stored, distinct, duplicates = count_inbox(db_path)
