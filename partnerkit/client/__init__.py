@@ -14,7 +14,8 @@ resolve a lost answer with the same key. See docs/client.md for the budget, retr
 and signing decisions.
 """
 
-from partnerkit.client._client import PartnerClient, check_idempotency_key, new_idempotency_key
+from partnerkit.client._arguments import check_idempotency_key, new_idempotency_key
+from partnerkit.client._client import PartnerClient
 from partnerkit.client._errors import error_from_response, parse_error_body, parse_retry_after
 from partnerkit.client._http import RetryPolicy, Spend
 from partnerkit.client._pagination import Walk, iterate, page_from_headers

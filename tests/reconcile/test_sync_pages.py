@@ -175,7 +175,7 @@ def test_an_unreadable_recharge_is_quarantined_and_released_once_read_again(tmp_
 
 
 def test_a_provider_read_keeps_what_it_does_not_carry_and_final_states_settle_once(tmp_path):
-    """The worker's upsert assigns an indexed column only when its value changes (store/recharges.py
+    """The worker's upsert assigns an indexed column only when its value changes (store/recharges/_provider.py
     _write); what it stores must still be: absent fields keep theirs, the poll schedule stays while
     PROCESSING, the first settled_at stays, the stored client_reference wins."""
     db = open_db(tmp_path / "pk.db")

@@ -253,7 +253,7 @@ def test_the_next_run_writes_the_report_an_unwritable_directory_refused(tmp_path
 
 
 def test_a_fetch_that_could_not_store_its_vouchers_is_retried_as_soon_as_space_is_back(tmp_path):
-    """partnerkit/vouchers.py: a StorageError after the read leaves the job leased for FetchPolicy.lease_s (120 s)."""
+    """partnerkit/vouchers/_fetches.py: a StorageError after the read leaves the job leased for FetchPolicy.lease_s (120 s)."""
     fetch = Gate("GET", r"^/api/v1/orders/\d+$")
     disk = tmp_path / "disk"
     settings = _settings(speed=1.0, order_fulfilment_delay_s=1, webhook_retry_delays_s=(1, 2, 4, 8))

@@ -1,4 +1,4 @@
-"""The recharges table's provider columns are named in three lists of partnerkit/store/recharges.py
+"""The recharges table's provider columns are named in three lists of partnerkit/store/recharges/_provider.py
 (`_AS_SENT`, `_provider_values`, `_MERGE`); a field named in one and missing from another is refused at
 import with a message naming it, and every column a read sets is stored alike on a recharge partnerkit
 submitted and on one it did not (docs/internals.md, "Extending")."""
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from partnerkit.store import recharges
+from partnerkit.store.recharges import _provider
 
 SEEN = datetime(2025, 3, 10, 10, 0, tzinfo=timezone.utc)
 
@@ -35,7 +36,7 @@ def test_every_provider_column_is_stored_alike_on_a_submitted_and_a_foreign_rech
                                        amount=Decimal("100"), client_reference="mine", submitted_at=SEEN)
     result = recharges.upsert_from_provider(db, [_record(501, "mine"), _record(502, "theirs")], SEEN)
     assert result.linked == [local_id] and result.inserted == 1
-    columns = list(recharges._provider_values(recharges.provider_fields(_record(1, "x")), "SUCCESS", None, "", None))
+    columns = list(_provider._provider_values(recharges.provider_fields(_record(1, "x")), "SUCCESS", None, "", None))
     mine, theirs = (db.execute(f"SELECT {', '.join(columns)} FROM recharges WHERE provider_id = ?", (pid,)).fetchone()
                     for pid in (501, 502))
     differ = {name for name, a, b in zip(columns, mine, theirs) if a != b}
@@ -44,31 +45,31 @@ def test_every_provider_column_is_stored_alike_on_a_submitted_and_a_foreign_rech
 
 
 def _values_with_circle(f, status, legacy, seen_at, http_status):
-    return {**recharges._provider_values(f, status, legacy, seen_at, http_status), "circle": f["circle"]}
+    return {**_provider._provider_values(f, status, legacy, seen_at, http_status), "circle": f["circle"]}
 
 
 def test_a_column_without_a_merge_rule_is_named():
-    [problem] = recharges.check_provider_columns(as_sent=(*recharges._AS_SENT, "circle"), values=_values_with_circle)
+    [problem] = recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "circle"), values=_values_with_circle)
     assert "_provider_values sets 'circle' but _MERGE has no entry for it" in problem
     assert '"circle": "COALESCE(:circle, circle)"' in problem
-    merge = {**recharges._MERGE, "circle": "COALESCE(:circle, circle)"}
-    assert recharges.check_provider_columns(as_sent=(*recharges._AS_SENT, "circle"), values=_values_with_circle,
+    merge = {**_provider._MERGE, "circle": "COALESCE(:circle, circle)"}
+    assert recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "circle"), values=_values_with_circle,
                                             merge=merge) == []
 
 
 def test_a_field_read_but_stored_nowhere_is_named():
-    [problem] = recharges.check_provider_columns(as_sent=(*recharges._AS_SENT, "circle"))
+    [problem] = recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "circle"))
     assert problem.startswith("recharges: _AS_SENT reads 'circle' but _provider_values stores it in no column")
 
 
 def test_a_merge_rule_without_a_value_is_named():
-    [problem] = recharges.check_provider_columns(merge={**recharges._MERGE, "circle": "COALESCE(:circle, circle)"})
+    [problem] = recharges.check_provider_columns(merge={**_provider._MERGE, "circle": "COALESCE(:circle, circle)"})
     assert problem == "recharges: _MERGE entry 'circle' uses :circle but _provider_values sets no 'circle'"
 
 
 def test_the_forks_obvious_edit_fails_at_import_naming_the_missing_entry(tmp_path, monkeypatch):
     """FINDINGS finding 5's edit: the field added to _AS_SENT and _provider_values, not to _MERGE."""
-    source = Path(recharges.__file__).read_text()
+    source = Path(_provider.__file__).read_text()
     edited = source.replace('"failure_reason", "client_reference")', '"failure_reason", "client_reference", "circle")',
                             1).replace('"updated_at": iso(f["updated_at"]),',
                                        '"updated_at": iso(f["updated_at"]), "circle": f["circle"],', 1)

@@ -1,0 +1,185 @@
+"""What an order's answer settles: PLACED with the order and its vouchers stored, REFUSED, or UNKNOWN.
+
+`_placed` stores the answer (the order, its vouchers sealed, a fetch for any still missing) with the
+intent PLACED in one transaction; `_not_placed` reads a definite refusal (REFUSED, unless an earlier
+send may have placed the order); `_keep_open` and `_unknown` leave an intent open with the command
+that replays it. A database that cannot take a mark never replaces what the caller is told.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from partnerkit import errors
+from partnerkit.crypto import Cipher
+from partnerkit.money import cents, fmt, from_cents
+from partnerkit.ordering._request import HOLD_HOURS, OrderOutcome, OrderRequest, _name, replay_command
+from partnerkit.store import Database, jobs, order_intents, orders
+from partnerkit.store import vouchers as voucher_store
+from partnerkit.store.db import transaction
+from partnerkit.store.jobs import stamp
+from partnerkit.timeutil import utcnow
+from partnerkit.vouchers import seal
+
+log = logging.getLogger("partnerkit.ordering")
+
+
+def _keep_open(db: Database, intent: dict, why: str) -> None:
+    """Mark the intent UNKNOWN after a send whose outcome is not known. A database that cannot take it
+    leaves the intent INTENT, open all the same: held against a second order, replayed by its key and
+    linked by the order catch-up alike. So the mark never replaces what the caller is told."""
+    try:
+        order_intents.mark_unknown(db, intent["id"], why, utcnow())
+    except errors.StorageError as exc:
+        log.warning("order intent #%s stays INTENT, not marked UNKNOWN (%s); it is open either way",
+                    intent["id"], exc, extra={"intent_id": intent["id"], "ref": intent["ref"]})
+
+
+def _refuse(db: Database, intent: dict, why: str) -> None:
+    """Mark the intent REFUSED: nothing was placed for it. A database that cannot take it leaves the intent
+    open (INTENT or UNKNOWN), which only holds back the same order until its replay or the catch-up settles
+    it; the caller hears the refusal all the same, not the database."""
+    try:
+        order_intents.mark_refused(db, intent["id"], why, utcnow())
+    except errors.StorageError as exc:
+        log.warning("order intent #%s was refused (%s) but stays open: %s", intent["id"], why, exc,
+                    extra={"intent_id": intent["id"], "ref": intent["ref"]})
+
+
+def _placed(db: Database, cipher: Cipher, intent: dict, request: OrderRequest, created: Any, *,
+            resumed: bool) -> OrderOutcome:
+    """Store the order the provider answered (and its vouchers) with the intent PLACED, in one transaction.
+
+    An order that is not the request's is stored too (it is the account's, paid for), but the intent
+    is refused: its key belonged to that other order, and nothing was placed for this request."""
+    answered = OrderRequest(created.product_id, created.denomination, created.quantity)
+    differ = [name for name in ("product_id", "denomination", "quantity")
+              if getattr(answered, name) != getattr(request, name)]
+    now = utcnow()
+    sealed = [seal(cipher, created.id, v) for v in created.vouchers]
+    status = created.status.upper()
+    try:
+        with transaction(db) as conn:
+            orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
+                         transaction_id=created.transaction_id, product_id=created.product_id,
+                         quantity=created.quantity, amount_cents=cents(created.amount),
+                         denomination_cents=cents(created.denomination), discount_cents=cents(created.discount),
+                         email=request.email if not differ else None,
+                         placed_at=stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None,
+                         delivered_quantity=len(sealed) if status in orders.DELIVERING else None)
+            voucher_store.add(conn, created.id, sealed, now=now)
+            stored = voucher_store.count(conn, created.id)
+            if status in orders.DELIVERING and stored < created.quantity:
+                jobs.queue(conn, created.id, now=now, expected_status=status, expected_count=created.quantity)
+            if not differ:
+                order_intents.mark_placed(conn, intent["id"], created.id, now)
+    except errors.StorageError as exc:
+        if differ:
+            raise  # another order's answer: nothing was placed for this request (ReplayMismatch below)
+        return _unstored(db, intent, request, created, exc, resumed=resumed)
+    if differ:
+        message = (f"Idempotency-Key {intent['idempotency_key']} belongs to order {created.id} "
+                   f"({answered.describe()}), not to this request ({request.describe()}: {', '.join(differ)} differ): "
+                   "the provider replayed that order's answer and placed nothing for this request; run it without "
+                   "--idempotency-key (idempotency_key) to place it")
+        _refuse(db, intent, message)
+        raise errors.ReplayMismatch(message, method="POST", path="/api/v1/orders")
+    note = (f"Idempotency-Key {intent['idempotency_key']} replayed ({_name({**intent, 'state': 'PLACED'})}): "
+            "the provider's answer is the original order's, no second order was placed." if resumed else "")
+    return OrderOutcome(intent["id"], "PLACED", intent["idempotency_key"], created.ref, request, order_id=created.id,
+                        status=status, amount=created.amount, vouchers_stored=stored, resumed=resumed, message=note,
+                        created=created)
+
+
+def _unstored(db: Database, intent: dict, request: OrderRequest, created: Any, exc: errors.StorageError, *,
+              resumed: bool) -> OrderOutcome:
+    """The provider placed the order and answered, but the store could not take it (locked past its busy
+    timeout, full): nothing of it was stored, so the intent stays open (UNKNOWN, or INTENT if even that
+    mark fails) for its replay or the order catch-up, which store it then. Never REFUSED: the money moved."""
+    log.error("order intent #%s: the provider placed order %s but it could not be stored (%s); the intent stays "
+              "open for its replay or the order catch-up", intent["id"], created.id, exc,
+              extra={"intent_id": intent["id"], "ref": intent["ref"], "order_id": created.id})
+    _keep_open(db, intent, f"order {created.id} was placed but could not be stored: {exc}")
+    outcome = _unknown(db, intent, request, f"the provider placed order {created.id} ({created.status.upper()}, "
+                       f"{fmt(created.amount)}), but it could not be stored here ({exc})", resumed=resumed,
+                       placed=created.id)
+    outcome.order_id, outcome.amount, outcome.created = created.id, created.amount, created
+    return outcome
+
+
+def _from_local(db: Database, intent: dict, request: OrderRequest, *, note: str) -> OrderOutcome:
+    """An intent's order as stored (PLACED), without a call."""
+    row = orders.get(db, intent["order_id"]) or {}
+    return OrderOutcome(intent["id"], "PLACED", intent["idempotency_key"], row.get("reference_code") or intent["ref"],
+                        request, order_id=intent["order_id"], status=row.get("status"),
+                        amount=from_cents(row.get("amount_cents")), vouchers_stored=voucher_store.count(db, intent["order_id"]),
+                        resumed=True, message=note)
+
+
+def _unread(exc: errors.PartnerKitError) -> bool:
+    """A refusal given before the provider looked at the request (or nothing sent): it says nothing of
+    what an earlier send under the same key did."""
+    if getattr(exc, "request_sent", None) is False:
+        return True  # never sent: a connection never made, a budget the store could not take
+    return isinstance(exc, (errors.BudgetExhausted, errors.RateLimited, errors.Unauthorized))
+
+
+def _not_placed(db: Database, intent: dict, request: OrderRequest, exc: errors.PartnerKitError, *, may_exist: bool,
+                resumed: bool) -> OrderOutcome:
+    """A definite answer that placed nothing now: REFUSED and raised, unless an earlier send of this
+    intent may have placed the order. Then "Duplicate reference code" says it did, and a refusal the
+    provider gave before reading the request (a 429, a 401, no local budget) says nothing: the
+    intent stays open. Any other refusal under the same key is the provider's answer to the key,
+    which it would have replayed had an order been placed with it ("replays the original response")."""
+    if may_exist and _unread(exc):
+        _keep_open(db, intent, f"its replay was not read: {exc}")
+        return _unknown(db, intent, request, f"its replay was refused before the provider read it ({exc}), and an "
+                        "earlier send may have placed it", resumed=resumed)
+    if not (may_exist and isinstance(exc, errors.DuplicateOrderReference)):
+        _refuse(db, intent, str(exc))
+        raise exc
+    # Past the key's 24 hours the provider no longer replays it, but the ref still guards the order.
+    local = orders.by_reference(db, intent["ref"])
+    if local is not None and (local["product_id"], local["denomination_cents"], local["quantity"]) == (
+            intent["product_id"], intent["denomination_cents"], intent["quantity"]):
+        try:
+            with transaction(db) as conn:
+                order_intents.mark_placed(conn, intent["id"], local["id"], utcnow())
+        except errors.StorageError as failed:  # still open: the UNKNOWN answer below, and the catch-up links it
+            log.warning("order intent #%s: its order %s could not be linked (%s)", intent["id"], local["id"], failed,
+                        extra={"intent_id": intent["id"], "ref": intent["ref"]})
+        else:
+            linked = order_intents.get(db, intent["id"]) or intent
+            if linked["order_id"] == local["id"]:
+                return _from_local(db, linked, request, note=f"An order with ref {intent['ref']} exists: order "
+                                   f"{local['id']}, placed by an earlier send of this intent; no second order was "
+                                   "placed.")
+    _keep_open(db, intent, f"{exc}: an order with its ref exists")
+    return _unknown(db, intent, request, f"the provider answers {exc}: an order with ref {intent['ref']} exists, "
+                    "placed by an earlier send of this intent", exists=True, resumed=resumed)
+
+
+def _unknown(db: Database, intent: dict, request: OrderRequest, why: str, *, exists: bool = False,
+             resumed: bool, placed: int | None = None) -> OrderOutcome:
+    command = replay_command(intent)
+    if placed is not None:
+        message = (f"Order intent #{intent['id']} stays open (UNKNOWN): {why}. Do NOT order it again without its key. "
+                   f"Once the database takes writes, `{command}` stores it (Idempotency-Key "
+                   f"{intent['idempotency_key']}: the provider replays the original answer, no second order), and "
+                   f"`partnerkit orders sync` (the worker's order catch-up, every 5 minutes) links order {placed} "
+                   f"by its ref {intent['ref']}.")
+    elif exists:
+        message = (f"Order intent #{intent['id']}: {why}. `partnerkit orders sync` (and the worker's order "
+                   f"catch-up, every 5 minutes) brings that order and links it to this intent. Do NOT order it again "
+                   f"without the key (Idempotency-Key {intent['idempotency_key']}, ref {intent['ref']}).")
+    else:
+        message = (f"Order intent #{intent['id']} is UNKNOWN: {why}; the order may or may not have been placed. "
+                   f"Do NOT order it again without its key (`orders create` refuses the same order for {HOLD_HOURS} "
+                   f"hours, unless --force): replay it with `{command}` (Idempotency-Key "
+                   f"{intent['idempotency_key']}, ref {intent['ref']}: the same key replays the original answer and "
+                   "the provider refuses a second order with the same ref), or let `partnerkit orders sync` (the "
+                   "worker's order catch-up, every 5 minutes) link the order carrying that ref.")
+    return OrderOutcome(intent["id"], "UNKNOWN", intent["idempotency_key"], intent["ref"], request, resumed=resumed,
+                        message=message, replay_command=command)

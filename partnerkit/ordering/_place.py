@@ -1,0 +1,120 @@
+"""The placing procedure: intent first, one send, the same Idempotency-Key once more on a lost answer.
+
+`place_order` validates, checks the account, opens the voucher key, commits or resumes the intent
+(`_open_intent`, where `UnresolvedOrder` holds back a second order) and sends; what the answer
+settles is `partnerkit.ordering._answer`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from partnerkit import errors
+from partnerkit.config import Config
+from partnerkit.crypto import Cipher, load_cipher
+from partnerkit.errors import is_ambiguous
+from partnerkit.ordering._answer import _from_local, _keep_open, _not_placed, _placed, _unknown
+from partnerkit.ordering._request import (
+    HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, _intent_request, _key, _name,
+    _resume_check, new_ref, replay_command, validate_order,
+)
+from partnerkit.store import Database, order_intents, orders
+from partnerkit.store.db import transaction
+from partnerkit.timeutil import parse_ts, utcnow
+
+log = logging.getLogger("partnerkit.ordering")
+
+
+def place_order(config: Config, db: Database, client: Any, *, product_id: int, denomination: Any, quantity: int,
+                ref: str | None = None, email: str | None = None, wallet_id: int | None = None,
+                idempotency_key: str | None = None, force: bool = False, cipher: Cipher | None = None) -> OrderOutcome:
+    """Place one order (or resume the intent of `idempotency_key`): intent first, at most one order.
+
+    A new order whose fields match an unresolved intent raises `UnresolvedOrder`, unless `force`
+    (deliberately another order). The key of an intent that may have placed its order (any state but
+    REFUSED) resumes it, `force` or not."""
+    request = validate_order(product_id=product_id, denomination=denomination, quantity=quantity,
+                             wallet_id=wallet_id, email=email)
+    if ref is not None and (not isinstance(ref, str) or not ref.strip()):
+        raise OrderInputError("ref must be a non-empty text")
+    key = _key(idempotency_key)
+    if hasattr(client, "check_account"):  # the PartnerClient (stand-ins in tests have no account)
+        # Before anything is recorded (a generated voucher key file included): a key of another account is
+        # refused here, and an error of the wallet read that tells a new key's account is not the order's.
+        client.check_account()
+    # The voucher key is opened before anything is recorded or sent: vouchers delivered with the
+    # answer must be stored, and a key error after the wallet is debited invites a second, paid, attempt.
+    cipher = cipher or load_cipher(config)
+    intent, resumed = _open_intent(db, key, request, ref, force=force)
+    if intent["state"] == "PLACED" and intent["order_id"] is not None and orders.get(db, intent["order_id"]):
+        # Nothing to learn from the provider: the order is stored, at least as new as the answer was.
+        return _from_local(db, intent, request, note=f"Idempotency-Key {key} already placed order "
+                           f"{intent['order_id']} ({_name(intent)}): nothing was sent, nothing ordered twice.")
+    # A send of an intent sent before (and not refused) may meet the order its earlier send placed.
+    may_exist = resumed and intent["state"] != "REFUSED"
+    order_intents.mark_sending(db, intent["id"], utcnow())
+    try:
+        created = _send(db, client, intent)
+    except errors.PartnerKitError as exc:
+        if not is_ambiguous(exc):
+            return _not_placed(db, intent, request, exc, may_exist=may_exist, resumed=resumed)
+        _keep_open(db, intent, str(exc))
+        log.warning("order intent #%s: the answer was lost (%s); replaying its Idempotency-Key",
+                    intent["id"], exc, extra={"intent_id": intent["id"], "ref": intent["ref"]})
+        try:
+            created = _send(db, client, intent)  # the same key: the original answer, never a second order
+        except errors.PartnerKitError as again:
+            if not is_ambiguous(again):
+                return _not_placed(db, intent, request, again, may_exist=True, resumed=resumed)
+            _keep_open(db, intent, f"{exc}; its replay: {again}")
+            return _unknown(db, intent, request, f"the answer was lost ({exc}) and so was its replay's ({again})",
+                            resumed=resumed)
+    return _placed(db, cipher, intent, request, created, resumed=resumed)
+
+
+def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None, *, force: bool) -> tuple[dict, bool]:
+    """(the intent to send, whether it existed already): the key's known intent, checked against the
+    request, or a new one committed now, before the request exists. A new order (a new intent, or a
+    REFUSED one sent again: nothing was placed for it) is refused while one of the same fields is
+    unresolved (`UnresolvedOrder`, nothing recorded), unless `force`. The look-ups and the insert are
+    one IMMEDIATE transaction: two processes placing the same order, or under one key, cannot both pass."""
+    now = utcnow()
+    with transaction(db) as conn:
+        known = order_intents.by_key(conn, key)
+        if known is not None:
+            _resume_check(known, request, ref)
+        if not force and (known is None or known["state"] == "REFUSED"):
+            held = order_intents.held(conn, product_id=request.product_id, denomination=request.denomination,
+                                      quantity=request.quantity, wallet_id=request.wallet_id, since=now - HOLD_WINDOW)
+            if held:
+                raise UnresolvedOrder(request, [_held(intent, now) for intent in held])
+        if known is not None:
+            return known, True
+        intent_id = order_intents.record(conn, idempotency_key=key, ref=ref or new_ref(), product_id=request.product_id,
+                                         denomination=request.denomination, quantity=request.quantity,
+                                         wallet_id=request.wallet_id, email=request.email, now=now)
+        return order_intents.get(conn, intent_id) or {}, False
+
+
+def _held(intent: dict, now: datetime) -> HeldIntent:
+    since = parse_ts(intent["sent_at"] or intent["created_at"]) or now
+    return HeldIntent(intent["id"], intent["idempotency_key"], intent["ref"], intent["state"], now - since,
+                      replay_command(intent))
+
+
+def _send(db: Database, client: Any, intent: dict) -> Any:
+    request = _intent_request(intent)
+    # The create body carries money as a JSON number (the document's create table): whole as an integer.
+    value = int(request.denomination) if request.denomination == request.denomination.to_integral_value() \
+        else request.denomination
+    try:
+        return client.create_order(product_id=request.product_id, denomination=value, quantity=request.quantity,
+                                   wallet_id=request.wallet_id, ref=intent["ref"], email=request.email,
+                                   idempotency_key=intent["idempotency_key"])
+    except errors.PartnerKitError:
+        raise
+    except BaseException:
+        _keep_open(db, intent, "interrupted while sending")
+        raise

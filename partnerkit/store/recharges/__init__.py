@@ -1,0 +1,57 @@
+"""Recharges in SQLite: the intent before a submit, the provider's copy after, polling state.
+
+Rows come from two places: `record_intent` (partnerkit is about to submit; origin 'partner') and
+`upsert_from_provider` (a read of the provider's list or detail; origin 'provider' when partnerkit
+never submitted it). Provider records may be the client's dataclasses or plain dicts (raw JSON);
+both are read through `provider_fields`. Money is stored as integer paise, times as ISO 8601 UTC.
+
+The store is one module a concern, all re-exported here (import from `partnerkit.store.recharges`):
+`_provider` (the statuses, the fields of a provider record and the columns they set, checked at
+import), `_intents` (the submit side), `_upsert` (provider reads) and `_queries` (reads for the
+poller, locate and the CLI).
+"""
+
+from partnerkit.store.recharges._intents import (
+    discard_refused, mark_unknown, note_error, note_performed_by_replay, record_intent, record_response,
+)
+from partnerkit.store.recharges._provider import (
+    FINAL, LEGACY_SUCCESS, OPEN_INTENT, PERFORMED_BY_REPLAY, UNREADABLE, check_provider_columns, normalise_status,
+    provider_fields,
+)
+from partnerkit.store.recharges._queries import (
+    by_idempotency_key, by_provider_id, count_status, day_counts, find, get, list_rows, mark_escalated, mark_polled,
+    open_intents, poll_candidates,
+)
+from partnerkit.store.recharges._upsert import UpsertResult, note_unreadable, reject, upsert_from_provider
+
+__all__ = [
+    "FINAL",
+    "LEGACY_SUCCESS",
+    "OPEN_INTENT",
+    "PERFORMED_BY_REPLAY",
+    "UNREADABLE",
+    "UpsertResult",
+    "by_idempotency_key",
+    "by_provider_id",
+    "check_provider_columns",
+    "count_status",
+    "day_counts",
+    "discard_refused",
+    "find",
+    "get",
+    "list_rows",
+    "mark_escalated",
+    "mark_polled",
+    "mark_unknown",
+    "normalise_status",
+    "note_error",
+    "note_performed_by_replay",
+    "note_unreadable",
+    "open_intents",
+    "poll_candidates",
+    "provider_fields",
+    "record_intent",
+    "record_response",
+    "reject",
+    "upsert_from_provider",
+]

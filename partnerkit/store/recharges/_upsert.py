@@ -1,0 +1,155 @@
+"""Provider reads stored idempotently: the sync's and the poller's batches of the provider's recharges.
+
+`upsert_from_provider` links each record to its row (by provider id, else the open intent it
+answers), inserts the ones partnerkit never submitted, and quarantines the ones it cannot read
+(`reject`), all in one transaction per batch.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+
+from partnerkit.errors import StorageError
+from partnerkit.store import quarantine
+from partnerkit.store.db import Database, transaction
+from partnerkit.store.recharges._provider import (
+    FINAL, PERFORMED_BY_REPLAY, UNREADABLE, _ROW, _get, _insert, _write, normalise_status, provider_fields,
+)
+from partnerkit.store.recharges._queries import _rows
+from partnerkit.timeutil import iso
+
+
+@dataclass
+class UpsertResult:
+    """What one batch of provider records changed."""
+
+    inserted: int = 0
+    updated: int = 0
+    settled: list[int] = field(default_factory=list)  # local ids that became final in this batch
+    linked: list[int] = field(default_factory=list)  # INTENT/UNKNOWN rows matched by client_reference
+    seen_provider_ids: set[int] = field(default_factory=set)
+    rejected: list[tuple[int | None, str]] = field(default_factory=list)  # (provider id, reason): quarantined
+
+
+def upsert_from_provider(db: Database, recharges: Iterable[Any], seen_at: datetime, *,
+                         insert_unknown: bool = True) -> UpsertResult:
+    """Store provider reads idempotently; a final status never moves back to PROCESSING.
+
+    A record that cannot be stored (a status the document does not describe, money or times that
+    do not parse) is quarantined with the reason (partnerkit.store.quarantine) and noted on its
+    local row, in the same transaction; the other records of the batch are stored as usual.
+    """
+    result = UpsertResult()
+    records, bad = [], []
+    for record in recharges:
+        try:
+            f = provider_fields(record)
+            if f["id"] is None:
+                raise StorageError("recharge record without an id")
+            f["_status"] = normalise_status(f["status"])
+            records.append(f)
+        except (StorageError, ValueError, TypeError) as exc:
+            raw = _get(record, "raw")
+            bad.append((_raw_id(raw if isinstance(raw, Mapping) else record), f"{UNREADABLE} {exc}",
+                        raw if isinstance(raw, Mapping) else record))
+    if not records and not bad:
+        return result
+    with transaction(db) as conn:
+        if bad:
+            _reject(conn, bad, seen_at, result)
+        known = _by_provider_id(conn, [f["id"] for f in records])
+        for f in records:
+            result.seen_provider_ids.add(f["id"])
+            status, legacy = f.pop("_status")
+            row = known.get(f["id"]) or _match_open_intent(conn, f)
+            if row is None:
+                if insert_unknown:
+                    _insert(conn, f, status, legacy, seen_at)
+                    result.inserted += 1
+                continue
+            if row["provider_id"] is None:
+                result.linked.append(row["local_id"])
+            if row["status"] in FINAL and status == "PROCESSING":
+                continue  # stale read: final states are final (States and transitions: Recharge)
+            unchanged = (row["status"] == status and row["updated_at"] == iso(f["updated_at"])
+                         and row["provider_id"] == f["id"])
+            if unchanged:
+                continue
+            _write(conn, row, f, status, legacy, seen_at)
+            result.updated += 1
+            if status in FINAL and row["status"] not in FINAL:
+                result.settled.append(row["local_id"])
+        if records:
+            ids = [f["id"] for f in records]
+            if quarantine.release_in(conn, "recharge", ids):  # read correctly now
+                for start in range(0, len(ids), 500):
+                    chunk = ids[start:start + 500]
+                    conn.execute(f"UPDATE recharges SET last_error = NULL WHERE last_error LIKE '{UNREADABLE}%'"
+                                 f" AND provider_id IN ({','.join('?' * len(chunk))})", chunk)
+    return result
+
+
+def _raw_id(raw: Any) -> int | None:
+    value = raw.get("id") if isinstance(raw, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _reject(conn: sqlite3.Connection, bad: list[tuple[int | None, str, Any]], seen_at: datetime,
+            result: UpsertResult) -> None:
+    """Quarantine unreadable records and note the reason on their local rows (inside a transaction)."""
+    quarantine.hold_in(conn, "recharge", [(reason, raw if isinstance(raw, Mapping) else repr(raw))
+                                          for _, reason, raw in bad], now=seen_at)
+    for provider_id, reason, _ in bad:
+        result.rejected.append((provider_id, reason))
+        if provider_id is not None:
+            result.seen_provider_ids.add(provider_id)  # the provider has it: absence would be wrong
+            note_unreadable(conn, provider_id, reason, seen_at)
+
+
+def reject(db: Database, bad: Iterable[tuple[int | None, str, Any]], seen_at: datetime) -> UpsertResult:
+    """Quarantine (provider id or None, reason, raw record) triples the client could not read."""
+    result = UpsertResult()
+    bad = list(bad)
+    if bad:
+        with transaction(db) as conn:
+            _reject(conn, bad, seen_at, result)
+    return result
+
+
+def note_unreadable(conn: sqlite3.Connection, provider_id: int, reason: str, at: datetime) -> None:
+    """Keep why the provider's copy of a known recharge could not be read (shown by `recharges show`),
+    unless the row holds the note that a later replay made it (kept for good; the quarantine has the reason)."""
+    conn.execute("UPDATE recharges SET last_error = ?, row_updated_at = ? WHERE provider_id = ? AND "
+                 f"(last_error IS NULL OR last_error NOT LIKE '{PERFORMED_BY_REPLAY}%')",
+                 (reason[:500], iso(at), provider_id))
+
+
+def _by_provider_id(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, dict]:
+    found: dict[int, dict] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        cursor = conn.execute(
+            f"SELECT {_ROW} FROM recharges WHERE provider_id IN "
+            f"({','.join('?' * len(chunk))})", chunk)
+        found.update({row["provider_id"]: row for row in _rows(cursor)})
+    return found
+
+
+def _match_open_intent(conn: sqlite3.Connection, f: dict) -> dict | None:
+    """An INTENT/UNKNOWN row this provider record answers: same reference, or same client_reference and number."""
+    if f["reference_number"]:
+        rows = _rows(conn.execute(f"SELECT {_ROW} FROM recharges WHERE reference_number = ?",
+                                  (f["reference_number"],)))
+        if rows:
+            return rows[0]
+    if not f["client_reference"]:
+        return None
+    rows = _rows(conn.execute(
+        f"SELECT {_ROW} FROM recharges WHERE client_reference = ? "
+        "AND mobile_number = ? AND provider_id IS NULL AND status IN ('INTENT', 'UNKNOWN')",
+        (f["client_reference"], f["mobile_number"])))
+    return rows[0] if len(rows) == 1 else None

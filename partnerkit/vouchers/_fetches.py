@@ -1,0 +1,231 @@
+"""Voucher fetches: the due fetch jobs claimed under a lease, each order's detail read until it shows
+what its event announced, its vouchers stored once; retried with backoff, parked after its attempts
+and re-armed later (`revive_parked_fetches`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from partnerkit import errors
+from partnerkit.config import Config
+from partnerkit.crypto import Cipher, KeyFollower
+from partnerkit.money import cents
+from partnerkit.store import Database, jobs, orders, vouchers
+from partnerkit.store.budget import REFUSAL_PAUSE_S
+from partnerkit.store.db import transaction
+from partnerkit.store.jobs import Job, stamp
+from partnerkit.timeutil import utcnow
+from partnerkit.vouchers._sealing import seal
+
+log = logging.getLogger("partnerkit.vouchers")
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """How often and how long a voucher fetch is retried."""
+
+    max_attempts: int = 8
+    not_found_attempts: int = 3  # a 404 right after an event may be the provider's replication lag
+    base_s: float = 10.0  # the document: "Order polling: no faster than every 10 seconds"
+    cap_s: float = 900.0
+    lease_s: float = 120.0  # longer than one read with the client's own retries
+    # A parked (dead) fetch is not stuck forever: the order catch-up re-arms it once it has been
+    # parked this long, for one more read each time, at most `revive_per_run` per catch-up run.
+    # Vouchers are what the partner paid for; an hourly read per parked order is cheap.
+    revive_after_s: float = 3600.0
+    revive_per_run: int = 5
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds before retry number `attempt` (1-based); never less than Retry-After."""
+        return max(min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1)), retry_after or 0.0)
+
+
+@dataclass
+class FetchSummary:
+    """What one run of `run_voucher_fetches` did."""
+
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    deferred: int = 0
+    vouchers_added: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+_OWNER: tuple[int, str] | None = None
+
+
+def _owner() -> str:
+    """This process's lease owner id, stable for its life (re-made after a fork).
+
+    Stable so that a fetch run can take back its own process's leftover leases: a run that read a
+    detail but could not store it (disk full) cannot write the release either, and would otherwise
+    leave the order waiting out the lease after space is back. Fetch runs never overlap in one
+    process (the scheduler runs one instance of the job at a time)."""
+    global _OWNER
+    if _OWNER is None or _OWNER[0] != os.getpid():
+        _OWNER = (os.getpid(), f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    return _OWNER[1]
+
+
+def _detail_fields(detail: Any) -> dict:
+    return {"reference_code": detail.reference_code, "transaction_id": detail.transaction_id,
+            "product_id": detail.product_id, "quantity": detail.quantity,
+            "amount_cents": cents(detail.amount), "denomination_cents": cents(detail.denomination),
+            "placed_at": stamp(detail.placed_at) if isinstance(detail.placed_at, datetime) else None}
+
+
+def _verdict(job: Job, detail: Any) -> tuple[str, str | None]:
+    """("done" | "retry", reason) for a detail read: does it show what the event announced?"""
+    status = (detail.status or "").upper()
+    if status in ("FAILED", "CANCELLED"):
+        return "done", f"order is {status}: no vouchers to fetch"
+    expected = job.expected_status or "DELIVERED"
+    if status not in orders.DELIVERING or orders.RANK.get(status, 0) < orders.RANK.get(expected, 0):
+        return "retry", f"detail shows {status or 'no status'}, event announced {expected}"
+    want = job.expected_count or 0
+    if status == "DELIVERED":
+        want = max(want, detail.quantity or 0)
+    bad = getattr(detail, "malformed", ())
+    if len(detail.vouchers) < want:
+        unreadable = f" ({len(bad)} unreadable: {bad[0]})" if bad else ""
+        return "retry", f"detail shows {len(detail.vouchers)} of {want} vouchers{unreadable}"
+    if bad:  # enough readable vouchers, yet some unreadable: keep reading until every one is stored
+        return "retry", f"{len(bad)} voucher(s) unreadable: {bad[0]}"
+    return "done", None
+
+
+def _settle(db: Database, job: Job, policy: FetchPolicy, *, now: datetime, outcome: str, reason: str,
+            retry_after: float | None = None, give_up_after: int | None = None) -> str:
+    """Record a failed attempt: back off, or park the job as dead after its attempts."""
+    attempt = job.attempts + 1
+    limit = give_up_after or policy.max_attempts
+    with transaction(db) as conn:
+        jobs.bump(conn, f"voucher_fetch.{outcome}")
+        if attempt >= limit:
+            jobs.finish(conn, job, now=now, state="dead", error=f"gave up after {attempt} attempts: {reason}")
+            return "dead"
+        jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=policy.delay(attempt, retry_after)),
+                     error=reason)
+    return "retried"
+
+
+def _in_hand(db: Database, job: Job) -> int | None:
+    """How many vouchers are stored when that is already all the job waits for, else None.
+
+    `orders create` stores the vouchers delivered with its answer; the order.delivered webhook
+    that follows still queues a fetch (the receiver does not look), and reading the detail again
+    would only spend the shared budget to confirm them."""
+    if job.expected_status == "DELIVERED":
+        local = orders.get(db, job.order_id) or {}
+        want = max(job.expected_count or 0, local.get("quantity") or 0)
+    elif job.expected_status == "PARTIALLY_DELIVERED":
+        want = job.expected_count or 0
+    else:
+        return None
+    stored = vouchers.count(db, job.order_id)
+    return stored if want and stored >= want else None
+
+
+def _fetch_one(db: Database, api: Any, keys: KeyFollower, job: Job, policy: FetchPolicy, now: datetime,
+               summary: FetchSummary) -> str:
+    stored = _in_hand(db, job)
+    if stored is not None:
+        with transaction(db) as conn:  # no call made: not a fetch outcome
+            jobs.finish(conn, job, now=now, state="done", error=f"all {stored} vouchers already stored: no read needed")
+        return "done"
+    try:
+        detail = api.get_order(job.order_id)
+    except errors.BudgetExhausted as exc:
+        with transaction(db) as conn:  # nothing was sent: not an attempt
+            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=exc.retry_after or 30),
+                         error=f"waiting for API budget: {exc}", count_attempt=False)
+        return "deferred"
+    except errors.RateLimited as exc:
+        return _settle(db, job, policy, now=now, outcome="rate_limited", reason=str(exc), retry_after=exc.retry_after)
+    except errors.NotFound as exc:
+        return _settle(db, job, policy, now=now, outcome="not_found", reason=str(exc),
+                       give_up_after=policy.not_found_attempts)
+    except errors.ServerError as exc:
+        return _settle(db, job, policy, now=now, outcome="server_error", reason=str(exc), retry_after=exc.retry_after)
+    except errors.TransportError as exc:
+        return _settle(db, job, policy, now=now, outcome="network_error", reason=str(exc))
+    except errors.MalformedResponse as exc:  # the detail itself is unreadable: nothing stored from it
+        return _settle(db, job, policy, now=now, outcome="malformed",
+                       reason=f"order detail unreadable: {exc}")
+    except errors.Unauthorized as exc:
+        # The API key refused (rotated, revoked, off the allowlist): not this order's fault, and every
+        # other fetch would meet it too. Not an attempt: the job waits for the key, parking nothing;
+        # the run hands the rest back (`partnerkit status` shows `provider_refused` meanwhile).
+        with transaction(db) as conn:
+            jobs.bump(conn, "voucher_fetch.refused")
+            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=REFUSAL_PAUSE_S),
+                         error=f"waiting for the provider to accept the API key: {exc}", count_attempt=False)
+        return "deferred"
+    except errors.ApiStatusError as exc:  # 400/403: retrying unchanged will not help
+        return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
+    # The key is looked up after the read, not once per run: a read can take seconds, and vouchers sealed
+    # with a key that `keys rotate` replaced and `keys retire` dropped meanwhile could never be read.
+    cipher = keys.current()
+    sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
+    verdict, reason = _verdict(job, detail)
+    if detail.malformed:
+        log.warning("order detail with unreadable vouchers", extra={"order_id": job.order_id,
+                                                                     "unreadable": len(detail.malformed)})
+    with transaction(db) as conn:
+        added = vouchers.add(conn, job.order_id, sealed, now=now)
+        status = (detail.status or "").upper()
+        orders.apply(conn, job.order_id, status, now=now, source="detail",
+                     delivered_quantity=len(detail.vouchers) if status in orders.DELIVERING else None,
+                     **_detail_fields(detail))
+    summary.vouchers_added += added
+    if verdict == "retry":
+        return _settle(db, job, policy, now=now, outcome="malformed" if detail.malformed else "not_ready",
+                       reason=reason or "")
+    with transaction(db) as conn:
+        jobs.bump(conn, "voucher_fetch.stored")
+        jobs.finish(conn, job, now=now, state="done", error=reason)
+    log.info("vouchers stored", extra={"order_id": job.order_id, "added": added, "job_id": job.id})
+    return "done"
+
+
+def run_voucher_fetches(config: Config, db: Database, client: Any, *, now: datetime | None = None, limit: int = 20,
+                        policy: FetchPolicy = FetchPolicy(), cipher: Cipher | None = None) -> FetchSummary:
+    """Run the due voucher fetch jobs once (the worker calls this every few seconds)."""
+    keys = KeyFollower(config, cipher)
+    api = client.with_budget("voucher_fetch", wait=False) if hasattr(client, "with_budget") else client
+    started = now or utcnow()
+    claimed = jobs.claim(db, owner=_owner(), now=started, lease_until=started + timedelta(seconds=policy.lease_s),
+                         limit=limit)
+    summary = FetchSummary(claimed=len(claimed))
+    for index, job in enumerate(claimed):
+        moment = now or utcnow()
+        result = _fetch_one(db, api, keys, job, policy, moment, summary)
+        summary.outcomes[result] = summary.outcomes.get(result, 0) + 1
+        if result == "deferred":  # no budget, or the key refused: hand the rest back untouched
+            with transaction(db) as conn:
+                for rest in claimed[index + 1:]:
+                    jobs.release(conn, rest, now=moment, next_run_at=moment, error=None, count_attempt=False)
+            summary.deferred += len(claimed) - index
+            break
+        if result == "dead":
+            log.warning("voucher fetch parked", extra={"order_id": job.order_id, "job_id": job.id})
+        setattr(summary, result, getattr(summary, result) + 1)
+    return summary
+
+
+def revive_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = FetchPolicy()) -> list[int]:
+    """Re-arm voucher fetches parked for `policy.revive_after_s` (one more read each); their order ids."""
+    revived = jobs.revive_parked(db, now=now, parked_before=now - timedelta(seconds=policy.revive_after_s),
+                                 limit=policy.revive_per_run)
+    if revived:
+        log.info("parked voucher fetches re-armed", extra={"order_ids": revived})
+    return revived

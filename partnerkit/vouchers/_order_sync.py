@@ -1,0 +1,206 @@
+"""The order sync: the order list walked down to a watermark (or a given `since`), local orders repaired,
+missing vouchers queued for a fetch, and order intents whose answer was lost linked by their ref.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable
+
+from partnerkit import errors
+from partnerkit.config import Config
+from partnerkit.money import cents
+from partnerkit.store import Database, jobs, order_intents, orders, quarantine, vouchers
+from partnerkit.store.budget import walk_reserve
+from partnerkit.store.db import transaction
+from partnerkit.store.jobs import stamp
+from partnerkit.timeutil import iso, parse_ts, utcnow
+from partnerkit.vouchers._fetches import FetchPolicy, revive_parked_fetches
+from partnerkit.vouchers._sealing import _text
+
+log = logging.getLogger("partnerkit.vouchers")
+SYNC_WATERMARK = "orders.catch_up.since"
+
+
+@dataclass
+class SyncSummary:
+    """What one run of `catch_up_orders` did."""
+
+    pages: int = 0
+    seen: int = 0
+    updated: int = 0
+    fetches_queued: int = 0
+    stopped: str = "end of list"
+    since: str | None = None
+    quarantined: int = 0  # list records that could not be read (held with the reason)
+    fetches_revived: int = 0  # parked voucher fetches given one more try
+    reached: str | None = None  # placed_at of the oldest order read: how far back the walk got
+    intents_linked: int = 0  # order intents whose lost answer was found by their ref (now PLACED)
+    # None while the list reads newest first, as assumed; "oldest first" or "unsorted" when a page
+    # showed otherwise (logged as a WARNING): the walk then never stops early at `since`.
+    list_order: str | None = None
+
+
+def _status_of(summary_item: Any) -> str:
+    return str(summary_item.status or "").upper()  # the list shows lower-case values
+
+
+def _listing_order(items: list[Any]) -> str | None:
+    """"newest first" (ids descending), "oldest first" (ascending) or "unsorted" for one page; None
+    for a page too short to tell. The document gives the order list no sort order (only the
+    recharge list is "newest first (always id descending)")."""
+    ids = [o.id for o in items]
+    if len(ids) < 2:
+        return None
+    if all(a > b for a, b in zip(ids, ids[1:])):
+        return "newest first"
+    if all(a < b for a, b in zip(ids, ids[1:])):
+        return "oldest first"
+    return "unsorted"
+
+
+def catch_up_orders(config: Config, db: Database, client: Any, since: datetime | None = None, *,
+                    now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
+                    max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy(),
+                    progress: Callable[[str, int], None] | None = None) -> SyncSummary:
+    """Walk the order list down to `since` (else the stored watermark); repair local state.
+
+    The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
+    range is covered by reading pages of 100 until one reaches `since`. Nor does the document give
+    its sort order: newest first is assumed (the recharge list's, and the sandbox's) and checked on
+    every page by the ids. A list shown oldest first is read from its last page (X-Total-Pages)
+    backwards; one in no order, or oldest first without X-Total-Pages, is read to its end; either
+    way `list_order` says so and a WARNING is logged, and the walk never stops early at `since`
+    on an order it cannot rely on. An explicit `since` (the
+    CLI's --since, reconciliation's day) is walked in full, however far back, until only what it
+    leaves others is left: a tenth of the hourly budget for voucher fetches and another tenth (at
+    most its share) for the recharge poller (`stopped` "budget"; `reached` says how far it got).
+    The scheduled run, without
+    `since`, starts at the watermark but never further back than `max_lookback` and reads at most
+    `max_pages` (default 20) pages, so one order left open for weeks cannot make every run walk
+    the whole history.
+
+    Also re-arms voucher fetches parked long enough (`revive_parked_fetches`): a parked fetch is
+    retried hourly by this job, never left dead forever. A list record that cannot be read is held
+    in quarantine with the reason and does not stop the others; the watermark then stays put, so
+    the record is listed again on the next run. `progress("orders", seen)` is called after each page.
+    An open order intent (an `orders create` whose answer was lost) is linked to the listed order
+    carrying its ref and request (`intents_linked`).
+    """
+    now = now or utcnow()
+    floor = now - max_lookback
+    keep_free = 0
+    if since is None:
+        stored = orders.get_meta(db, SYNC_WATERMARK)
+        since = max(parse_ts(stored) if stored else now - timedelta(days=1), floor)
+        max_pages = 20 if max_pages is None else max_pages
+    else:
+        # An unbounded walk: it leaves the voucher fetches their tenth and the poller its slice (see there).
+        keep_free = walk_reserve(config.hourly_budget, config.poller_budget_share)
+    api = client.with_budget("order_sync", wait=False, keep_free=keep_free) if hasattr(client, "with_budget") else client
+    summary = SyncSummary(since=iso(since))
+    summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))
+    oldest_open: datetime | None = None
+    oldest: datetime | None = None
+    listed: set[int] = set()
+    page_number, backward_to = 1, None  # backward_to: the page a backward walk ends after (oldest first)
+    while True:
+        if max_pages is not None and summary.pages >= max_pages:
+            summary.stopped = "max pages"
+            break
+        try:
+            # An empty list answered with the document's 404 "No Matching Result Found!" is an empty
+            # page already (PartnerClient.list_orders): a partner without orders syncs like any other.
+            page = api.list_orders(page=page_number, limit=page_size)
+        except errors.BudgetExhausted:
+            summary.stopped = "budget"
+            return summary
+        summary.pages += 1
+        fresh = {o.id for o in page.items} - listed
+        if page.items and not fresh:
+            # A provider that ignores `page` would otherwise be read until the budget is gone.
+            summary.stopped = "page repeated"
+            break
+        listed |= fresh
+        unreadable = getattr(page, "malformed", ())
+        if unreadable:
+            summary.quarantined += len(unreadable)
+            quarantine.hold(db, "order", [(f"order record unreadable: {bad}", bad.body) for bad in unreadable],
+                            now=now)
+            log.warning("quarantined %d order record(s): %s", len(unreadable),
+                        "; ".join(str(bad) for bad in unreadable[:3]))
+        items = [o for o in page.items if o.placed_at is None or o.placed_at >= since]
+        quarantine.release(db, "order", [o.id for o in items])
+        local = orders.statuses(db, [o.id for o in items])
+        with transaction(db) as conn:
+            for order in items:
+                summary.seen += 1
+                status = _status_of(order)
+                if order.placed_at is not None:
+                    oldest = min(oldest or order.placed_at, order.placed_at)
+                    summary.reached = iso(oldest)
+                if status not in orders.FINAL and order.placed_at is not None:
+                    oldest_open = min(oldest_open or order.placed_at, order.placed_at)
+                # Always merge the list's fields, not only on a status change: an order known only
+                # from webhooks lacks placed_at, transaction_id and currency, without which it is
+                # never reconciled. apply() fills missing fields and never moves a status back.
+                _, moved = orders.apply(
+                    conn, order.id, status, now=now, source="sync", reference_code=order.reference_code,
+                    transaction_id=order.transaction_id, product_id=order.product_id,
+                    product_name=_text(order.product_name), currency=_text(order.currency),
+                    denomination_cents=cents(order.denomination), quantity=order.quantity,
+                    amount_cents=cents(order.amount), email=_text(order.email),
+                    placed_at=stamp(order.placed_at) if order.placed_at else None)
+                summary.updated += int(moved or order.id not in local)
+                stored = vouchers.count(conn, order.id) if status in orders.DELIVERING else 0
+                # A partial delivery is re-read only when its status is news (the list has no counts).
+                missing = stored < (order.quantity or 1) if status == "DELIVERED" else (
+                    status == "PARTIALLY_DELIVERED" and (local.get(order.id) != status or stored == 0))
+                if missing:
+                    expected = order.quantity if status == "DELIVERED" else None
+                    summary.fetches_queued += jobs.queue_if_idle(conn, order.id, now=now, expected_status=status,
+                                                                 expected_count=expected)
+            # An `orders create` whose answer was lost: its intent is linked to the order carrying its ref.
+            summary.intents_linked += order_intents.link_by_ref(
+                conn, [(o.reference_code, o.id, o.product_id, o.denomination, o.quantity) for o in items], now)
+        if progress is not None:
+            progress("orders", summary.seen)
+        listing = _listing_order(page.items)
+        if listing is not None and listing != "newest first" and summary.list_order != "unsorted":
+            if summary.list_order is None:
+                log.warning("the provider lists orders %s (ids %s within page %d), not newest first: %s",
+                            listing, "ascending" if listing == "oldest first" else "in no order", page_number,
+                            "reading from the last page backwards" if listing == "oldest first" and backward_to is None
+                            and (page.total_pages or 0) > page_number else "reading every page")
+            summary.list_order = listing
+        # Only a list in a known order ends at the first order older than `since`: newest first read
+        # forwards, oldest first read backwards. The document states no order for this list.
+        newest_first = summary.list_order is None and backward_to is None
+        backwards = backward_to is not None and summary.list_order == "oldest first"
+        if (newest_first or backwards) and len(items) < len(page.items):
+            summary.stopped = "reached since"
+            break
+        if backward_to is not None:
+            page_number -= 1
+            if page_number <= backward_to:
+                break
+            continue
+        if summary.list_order == "oldest first" and page.total_pages and page.total_pages > page_number:
+            # The newest orders are on the last page: read back from there towards this one.
+            backward_to, page_number = page_number, page.total_pages
+            continue
+        if not page.has_more:
+            break
+        page_number += 1
+    # Next time, start from the oldest order that may still change (never older than the floor).
+    # An unreadable record's placed_at is unknown: keep the watermark where it was so it is listed again.
+    local_open = orders.oldest_open_placed_at(db)
+    marks = [m for m in (oldest_open, parse_ts(local_open) if local_open else None) if m is not None]
+    if summary.quarantined:
+        marks.append(since)
+    watermark = max(min(marks) if marks else now - timedelta(minutes=5), floor)
+    with transaction(db) as conn:
+        orders.set_meta(conn, SYNC_WATERMARK, stamp(watermark), now=now)
+    return summary
