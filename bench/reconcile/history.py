@@ -313,7 +313,7 @@ def _nightly_choice(history: History, store: Store, db: Any) -> None:
     since = (day - timedelta(days=RECHECK_DAYS)).isoformat()
     drifts.open_days(db, since=since, before=day.isoformat())
     matching.days_with_late_entries(db, day.isoformat(), day.isoformat(), since=since)
-    [d for d in reports.report_dates(db) if day.isoformat() < d <= day.isoformat()]
+    reports.report_dates(db, after=day.isoformat(), through=day.isoformat())
 
 
 def _sync_recent(history: History, store: Store, db: Any) -> Generated:
