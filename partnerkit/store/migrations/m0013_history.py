@@ -11,7 +11,10 @@
   drift into memory), `drifts list --resolution`, and the nightly run's days with open drifts.
 - `transaction_quarantine_day`: a day's quarantined records (every report, `transactions list --date`).
 - `recharges_newest`, `recharges_status_newest`: `recharges list`, newest first, with or without a
-  status (the whole table was sorted to print the newest).
+  status (the whole table was sorted to print the newest). The second replaces `recharges_status_next_poll`:
+  every `status = ?` read (the poller's PROCESSING rows, `count_status`) uses its first column as well, and
+  nothing reads `next_poll_at` through an index, which each poll rewrote (`mark_polled`); so a recharge's
+  writes maintain one index more than before, not two.
 - `tallies`: how many inbox rows and voucher fetch jobs there are in each state, and the duplicate
   deliveries the inbox absorbed, kept by triggers in the same transaction as the row that changes them,
   so `partnerkit status` and every /metrics scrape read a few rows instead of counting the inbox (with
@@ -41,6 +44,7 @@ STATEMENTS: tuple[str, ...] = (
     "CREATE INDEX transaction_quarantine_day ON transaction_quarantine (day)",
     "CREATE INDEX recharges_newest ON recharges (COALESCE(submitted_at, provider_created_at))",
     "CREATE INDEX recharges_status_newest ON recharges (status, COALESCE(submitted_at, provider_created_at))",
+    "DROP INDEX recharges_status_next_poll",
     "CREATE TABLE tallies (name TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
     "INSERT INTO tallies (name, n) VALUES "
     + ", ".join(f"('inbox.{state}', 0)" for state in _INBOX_STATES) + ", ('inbox.duplicates', 0), "
