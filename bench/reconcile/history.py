@@ -9,9 +9,9 @@ A store is built as partnerkit lives its days, the synthetic day of bench.reconc
 - at 01:05 the next day, `reconcile.jobs.nightly` with a stand-in provider: the day's recharges and
   transactions through `reconcile.sync` (what bench.reconcile.run times as its load), orders, wallets,
   `match_day`, `report_day`, and the re-matches of earlier days with open drifts;
-- the next morning: the poller's reads settle the day's PROCESSING recharges (SUCCESS), and finance
-  resolves the day's pending drifts one by one (`set_resolution`), escalating 1 in 50; an escalation
-  is resolved a week later.
+- the next morning: the worker's prune-events job, the poller's reads settling the day's PROCESSING
+  recharges (SUCCESS), and finance resolving the day's pending drifts one by one (`set_resolution`),
+  escalating 1 in 50; an escalation is resolved a week later.
 So the drifts pending on any morning are the newest day's (same on both stores), and the nightly run
 re-matches the 7 days before (escalations still open), as it does in production. No ANALYZE: the kit
 never runs it, so the planner works without statistics, as on a partner's store.
@@ -19,9 +19,10 @@ never runs it, so the planner works without statistics, as on a partner's store.
 Then each phase below runs on the store of 1 day and on the store of N days, in the same process,
 alternated, R times each (phases that write run on a fresh copy of the store as it stood before the
 newest night); the table gives CPU seconds (every thread; the machine is shared) and wall seconds,
-median and spread, and the ratio N days / 1 day of the medians. --plans lists instead every statement
-of every phase, run once on the N-day store, whose plan (EXPLAIN QUERY PLAN) scans a table that grows
-with history.
+median and spread, and the ratio N days / 1 day of the medians. --plans runs every phase once on each
+store instead (partnerkit.store.plans) and lists each statement whose plan (EXPLAIN QUERY PLAN) reads
+the whole of a table that grows with history, or whose work on the N-day store is more than twice its
+work on the 1-day store.
 """
 
 from __future__ import annotations
@@ -48,9 +49,18 @@ from partnerkit.client._pagination import page_from_headers
 from partnerkit.client._records import OrderSummary
 from partnerkit.config import Config, load_config
 from partnerkit.crypto import Cipher
-from partnerkit.store import drifts, inbox, jobs, ledger, open_db, webhook_refusals
+from partnerkit.retention import prune_events
+from partnerkit.status import collect, gauges
+from partnerkit.store import drifts, inbox, jobs, ledger, matching, open_db, recharges, reports, transaction
 from partnerkit.store import plans as plan_store
-from partnerkit.store.recharges import upsert_from_provider
+from partnerkit.store import webhook_refusals
+from receiver.envelope import normalise
+from receiver.metrics import DatabaseCollector
+from reconcile import sync
+from reconcile.jobs import RECHECK_DAYS, due_dates, nightly, report_day, sync_recent
+from reconcile.matcher import match_day
+from reconcile.poller import _items as poll_items
+from reconcile.polling import plan as poll_plan
 
 NIGHT = clock(1, 5)  # the nightly run's time, the next day (PARTNERKIT_DUE_HOUR_UTC 1)
 ESCALATE_EVERY = 50  # finance escalates one drift in this many, and resolves the rest
@@ -133,13 +143,13 @@ def _daytime(db: Any, n: int, index: int, pages: Path) -> None:
                            "data": {"id": oid, "reference_code": f"ORD{oid}", "status": "DELIVERED", "quantity": quantity,
                                     "amount": f"{amount // 100}.{amount % 100:02d}"}}).encode()
         at = datetime.fromisoformat(placed_at.replace("Z", "+00:00")) + timedelta(seconds=2)
-        from receiver.envelope import normalise  # the receiver's own reading of a delivery
-
         for delivery in range(1 + (oid % 20 == 0)):
             inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=at + timedelta(minutes=delivery))
     done_at = night_of(index) - timedelta(hours=1)
-    for job in jobs.claim(db, owner="bench", now=done_at, lease_until=done_at + timedelta(minutes=5), limit=10**9):
-        with_conn(db, lambda conn: jobs.finish(conn, job, now=done_at, state="done"))
+    claimed = jobs.claim(db, owner="bench", now=done_at, lease_until=done_at + timedelta(minutes=5), limit=10**9)
+    with transaction(db) as conn:
+        for job in claimed:
+            jobs.finish(conn, job, now=done_at, state="done")
     snapshots = [(f"{day.isoformat()}T{m // 60:02d}:{m % 60:02d}:00Z", "1", "INR", 100000, None) for m in range(0, 1440, 15)]
     ledger.record_wallet_snapshots(db, snapshots)
     webhook_refusals.add(db, [webhook_refusals.Tally(f"{day.isoformat()}T{h:02d}:00Z", "missing_signature", 1,
@@ -147,21 +157,12 @@ def _daytime(db: Any, n: int, index: int, pages: Path) -> None:
                                                       f"{day.isoformat()}T{h:02d}:00:01.000000Z") for h in range(24)])
 
 
-def with_conn(db: Any, work: Callable[[Any], Any]) -> Any:
-    from partnerkit.store.db import transaction
-
-    with transaction(db) as conn:
-        return work(conn)
-
-
 def _morning(db: Any, config: Config, n: int, index: int) -> None:
     """The morning after the index-th night: the worker prunes, the poller settles the day's PROCESSING
     recharges, finance works through the day's drifts."""
-    from partnerkit.retention import prune_events
-
     morning = night_of(index) + timedelta(hours=8)
     prune_events(config, db, now=morning)  # the worker's job, every 6 hours
-    upsert_from_provider(db, synthetic.settled(n, index=index), morning, insert_unknown=False)
+    recharges.upsert_from_provider(db, synthetic.settled(n, index=index), morning, insert_unknown=False)
     pending = drifts.list_drifts(db, report_date=synthetic.day_of(index).isoformat(), resolution="pending")
     for number, drift in enumerate(pending):
         escalate = number % ESCALATE_EVERY == 0
@@ -231,8 +232,6 @@ def build(n: int, days: int, workdir: Path, log: Callable[[str], None]) -> Histo
         if keep:
             before = _copy(path, workdir / f"before-{index + 1}.db")
         config = history.config(path)
-        from reconcile.jobs import nightly
-
         nightly(config, db, history.provider(index), now=night_of(index))
         if keep:
             label = f"{index + 1} day{'s' if index else ''}"
@@ -244,9 +243,6 @@ def build(n: int, days: int, workdir: Path, log: Callable[[str], None]) -> Histo
 
 
 # ---- what is timed --------------------------------------------------------------------------------------
-
-Phase = Callable[[History, Store, Any, Path], Any]
-
 
 def _cli(history: History, store: Store, *args: str) -> None:
     from click.testing import CliRunner
@@ -266,10 +262,6 @@ def _day(store: Store) -> str:
 
 def _nightly_steps(history: History, store: Store, copy: Path) -> dict[str, tuple[float, float]]:
     """The newest night's sync, match and report, each timed, on `copy` (the store before that night)."""
-    from reconcile import sync
-    from reconcile.jobs import report_day
-    from reconcile.matcher import match_day
-
     db, now, day = open_db(copy), night_of(store.newest), synthetic.day_of(store.newest)
     provider = history.provider(store.newest)
     out = {}
@@ -285,8 +277,7 @@ def _nightly_steps(history: History, store: Store, copy: Path) -> dict[str, tupl
 
 
 def _nightly_whole(history: History, store: Store, copy: Path) -> dict[str, tuple[float, float]]:
-    from reconcile.jobs import nightly
-
+    """reconcile.jobs.nightly as the worker runs it: the newest night, then the re-matches of earlier days."""
     db = open_db(copy)
     provider = history.provider(store.newest)
     wall, cpu = _timed(lambda: nightly(history.config(copy), db, provider, now=night_of(store.newest)))
@@ -298,16 +289,12 @@ WRITES: tuple[Callable[[History, Store, Path], dict[str, tuple[float, float]]], 
 
 
 def _rematch(history: History, store: Store, db: Any) -> None:
-    from reconcile.jobs import report_day
-
+    """A day matched and reported again, as each of the nightly run's re-matches is (here the newest day)."""
     report_day(history.config(store.path), db, synthetic.day_of(store.newest), now=night_of(store.newest))
 
 
 def _nightly_choice(history: History, store: Store, db: Any) -> None:
     """What the nightly run reads to choose its days: due nights, days with open drifts, late entries."""
-    from partnerkit.store import matching, reports
-    from reconcile.jobs import RECHECK_DAYS, due_dates
-
     now, day = night_of(store.newest), synthetic.day_of(store.newest)
     due_dates(db, now, 1)
     since = (day - timedelta(days=RECHECK_DAYS)).isoformat()
@@ -318,47 +305,31 @@ def _nightly_choice(history: History, store: Store, db: Any) -> None:
 
 def _sync_recent(history: History, store: Store, db: Any) -> Generated:
     """The 15-minute sync in the morning after the newest night; the provider's generation is not counted."""
-    from reconcile.jobs import sync_recent
-
     provider = history.provider(store.newest)
     sync_recent(history.config(store.path), db, provider, now=night_of(store.newest) + timedelta(hours=9))
     return Generated(provider.gen_s, provider.gen_cpu_s)
 
 
 def _poller_pick(history: History, store: Store, db: Any) -> None:
-    """The poller's pass up to its first call: the PROCESSING rows, the days' counts, the plan."""
-    from partnerkit.store import recharges
-    from partnerkit.timeutil import parse_ts
-    from reconcile.polling import plan
-
+    """The poller's pass up to its first call (reconcile.poller.poll_once): the PROCESSING rows, the days'
+    counts, the plan."""
     now = night_of(store.newest) - timedelta(hours=2)  # the day's stuck recharges are still PROCESSING
-    rows = recharges.poll_candidates(db)
-    from reconcile.poller import _items
-
-    items = _items(rows)
+    items = poll_items(recharges.poll_candidates(db))
     counts = recharges.day_counts(db, min(i.since for i in items).date(), now.date())
-    plan(now, items, 100, day_counts=counts)
-    assert all(parse_ts(r["since"]) for r in rows)
+    poll_plan(now, items, 100, day_counts=counts)
 
 
 def _status(history: History, store: Store, db: Any) -> None:
-    from partnerkit.status import collect
-
     collect(history.config(store.path), db, now=night_of(store.newest) + timedelta(hours=9))
 
 
 def _metrics(history: History, store: Store, db: Any) -> None:
     """One scrape of the receiver's /metrics: its database collector."""
-    from partnerkit.status import gauges
-    from receiver.metrics import DatabaseCollector
-
     config, now = history.config(store.path), night_of(store.newest) + timedelta(hours=9)
     list(DatabaseCollector(lambda: db, lambda _: None, lambda d: gauges(config, d, now=now)).collect())
 
 
 def _prune(history: History, store: Store, db: Any) -> None:
-    from partnerkit.retention import prune_events
-
     prune_events(history.config(store.path), db, now=night_of(store.newest) + timedelta(hours=9))
 
 
@@ -382,6 +353,7 @@ READS: tuple[tuple[str, Callable[[History, Store, Any], Any]], ...] = (
     ("report --date D --format json", lambda h, s, db: _cli(h, s, "report", "--date", _day(s), "--format", "json")),
     ("recharges list", lambda h, s, db: _cli(h, s, "recharges", "list", "--format", "json")),
     ("events list", lambda h, s, db: _cli(h, s, "events", "list", "--format", "json")),
+    ("orders list", lambda h, s, db: _cli(h, s, "orders", "list", "--format", "json")),
 )
 
 
