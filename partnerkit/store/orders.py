@@ -17,7 +17,7 @@ FINAL = frozenset({"DELIVERED", "FAILED", "CANCELLED"})
 DELIVERING = frozenset({"DELIVERED", "PARTIALLY_DELIVERED"})
 # An open order whose placed_at is known, as the partial index `orders_open` states it (migration 13): SQLite
 # uses a partial index only for a query that states its terms, literals and all, so this text is that index's.
-# (tests/foundation/test_query_plans.py checks that it names FINAL's states.)
+# (tests/reconcile/test_query_plans.py checks that it names the states of FINAL.)
 OPEN = "placed_at IS NOT NULL AND status NOT IN ('CANCELLED', 'DELIVERED', 'FAILED')"
 FIELDS = ("reference_code", "product_id", "product_name", "currency", "denomination_cents", "quantity",
           "amount_cents", "discount_cents", "transaction_id", "email", "placed_at")
