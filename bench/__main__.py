@@ -39,7 +39,11 @@ def usage() -> str:
             "variables size it). Timings are comparable\n"
             "only on a quiet machine: run them with nothing else busy (not beside `make test`), and compare\n"
             "with the README's numbers.\n\n"
-            "benchmarks:\n" + "\n".join(lines) + "\n")
+            "benchmarks:\n" + "\n".join(lines) + "\n\n"
+            "Not run by `make bench` (minutes, and a store of a few hundred MB in a temp directory):\n"
+            "  python -m bench.reconcile.history [--days N] [--size S]  the nightly job, the 15-minute sync, the\n"
+            "      poller's pick, status, the list commands and the prune jobs on a store of N days of history\n"
+            "      against one day (30 days of 20000 recharges: about 2.5 min; --help for its options)\n")
 
 
 def main(argv: list[str]) -> int:

@@ -57,8 +57,9 @@ class DatabaseCollector(Collector):
             outcomes.add_metric([name.split(".", 1)[1]], value)
         yield outcomes
         states = GaugeMetricFamily("partnerkit_voucher_fetch_jobs", "Voucher fetch jobs by state", labels=["state"])
+        by_state = jobs.counts_by_state(db)
         for state in ("pending", "done", "dead"):
-            states.add_metric([state], jobs.counts_by_state(db).get(state, 0))
+            states.add_metric([state], by_state.get(state, 0))
         yield states
         stored = GaugeMetricFamily("partnerkit_inbox_events", "Inbox rows by state", labels=["state"])
         for state, value in inbox.counts(db).items():

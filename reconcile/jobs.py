@@ -218,7 +218,7 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     # while an earlier night was missing from the store: a refund or second debit on it, and the balance
     # chain across it (not judged over a night never synced), are judged now.
     latest = report_store.latest_due_night(now, config.due_hour_utc).isoformat()
-    again.update(d for d in report_store.report_dates(db) if first < d <= latest)
+    again.update(report_store.report_dates(db, after=first, through=latest))
     again.difference_update(d.isoformat() for d in days)
     for earlier in sorted(again):
         report_day(config, db, date.fromisoformat(earlier), now=now)

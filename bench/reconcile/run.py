@@ -40,26 +40,35 @@ from reconcile.matcher import match_day
 NOW = datetime(2025, 1, 16, 1, 0, tzinfo=timezone.utc)
 
 
-def setup(db, n: int, pages_file: Path) -> None:
-    """The worker's rows of the day, the receiver's orders, the provider's transaction pages (untimed)."""
-    orders, vouchers = synthetic.orders(n)
+def setup(db, n: int, pages_file: Path, *, index: int = 0, analyze: bool = True) -> None:
+    """The worker's rows of the day, the receiver's orders, the provider's transaction pages (untimed).
+
+    `index`: the day of a history (bench.reconcile.day); `analyze`: refresh the planner's statistics."""
+    orders, vouchers = synthetic.orders(n, index=index)
     with transaction(db) as conn:
-        matching.bulk_load_recharges(conn, synthetic.worker_rows(n))
+        matching.bulk_load_recharges(conn, synthetic.worker_rows(n, index=index))
         matching.bulk_load_orders(conn, orders, vouchers)
-    db.execute("ANALYZE")
+    if analyze:
+        db.execute("ANALYZE")
+    write_pages(pages_file, n, index)
+
+
+def write_pages(pages_file: Path, n: int, index: int = 0) -> None:
+    """The provider's transaction list of the day as it sends it, one page a line."""
     with open(pages_file, "wb") as out:
-        for page in synthetic.provider_transaction_pages(n, sync.TRANSACTION_PAGE):
+        for page in synthetic.provider_transaction_pages(n, sync.TRANSACTION_PAGE, index=index):
             out.write(page + b"\n")
 
 
 class Provider:
     """The provider's lists of the day as the client yields them (see the module docstring for what is timed)."""
 
-    def __init__(self, n: int, pages_file: Path) -> None:
+    def __init__(self, n: int, pages_file: Path, *, index: int = 0) -> None:
         self.n, self.pages_file, self.gen_s, self.gen_cpu_s, self.parse_s = n, pages_file, 0.0, 0.0, 0.0
+        self.index = index
 
     def iter_recharges(self, *, from_date, to_date, limit, on_malformed=None) -> Iterator:
-        pages = synthetic.provider_recharges(self.n, limit)
+        pages = synthetic.provider_recharges(self.n, limit, index=self.index)
         while True:
             started, cpu = time.perf_counter(), time.process_time()
             page = next(pages, None)
@@ -91,6 +100,14 @@ def load(db, n: int, pages_file: Path) -> dict:
     return {"load_s": done - started - provider.gen_s, "gen_s": provider.gen_s, "parse_s": provider.parse_s,
             "recharges_s": half - started - provider.gen_s, "recharges_cpu_s": half_cpu - cpu - provider.gen_cpu_s,
             "transactions_s": done - half, "transactions_cpu_s": done_cpu - half_cpu}
+
+
+def drift_digest(db, day) -> str:
+    """The first 16 hex digits of sha256 over the day's drift ids, sorted, one a line (what must not change)."""
+    from partnerkit.store.drifts import iter_drifts
+
+    ids = "\n".join(sorted(d.id for d in iter_drifts(db, report_date=day.isoformat())))
+    return hashlib.sha256(ids.encode()).hexdigest()[:16]
 
 
 def run(n: int, workdir: Path) -> dict:

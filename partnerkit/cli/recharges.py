@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit, emit_one, format_option
-from partnerkit.cli.params import ID, MAX_INT64, at_most_int64
+from partnerkit.cli.output import emit_newest, emit_one, format_option
+from partnerkit.cli.params import ID, MAX_INT64
 from partnerkit.money import from_cents
 from partnerkit.store import recharges as store
 
@@ -103,13 +103,18 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
                                             case_sensitive=False),
               help="Only this status (INTENT: recorded, no answer yet; UNKNOWN: the answer was lost, see "
                    "`recharges locate`).")
-@click.option("--limit", type=click.IntRange(1), default=None, callback=at_most_int64, help="At most this many, newest first.")
+@click.option("--limit", type=click.IntRange(1, 10_000_000), default=100, show_default=True,
+              help="At most this many recharges, newest first (a table says so on stderr when there are more).")
 @format_option
 @pass_app
-def list_command(app: AppContext, fmt: str, status: str | None, limit: int | None) -> None:
-    """Recharges partnerkit knows, newest first."""
-    views = [recharge_view(r) for r in store.list_rows(app.existing_db, status=status, limit=limit)]
-    emit(views, TABLE_COLUMNS, fmt, empty_message="no recharges")
+def list_command(app: AppContext, fmt: str, status: str | None, limit: int) -> None:
+    """Recharges partnerkit knows, newest first.
+
+    A store holds every recharge since the first day (a million a day for a busy partner): the newest
+    100 are listed unless --limit says more, as `orders list` and `events list` do."""
+    views = [recharge_view(r) for r in store.list_rows(app.existing_db, status=status, limit=limit + 1)]
+    emit_newest(views, limit, "recharges", TABLE_COLUMNS, fmt,
+                empty_message=f"no recharges in status {status.upper()}" if status else "no recharges")
 
 
 @recharges_group.command("show")

@@ -381,7 +381,15 @@ def audit_trail(db: Database, ident: str) -> list[dict]:
 
 
 def open_days(db: Database, *, since: str, before: str) -> list[str]:
-    """Report days in [since, before) that still have pending or escalated drifts."""
-    rows = db.execute("SELECT DISTINCT report_date FROM drifts WHERE report_date >= ? AND report_date < ?"
-                      " AND resolution != 'resolved' ORDER BY 1", (since, before)).fetchall()
+    """Report days in [since, before) that still have pending or escalated drifts (two ranges of
+    `drifts_open`: the days' resolved drifts are not read)."""
+    rows = db.execute("SELECT DISTINCT report_date FROM drifts WHERE resolution IN ('pending', 'escalated')"
+                      " AND report_date >= ? AND report_date < ? ORDER BY 1", (since, before)).fetchall()
     return [r[0] for r in rows]
+
+
+def count_open(db: Database) -> dict[str, int]:
+    """How many drifts are pending and escalated, every day (a count of `drifts_open`'s entries, never a row)."""
+    found = dict(db.execute("SELECT resolution, COUNT(*) FROM drifts WHERE resolution IN ('pending', 'escalated')"
+                            " GROUP BY resolution").fetchall())
+    return {resolution: found.get(resolution, 0) for resolution in ("pending", "escalated")}

@@ -163,9 +163,13 @@ def listing(db: Database, *, limit: int = 100, state: str | None = None, order_i
 
 
 def counts(db: Database) -> dict[str, int]:
-    """Inbox rows by state, and the total of duplicate deliveries."""
-    result = dict(db.execute("SELECT state, COUNT(*) FROM inbox GROUP BY state").fetchall())
-    result["duplicates"] = db.execute("SELECT COALESCE(SUM(duplicate_count), 0) FROM inbox").fetchone()[0]
+    """Inbox rows by state (the states that have any), and the total of duplicate deliveries.
+
+    Read from `tallies`, which triggers keep with every insert, duplicate and prune (migration 13):
+    `partnerkit status` and every /metrics scrape used to count the inbox, bodies and all."""
+    rows = db.execute("SELECT substr(name, 7), n FROM tallies WHERE name >= 'inbox.' AND name < 'inbox/'").fetchall()
+    result = {name: n for name, n in rows if n and name != "duplicates"}
+    result["duplicates"] = dict(rows).get("duplicates", 0)
     return result
 
 

@@ -140,8 +140,14 @@ def latest_for_orders(db: Database, order_ids: list[int], kind: str = VOUCHER_FE
 
 
 def counts_by_state(db: Database, kind: str = VOUCHER_FETCH) -> dict[str, int]:
-    """How many jobs are pending, done and dead."""
-    return dict(db.execute("SELECT state, COUNT(*) FROM jobs WHERE kind = ? GROUP BY state", (kind,)).fetchall())
+    """How many jobs are pending, done and dead (the states that have any).
+
+    Read from `tallies`, which triggers keep with every job written (migration 13): `partnerkit status`
+    and every /metrics scrape used to count every job ever run."""
+    prefix = f"jobs.{kind}."
+    rows = db.execute("SELECT substr(name, ?), n FROM tallies WHERE name > ? AND name < ?",
+                      (len(prefix) + 1, prefix, prefix[:-1] + "/")).fetchall()
+    return {state: n for state, n in rows if n}
 
 
 def bump(conn: sqlite3.Connection, name: str, by: int = 1) -> None:

@@ -41,7 +41,7 @@ CONVERSION_TYPES = ("CONVERSION", "FX", "FOREX", "FX_CONVERSION", "FX_FEE", "CON
 # moves money between the partner's own wallets and is not).
 CHARGE_TYPES = ("FX_FEE", "CONVERSION_FEE")
 
-TEMP_TABLES = ("m_found", "m_state", "m_restore", "m_gone", "m_rdrift", "m_order", "m_ordtx", "m_oagg", "m_candidate")
+TEMP_TABLES = ("m_found", "m_state", "m_restore", "m_gone", "m_rdrift", "m_order", "m_oagg", "m_candidate")
 
 
 @dataclass(frozen=True)
@@ -165,10 +165,6 @@ _ORDERS = (
                CAST(o.transaction_id AS TEXT) AS tx_id,
                (SELECT COUNT(*) FROM vouchers v WHERE v.order_id = o.id) AS vouchers
         FROM orders o WHERE o.placed_at >= :start AND o.placed_at < :end""",
-    # Every transaction any order names (for orphan detection on any day).
-    """CREATE TEMP TABLE m_ordtx (tx_id TEXT PRIMARY KEY) WITHOUT ROWID""",
-    """INSERT OR IGNORE INTO m_ordtx SELECT CAST(transaction_id AS TEXT) FROM orders
-        WHERE transaction_id IS NOT NULL""",
     # Per order: the named ORDER debit, any other debits and the credits linked by order_id. On a
     # converted order (the named debit in another currency than the order), a debit of a conversion
     # type is the conversion's charge ("conversion charges may be added per client configuration;

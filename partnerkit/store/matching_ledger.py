@@ -5,7 +5,9 @@ Everything here reads the store and the connection's own temp tables (prefixed `
 matcher's connection works through the recharges (sqlite3 releases the GIL while a statement runs,
 so the two use both cores). `ledger_findings` returns what it found:
 
-- orphans: the day's transactions linked to no recharge or order (each probe stops at the first link);
+- orphans: the day's transactions linked to no recharge or order (each probe stops at the first link; the
+  order naming a transaction is found through `orders_transaction`, an index on the expression the probe
+  states, so no probe reads the order table);
 - balance discontinuities: the day's rows of every currency that shows a balance_after that day,
   copied in chain order (`l_chain`), so that each row's predecessor is seq - 1 (a rowid lookup; a
   window function runs several times slower). balance_after is optional: a row that has one is
@@ -26,7 +28,7 @@ from typing import Any, Iterable
 
 from partnerkit.store.matching import CHARGE_TYPES
 
-TEMP_TABLES = ("l_ordtx", "l_chain")
+TEMP_TABLES = ("l_chain",)
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,6 @@ def wallet_params(wallet_types: Iterable[str]) -> tuple[str, dict[str, str]]:
 
 def _statements(wallet: str) -> tuple[str, ...]:
     return (
-        # Every transaction any order names, on any day.
-        "CREATE TEMP TABLE l_ordtx (tx_id TEXT PRIMARY KEY) WITHOUT ROWID",
-        "INSERT OR IGNORE INTO l_ordtx SELECT CAST(transaction_id AS TEXT) FROM orders WHERE transaction_id IS NOT NULL",
         # Consecutive balance_after must chain by the amounts, per currency (one wallet per currency).
         # Rows without a balance are copied too, in currencies that show one that day (the IN list is
         # built once, and only when a row without a balance is met).
@@ -82,7 +81,8 @@ def _orphans(wallet: str) -> str:
           AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.provider_id = t.recharge_id)
           AND NOT EXISTS (SELECT 1 FROM recharges r WHERE r.reference_number = t.reference_number)
           AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = t.order_id)
-          AND NOT EXISTS (SELECT 1 FROM l_ordtx m WHERE m.tx_id = t.id)
+          AND NOT EXISTS (SELECT 1 FROM orders n WHERE CAST(n.transaction_id AS TEXT) = t.id
+                          AND n.transaction_id IS NOT NULL)
           AND COALESCE(t.type, '') NOT IN ({wallet})"""
 
 

@@ -15,6 +15,10 @@ from partnerkit.store.jobs import stamp
 RANK = {"PENDING": 0, "PROCESSING": 1, "PARTIALLY_DELIVERED": 2, "DELIVERED": 3, "FAILED": 4, "CANCELLED": 4}
 FINAL = frozenset({"DELIVERED", "FAILED", "CANCELLED"})
 DELIVERING = frozenset({"DELIVERED", "PARTIALLY_DELIVERED"})
+# An open order whose placed_at is known, as the partial index `orders_open` states it (migration 13): SQLite
+# uses a partial index only for a query that states its terms, literals and all, so this text is that index's.
+# (tests/reconcile/test_query_plans.py checks that it names the states of FINAL.)
+OPEN = "placed_at IS NOT NULL AND status NOT IN ('CANCELLED', 'DELIVERED', 'FAILED')"
 FIELDS = ("reference_code", "product_id", "product_name", "currency", "denomination_cents", "quantity",
           "amount_cents", "discount_cents", "transaction_id", "email", "placed_at")
 
@@ -98,11 +102,11 @@ def list_orders(db: Database, *, status: str | None = None, limit: int = 100) ->
 
 
 def oldest_open_placed_at(db: Database) -> str | None:
-    """placed_at of the oldest order not yet in a final state (the order sync's low-water mark)."""
-    marks = ", ".join("?" * len(FINAL))
-    row = db.execute(f"SELECT MIN(placed_at) FROM orders WHERE status NOT IN ({marks}) AND placed_at IS NOT NULL",
-                     tuple(FINAL)).fetchone()
-    return row[0]
+    """placed_at of the oldest order not yet in a final state (the order sync's low-water mark).
+
+    The first entry of `orders_open`, which holds the open orders only: the final ones, nearly every
+    order of the store's history, are never read (the status test used to walk them all, oldest first)."""
+    return db.execute(f"SELECT MIN(placed_at) FROM orders WHERE {OPEN}").fetchone()[0]
 
 
 def get_meta(db: Database, key: str) -> str | None:

@@ -122,7 +122,7 @@ def release(db: Database, kind: str, ids: Iterable[int | str]) -> int:
 
 def release_in(conn: sqlite3.Connection, kind: str, keys_or_ids: Iterable[Any]) -> int:
     """`release` inside the caller's transaction (ids, or keys already prefixed)."""
-    if conn.execute("SELECT 1 FROM transaction_quarantine WHERE key LIKE ? LIMIT 1", (f"{kind}:%",)).fetchone() is None:
+    if conn.execute(f"SELECT 1 FROM transaction_quarantine WHERE {_PREFIXED} LIMIT 1", _prefix(kind)).fetchone() is None:
         return 0  # the common case: nothing of this kind is held
     keys = [k if isinstance(k, str) else f"{kind}:{int(k)}" for k in keys_or_ids]
     released = 0
@@ -133,11 +133,24 @@ def release_in(conn: sqlite3.Connection, kind: str, keys_or_ids: Iterable[Any]) 
     return released
 
 
-def _of_kind(kind: str) -> str:
-    """The WHERE clause of one kind's keys (a transaction's id-less key has no prefix at all)."""
+# One kind's keys, `kind:...`, as a range of the primary key (bound with `_prefix`): a LIKE reads every entry,
+# since SQLite's LIKE is case-insensitive and the key's collation is not.
+_PREFIXED = "key >= ? AND key < ?"
+# The bare sha256 keys (a transaction's id-less key, and every transaction's before ids were keyed): hex
+# digits, so all below 'g', where no prefixed key is (`order:`, `recharge:`, `transaction:`, `wallet:`).
+_BARE = "key < 'g' AND instr(key, ':') = 0"
+
+
+def _prefix(kind: str) -> tuple[str, str]:
+    """The bounds of `_PREFIXED` for one kind: from `kind:` up to `kind;` (';' follows ':')."""
+    return f"{kind}:", f"{kind};"
+
+
+def _of_kind(kind: str) -> tuple[str, tuple]:
+    """The WHERE clause of one kind's keys and its parameters (a transaction's id-less key has no prefix)."""
     if kind == "transaction":
-        return "(key LIKE 'transaction:%' OR instr(key, ':') = 0)"
-    return "key LIKE ?"
+        return f"(({_PREFIXED}) OR ({_BARE}))", _prefix(kind)
+    return _PREFIXED, _prefix(kind)
 
 
 _HELD_COLUMNS = "key, reason, raw, day, first_seen_at, last_seen_at"  # a held entry, as `held` and `held_entry` give it
@@ -146,11 +159,11 @@ _HELD_COLUMNS = "key, reason, raw, day, first_seen_at, last_seen_at"  # a held e
 def held(db: Database, kind: str, *, day: str | None = None) -> list[dict]:
     """The records of one kind held now: key, reason, raw (JSON text), day, first and last seen; with `day`,
     those of that day and those whose day is unknown (listed in every day's report, as there)."""
-    params: tuple = () if kind == "transaction" else (f"{kind}:%",)
+    of_kind, params = _of_kind(kind)
     on_day = ""
     if day is not None:
         on_day, params = " AND (day = ? OR day IS NULL)", params + (day,)
-    cursor = db.execute(f"SELECT {_HELD_COLUMNS} FROM transaction_quarantine WHERE {_of_kind(kind)}{on_day} ORDER BY key",
+    cursor = db.execute(f"SELECT {_HELD_COLUMNS} FROM transaction_quarantine WHERE {of_kind}{on_day} ORDER BY key",
                         params)
     names = [c[0] for c in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -166,7 +179,7 @@ def held_entry(db: Database, kind: str, ident: str) -> dict | None:
 def held_ids(db: Database, kind: str) -> set[int]:
     """The ids of the records of one kind held now under `kind:<id>` (usually none)."""
     ids = set()
-    for (key,) in db.execute("SELECT key FROM transaction_quarantine WHERE key LIKE ?", (f"{kind}:%",)):
+    for (key,) in db.execute(f"SELECT key FROM transaction_quarantine WHERE {_PREFIXED}", _prefix(kind)):
         ident = id_in_key(kind, key) or ""
         if ident.lstrip("-").isdecimal():
             ids.add(int(ident))
@@ -176,8 +189,8 @@ def held_ids(db: Database, kind: str) -> set[int]:
 def held_transaction_ids(db: Database) -> dict[str, bool]:
     """The ids (as stored) of the transactions held under `transaction:<id>` now (usually none), each
     with whether it was withdrawn (listed no more) rather than unreadable."""
-    rows = db.execute("SELECT key, substr(reason, 1, ?) = ? FROM transaction_quarantine WHERE key LIKE 'transaction:%'",
-                      (len(WITHDRAWN), WITHDRAWN))
+    rows = db.execute(f"SELECT key, substr(reason, 1, ?) = ? FROM transaction_quarantine WHERE {_PREFIXED}",
+                      (len(WITHDRAWN), WITHDRAWN, *_prefix("transaction")))
     return {id_in_key("transaction", key): bool(withdrawn) for key, withdrawn in rows}
 
 
@@ -190,7 +203,7 @@ def rekey_transactions(db: Database) -> int:
     id already held under its new key is the same transaction: the old one is dropped.
     """
     moves = []
-    for key, raw in db.execute("SELECT key, raw FROM transaction_quarantine WHERE instr(key, ':') = 0").fetchall():
+    for key, raw in db.execute(f"SELECT key, raw FROM transaction_quarantine WHERE {_BARE}").fetchall():
         try:
             record = json.loads(raw)
         except ValueError:

@@ -41,9 +41,10 @@ def last_complete_report_date(db: Database) -> str | None:
     return db.execute(f"SELECT MAX(date) FROM reports WHERE {_COMPLETE}").fetchone()[0]
 
 
-def report_dates(db: Database) -> list[str]:
-    """Every date with a stored report, oldest first."""
-    return [r[0] for r in db.execute("SELECT date FROM reports ORDER BY date").fetchall()]
+def report_dates(db: Database, *, after: str = "", through: str = "9999-12-31") -> list[str]:
+    """The dates with a stored report in (after, through], oldest first (every one by default)."""
+    return [r[0] for r in db.execute("SELECT date FROM reports WHERE date > ? AND date <= ? ORDER BY date",
+                                     (after, through)).fetchall()]
 
 
 def latest_due_night(now: datetime, due_hour: int) -> date:

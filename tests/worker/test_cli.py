@@ -157,3 +157,27 @@ def test_locate_without_a_local_intent_exits_1_when_the_provider_could_not_be_re
     assert result.exit_code == 1
     assert (f"No local intent for {number} / 99; the provider could not be checked in full (search by number: "
             "1 record(s) could not be read); it shows 0 matching recharge(s) so far") in result.stderr
+
+
+def test_recharges_list_shows_the_newest_100_unless_told_and_says_when_it_cut(db, db_path):
+    """A store holds every recharge since its first day: `recharges list` printed (and sorted) them all."""
+    from datetime import datetime, timedelta, timezone
+    from decimal import Decimal
+
+    from partnerkit.store import recharges as store
+
+    first = datetime(2025, 3, 14, tzinfo=timezone.utc)
+    for n in range(102):
+        store.record_intent(db, idempotency_key=f"key-list-{n:04d}", mobile_number=mobile(n % 7), operator_id=1,
+                            amount=Decimal("10"), client_reference=None, submitted_at=first + timedelta(minutes=n))
+    env = {"PARTNERKIT_DB": str(db_path)}
+    listed = CliRunner().invoke(cli, ["recharges", "list", "--format", "json"], env=env)
+    rows = json.loads(listed.stdout)
+    assert len(rows) == 100 and rows[0]["local_id"] == 102 and rows[-1]["local_id"] == 3
+    table = CliRunner().invoke(cli, ["recharges", "list"], env=env)
+    assert len(table.stdout.splitlines()) == 101  # header and 100 rows
+    assert table.stderr.strip() == "the newest 100 recharges are shown; --limit N shows more"
+    whole = CliRunner().invoke(cli, ["recharges", "list", "--limit", "102"], env=env)
+    assert len(whole.stdout.splitlines()) == 103 and whole.stderr == ""
+    none = CliRunner().invoke(cli, ["recharges", "list", "--status", "FAILED"], env=env)
+    assert none.exit_code == 0 and "no recharges in status FAILED" in none.output

@@ -1,0 +1,299 @@
+"""What runs every night, every 15 minutes, per webhook or per `partnerkit status` reads index ranges, never the
+whole of a table that grows every day (docs/reconcile.md, "Benchmark": a store of months of history).
+
+Each path runs on a store of a few days under `partnerkit.store.plans.recording`, which asks SQLite for the
+plan of every statement just before it runs. Without ANALYZE (the kit never runs it) the planner chooses
+from the schema alone, so a small store gets the plans a big one gets. A plan line `SCAN <growing table>`
+fails the test, unless BOUNDED names the statement and the reason its cost does not grow with history.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+from click.testing import CliRunner
+
+from partnerkit.cli import cli
+from partnerkit.client._pagination import page_from_headers
+from partnerkit.config import load_config
+from partnerkit.crypto import Cipher
+from partnerkit.store import drifts, inbox, jobs, open_db, orders, plans, transaction, webhook_refusals
+from partnerkit.store import recharges as recharge_store
+from partnerkit.store.ledger import quarantine as hold_transactions, record_wallet_snapshots
+from tests.reconcile.reconcile_helpers import Ledger, at
+
+DAYS = (date(2025, 3, 11), date(2025, 3, 12), date(2025, 3, 13))
+NEW_DAY = date(2025, 3, 14)  # synced and reported by the nightly run under test
+NIGHT = datetime(2025, 3, 15, 1, 5, tzinfo=timezone.utc)
+MORNING = NIGHT + timedelta(hours=8)
+CIPHER = Cipher(b"plan-test-voucher-key-0123456789")
+
+# Statements whose plan reads a growing table from one end, and why that does not grow with history.
+BOUNDED = {
+    "FROM recharges ORDER BY COALESCE(submitted_at, provider_created_at) DESC, local_id DESC LIMIT":
+        ("USING INDEX recharges_newest", "`recharges list`: newest first along recharges_newest, stops at --limit"),
+    "FROM inbox i ORDER BY i.id DESC LIMIT":
+        ("SCAN i", "the newest events by rowid, backwards: stops at the LIMIT (status reads 1, `events list` 100)"),
+}
+
+
+class Provider:
+    """A stand-in client: the new day's recharges and transactions, the order list, the wallets."""
+
+    def __init__(self, recharges: list[dict], transactions: list[dict], order_list: list[dict]) -> None:
+        self.recharges, self.transactions, self.order_list = recharges, transactions, order_list
+
+    @staticmethod
+    def _on(record: dict, from_date: date, to_date: date) -> bool:
+        return from_date.isoformat() <= str(record["created_at"])[:10] <= to_date.isoformat()
+
+    def iter_recharges(self, *, from_date, to_date, limit, on_malformed=None):
+        return iter([r for r in self.recharges if self._on(r, from_date, to_date)])
+
+    def iter_transactions(self, *, from_date, to_date, limit):
+        return iter([t for t in self.transactions if self._on(t, from_date, to_date)])
+
+    def list_orders(self, *, page: int = 1, limit: int = 100, **_):
+        from partnerkit.client._records import OrderSummary
+
+        items = [OrderSummary.from_payload(o) for o in self.order_list[(page - 1) * limit:page * limit]]
+        return page_from_headers(items, {"X-Total-Count": str(len(self.order_list))}, page=page, limit=limit)
+
+    def list_wallets(self):
+        return {"data": [{"id": 1, "currency": "INR", "balance": "1000.00"}]}
+
+    # the poller's reads
+    def with_budget(self, *args, **kwargs):
+        return self
+
+    def list_recharges(self, *, page: int = 1, limit: int = 50, from_date=None, to_date=None, **_):
+        from partnerkit.client._records import Recharge
+
+        found = [Recharge.from_payload(r) for r in self.recharges if r["status"] == "PROCESSING"]
+        return page_from_headers(found, {"X-Total-Count": str(len(found))}, page=page, limit=limit)
+
+    def get_recharge(self, recharge_id: int):
+        from partnerkit.client._records import Recharge
+
+        return Recharge.from_payload(next(r for r in self.recharges if r["id"] == recharge_id))
+
+
+def _deliver(db, order_id: int, when: datetime, event: str = "delivered") -> None:
+    from receiver.envelope import normalise
+
+    body = json.dumps({"event_id": f"evt-{order_id}-{event}", "event_type": f"order.{event}",
+                       "created_at": when.isoformat(), "data": {"id": order_id, "status": event.upper(),
+                                                               "quantity": 1, "amount": "500.00"}}).encode()
+    inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=when)
+
+
+def _live_a_day(db, ledger: Ledger, day: date, config) -> None:
+    """A day as the kit lives it: submits and their debits, orders and their webhooks, a sync, the nightly
+    match and report, a refused delivery, wallet snapshots, finance resolving most drifts the next morning."""
+    from reconcile.jobs import report_day
+
+    paid = ledger.recharge(day=day, hour=9)
+    refunded = ledger.recharge("FAILED", day=day, hour=10)
+    stuck = ledger.recharge("PROCESSING", day=day, hour=11)
+    ledger.recharge(origin="provider", day=day, hour=12)  # someone else's: unknown_to_partner
+    ledger.debit_recharge(paid, day=day)
+    ledger.debit_recharge(refunded, day=day)
+    ledger.tx("-12.00", type="RECHARGE", reference_number=f"GHOST{day.day}", day=day)  # an orphan
+    ledger.debit_recharge(stuck, day=day)
+    for status in ("DELIVERED", "PENDING"):
+        oid = ledger.order(status, hour=13)
+        with transaction(db) as conn:  # the helper places orders on its own day: move them to this one
+            orders.apply(conn, oid, status, now=at(13, day=day), source="test",
+                         placed_at=at(13, day=day).isoformat().replace("+00:00", "Z"))
+        ledger.debit_order(oid, "500.00", day=day)
+        _deliver(db, oid, at(14, day=day), "delivered" if status == "DELIVERED" else "pending")
+    for job in jobs.claim(db, owner="test", now=at(15, day=day), lease_until=at(16, day=day), limit=100):
+        with transaction(db) as conn:
+            jobs.finish(conn, job, now=at(15, day=day), state="done")
+    ledger.synced([paid, refunded, stuck], day=day)
+    ledger.read_in_full(day=day)
+    hold_transactions(db, [(f"transaction:9{day.day}", "withdrawn: test", "{}", day.isoformat())], at(23, day=day).isoformat())
+    webhook_refusals.add(db, [webhook_refusals.Tally(f"{day.isoformat()}T08:00Z", "missing_signature", 1,
+                                                      f"{day.isoformat()}T08:00:01.000000Z",
+                                                      f"{day.isoformat()}T08:00:01.000000Z")])
+    record_wallet_snapshots(db, [(f"{day.isoformat()}T{h:02d}:00:00Z", "1", "INR", 100000, None) for h in range(24)])
+    night = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=1)
+    report_day(config, db, day, now=night)
+    settled = {**stuck, "status": "SUCCESS", "updated_at": (night + timedelta(hours=7)).isoformat()}
+    recharge_store.upsert_from_provider(db, [settled], night + timedelta(hours=7))  # the poller's read
+    for number, drift in enumerate(drifts.list_drifts(db, report_date=day.isoformat(), resolution="pending")):
+        drifts.set_resolution(db, drift.id, "escalated" if number == 0 else "resolved", note="checked", by="finance",
+                              at=night + timedelta(hours=8))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A store of DAYS, and the provider's records of NEW_DAY (its recharges already submitted by the kit)."""
+    where = tmp_path_factory.mktemp("history")
+    config = load_config(environ={"PARTNERKIT_DB": str(where / "pk.db"), "PARTNERKIT_REPORT_DIR": str(where / "reports"),
+                                  "PARTNERKIT_DUE_HOUR_UTC": "1"})
+    db = open_db(config.db_path)
+    ledger = Ledger(db)
+    for day in DAYS:
+        _live_a_day(db, ledger, day, config)
+    new = [ledger.recharge(day=NEW_DAY, hour=h) for h in (9, 10)]
+    new.append(ledger.recharge("PROCESSING", day=NEW_DAY, hour=11))
+    transactions = [{"id": str(800_000 + r["id"]), "type": "RECHARGE", "amount": f"-{r['payable']}",
+                     "recharge_id": r["id"], "reference_number": r["reference_number"], "currency": "INR",
+                     "created_at": r["created_at"], "balance_after": "900.00"} for r in new]
+    order_list = [{"id": 7000, "reference_code": "ORD7000", "transaction_id": 807000, "product_id": 7,
+                   "denomination": "500.00", "quantity": 1, "amount": "500.00", "status": "delivered",
+                   "currency": "INR", "placed_at": at(12, day=NEW_DAY).isoformat()}]
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.conn.close()
+    return config, Provider(new, transactions, order_list)
+
+
+@pytest.fixture
+def store(built, tmp_path):
+    """A copy of the built store for one test (its paths write), and its configuration."""
+    config, provider = built
+    path = tmp_path / "pk.db"
+    shutil.copyfile(config.db_path, path)
+    config = load_config(environ={"PARTNERKIT_DB": str(path), "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports"),
+                                  "PARTNERKIT_DUE_HOUR_UTC": "1"})
+    return config, provider
+
+
+def _cli(config, *args: str) -> None:
+    env = {"PARTNERKIT_DB": str(config.db_path), "PARTNERKIT_REPORT_DIR": str(config.report_dir)}
+    done = CliRunner().invoke(cli, list(args), env=env)
+    assert done.exit_code == 0, done.output
+
+
+def _nightly(config, db, provider):
+    from reconcile.jobs import nightly
+
+    reports = nightly(config, db, provider, now=NIGHT)
+    assert [r["date"] for r in reports] == [NEW_DAY.isoformat()]
+
+
+def _sync_recent(config, db, provider):
+    from reconcile.jobs import sync_recent
+
+    sync_recent(config, db, provider, now=MORNING)
+
+
+def _poll(config, db, provider):
+    from reconcile.poller import poll_once
+
+    assert poll_once(config, db, provider, now=at(11, 40, NEW_DAY)).candidates >= 1
+
+
+def _status(config, db, provider):
+    from partnerkit.status import collect
+
+    assert collect(config, db, now=MORNING)["escalated_drifts"] == len(DAYS)
+
+
+def _metrics(config, db, provider):
+    from partnerkit.status import gauges
+    from receiver.metrics import DatabaseCollector
+
+    assert list(DatabaseCollector(lambda: db, lambda _: None, lambda d: gauges(config, d, now=MORNING)).collect())
+
+
+def _webhook(config, db, provider):
+    _deliver(db, 7001, at(10, day=NEW_DAY))
+
+
+def _prune(config, db, provider):
+    from partnerkit.retention import prune_events
+
+    prune_events(config, db, now=MORNING + timedelta(days=100))
+
+
+PATHS = {
+    "the nightly run (sync, match, report, re-matches)": _nightly,
+    "the 15-minute sync": _sync_recent,
+    "the poller's pass": _poll,
+    "partnerkit status": _status,
+    "a /metrics scrape": _metrics,
+    "a webhook stored": _webhook,
+    "prune-events": _prune,
+    "drifts list --resolution pending": lambda c, db, p: _cli(c, "drifts", "list", "--resolution", "pending"),
+    "drifts list --date": lambda c, db, p: _cli(c, "drifts", "list", "--date", DAYS[-1].isoformat()),
+    "transactions list --date": lambda c, db, p: _cli(c, "transactions", "list", "--date", DAYS[-1].isoformat()),
+    "report --date": lambda c, db, p: _cli(c, "report", "--date", DAYS[-1].isoformat(), "--format", "json"),
+    "recharges list": lambda c, db, p: _cli(c, "recharges", "list"),
+    "events list": lambda c, db, p: _cli(c, "events", "list"),
+}
+
+
+def _bounded(sql: str, plan: list[str]) -> bool:
+    return any(fragment in sql and any(needed in line for line in plan)
+               for fragment, (needed, _) in BOUNDED.items())
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_no_statement_reads_the_whole_of_a_growing_table(store, path):
+    config, provider = store
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        try:
+            PATHS[path](config, db, provider)
+        finally:
+            db.conn.close()
+    scanning = {sql: plans.scans(plan, sql) for sql, plan in recorded.plans.items()
+                if plans.scans(plan, sql) and not _bounded(sql, plan)}
+    assert recorded.plans, "nothing was recorded"
+    assert scanning == {}
+
+
+def test_the_detector_sees_a_scan_of_a_growing_table(store):
+    """The test above could fail: a statement that reads every drift is caught, through an alias too."""
+    config, _ = store
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        db.execute("SELECT COUNT(*) FROM drifts d WHERE d.detail LIKE '%refund%'").fetchone()
+        db.conn.close()
+    [(sql, plan)] = [(s, p) for s, p in recorded.plans.items() if "FROM drifts d" in s]
+    assert plans.scans(plan, sql) == ["SCAN d"]
+
+
+def test_the_order_syncs_low_water_mark_reads_open_orders_only(store):
+    """`orders_open` holds open orders only: the final ones, nearly all of a store, are never read."""
+    config, _ = store
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        oldest = orders.oldest_open_placed_at(db)
+        db.conn.close()
+    [plan] = [p for s, p in recorded.plans.items() if "MIN(placed_at)" in s]
+    assert any("orders_open" in line for line in plan), plan
+    assert oldest == at(13, day=DAYS[0]).isoformat().replace("+00:00", "Z")  # the first day's PENDING order
+    assert orders.OPEN.endswith(f"NOT IN ({', '.join(repr(s) for s in sorted(orders.FINAL))})")
+
+
+def test_the_orphan_probe_finds_an_orders_transaction_through_its_index(store):
+    config, _ = store
+    from reconcile.matcher import match_day
+
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        found = match_day(db, DAYS[-1], now=NIGHT)
+        db.conn.close()
+    [plan] = [p for s, p in recorded.plans.items() if s.startswith("SELECT 'orphan_transaction'")]
+    assert any("orders_transaction" in line for line in plan), plan
+    assert found.unmatched == 1  # the GHOST debit; the ORDER debits are their orders'
+
+
+def test_recharges_list_of_one_status_is_read_newest_first_from_an_index(store):
+    config, _ = store
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        rows = recharge_store.list_rows(db, status="SUCCESS", limit=2)
+        every = db.execute("SELECT local_id, COALESCE(submitted_at, provider_created_at) FROM recharges"
+                           " WHERE status = 'SUCCESS'").fetchall()
+        db.conn.close()
+    [plan] = [p for s, p in recorded.plans.items() if "WHERE status = ? ORDER BY" in s]
+    assert plan == ["SEARCH recharges USING INDEX recharges_status_newest (status=?)"]
+    newest = sorted(every, key=lambda row: (row[1], row[0]), reverse=True)[:2]
+    assert [r["local_id"] for r in rows] == [local_id for local_id, _ in newest]
