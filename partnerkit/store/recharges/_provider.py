@@ -96,6 +96,8 @@ def _cents(value: Decimal | None) -> int | None:
 # column an UPDATE assigns, changed or not: assigning all of them cost 61 us per update against
 # 18 us for the ones that changed (a day's sync updates tens of thousands), so `_write` assigns an
 # indexed column only when its value changes. `_ROW` is what it needs to know of the stored row.
+# next_poll_at has had no index since m0013 (the poller reads by status); it stays in this list because
+# it is assigned the same way, only when a read settles the recharge.
 _INDEXED = ("provider_id", "reference_number", "client_reference", "status", "next_poll_at", "provider_created_at")
 _ROW = "local_id, updated_at, " + ", ".join(_INDEXED)
 
