@@ -285,7 +285,10 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      "name each sender (remote, forwarded_for); the next accepted delivery clears this "
                      "(`partnerkit webhooks test ID` asks the provider for one)")
     if status["voucher_fetch_parked"]:
-        lines.append(f"{status['voucher_fetch_parked']} voucher fetch job(s) parked: see `partnerkit events list`")
+        lines.append(f"{status['voucher_fetch_parked']} voucher fetch job(s) parked after their retries (`partnerkit "
+                     "events list` says why): once the provider answers again, `partnerkit orders sync` re-arms now the "
+                     "fetch of every delivering order it lists (`--since TIME` reaches orders placed earlier); the worker "
+                     "re-arms those the provider's failure parked at its next answer, the others hourly")
     if status["recharges_past_30_min"]:
         lines.append(f"{status['recharges_past_30_min']} recharge(s) PROCESSING for over 30 minutes: escalate to "
                      "support with their reference_number (`partnerkit recharges list --status PROCESSING`)")

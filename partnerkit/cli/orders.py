@@ -150,13 +150,17 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
 def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
     """Repair local orders from the provider's order list and queue missing voucher fetches.
 
-    Exits 1, after printing what it did, when it stopped before the requested time (budget spent).
-    How far a long walk has read is printed on stderr every few seconds.
+    Re-arms, for one more read each, the parked voucher fetch of every delivering order it lists, and up
+    to 20 other fetches the provider's failure parked (`fetches_rearmed`): after an outage, run it once
+    the provider answers again and the worker fetches those vouchers within seconds, not at its hourly
+    revival. Exits 1, after printing what it did, when it stopped before the requested time (budget
+    spent). How far a long walk has read is printed on stderr every few seconds.
     """
     if since is not None and since > utcnow():
         raise click.BadParameter(f"{iso(since)} is in the future: orders placed since then cannot exist yet",
                                  param_hint="'--since'")
-    summary = catch_up_orders(app.config, app.db, _client(app), since=since, progress=Progress("orders sync"))
+    summary = catch_up_orders(app.config, app.db, _client(app), since=since, progress=Progress("orders sync"),
+                              rearm_listed=True)
     emit_one(vars(summary), fmt)
     if summary.stopped in INCOMPLETE:
         reached = f"orders placed at {summary.reached}" if summary.reached else "no order"

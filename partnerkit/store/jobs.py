@@ -4,6 +4,9 @@ One pending job per (kind, order) is a partial unique index, so queueing twice i
 that may only make the job due sooner. Workers claim due jobs under a lease: a job whose
 worker died becomes claimable again when its lease expires. `generation` changes whenever
 the job is re-queued, so a worker finishing an older generation re-arms it instead of closing it.
+
+A parked (dead) job's `next_run_at` is the earliest moment a call the provider answers may re-arm it
+(`rearm_parked`); `revive_parked` re-arms it by its age alone, whatever the provider does.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Iterable
 
 from sqlite_utils import Database
 
@@ -76,13 +80,17 @@ def claim(db: Database, *, owner: str, now: datetime, lease_until: datetime, lim
     return [Job(*row) for row in rows]
 
 
-def finish(conn: sqlite3.Connection, job: Job, *, now: datetime, state: str, error: str | None = None) -> bool:
-    """Close a claimed job as done or dead; if it was re-queued meanwhile, re-arm it instead."""
+def finish(conn: sqlite3.Connection, job: Job, *, now: datetime, state: str, error: str | None = None,
+           rearm_at: datetime | None = None) -> bool:
+    """Close a claimed job as done or dead; if it was re-queued meanwhile, re-arm it instead.
+
+    `rearm_at` (a job parked dead): the earliest moment `rearm_parked` may re-arm it, kept in `next_run_at`."""
     at = stamp(now)
     cursor = conn.execute(
         """UPDATE jobs SET state = ?, last_error = ?, attempts = attempts + 1, lease_owner = NULL,
-                          lease_expires_at = NULL, updated_at = ?
-           WHERE id = ? AND generation = ? AND state = 'pending'""", (state, error, at, job.id, job.generation))
+                          lease_expires_at = NULL, updated_at = ?, next_run_at = COALESCE(?, next_run_at)
+           WHERE id = ? AND generation = ? AND state = 'pending'""",
+        (state, error, at, None if rearm_at is None else stamp(rearm_at), job.id, job.generation))
     if cursor.rowcount:
         return True
     release(conn, job, now=now, next_run_at=now, error=error, count_attempt=False)
@@ -101,29 +109,69 @@ def release(conn: sqlite3.Connection, job: Job, *, now: datetime, next_run_at: d
          stamp(now), job.id))
 
 
+# A parked job is re-armed only while it is the newest of its order (a newer job, pending or done, has taken
+# over otherwise), so the one-pending-job-per-order index always holds.
+_NEWEST = "id = (SELECT MAX(id) FROM jobs AS k WHERE k.kind = j.kind AND k.order_id = j.order_id)"
+
+
 def revive_parked(db: Database, *, now: datetime, parked_before: datetime, limit: int,
                   kind: str = VOUCHER_FETCH) -> list[int]:
     """Re-arm dead jobs parked at or before `parked_before`: due now, one more try each; their order ids.
 
-    Only a job that is still the newest of its order is revived (a newer job, pending or done, has
-    taken over), so the one-pending-job-per-order index always holds. Its attempts are kept: the
+    Only a job that is still the newest of its order is revived (`_NEWEST`). Its attempts are kept: the
     fetch policy parks it again after a single failed try, so a parked fetch costs one call per
     revival, never a fresh series of retries.
     """
-    at = stamp(now)
     with transaction(db) as conn:
         rows = conn.execute(
-            """SELECT id, order_id FROM jobs AS j
-               WHERE kind = ? AND state = 'dead' AND updated_at <= ?
-                 AND id = (SELECT MAX(id) FROM jobs AS k WHERE k.kind = j.kind AND k.order_id = j.order_id)
-               ORDER BY updated_at LIMIT ?""", (kind, stamp(parked_before), limit)).fetchall()
-        for job_id, _ in rows:
-            conn.execute(
-                """UPDATE jobs SET state = 'pending', generation = generation + 1, next_run_at = ?,
-                                  lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-                   WHERE id = ? AND state = 'dead'""", (at, at, job_id))
-        if rows:
-            bump(conn, f"{kind}.revived", len(rows))
+            f"""SELECT id, order_id FROM jobs AS j WHERE kind = ? AND state = 'dead' AND updated_at <= ? AND {_NEWEST}
+                ORDER BY updated_at LIMIT ?""", (kind, stamp(parked_before), limit)).fetchall()
+        return _rearm(conn, rows, now=now, counter=f"{kind}.revived")
+
+
+def rearm_parked(conn: sqlite3.Connection, *, now: datetime, limit: int | None = None,
+                 order_ids: Iterable[int] | None = None, whenever: bool = False, kind: str = VOUCHER_FETCH) -> list[int]:
+    """Re-arm, inside the caller's transaction, dead jobs whose re-arm moment (`finish(rearm_at=...)`) has
+    come: due now, one more try each, as `revive_parked`; their order ids, at most `limit`.
+
+    For a caller that has just had an answer from the provider. `order_ids`: only those orders' jobs;
+    with `whenever`, each of theirs whatever its re-arm moment (a person asked for them now).
+    """
+    terms, args = ["kind = ?", "state = 'dead'", _NEWEST], [kind]
+    if order_ids is not None:
+        ids = sorted(set(order_ids))
+        if not ids:
+            return []
+        terms.append(f"order_id IN ({', '.join('?' * len(ids))})")
+        args += ids
+    if not whenever:
+        terms.append("next_run_at <= ?")
+        args.append(stamp(now))
+    rows = conn.execute(f"SELECT id, order_id FROM jobs AS j WHERE {' AND '.join(terms)} ORDER BY next_run_at"
+                        + ("" if limit is None else " LIMIT ?"), (*args, *(() if limit is None else (limit,)))).fetchall()
+    return _rearm(conn, rows, now=now, counter=f"{kind}.rearmed")
+
+
+def bring_forward(db: Database, *, now: datetime, until: datetime, kind: str = VOUCHER_FETCH) -> int:
+    """Make due now the pending jobs due after now and no later than `until` (a request budget block
+    lifted by hand: what waited for it need not wait on); how many."""
+    at = stamp(now)
+    with transaction(db) as conn:
+        cursor = conn.execute("UPDATE jobs SET next_run_at = ?, updated_at = ? WHERE kind = ? AND state = 'pending'"
+                              " AND next_run_at > ? AND next_run_at <= ?", (at, at, kind, at, stamp(until)))
+    return cursor.rowcount
+
+
+def _rearm(conn: sqlite3.Connection, rows: list, *, now: datetime, counter: str) -> list[int]:
+    """Make the (id, order_id) dead jobs pending and due now, their attempts kept; their order ids."""
+    at = stamp(now)
+    for job_id, _ in rows:
+        conn.execute(
+            """UPDATE jobs SET state = 'pending', generation = generation + 1, next_run_at = ?,
+                              lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+               WHERE id = ? AND state = 'dead'""", (at, at, job_id))
+    if rows:
+        bump(conn, counter, len(rows))
     return [order_id for _, order_id in rows]
 
 

@@ -1,6 +1,7 @@
 """Voucher fetches: the due fetch jobs claimed under a lease, each order's detail read until it shows
-what its event announced, its vouchers stored once; retried with backoff, parked after its attempts
-and re-armed later (`revive_parked_fetches`).
+what its event announced, its vouchers stored once; retried with backoff, parked after its attempts,
+and re-armed as soon as the provider answers again (`rearm_parked_fetches`) or, whatever it does,
+an hour later (`revive_parked_fetches`).
 """
 
 from __future__ import annotations
@@ -41,10 +42,28 @@ class FetchPolicy:
     # Vouchers are what the partner paid for; an hourly read per parked order is cheap.
     revive_after_s: float = 3600.0
     revive_per_run: int = 5
+    # A fetch parked because the provider failed (5xx, no answer, 429, a body that is not JSON) is
+    # re-armed as soon as the provider answers a call again (an order sync's list page, another
+    # fetch's detail), at most this many per run (`rearm_parked_fetches`); see `rearm_delay`.
+    rearm_per_run: int = 20
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds before retry number `attempt` (1-based); never less than Retry-After."""
         return max(min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1)), retry_after or 0.0)
+
+    def rearm_delay(self, *, first: bool, providers: bool) -> float:
+        """Seconds from parking until an answer of the provider may re-arm a fetch (`rearm_parked_fetches`).
+
+        The provider's failure (`providers`): at once when the fetch parks after its first series of
+        attempts (the provider answering again is the news it waits for), else `cap_s` (it was re-armed,
+        and failed again: an order whose detail keeps failing while the provider answers everything else
+        is read at the backoff's slowest pace, never once per answer). The order's own (a 404, a 400, a
+        detail short of vouchers or unreadable): `revive_after_s`, the hourly revival's pace, since an
+        answer from the provider is no news for it.
+        """
+        if not providers:
+            return self.revive_after_s
+        return 0.0 if first else self.cap_s
 
 
 @dataclass
@@ -52,6 +71,8 @@ class FetchSummary:
     """What one run of `run_voucher_fetches` did."""
 
     claimed: int = 0
+    answered: int = 0  # detail reads the provider answered (whatever they showed)
+    rearmed: int = 0  # parked fetches re-armed because the provider answered (`rearm_parked_fetches`)
     done: int = 0
     retried: int = 0
     dead: int = 0
@@ -104,14 +125,20 @@ def _verdict(job: Job, detail: Any) -> tuple[str, str | None]:
 
 
 def _settle(db: Database, job: Job, policy: FetchPolicy, *, now: datetime, outcome: str, reason: str,
-            retry_after: float | None = None, give_up_after: int | None = None) -> str:
-    """Record a failed attempt: back off, or park the job as dead after its attempts."""
+            retry_after: float | None = None, give_up_after: int | None = None, providers: bool = False) -> str:
+    """Record a failed attempt: back off, or park the job as dead after its attempts.
+
+    `providers`: the provider failed (not the order): its next answer may re-arm the parked job
+    (`FetchPolicy.rearm_delay`)."""
     attempt = job.attempts + 1
     limit = give_up_after or policy.max_attempts
     with transaction(db) as conn:
         jobs.bump(conn, f"voucher_fetch.{outcome}")
         if attempt >= limit:
-            jobs.finish(conn, job, now=now, state="dead", error=f"gave up after {attempt} attempts: {reason}")
+            # Its first park: the attempts end on the limit exactly (a re-armed job is past it already).
+            rearm_at = now + timedelta(seconds=policy.rearm_delay(first=attempt == limit, providers=providers))
+            jobs.finish(conn, job, now=now, state="dead", error=f"gave up after {attempt} attempts: {reason}",
+                        rearm_at=rearm_at)
             return "dead"
         jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=policy.delay(attempt, retry_after)),
                      error=reason)
@@ -150,17 +177,21 @@ def _fetch_one(db: Database, api: Any, keys: KeyFollower, job: Job, policy: Fetc
                          error=f"waiting for API budget: {exc}", count_attempt=False)
         return "deferred"
     except errors.RateLimited as exc:
-        return _settle(db, job, policy, now=now, outcome="rate_limited", reason=str(exc), retry_after=exc.retry_after)
+        return _settle(db, job, policy, now=now, outcome="rate_limited", reason=str(exc), retry_after=exc.retry_after,
+                       providers=True)
     except errors.NotFound as exc:
         return _settle(db, job, policy, now=now, outcome="not_found", reason=str(exc),
                        give_up_after=policy.not_found_attempts)
     except errors.ServerError as exc:
-        return _settle(db, job, policy, now=now, outcome="server_error", reason=str(exc), retry_after=exc.retry_after)
+        return _settle(db, job, policy, now=now, outcome="server_error", reason=str(exc), retry_after=exc.retry_after,
+                       providers=True)
     except errors.TransportError as exc:
-        return _settle(db, job, policy, now=now, outcome="network_error", reason=str(exc))
+        return _settle(db, job, policy, now=now, outcome="network_error", reason=str(exc), providers=True)
     except errors.MalformedResponse as exc:  # the detail itself is unreadable: nothing stored from it
+        # A body that is not JSON at all (no field named) was garbled on the way, or by a provider in
+        # trouble; a record that is JSON but not the document's shape is this order's own.
         return _settle(db, job, policy, now=now, outcome="malformed",
-                       reason=f"order detail unreadable: {exc}")
+                       reason=f"order detail unreadable: {exc}", providers=exc.field is None)
     except errors.Unauthorized as exc:
         # The API key refused (rotated, revoked, off the allowlist): not this order's fault, and every
         # other fetch would meet it too. Not an attempt: the job waits for the key, parking nothing;
@@ -172,6 +203,7 @@ def _fetch_one(db: Database, api: Any, keys: KeyFollower, job: Job, policy: Fetc
         return "deferred"
     except errors.ApiStatusError as exc:  # 400/403: retrying unchanged will not help
         return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
+    summary.answered += 1
     # The key is looked up after the read, not once per run: a read can take seconds, and vouchers sealed
     # with a key that `keys rotate` replaced and `keys retire` dropped meanwhile could never be read.
     cipher = keys.current()
@@ -219,7 +251,25 @@ def run_voucher_fetches(config: Config, db: Database, client: Any, *, now: datet
         if result == "dead":
             log.warning("voucher fetch parked", extra={"order_id": job.order_id, "job_id": job.id})
         setattr(summary, result, getattr(summary, result) + 1)
+    if summary.answered:  # the provider answers: what it failed earlier is worth one more read now
+        summary.rearmed = len(rearm_parked_fetches(db, now=now or utcnow(), policy=policy))
     return summary
+
+
+def rearm_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = FetchPolicy(),
+                         order_ids: list[int] | None = None, whenever: bool = False) -> list[int]:
+    """Re-arm parked fetches for one more read each, now that the provider has answered a call; their order ids.
+
+    Those whose re-arm moment has come (`FetchPolicy.rearm_delay`: the ones the provider's failure
+    parked), at most `policy.rearm_per_run`; or every parked fetch of `order_ids` (the delivering
+    orders an order sync listed), with `whenever` whatever its re-arm moment (a person ran the sync).
+    """
+    with transaction(db) as conn:
+        rearmed = jobs.rearm_parked(conn, now=now, order_ids=order_ids, whenever=whenever,
+                                    limit=policy.rearm_per_run if order_ids is None else None)
+    if rearmed:
+        log.info("parked voucher fetches re-armed for one more read", extra={"order_ids": rearmed})
+    return rearmed
 
 
 def revive_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = FetchPolicy()) -> list[int]:

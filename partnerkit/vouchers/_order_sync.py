@@ -17,7 +17,7 @@ from partnerkit.store.budget import walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
 from partnerkit.timeutil import iso, parse_ts, utcnow
-from partnerkit.vouchers._fetches import FetchPolicy, revive_parked_fetches
+from partnerkit.vouchers._fetches import FetchPolicy, rearm_parked_fetches, revive_parked_fetches
 from partnerkit.vouchers._sealing import _text
 
 log = logging.getLogger("partnerkit.vouchers")
@@ -35,7 +35,8 @@ class SyncSummary:
     stopped: str = "end of list"
     since: str | None = None
     quarantined: int = 0  # list records that could not be read (held with the reason)
-    fetches_revived: int = 0  # parked voucher fetches given one more try
+    fetches_revived: int = 0  # parked voucher fetches given one more try (parked for an hour)
+    fetches_rearmed: int = 0  # parked voucher fetches given one more try because the provider answers again
     reached: str | None = None  # placed_at of the oldest order read: how far back the walk got
     intents_linked: int = 0  # order intents whose lost answer was found by their ref (now PLACED)
     # None while the list reads newest first, as assumed; "oldest first" or "unsorted" when a page
@@ -64,7 +65,7 @@ def _listing_order(items: list[Any]) -> str | None:
 def catch_up_orders(config: Config, db: Database, client: Any, since: datetime | None = None, *,
                     now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
                     max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy(),
-                    progress: Callable[[str, int], None] | None = None) -> SyncSummary:
+                    progress: Callable[[str, int], None] | None = None, rearm_listed: bool = False) -> SyncSummary:
     """Walk the order list down to `since` (else the stored watermark); repair local state.
 
     The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
@@ -83,7 +84,11 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     the whole history.
 
     Also re-arms voucher fetches parked long enough (`revive_parked_fetches`): a parked fetch is
-    retried hourly by this job, never left dead forever. A list record that cannot be read is held
+    retried hourly by this job, never left dead forever. Once a page is read the provider answers
+    again, so the parked fetches its failure parked are re-armed at once (`rearm_parked_fetches`):
+    the fetch of each delivering order listed, and up to `policy.rearm_per_run` others;
+    `rearm_listed` (`partnerkit orders sync`: a person asked) re-arms the fetch of every delivering
+    order listed, whatever parked it. A list record that cannot be read is held
     in quarantine with the reason and does not stop the others; the watermark then stays put, so
     the record is listed again on the next run. `progress("orders", seen)` is called after each page.
     An open order intent (an `orders create` whose answer was lost) is linked to the listed order
@@ -118,6 +123,8 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
             summary.stopped = "budget"
             return summary
         summary.pages += 1
+        if summary.pages == 1:  # the provider answers: the fetches its failure parked are worth a read now
+            summary.fetches_rearmed += len(rearm_parked_fetches(db, now=now, policy=policy))
         fresh = {o.id for o in page.items} - listed
         if page.items and not fresh:
             # A provider that ignores `page` would otherwise be read until the budget is gone.
@@ -162,9 +169,14 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
                     expected = order.quantity if status == "DELIVERED" else None
                     summary.fetches_queued += jobs.queue_if_idle(conn, order.id, now=now, expected_status=status,
                                                                  expected_count=expected)
+            delivering = [o.id for o in items if _status_of(o) in orders.DELIVERING]
             # An `orders create` whose answer was lost: its intent is linked to the order carrying its ref.
             summary.intents_linked += order_intents.link_by_ref(
                 conn, [(o.reference_code, o.id, o.product_id, o.denomination, o.quantity) for o in items], now)
+        # A listed delivering order whose fetch is parked: re-armed now if the provider's failure parked it
+        # (the list just answered), or whatever parked it when a person runs the sync.
+        summary.fetches_rearmed += len(rearm_parked_fetches(db, now=now, policy=policy, order_ids=delivering,
+                                                            whenever=rearm_listed))
         if progress is not None:
             progress("orders", summary.seen)
         listing = _listing_order(page.items)

@@ -54,7 +54,8 @@ def test_status_reports_what_needs_a_person(sandbox_config, db):
     assert sum(status["budget_used_by_purpose"].values()) == status["budget_used_this_hour"]
     assert status["open_drifts"] == 1
     assert any("PROCESSING for over 30 minutes" in line for line in status["attention"])
-    assert any("parked" in line for line in status["attention"])
+    # The parked fetch's line names the command that re-arms it now (session 14, finding 6).
+    assert any("parked" in line and "`partnerkit orders sync` re-arms now" in line for line in status["attention"])
 
     result = CliRunner().invoke(cli, ["status", "--format", "json"], env=config_as_env(sandbox_config))
     assert result.exit_code == 0, result.output

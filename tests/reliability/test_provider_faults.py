@@ -78,13 +78,53 @@ def test_voucher_fetch_rides_out_a_provider_fault(tmp_path, frozen, fault):
         else:
             assert {r["state"] for r in rows.values()} == {"dead"}  # parked after its attempts
             detail_calls = world.calls(ORDER_DETAIL)
-            assert detail_calls <= len(orders) * 8 * world.retry.max_attempts
+            # 8 attempts each; a fault of the detail alone leaves the list answering, and the order sync
+            # re-arms a fetch the provider parked for one more read (then every 15 minutes at most).
+            rearmed = jobs.counters(world.db, "voucher_fetch.rearmed").get("voucher_fetch.rearmed", 0)
+            assert detail_calls <= (len(orders) * 8 + rearmed) * world.retry.max_attempts
+            assert rearmed <= (len(orders) if fault == "slow" else 0)
         # The provider recovers. Nobody touches anything: the worker's jobs run on.
         world.drive("fetch-vouchers", "catch-up-orders", seconds=2 * 3600, every=30)
         for order_id in orders:
             assert codes_stored(world, order_id) == world.provider_codes(order_id)
         assert jobs.counts_by_state(world.db) == {"done": len(orders)}
         assert world.sb.rate_limited == 0
+
+
+def test_parked_fetches_are_read_as_soon_as_the_provider_answers_again(tmp_path, frozen):
+    """Finding 6 (session 14): fetches parked during an outage waited for the hourly revival after the
+    provider was back. The order sync's first answered page re-arms them: every voucher within minutes,
+    one detail read per order, none of it the hourly revival's."""
+    with World(tmp_path, frozen) as world:
+        orders = delivered_orders(world, count=3, quantity=2)
+        with world.fault("http_500", scope="orders"):
+            world.drive("fetch-vouchers", "catch-up-orders", seconds=30 * 60, every=10)
+        assert {r["state"] for r in jobs.latest_for_orders(world.db, orders).values()} == {"dead"}
+        details = world.calls(ORDER_DETAIL)
+        world.drive("fetch-vouchers", "catch-up-orders", seconds=6 * 60, every=10)
+        for order_id in orders:
+            assert codes_stored(world, order_id) == world.provider_codes(order_id)
+        assert world.calls(ORDER_DETAIL) - details == len(orders)
+        assert jobs.counters(world.db, "voucher_fetch.re") == {"voucher_fetch.rearmed": len(orders)}
+        assert world.sb.rate_limited == 0
+
+
+def test_a_detail_that_keeps_failing_is_reread_at_the_backoffs_pace_while_the_list_answers(tmp_path, frozen):
+    """Re-arming on the provider's answers keeps the backoff's purpose: an order detail that keeps failing
+    while every order sync's list is answered is read again every 15 minutes at most, not every 5."""
+    with World(tmp_path, frozen) as world:
+        [order] = delivered_orders(world, count=1, quantity=1)
+        with world.fault("http_500", scope=ORDER_DETAIL):
+            world.drive("fetch-vouchers", "catch-up-orders", seconds=25 * 60, every=10)
+            assert jobs.latest_for_orders(world.db, [order])[order]["state"] == "dead"
+            details = world.calls(ORDER_DETAIL)
+            world.drive("fetch-vouchers", "catch-up-orders", seconds=90 * 60, every=10)
+        rearmed = jobs.counters(world.db, "voucher_fetch.rearmed")["voucher_fetch.rearmed"]
+        # Once at once (its first park), then at most every 15 minutes: 18 syncs ran meanwhile.
+        assert 2 <= rearmed <= 7, rearmed
+        assert world.calls(ORDER_DETAIL) - details == rearmed * world.retry.max_attempts
+        world.drive("fetch-vouchers", "catch-up-orders", seconds=16 * 60, every=10)
+        assert codes_stored(world, order) == world.provider_codes(order)
 
 
 @pytest.mark.parametrize("fault,spec,reason", [

@@ -11,7 +11,8 @@ import pytest
 from partnerkit.errors import ServerError
 from partnerkit.store import jobs, quarantine
 from partnerkit.store.db import transaction
-from partnerkit.vouchers import FetchPolicy, revive_parked_fetches, run_voucher_fetches
+from partnerkit.timeutil import utcnow
+from partnerkit.vouchers import FetchPolicy, catch_up_orders, rearm_parked_fetches, revive_parked_fetches, run_voucher_fetches
 from reconcile.poller import poll_once
 from reconcile.recharges import submit
 from tests.worker.worker_helpers import mobile
@@ -19,13 +20,13 @@ from tests.worker.worker_helpers import mobile
 T0 = datetime(2025, 3, 10, 10, 0, tzinfo=timezone.utc)
 
 
-def _park(db, order_id: int, at: datetime) -> None:
+def _park(db, order_id: int, at: datetime, rearm_at: datetime | None = None) -> None:
     with transaction(db) as conn:
         jobs.queue(conn, order_id, now=at, expected_status="DELIVERED", expected_count=1)
     [job] = [j for j in jobs.claim(db, owner="t", now=at, lease_until=at + timedelta(minutes=2), limit=50)
              if j.order_id == order_id]
     with transaction(db) as conn:
-        jobs.finish(conn, job, now=at, state="dead", error="gave up after 8 attempts: HTTP 500")
+        jobs.finish(conn, job, now=at, state="dead", error="gave up after 8 attempts: HTTP 500", rearm_at=rearm_at)
 
 
 def test_revive_rearms_only_jobs_parked_long_enough_and_still_newest(wdb):
@@ -48,6 +49,79 @@ def test_revive_rearms_only_jobs_parked_long_enough_and_still_newest(wdb):
     assert [rows[o]["state"] for o in (1, 2, 3, 4, 5)] == ["pending", "pending", "done", "pending", "dead"]
     assert rows[1]["attempts"] == 1 and rows[1]["next_run_at"] == jobs.stamp(T0 + timedelta(hours=1))
     assert jobs.counters(wdb, "voucher_fetch.revived") == {"voucher_fetch.revived": 2}
+
+
+@pytest.mark.parametrize("first, providers, seconds", [
+    (True, True, 0.0),        # the provider failed its whole series: its next answer re-arms it
+    (False, True, 900.0),     # re-armed and failed again: the backoff's slowest pace (cap_s)
+    (True, False, 3600.0),    # the order's own trouble (404, 400, short or unreadable detail): hourly
+    (False, False, 3600.0),
+])
+def test_when_an_answer_of_the_provider_may_rearm_a_parked_fetch(first, providers, seconds):
+    assert FetchPolicy().rearm_delay(first=first, providers=providers) == seconds
+
+
+def test_rearm_takes_the_parked_fetches_whose_moment_has_come_and_only_the_newest_of_an_order(wdb):
+    _park(wdb, 1, T0, rearm_at=T0)
+    _park(wdb, 2, T0, rearm_at=T0 + timedelta(hours=1))  # parked by the order's own trouble
+    _park(wdb, 3, T0, rearm_at=T0)
+    _park(wdb, 4, T0, rearm_at=T0 + timedelta(seconds=1))
+    with transaction(wdb) as conn:                       # order 3: a new event queued a newer job
+        jobs.queue(conn, 3, now=T0, expected_status="DELIVERED", expected_count=2)
+    assert rearm_parked_fetches(wdb, now=T0, policy=FetchPolicy(rearm_per_run=5)) == [1]
+    assert rearm_parked_fetches(wdb, now=T0 + timedelta(seconds=1)) == [4]
+    assert rearm_parked_fetches(wdb, now=T0 + timedelta(minutes=59)) == []
+    # The orders a sync listed: only theirs; `whenever` (a person ran it) whatever parked them.
+    assert rearm_parked_fetches(wdb, now=T0, order_ids=[2, 3]) == []
+    assert rearm_parked_fetches(wdb, now=T0, order_ids=[2, 3], whenever=True) == [2]
+    rows = jobs.latest_for_orders(wdb, [1, 2, 3, 4])
+    assert {o: rows[o]["state"] for o in rows} == {1: "pending", 2: "pending", 3: "pending", 4: "pending"}
+    assert rows[2]["next_run_at"] == jobs.stamp(T0) and rows[2]["attempts"] == 1   # due now, attempts kept
+    assert jobs.counters(wdb, "voucher_fetch.rearmed") == {"voucher_fetch.rearmed": 3}
+
+
+def test_the_order_sync_rearms_what_the_provider_parked_and_by_hand_every_listed_delivering_order(
+        server, config, wdb, client, stats):
+    """An outage parked one fetch (the provider's 500s), the order's own trouble another: the scheduled
+    sync re-arms the first as soon as its list is answered, `partnerkit orders sync` both."""
+    outage = client.create_order(product_id=7, denomination=10, quantity=1)   # realtime: DELIVERED at once
+    short = client.create_order(product_id=7, denomination=10, quantity=1)
+    with transaction(wdb) as conn:
+        for order in (outage, short):
+            jobs.queue(conn, order.id, now=utcnow(), expected_status="DELIVERED", expected_count=1)
+    server.sandbox.settings.faults = {"http_500": {"scope": "GET /api/v1/orders/:id"}}
+    parked = run_voucher_fetches(config, wdb, client, policy=FetchPolicy(max_attempts=1))
+    assert parked.dead == 2 and parked.answered == 0 and parked.rearmed == 0
+    assert jobs.counts_by_state(wdb) == {"dead": 2}
+    with transaction(wdb) as conn:                       # the second as a detail short of vouchers parks it
+        conn.execute("UPDATE jobs SET next_run_at = ? WHERE order_id = ?",
+                     (jobs.stamp(utcnow() + timedelta(hours=1)), short.id))
+    server.sandbox.settings.faults = {}
+    synced = catch_up_orders(config, wdb, client)
+    assert synced.fetches_rearmed == 1 and synced.fetches_revived == 0
+    states = jobs.latest_for_orders(wdb, [outage.id, short.id])
+    assert (states[outage.id]["state"], states[short.id]["state"]) == ("pending", "dead")
+    by_hand = catch_up_orders(config, wdb, client, since=utcnow() - timedelta(hours=1), rearm_listed=True)
+    assert by_hand.fetches_rearmed == 1
+    stats.mark()
+    fetched = run_voucher_fetches(config, wdb, client)
+    assert fetched.done == 2 and fetched.vouchers_added == 2 and stats.calls("GET /api/v1/orders/:id") == 2
+
+
+def test_a_fetch_that_answers_rearms_the_fetches_the_providers_failure_parked(server, config, wdb, client):
+    parked, later = (client.create_order(product_id=7, denomination=10, quantity=1) for _ in range(2))
+    with transaction(wdb) as conn:
+        jobs.queue(conn, parked.id, now=utcnow(), expected_status="DELIVERED", expected_count=1)
+    server.sandbox.settings.faults = {"http_500": {"scope": "GET /api/v1/orders/:id"}}
+    assert run_voucher_fetches(config, wdb, client, policy=FetchPolicy(max_attempts=1)).dead == 1
+    server.sandbox.settings.faults = {}
+    with transaction(wdb) as conn:                       # the provider is back: the next order's event
+        jobs.queue(conn, later.id, now=utcnow(), expected_status="DELIVERED", expected_count=1)
+    first = run_voucher_fetches(config, wdb, client)
+    assert first.done == 1 and first.answered == 1 and first.rearmed == 1
+    second = run_voucher_fetches(config, wdb, client)
+    assert second.done == 1 and second.vouchers_added == 1
+    assert jobs.counts_by_state(wdb) == {"done": 2}
 
 
 def test_a_revived_fetch_gets_one_read_then_parks_again(server, config, wdb, client, stats):
