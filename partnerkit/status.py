@@ -338,8 +338,9 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(f"the provider answered 429 and no process calls it until {iso(blocked)} "
                      f"({_minutes(blocked - status['checked_at'])} min from now): voucher fetches, recharge polls "
                      "and syncs wait, `recharges submit` is refused; it clears by itself (partnerkit never waits longer than "
-                     "one window of the budget, an hour); if it keeps coming back, ask the provider about the key's "
-                     "limits (PARTNERKIT_HOURLY_BUDGET)")
+                     "one window of the budget, an hour); once the provider confirms it is back, `partnerkit budget "
+                     "unblock` lifts it now (the next 429 blocks again; `partnerkit budget show` names the call that met "
+                     "it); if it keeps coming back, ask the provider about the key's limits (PARTNERKIT_HOURLY_BUDGET)")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
     return lines

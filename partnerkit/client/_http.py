@@ -274,7 +274,9 @@ class Transport:
                     # The same rule for Retry-After: at most one window of the class (an hour, a
                     # minute), so the error, the sleep and every process's block say the same.
                     err.retry_after = self.budget.block_seconds(budget_class, err.retry_after)
-                self._keep_books(method, path, lambda: self.budget.block(budget_class, err.retry_after))
+                asked = (resp.headers.get("Retry-After") or "none")[:40]
+                why = f"HTTP 429 to {method} {path} ({spend.purpose}), Retry-After: {asked}"
+                self._keep_books(method, path, lambda: self.budget.block(budget_class, err.retry_after, why=why))
             if not self._should_retry(err, repeatable, attempt, attempts, spend):
                 raise err
             log.info("%s %s: HTTP %d; retrying (attempt %d)", method, path, err.status, attempt)

@@ -19,20 +19,31 @@ the purpose's last one either. The recharge poller's share of the hour is such a
 The provider's last 401 to the key is kept too (`refused`, `refusal`), until a call with the key is
 answered 2xx (`accepted`): `partnerkit status` and /metrics show it, and the worker pauses its jobs
 that call the provider for a minute after it.
+
+What a person needs to judge a block is kept beside it, in the shared `meta` table (one row per key,
+class and note): why the class was blocked (the 429's call and Retry-After), and who lifted a block
+by hand (`unblock`: `partnerkit budget unblock`, once the provider confirms it is back; the next 429
+blocks again).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import math
 import sqlite3
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from partnerkit.errors import BudgetExhausted, StorageError
 from partnerkit.store.db import Database, open_db, transaction
+from partnerkit.store.jobs import stamp
+
+log = logging.getLogger("partnerkit.budget")
 
 GENERAL = "general"
 ORDER_CREATE = "order_create"
@@ -115,6 +126,10 @@ def walk_reserve(hourly_budget: int, share: Decimal) -> int:
 
 def _per(window_s: float) -> str:
     return {3600.0: "per hour", 60.0: "per minute"}.get(window_s, f"per {window_s:g} s")
+
+
+def _moment(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
 
 
 def key_hash(api_key: str) -> str:
@@ -362,14 +377,17 @@ class Budget:
         """How long a 429 with this Retry-After (seconds, or None) blocks the class: at most one window."""
         return block_seconds(retry_after, window_s=self.limit(budget_class).window_s)
 
-    def block(self, budget_class: str, retry_after: float | None) -> float:
+    def block(self, budget_class: str, retry_after: float | None, *, why: str | None = None) -> float:
         """A 429: no process sends in this class for `block_seconds` from now; returns the moment.
 
         Only this class: a block of `order_create` (its minute) leaves the general reads alone, while
-        a block of `general` also holds order creation, which spends one of it (`ALSO_SPENDS`)."""
+        a block of `general` also holds order creation, which spends one of it (`ALSO_SPENDS`).
+        `why` (the call that met the 429) is kept for `describe` while this block is the longest."""
         now = self._now()
         until = now + self.block_seconds(budget_class, retry_after)
         with transaction(self._db) as conn:
+            row = conn.execute("SELECT blocked_until FROM budget_state WHERE key_hash = ? AND class = ?",
+                               (self._key, budget_class)).fetchone()
             conn.execute(
                 "INSERT INTO budget_state (key_hash, class, blocked_until, updated_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (key_hash, class) DO UPDATE SET"
@@ -377,7 +395,83 @@ class Budget:
                 "  updated_at = excluded.updated_at",
                 (self._key, budget_class, until, now),
             )
+            if row is None or row[0] is None or until >= row[0]:
+                self._put_note(conn, budget_class, "block", {"at": now, "until": until, "why": why}, now)
         return until
+
+    def unblock(self, budget_class: str | None = None, *, by: str, note: str | None = None) -> list[dict]:
+        """Lift the 429 block of a class (every class when None) now, for every process; who and when are kept.
+
+        For a person who knows the provider is back (its status page, its support): the block is the
+        provider's Retry-After, at most an hour, and a provider in trouble may send a long one once. Safe,
+        since the next 429 blocks again. Returns what was lifted: class, blocked_until (as it was), why, by,
+        at (UTC datetimes), note; nothing for a class that was not blocked."""
+        classes = [budget_class] if budget_class is not None else list(self._limits)
+        for name in classes:
+            self.limit(name)  # ValueError for an unknown class
+        lifted = []
+        with transaction(self._db) as conn:
+            now = self._now()
+            for name in classes:
+                row = conn.execute("SELECT blocked_until FROM budget_state WHERE key_hash = ? AND class = ?",
+                                   (self._key, name)).fetchone()
+                if row is None or row[0] is None or row[0] <= now:
+                    continue
+                conn.execute("UPDATE budget_state SET blocked_until = NULL, updated_at = ? WHERE key_hash = ? AND class = ?",
+                             (now, self._key, name))
+                why = (self._note(conn, name, "block") or {}).get("why")
+                self._put_note(conn, name, "unblocked", {"blocked_until": row[0], "why": why, "by": by, "at": now,
+                                                         "note": note}, now)
+                lifted.append({"class": name, "blocked_until": _moment(row[0]), "why": why, "by": by,
+                               "at": _moment(now), "note": note})
+        for record in lifted:
+            log.info("request budget block lifted by hand", extra={
+                "budget_class": record["class"], "by": by, "blocked_until": stamp(record["blocked_until"]),
+                "block_reason": record["why"], "note": note})
+        return lifted
+
+    def describe(self) -> list[dict]:
+        """What the budget knows, one row per class (`partnerkit budget show`): the limit it keeps to (and the
+        configured and provider's), the window, requests this database made in it and by purpose, what is
+        left, the provider's last X-RateLimit-Remaining and when its request was sent, any 429 block and why,
+        and the last block lifted by hand."""
+        usage = self.usage()
+        rows = []
+        for budget_class, limit in self._limits.items():
+            state = self._db.execute(
+                "SELECT provider_limit, provider_remaining, provider_after_id FROM budget_state"
+                " WHERE key_hash = ? AND class = ?", (self._key, budget_class)).fetchone() or (None, None, None)
+            provider_limit, provider_remaining, after_id = state
+            sent = self._db.execute("SELECT at FROM budget_events WHERE id = ?", (after_id,)).fetchone() if after_id else None
+            used = usage[budget_class]
+            blocked = used["blocked_until"]
+            why = (self._note(self._db, budget_class, "block") or {}).get("why") if blocked else None
+            lifted = self._note(self._db, budget_class, "unblocked")
+            rows.append({
+                "class": budget_class, "limit": used["limit"], "configured_limit": limit.limit,
+                "provider_limit": provider_limit, "window_s": int(limit.window_s), "used": used["used"],
+                "remaining": used["remaining"], "provider_remaining": provider_remaining,
+                "provider_remaining_sent_at": _moment(sent[0]) if sent else None,
+                "blocked_until": _moment(blocked), "blocked_because": why,
+                "last_unblocked": None if lifted is None else (
+                    f"by {lifted['by']} at {stamp(_moment(lifted['at']))} (blocked until "
+                    f"{stamp(_moment(lifted['blocked_until']))})" + (f": {lifted['note']}" if lifted.get("note") else "")),
+                "used_by_purpose": used["by_purpose"],
+            })
+        return rows
+
+    def _note_name(self, budget_class: str, what: str) -> str:
+        return f"budget.{self._key[:16]}.{budget_class}.{what}"
+
+    def _note(self, conn, budget_class: str, what: str) -> dict | None:
+        """One of the budget's notes in `meta` (see the module docstring), or None."""
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (self._note_name(budget_class, what),)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def _put_note(self, conn, budget_class: str, what: str, value: dict[str, Any], now: float) -> None:
+        conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                     " value = excluded.value, updated_at = excluded.updated_at",
+                     (self._note_name(budget_class, what), json.dumps(value), stamp(_moment(now))))
 
     def refused(self, *, status: int, message: str | None, method: str, path: str, purpose: str) -> None:
         """The provider refused this key's credentials (HTTP 401): kept until a call is accepted again."""

@@ -24,7 +24,7 @@ ONE_OBJECT = {("account", "show"), ("keys", "status"), ("orders", "create"), ("o
               ("recharges", "show"), ("recharges", "submit"), ("report",), ("status",), ("webhooks", "delete"),
               ("webhooks", "register"), ("webhooks", "retry"), ("webhooks", "stats"), ("webhooks", "test"),
               ("webhooks", "update"), ("transactions", "show")}
-LISTING = {("config",), ("drifts", "history"), ("drifts", "list"), ("events", "list"), ("orders", "list"),
+LISTING = {("budget", "show"), ("config",), ("drifts", "history"), ("drifts", "list"), ("events", "list"), ("orders", "list"),
            ("recharges", "list"), ("vouchers",), ("webhooks", "deliveries"), ("webhooks", "list"), ("worker",),
            ("transactions", "list")}
 
@@ -70,6 +70,8 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     run("recharges", "locate", "--local-id", "1")
     run("recharges", "list")
     run("status")
+    budget = run("budget", "show")
+    assert [row["class"] for row in budget] == ["general", "order_create"] and budget[0]["used"] >= 1
     account = run("account", "show")
     assert [w["wallet_id"] for w in account["wallets"]] == ["1", "2"] and account["configured_key"] == "known"
     run("config")

@@ -32,6 +32,8 @@ def test_a_block_of_the_budget_is_an_iso_time_and_an_attention_line_while_it_las
     # A day asked for, an hour kept (one window of the general budget), shown as a time, not an epoch float.
     assert status["budget_blocked_until"] == datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
     assert any(line.startswith(LINE) for line in status["attention"]), status["attention"]
+    # ... and names the command that lifts it once the provider is back (session 14, finding 7).
+    assert any("`partnerkit budget unblock` lifts it now" in line for line in status["attention"])
     body = json.loads(printed.stdout)
     assert body["budget_blocked_until"] == "2026-11-22T10:00:00Z"
     assert any(line.startswith(LINE) for line in body["attention"])

@@ -55,6 +55,8 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("account", "show"): [],
         ("account", "trust-key"): [],
         ("backup",): [str(tmp / "new-backup.db")],
+        ("budget", "show"): [],
+        ("budget", "unblock"): ["--class", "general"],
         ("config",): [],
         ("demo",): ["--workdir", str(tmp / "demo")],
         ("drifts", "escalate"): ["d-unknown", "--note", "n"],
@@ -436,6 +438,8 @@ def test_an_unreachable_provider_is_one_line_with_exit_1(tmp_path):
     (["transactions", "list", "--date", "2024-05-01", "--type", " "], 2, "must not be empty"),
     (["transactions", "list", "--reference", ""], 2, "must not be empty"),
     (["transactions", "list", "--date", "2999-12-31"], 2, "is in the future"),
+    (["budget", "unblock", "--by", " "], 2, "must not be empty"),
+    (["budget", "unblock", "--note", ""], 2, "must not be empty"),
 ])
 def test_bad_values_are_one_line(args, code, match, tmp_path):
     result = run_in_process(args, environment(tmp_path))
@@ -471,6 +475,9 @@ def test_unwritable_outputs_are_one_line_with_exit_1(tmp_path):
     (["serve", "--bind", "127.0.0.1:1"], {"PARTNERKIT_WEBHOOK_TOKENS": None}, 2, "no webhook token is accepted"),
     (["run", "--bind", "127.0.0.1:1"], {"PARTNERKIT_API_SECRET": None}, 2, "PARTNERKIT_API_SECRET is not set"),
     (["worker", "--once"], {"PARTNERKIT_API_BASE_URL": None}, 2, "PARTNERKIT_API_BASE_URL is not set"),
+    # The budget is the key's (its rows are kept by the key's hash).
+    (["budget", "show"], {"PARTNERKIT_API_KEY": None}, 2, "PARTNERKIT_API_KEY is not set"),
+    (["budget", "unblock"], {"PARTNERKIT_API_KEY": None}, 2, "PARTNERKIT_API_KEY is not set"),
     # Named as where the path came from: no --config was given.
     (["orders", "list"], {"PARTNERKIT_CONFIG": "/nonexistent/partnerkit.env"}, 2,
      "PARTNERKIT_CONFIG file '/nonexistent/partnerkit.env' does not exist"),
