@@ -164,6 +164,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     key_budget = Budget.from_config(config, db) if config.api_key else None
     budget = key_budget.usage() if key_budget else {}
     refused = key_budget.refusal() if key_budget else None
+    elsewhere = key_budget.others() if key_budget else None
     open_drifts = drifts.count_open(db)  # counted, never read: a busy store holds millions
     lease = locks.current(db, WORKER_LEASE)
     lost = lost_answers(config, db, now)
@@ -203,6 +204,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "poller_requests_per_hour": poller_cap(config.hourly_budget, config.poller_budget_share),
         # After a 429 (at most an hour: the budget caps a wait at one window of its class), as UTC.
         "budget_blocked_until": _moment(budget.get("general", {}).get("blocked_until")),
+        # Requests the provider counted against the key beyond this database's own (Budget.others): another user.
+        "requests_elsewhere_this_hour": elsewhere["gap"] if elsewhere else None,
         # The provider's last 401 to this API key, until a call with it is accepted again.
         "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
                              f"at {iso(_moment(refused['at']))}: {refused['message']}"
@@ -341,6 +344,14 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      "one window of the budget, an hour); once the provider confirms it is back, `partnerkit budget "
                      "unblock` lifts it now (the next 429 blocks again; `partnerkit budget show` names the call that met "
                      "it); if it keeps coming back, ask the provider about the key's limits (PARTNERKIT_HOURLY_BUDGET)")
+    if status["requests_elsewhere_this_hour"]:
+        lines.append(f"another process uses this API key: the provider counted {status['requests_elsewhere_this_hour']} "
+                     "requests in the last hour beyond this database's own (its X-RateLimit-Remaining, against this "
+                     "database's count: `partnerkit budget show`); a second partnerkit on a copy of this database (a "
+                     "move to a new host with the old one still running), another system with the key, or the last "
+                     "hour of a database this one was restored over. Each plans on the whole budget, so the key meets "
+                     "429s: stop the other one (never run both: see README 'Move to a new host'), or lower "
+                     "PARTNERKIT_HOURLY_BUDGET to leave it room")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
     return lines

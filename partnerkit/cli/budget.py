@@ -14,7 +14,7 @@ from partnerkit.store.budget import GENERAL, ORDER_CREATE, Budget
 from partnerkit.timeutil import iso, utcnow
 
 COLUMNS = ["class", "limit", "window_s", "used", "remaining", "provider_remaining", "provider_remaining_sent_at",
-           "blocked_until", "blocked_because", "last_unblocked", "configured_limit",
+           "blocked_until", "blocked_because", "last_unblocked", "requests_elsewhere", "configured_limit",
            "provider_limit", "used_by_purpose"]
 TABLE_COLUMNS = COLUMNS[:10]  # the rest in json and csv
 
@@ -39,8 +39,10 @@ def show_command(app: AppContext, fmt: str) -> None:
     One row per class: `general` (every call, per hour) and `order_create` (order creation, per minute). The limit it keeps to (the lower of PARTNERKIT_* and the provider's X-RateLimit-Limit), the requests this
     database made in the window and what is left (after the provider's own figures), the provider's last
     X-RateLimit-Remaining and when its request was sent, a 429's block and the call that met it, the last
-    block lifted by hand (who, when). The table leaves out the configured and provider's limits and the
-    requests by purpose: json and csv have them. Reads the database only: no call, no budget spent. Exit codes: 0; 1 when the database cannot be
+    block lifted by hand (who, when), and `requests_elsewhere`: requests the provider counted beyond this
+    database's own (another process using the key; see `partnerkit status`). The table leaves out
+    requests_elsewhere, the configured and provider's limits and the requests by purpose: json and csv have
+    them. Reads the database only: no call, no budget spent. Exit codes: 0; 1 when the database cannot be
     opened; 2 for a bad option or setting (PARTNERKIT_API_KEY must be set: the budget is the key's).
     """
     rows = _budget(app).describe()

@@ -23,7 +23,8 @@ that call the provider for a minute after it.
 What a person needs to judge a block is kept beside it, in the shared `meta` table (one row per key,
 class and note): why the class was blocked (the 429's call and Retry-After), and who lifted a block
 by hand (`unblock`: `partnerkit budget unblock`, once the provider confirms it is back; the next 429
-blocks again).
+blocks again). So are the signs of another consumer of the key (`others`): the provider's
+X-RateLimit-Remaining persistently lower than this database's own count of requests leaves.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ ALSO_SPENDS: dict[str, tuple[str, ...]] = {ORDER_CREATE: (GENERAL,)}
 # allowlist), what calls it waits this long from the refusal: the worker's jobs and a voucher fetch.
 REFUSAL_PAUSE_S = 60.0
 DEFAULT_BLOCK_S = 60.0  # a 429 with neither a Retry-After nor a usable X-RateLimit-Reset blocks this long
+# Another consumer of the key (`Budget.others`): the provider's remaining below what this database's own count
+# leaves by more than `others_tolerance`, on OTHERS_ANSWERS answers in a row over OTHERS_SPAN_S at least.
+OTHERS_ANSWERS = 5
+OTHERS_SPAN_S = 300.0
 _EPOCH_THRESHOLD = 1_000_000_000  # an X-RateLimit-Reset above this is a unix time, else seconds
 
 
@@ -126,6 +131,31 @@ def walk_reserve(hourly_budget: int, share: Decimal) -> int:
 
 def _per(window_s: float) -> str:
     return {3600.0: "per hour", 60.0: "per minute"}.get(window_s, f"per {window_s:g} s")
+
+
+def others_tolerance(limit: int) -> int:
+    """Requests by which the provider's count may exceed this database's before another consumer of the key
+    is suspected: the provider's own accounting drift (a request counted at a window's edge, a clock a few
+    seconds off, answers overtaking one another), a fiftieth of the limit and never under 10."""
+    return max(10, limit // 50)
+
+
+def signs_after(signs: Mapping[str, Any], *, gap: int, tolerance: int, now: float, remaining: int,
+                expected: int) -> dict | None:
+    """The signs of another consumer of the key after one answer (`Budget.others`); None when nothing changes.
+
+    `gap`: requests the provider counted beyond this database's own (its remaining below `expected`, what
+    this database's count leaves). Over `tolerance`, the answer extends a streak (`since`, `answers`);
+    OTHERS_ANSWERS of them over OTHERS_SPAN_S at least confirm it (`confirmed_at`, `confirmed_since`,
+    `confirmed_gap`). An answer within the tolerance ends the streak and keeps the last confirmation.
+    """
+    if gap <= tolerance:
+        return {**signs, "since": None, "answers": 0} if signs.get("since") is not None else None
+    since = now if signs.get("since") is None else signs["since"]
+    answers = signs.get("answers", 0) + 1
+    confirmed = answers >= OTHERS_ANSWERS and now - since >= OTHERS_SPAN_S
+    return {**signs, "since": since, "answers": answers, "gap": gap, "remaining": remaining, "expected": expected,
+            "at": now, **({"confirmed_at": now, "confirmed_since": since, "confirmed_gap": gap} if confirmed else {})}
 
 
 def _moment(epoch: float | None) -> datetime | None:
@@ -368,6 +398,27 @@ class Budget:
                 " WHERE provider_after_id IS NULL OR excluded.provider_after_id >= provider_after_id",
                 (self._key, ticket.budget_class, limit, remaining, ticket.id, until, now),
             )
+            if remaining is not None:
+                self._compare(conn, ticket.budget_class, remaining, now)
+
+    def _compare(self, conn, budget_class: str, remaining: int, now: float) -> None:
+        """Hold the provider's remaining against what this database's own count leaves (`others`).
+
+        Every request this database reserved so far counts as sent, those reserved after the answered one
+        too: a request of ours the provider has not counted yet only makes the gap smaller, never a false
+        sign. A cap below the provider's limit (PARTNERKIT_HOURLY_BUDGET set lower) leaves the difference
+        to others on purpose, and only more than that shows. Written only when the signs change."""
+        limit = self.limit(budget_class)
+        (provider_limit,) = conn.execute("SELECT provider_limit FROM budget_state WHERE key_hash = ? AND class = ?",
+                                         (self._key, budget_class)).fetchone()
+        cap = limit.limit if provider_limit is None else min(limit.limit, provider_limit)
+        (own,) = conn.execute("SELECT COUNT(*) FROM budget_events WHERE key_hash = ? AND class = ? AND at > ?",
+                              (self._key, budget_class, now - limit.window_s)).fetchone()
+        signs = self._note(conn, budget_class, "others") or {}
+        after = signs_after(signs, gap=(cap - own) - remaining, tolerance=others_tolerance(cap), now=now,
+                            remaining=remaining, expected=cap - own)
+        if after is not None:
+            self._put_note(conn, budget_class, "others", after, now)
 
     def until_reset(self, budget_class: str, reset: float | None) -> float | None:
         """Seconds from now until X-RateLimit-Reset, at most one window of the class; None if unusable."""
@@ -430,11 +481,30 @@ class Budget:
                 "block_reason": record["why"], "note": note})
         return lifted
 
+    def others(self, budget_class: str = GENERAL) -> dict | None:
+        """Signs that another process uses this API key, confirmed within the last window of the class; else None.
+
+        The provider's X-RateLimit-Remaining stood lower than this database's own count of requests leaves
+        by more than `others_tolerance`, on OTHERS_ANSWERS answers in a row over OTHERS_SPAN_S: a second
+        partnerkit on a copy of this database, another system with the key, or the requests of a database
+        this one was restored over. Kept for a window after the last confirmation: a provider counting
+        fixed windows hides the gap for part of each. Returns gap (requests the provider counted beyond
+        this database's), remaining, expected (what this database's count leaves), since, seen_at."""
+        now = self._now()
+        signs = self._note(self._db, budget_class, "others") or {}
+        seen = signs.get("confirmed_at")
+        if seen is None or now - seen > self.limit(budget_class).window_s:
+            return None
+        latest = signs.get("since") is not None  # the streak still running: its latest figures
+        return {"gap": signs["gap"] if latest else signs["confirmed_gap"],
+                "remaining": signs.get("remaining"), "expected": signs.get("expected"),
+                "since": _moment(signs.get("confirmed_since")), "seen_at": _moment(seen)}
+
     def describe(self) -> list[dict]:
         """What the budget knows, one row per class (`partnerkit budget show`): the limit it keeps to (and the
         configured and provider's), the window, requests this database made in it and by purpose, what is
         left, the provider's last X-RateLimit-Remaining and when its request was sent, any 429 block and why,
-        and the last block lifted by hand."""
+        the last block lifted by hand, and another consumer's signs (`others`)."""
         usage = self.usage()
         rows = []
         for budget_class, limit in self._limits.items():
@@ -447,6 +517,7 @@ class Budget:
             blocked = used["blocked_until"]
             why = (self._note(self._db, budget_class, "block") or {}).get("why") if blocked else None
             lifted = self._note(self._db, budget_class, "unblocked")
+            others = self.others(budget_class)
             rows.append({
                 "class": budget_class, "limit": used["limit"], "configured_limit": limit.limit,
                 "provider_limit": provider_limit, "window_s": int(limit.window_s), "used": used["used"],
@@ -456,6 +527,7 @@ class Budget:
                 "last_unblocked": None if lifted is None else (
                     f"by {lifted['by']} at {stamp(_moment(lifted['at']))} (blocked until "
                     f"{stamp(_moment(lifted['blocked_until']))})" + (f": {lifted['note']}" if lifted.get("note") else "")),
+                "requests_elsewhere": None if others is None else others["gap"],
                 "used_by_purpose": used["by_purpose"],
             })
         return rows

@@ -63,13 +63,13 @@ def test_show_says_what_blocks_the_budget_and_why(sandbox_config, blocked):
     assert general["limit"] == general["configured_limit"] == 1000 and general["window_s"] == 3600
     assert general["used"] == sum(general["used_by_purpose"].values()) >= 2
     assert general["provider_remaining"] is None             # a 429's figure is not kept: its block says it all
-    assert general["last_unblocked"] is None
+    assert general["last_unblocked"] is None and general["requests_elsewhere"] is None
     assert rows[ORDER_CREATE]["blocked_until"] is None and rows[ORDER_CREATE]["window_s"] == 60
     table = _run(sandbox_config, "budget", "show")
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[:3] == ["CLASS", "LIMIT", "WINDOW_S"]
     assert "HTTP 429 to GET /api/v1/wallets" in table.stdout
     spreadsheet = list(csv.DictReader(io.StringIO(_run(sandbox_config, "budget", "show", "--format", "csv").stdout)))
-    assert [r["class"] for r in spreadsheet] == [GENERAL, ORDER_CREATE] and spreadsheet[0]["last_unblocked"] == ""
+    assert [r["class"] for r in spreadsheet] == [GENERAL, ORDER_CREATE] and spreadsheet[0]["requests_elsewhere"] == ""
 
 
 def test_unblock_lifts_the_block_for_every_process_and_keeps_who_and_when(sandbox_config, db, blocked):
