@@ -82,9 +82,9 @@ def unblock_command(app: AppContext, budget_class: str | None, by: str | None, n
             moved = jobs.bring_forward(app.db, now=utcnow(), until=record["blocked_until"] + timedelta(seconds=1))
             waited = f"; {moved} voucher fetch(es) that waited for it are due now" if moved else ""
         because = f" ({record['why']})" if record["why"] else ""
-        click.echo(f"lifted the 429 block of the {record['class']} budget, which ran until "
-                   f"{iso(record['blocked_until'])}{because}, by {record['by']} at {iso(record['at'])}{waited}; "
-                   "the next 429 blocks again", err=True)
+        until, at = (iso(record[name].replace(microsecond=0)) for name in ("blocked_until", "at"))
+        click.echo(f"lifted the 429 block of the {record['class']} budget, which ran until {until}{because}, "
+                   f"by {record['by']} at {at}{waited}; the next 429 blocks again", err=True)
 
 
 def register(group: click.Group) -> None:

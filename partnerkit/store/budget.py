@@ -162,6 +162,11 @@ def _moment(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
 
 
+def _second(epoch: float) -> str:
+    """A unix time as ISO 8601 UTC to the second, for a line a person reads."""
+    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat().replace("+00:00", "Z")
+
+
 def key_hash(api_key: str) -> str:
     """The budget rows' key: SHA-256 hex of the API key (the key itself is never stored)."""
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
@@ -525,8 +530,8 @@ class Budget:
                 "provider_remaining_sent_at": _moment(sent[0]) if sent else None,
                 "blocked_until": _moment(blocked), "blocked_because": why,
                 "last_unblocked": None if lifted is None else (
-                    f"by {lifted['by']} at {stamp(_moment(lifted['at']))} (blocked until "
-                    f"{stamp(_moment(lifted['blocked_until']))})" + (f": {lifted['note']}" if lifted.get("note") else "")),
+                    f"by {lifted['by']} at {_second(lifted['at'])} (blocked until {_second(lifted['blocked_until'])})"
+                    + (f": {lifted['note']}" if lifted.get("note") else "")),
                 "requests_elsewhere": None if others is None else others["gap"],
                 "used_by_purpose": used["by_purpose"],
             })
