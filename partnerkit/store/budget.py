@@ -517,7 +517,8 @@ class Budget:
                 "SELECT provider_limit, provider_remaining, provider_after_id FROM budget_state"
                 " WHERE key_hash = ? AND class = ?", (self._key, budget_class)).fetchone() or (None, None, None)
             provider_limit, provider_remaining, after_id = state
-            sent = self._db.execute("SELECT at FROM budget_events WHERE id = ?", (after_id,)).fetchone() if after_id else None
+            sent = (self._db.execute("SELECT at FROM budget_events WHERE id = ?", (after_id,)).fetchone()
+                    if after_id and provider_remaining is not None else None)
             used = usage[budget_class]
             blocked = used["blocked_until"]
             why = (self._note(self._db, budget_class, "block") or {}).get("why") if blocked else None

@@ -63,6 +63,7 @@ def test_show_says_what_blocks_the_budget_and_why(sandbox_config, blocked):
     assert general["limit"] == general["configured_limit"] == 1000 and general["window_s"] == 3600
     assert general["used"] == sum(general["used_by_purpose"].values()) >= 2
     assert general["provider_remaining"] is None             # a 429's figure is not kept: its block says it all
+    assert general["provider_remaining_sent_at"] is None
     assert general["last_unblocked"] is None and general["requests_elsewhere"] is None
     assert rows[ORDER_CREATE]["blocked_until"] is None and rows[ORDER_CREATE]["window_s"] == 60
     table = _run(sandbox_config, "budget", "show")
