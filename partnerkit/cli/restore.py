@@ -24,9 +24,9 @@ def restore_command(app: AppContext, backup: str) -> None:
     backup (`PRAGMA integrity_check`, a partnerkit schema no newer than this release's), copies it beside
     the database (mode 0600), clears the worker lease it carries and renames it over the database in one
     step: PARTNERKIT_DB always holds the old database or the backup, whenever the command is killed. The
-    database it replaces is kept as PARTNERKIT_DB.replaced-TIME with its -wal and -shm, never deleted,
-    and never left where SQLite would replay a stale -wal onto the restored file. The copy a killed run
-    left behind is removed by the next run. The backup is not migrated: the release that
+    database it replaces is kept as PARTNERKIT_DB.replaced-TIME (with its -wal, if a crash left one),
+    never deleted, and no stale -wal is left where SQLite would replay it onto the restored file. The copy
+    a killed run left behind is removed by the next run. The backup is not migrated: the release that
     made it can still open it, so restore before reinstalling an older release (docs/upgrade.md).
 
     It ends by naming what the backup holds last and what a restore loses for good (the provider cannot
