@@ -52,7 +52,9 @@ REFUSAL_HINTS = {
     "signature_mismatch": _SIGNED_WITH_ANOTHER_TOKEN,
     "service_token_mismatch": _SIGNED_WITH_ANOTHER_TOKEN,
     "no_token": ("no accepted token is bound to the deliveries' X-Webhook-ID: `partnerkit webhooks list` gives the "
-                 "webhooks, `partnerkit webhooks token set ID` saves the signing secret of one"),
+                 "webhooks, `partnerkit webhooks token set ID` saves the signing secret of one; a token nobody has "
+                 "(registered after the backup a restore put back: the provider shows it only once) means "
+                 "`partnerkit webhooks register` again, then `partnerkit webhooks delete` the old one"),
     "timestamp_out_of_tolerance": ("their X-Timestamp is more than PARTNERKIT_TOLERANCE_S from this host's clock: "
                                    "check the clock (`timedatectl`: is it NTP-synchronised?)"),
     "malformed_timestamp": "their X-Timestamp is not Unix seconds: a proxy that rewrites it, or not the provider",

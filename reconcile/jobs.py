@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import tempfile
 import threading
 from datetime import date, datetime, timedelta
@@ -36,13 +37,19 @@ def report_filename(day: str, fmt_name: str) -> str:
 
 
 def _write_temp(path: Path, text: str) -> str:
-    """`text` in a new private temp file beside `path` (0600, flushed to disk); its name. Removed on failure."""
+    """`text` in a new private temp file beside `path` (0600, flushed to disk); its name. Removed on failure.
+    An error names the file: ENOSPC from write() or fsync() carries no file name of its own."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -73,15 +80,24 @@ def write_together(files: Sequence[tuple[Path, str]]) -> list[Path]:
     target name taken by a directory) leaves every previous file as it was and no temp file behind; only
     a process killed between two renames leaves a mixed set (see `write_report_files` for how a reader
     tells). Returns the paths written."""
+    return _write_set(files)[0]
+
+
+def _write_set(files: Sequence[tuple[Path, str]], *, set_aside: str | None = None
+               ) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """`write_together`; with `set_aside`, each target that exists gets that suffix added to its name first
+    (a hard link, once every temp file is written: the old file stays readable under both names until the
+    new one is renamed over it). Returns the paths written and (old file's new name, path) pairs."""
     from partnerkit.files import make_private_dirs
 
     paths = [Path(path) for path, _ in files]
     if len({path.parent for path in paths}) > 1:
         raise ValueError("write_together writes into one directory")
     if not paths:
-        return []
+        return [], []
     make_private_dirs(paths[0].parent)  # reports hold finance's figures, at every level 0700
     temps: list[str] = []
+    kept: list[tuple[Path, Path]] = []
     renamed = 0
     try:
         for path, (_, text) in zip(paths, files):
@@ -90,6 +106,10 @@ def write_together(files: Sequence[tuple[Path, str]]) -> list[Path]:
             # A rename onto a directory fails; found before the first rename, the previous set stays whole.
             if path.is_dir():
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if set_aside is not None:
+            for path in paths:
+                if path.is_file():
+                    kept.append((_link_aside(path, set_aside), path))
         for tmp, path in zip(temps, paths):
             os.replace(tmp, path)
             renamed += 1
@@ -97,7 +117,25 @@ def write_together(files: Sequence[tuple[Path, str]]) -> list[Path]:
         for tmp in temps[renamed:]:  # written but not renamed into place
             Path(tmp).unlink(missing_ok=True)
     _sync_directory(paths[0].parent)
-    return paths
+    return paths, kept
+
+
+def _link_aside(path: Path, suffix: str) -> Path:
+    """A second name for `path`: its name + `suffix` (+ -2, -3 ... when taken); a copy where links are not
+    supported."""
+    aside, number = path.with_name(path.name + suffix), 1
+    while True:
+        try:
+            os.link(path, aside)
+            return aside
+        except FileExistsError:
+            number += 1
+            aside = path.with_name(f"{path.name}{suffix}-{number}")
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+                raise
+            shutil.copy2(path, aside)
+            return aside
 
 
 # The order the report's files are renamed into place: the JSON last, the CSV (which carries no
@@ -105,7 +143,7 @@ def write_together(files: Sequence[tuple[Path, str]]) -> list[Path]:
 REPORT_FORMATS = ("html", "csv", "json")
 
 
-def write_report_files(report_dir: Path, report: dict[str, Any]) -> list[Path]:
+def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: bool = False) -> list[Path]:
     """Write the report as JSON, CSV and HTML into report_dir, as one set (`write_together`).
 
     All three are rendered, then written to temp files, then renamed into place: HTML, CSV, JSON. A
@@ -113,9 +151,28 @@ def write_report_files(report_dir: Path, report: dict[str, Any]) -> list[Path]:
     two renames leaves the first ones new and the rest old: the JSON and the HTML each carry generated_at
     (the HTML's "Generated ..." line), and since the CSV is renamed between them, a JSON and an HTML
     that show the same generated_at have that run's CSV beside them (docs/reconcile.md, "The report").
+
+    `unrecorded`: the database has no stored report of the day (restored from a backup older than the
+    night, or copied; or a `partnerkit report` wrote the files before the night was reported), so files
+    of the day already there are not its report's, and finance may have read them: they are kept under
+    a second name, `NAME.replaced-TIME-not-in-database` (TIME: the new report's generated_at), and a
+    WARNING names both sets. An error names PARTNERKIT_REPORT_DIR and the file.
     """
-    written = write_together([(Path(report_dir) / report_filename(report["date"], f), report_mod.render(report, f))
-                              for f in REPORT_FORMATS])
+    day = report["date"]
+    stamp = str(report["generated_at"]).replace("-", "").replace(":", "")
+    try:
+        written, kept = _write_set([(Path(report_dir) / report_filename(day, f), report_mod.render(report, f))
+                                    for f in REPORT_FORMATS],
+                                   set_aside=f".replaced-{stamp}-not-in-database" if unrecorded else None)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror or exc} (writing the report of {day} into PARTNERKIT_REPORT_DIR "
+                      f"{report_dir})", exc.filename) from exc
+    if kept:
+        log.warning("report files of %s replaced although the database has no stored report of that night (it was "
+                    "restored from an older backup or copied, or the files were written by `partnerkit report` "
+                    "before the night was reported): the files that were there, which finance may have read, are "
+                    "kept as %s; the new ones are %s", day, ", ".join(str(old) for old, _ in kept),
+                    ", ".join(str(new) for _, new in kept))
     return sorted(written, key=lambda path: ("json", "csv", "html").index(path.suffix[1:]))
 
 
@@ -137,7 +194,7 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     # Files first: the stored row is what marks the day as reported, so a directory that refuses the
     # files (read-only, full) must leave the day due for the next nightly run.
     if files:
-        write_report_files(config.report_dir, report)
+        write_report_files(config.report_dir, report, unrecorded=report_store.get_report(db, day.isoformat()) is None)
     if save:
         report_store.save_report(db, report)
     return report

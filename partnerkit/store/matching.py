@@ -41,6 +41,10 @@ CONVERSION_TYPES = ("CONVERSION", "FX", "FOREX", "FX_CONVERSION", "FX_FEE", "CON
 # moves money between the partner's own wallets and is not).
 CHARGE_TYPES = ("FX_FEE", "CONVERSION_FEE")
 
+# The client_reference partnerkit generates for each submit, as a GLOB: `pk-` and 20 lowercase hex digits
+# (reconcile.recharges.new_client_reference; docs/worker.md, "Submit"). The provider echoes it on every read.
+OWN_CLIENT_REFERENCE = "pk-" + "[0-9a-f]" * 20
+
 TEMP_TABLES = ("m_found", "m_state", "m_restore", "m_gone", "m_rdrift", "m_order", "m_oagg", "m_candidate")
 
 
@@ -100,7 +104,13 @@ RECHARGE_RULES = (
     Rule("unknown_to_provider", "payable_cents", "NULL",
          "CASE WHEN provider_id IS NULL THEN status || ' recharge the provider never acknowledged'"
          " ELSE 'recharge ' || provider_id || ' missing from the provider''s list' END", "unseen"),
-    Rule("unknown_to_partner", "NULL", "payable_cents", "'the provider has a recharge partnerkit never submitted'",
+    # Not in the store, but carrying partnerkit's own client_reference: the kit submitted it from a database that
+    # no longer holds it (a restored or copied one), not someone else using the key. The kind stays (contract).
+    Rule("unknown_to_partner", "NULL", "payable_cents",
+         "COALESCE((SELECT 'carries partnerkit''s own client_reference: submitted by partnerkit from a database that"
+         " no longer has it: a restored or copied database (client_reference ' || r.client_reference || ')'"
+         f" FROM recharges r WHERE r.local_id = m_rdrift.local_id AND r.client_reference GLOB '{OWN_CLIENT_REFERENCE}'),"
+         " 'the provider has a recharge partnerkit never submitted')",
          "origin = 'provider'"),
 )
 

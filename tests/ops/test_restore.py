@@ -6,12 +6,14 @@ killed mid-write that left its -wal behind), and POSIX locks belong to a whole p
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
 import subprocess
 import sys
 from contextlib import closing
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -89,10 +91,12 @@ def test_restore_after_a_crash_gives_exactly_the_backup(crashed):
     with closing(sqlite3.connect(live)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("PRAGMA user_version").fetchone()[0] >= 9
-    kept = [p for p in live.parent.iterdir() if p.name.startswith("partnerkit.db.replaced-")]
-    assert len(kept) == 1 and rows(kept[0]) == 300  # nothing is deleted: the crashed database, with its commits
+    kept = sorted(p.name for p in live.parent.iterdir() if p.name.startswith("partnerkit.db.replaced-"))
+    assert kept == [kept[0], f"{kept[0]}-wal"]
+    # Nothing is deleted: the crashed database with its -wal, as they were (the -wal is not folded into it).
+    assert rows(live.parent / kept[0]) == 300
     assert f"restored {saved} to {live} (schema" in done.stderr
-    assert f"the database it replaced is kept as {kept[0]}" in done.stderr
+    assert f"the database it replaced is kept as {live.parent / kept[0]} with its wal" in done.stderr
     assert "start the receiver, the worker and partnerkit-status.timer again" in done.stderr
     assert not list(live.parent.glob(".partnerkit.db.restoring-*"))
 
@@ -102,8 +106,7 @@ def test_the_stale_wal_is_moved_aside_with_the_database_it_belongs_to(crashed):
 
     live, saved = crashed
     done = restore(saved, live, latest_schema=99)
-    assert done.replaced is not None and [p.name for p in done.replaced_files] == [f"{done.replaced.name}-wal",
-                                                                                    f"{done.replaced.name}-shm"]
+    assert done.replaced is not None and [p.name for p in done.replaced_files] == [f"{done.replaced.name}-wal"]
     assert not Path(f"{live}-wal").exists() and not Path(f"{live}-shm").exists()
     assert rows(live) == 100
     assert rows(done.replaced) == 300  # the replaced file opens with its own -wal: its last commits are there
@@ -215,7 +218,7 @@ def test_restore_onto_a_new_machine_creates_a_private_database(tmp_path):
     target = tmp_path / "new" / "lib" / "partnerkit.db"
     assert rows(target) == 5 and stat.S_IMODE(target.stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == stat.S_IMODE(target.parent.stat().st_mode) == 0o700
-    assert "kept as" not in done.stderr
+    assert "the database it replaced" not in done.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root restores a file for another user")
@@ -249,3 +252,125 @@ def test_restore_says_which_voucher_key_the_restored_values_need(tmp_path):
     again = partnerkit("restore", str(tmp_path / "backup.db"), db=live)
     assert again.returncode == 0, again.stderr
     assert f"the key file {live}.voucher.key must hold the key of the backup's time" in again.stderr
+
+
+# `partnerkit restore` SIGKILLed right before its Nth step on a file of the database's directory (a link,
+# a rename, a copy: what a power cut or a killed SSH session picks at random); a step it never reaches
+# lets it finish.
+KILLED_RESTORE = """
+import os, shutil, signal, sys
+directory, before, seen = sys.argv[1], int(sys.argv[2]), [0]
+def counted(step):
+    def wrapper(*args, **kwargs):
+        path = args[0] if isinstance(args[0], (str, os.PathLike)) else args[0].name  # a file object: its name
+        if os.fspath(path).startswith(directory):
+            seen[0] += 1
+            if seen[0] == before:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return step(*args, **kwargs)
+    return wrapper
+os.replace, os.link, shutil.copyfileobj = counted(os.replace), counted(os.link), counted(shutil.copyfileobj)
+sys.argv = ["partnerkit", "restore", sys.argv[3]]
+from partnerkit.cli import main
+sys.exit(main())
+"""
+
+
+def killed_restore(live: Path, saved: Path, before: int) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}
+    env["PARTNERKIT_DB"] = str(live)
+    return subprocess.run([sys.executable, "-c", KILLED_RESTORE, str(live.parent), str(before), str(saved)],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("crash_wal", [False, True], ids=["closed cleanly", "with a crash's -wal"])
+@pytest.mark.parametrize("before", [1, 2, 3, 4, 5])
+def test_a_restore_killed_at_any_step_leaves_the_old_database_or_the_backup_never_none(tmp_path, before, crash_wal):
+    live = tmp_path / "lib" / "partnerkit.db"
+    write_rows(live, 0, 100)
+    database = open_db(live)
+    backup(database, tmp_path / "backup.db")  # 100 rows
+    database.conn.close()
+    write_rows(live, 300, 20)  # the old database: 120 rows, in the file
+    old = 120
+    if crash_wal:
+        assert subprocess.run([sys.executable, "-c", KILLED_WRITER, str(live)], timeout=60).returncode == -9
+        old = 320  # 200 of them only in its -wal
+    run = killed_restore(live, tmp_path / "backup.db", before)
+    assert run.returncode in (0, -9), run.stderr
+    # The steps: a link, the rename; with a -wal, two copies and their renames, the rename.
+    assert (run.returncode == -9) == (before <= (5 if crash_wal else 2))
+    # Whatever the moment: a whole database at the path, the old one with all its commits or the backup,
+    # and never a -wal beside it that is not its own (sqlite3 replays one found there).
+    assert live.is_file()
+    assert rows(live) == (100 if run.returncode == 0 else old)
+    if run.returncode == 0:
+        return
+    # The operator runs it again: it finishes, and removes the copy the killed run left.
+    leftovers = [p for p in live.parent.glob(".partnerkit.db.restoring-*") if p.name.rsplit("-", 1)[1].isdigit()]
+    assert leftovers  # the checked copy of the backup, made before any step on the database
+    again = partnerkit("restore", str(tmp_path / "backup.db"), db=live)
+    assert again.returncode == 0, again.stderr
+    assert rows(live) == 100
+    assert not list(live.parent.glob(".partnerkit.db.restoring-*"))
+    for leftover in leftovers:
+        assert f"removed {leftover}, the copy of an earlier restore that was killed before it finished" in again.stderr
+    kept = [p for p in live.parent.iterdir() if ".replaced-" in p.name and not p.name.endswith(("-wal", "-shm"))]
+    assert kept and max(rows(p) for p in kept) == old  # the old database's commits, all kept aside
+
+
+def test_restore_clears_the_backups_worker_lease_and_names_what_it_holds_last(tmp_path):
+    """The backup was made while a worker ran: its lease, restored as it was, would make `status` report a crash
+    of that worker. And what cannot come back from the provider is named, with the backup's times."""
+    from partnerkit.store import drifts, reports, webhook_tokens
+    from reconcile.scheduler import WorkerLease
+
+    origin = tmp_path / "old.db"
+    database = open_db(origin)
+    WorkerLease(database, holder="gone-host:4242:4026531836:0badf00d", ttl_s=30).acquire(wait=False)
+    ident = drifts.open_drift(database, kind="orphan_transaction", subject="transaction", reference="7001",
+                              expected=None, actual="12.00", currency="INR", detected_at="2026-11-20T01:00:00Z",
+                              day="2026-11-19")
+    drifts.set_resolution(database, ident, "resolved", note="fee agreed, ticket 4411", by="alice",
+                          at="2026-11-20T09:15:00Z")
+    drifts.open_drift(database, kind="missing_debit", subject="recharge", reference="RCH1", expected="98.00",
+                      actual="0.00", currency="INR", detected_at="2026-11-20T10:00:00Z", day="2026-11-20")
+    reports.save_report(database, {"date": "2026-11-19", "generated_at": "2026-11-20T01:00:03Z", "summary": {}})
+    webhook_tokens.save(database, "3", b"sealed", now=datetime(2026, 11, 18, 8, 0, tzinfo=timezone.utc))
+    backup(database, tmp_path / "backup.db")
+    database.conn.close()
+    live = tmp_path / "lib" / "partnerkit.db"
+    done = partnerkit("restore", str(tmp_path / "backup.db"), db=live)
+    assert done.returncode == 0, done.stderr
+    with closing(sqlite3.connect(live)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM locks WHERE name = 'worker'").fetchone()[0] == 0
+    assert ("cleared the worker lease the backup carried (gone-host:4242:4026531836:0badf00d): that worker is not "
+            "running") in done.stderr
+    status = partnerkit("status", "--format", "json", db=live)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["worker_lease_holder"] is None
+    assert not any("stopped without releasing its lease" in line for line in json.loads(status.stdout)["attention"])
+    lines = done.stderr.splitlines()
+    # The newest decision is alice's, not the later detection partnerkit recorded itself.
+    assert ("the backup's newest drift decision: 2026-11-20T09:15:00Z; newest report: 2026-11-19 (generated "
+            "2026-11-20T01:00:03Z); newest webhook token saved: 2026-11-18T08:00:00Z") in lines
+    assert lines[-6].startswith("start the receiver, the worker and partnerkit-status.timer again")
+    assert "  - finance re-applies the drift decisions made after 2026-11-20T09:15:00Z" in done.stderr
+    assert "`partnerkit webhooks list`: a webhook with TOKEN_SAVED no was registered after the backup" in done.stderr
+    assert "`unknown_to_partner` drifts whose detail says they carry partnerkit's own client_reference" in done.stderr
+
+
+def test_a_restore_refuses_while_another_restore_of_the_database_runs(crashed):
+    """Its copy is locked while it runs: a second restore leaves it alone instead of taking it for a leftover."""
+    import fcntl
+
+    live, saved = crashed
+    running = live.with_name(f".{live.name}.restoring-{os.getpid() + 1}")
+    running.write_bytes(b"half a copy")
+    with open(running, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        refused = partnerkit("restore", str(saved), db=live)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (f"Error: another `partnerkit restore` of {live} is running (its copy "
+                                      f"{running}): let it finish")
+    assert running.read_bytes() == b"half a copy" and rows(live) == 300

@@ -262,3 +262,29 @@ def test_gunicorn_workers_save_their_refusals_while_running_and_at_exit(tmp_path
     assert by_reason == {"timestamp_out_of_tolerance": 40, "signature_mismatch": 80, "missing_timestamp": 30}
     assert rows <= 3 * 2, "a row per minute and reason, whatever the number of requests"
     assert "refused deliveries' counts" not in served.log()
+
+
+def test_deliveries_of_a_webhook_whose_token_nobody_has_say_to_register_again(tmp_path):
+    """After a restore, webhook 9 (registered after the backup) has no token here, and the provider showed it
+    only once: `webhooks token set` cannot help, the hint names the way back."""
+    from partnerkit.config import Config, WebhookToken
+    from receiver.app import create_app
+    from tests.receiver.conftest import signed_headers
+
+    config = Config(db_path=tmp_path / "pk.db", webhook_tokens=(WebhookToken(TOKEN, "3"),), voucher_key=VOUCHER_KEY,
+                    log_level="WARNING")
+    app = create_app(config)
+    try:
+        body = _processing("evt_for_webhook_9")
+        refused = app.test_client().post(PATH, data=body, headers=signed_headers(body, X_Webhook_ID="9"))
+        assert refused.status_code == 401
+    finally:
+        app.extensions["partnerkit_receiver"].close()  # saves the refusal
+    db = open_db(config.db_path)
+    try:
+        [line] = collect(config, db)["attention"]
+    finally:
+        db.conn.close()
+    assert "(no_token 1)" in line
+    assert ("a token nobody has (registered after the backup a restore put back: the provider shows it only once) "
+            "means `partnerkit webhooks register` again, then `partnerkit webhooks delete` the old one") in line

@@ -35,12 +35,13 @@ class Ledger:
 
     def recharge(self, status: str = "SUCCESS", *, payable: str = "98.00", face: str = "100.00",
                  origin: str = "partner", hour: int = 10, ref: str | None = None, day: date = DAY,
-                 currency: str = "INR") -> dict:
-        """A recharge as partnerkit knows it; returns the provider record."""
+                 currency: str = "INR", client_reference: str | None = None) -> dict:
+        """A recharge as partnerkit knows it; returns the provider record (`client_reference` as the provider
+        lists it, for origin "provider")."""
         rid = next(self.ids)
         record = {"id": rid, "reference_number": ref or f"RCH{rid}", "status": status, "mobile_number": "9800000000",
                   "face": Decimal(face), "discount": Decimal(face) - Decimal(payable), "payable": Decimal(payable),
-                  "currency": currency, "created_at": at(hour, day=day).isoformat()}
+                  "currency": currency, "created_at": at(hour, day=day).isoformat(), "client_reference": client_reference}
         if origin == "partner":
             local = recharge_store.record_intent(
                 self.db, idempotency_key=f"key-{rid}-abcdef", mobile_number="9800000000", operator_id=1,

@@ -216,6 +216,30 @@ def test_provider_only_recharge_is_unknown_to_partner(db, ledger):
     assert (d.reference, d.expected, d.actual) == (rc["reference_number"], None, Decimal("98.00"))
 
 
+OWN = "carries partnerkit's own client_reference: submitted by partnerkit from a database that no longer has it"
+
+
+@pytest.mark.parametrize("client_reference, own", [
+    ("pk-0123456789abcdef0123", True),  # reconcile.recharges.new_client_reference's shape
+    ("pk-0123456789ABCDEF0123", False),  # partnerkit writes lower-case hex
+    ("pk-0123456789abcdef0123456789abcdef", False),  # the shape of its Idempotency-Keys, not of its references
+    ("pk-0123456789abcdef012", False),
+    ("ERP-0123456789abcdef01", False),  # another system's
+    (None, False),
+])
+def test_a_provider_only_recharge_with_partnerkits_own_client_reference_says_so(db, ledger, client_reference, own):
+    rc = ledger.recharge(origin="provider", client_reference=client_reference)
+    ledger.debit_recharge(rc)
+    run(db)
+    d = one(db, "unknown_to_partner")  # the kind is the contract's, whoever submitted it
+    assert (d.id, d.reference, d.actual) == (drift_id("unknown_to_partner", "recharge", rc["reference_number"]),
+                                             rc["reference_number"], Decimal("98.00"))
+    if own:
+        assert d.detail == f"{OWN}: a restored or copied database (client_reference {client_reference})"
+    else:
+        assert d.detail == "the provider has a recharge partnerkit never submitted"
+
+
 def test_recharge_missing_from_the_days_complete_sync_is_unknown_to_provider(db, ledger):
     listed, missing = ledger.recharge(), ledger.recharge()
     for rc in (listed, missing):

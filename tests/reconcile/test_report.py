@@ -6,6 +6,7 @@ import csv
 import errno
 import io
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -132,7 +133,52 @@ def test_a_disk_full_while_writing_the_second_file_leaves_the_previous_set_untou
             write_report_files(reports, later)
         after = _files(reports)
     assert info.value.errno == errno.ENOSPC
+    # write() carries no file name: the error names the file and the setting, not just "No space left on device".
+    assert info.value.filename == str(reports / report_filename("2025-03-14", "csv"))
+    assert f"(writing the report of 2025-03-14 into PARTNERKIT_REPORT_DIR {reports})" in str(info.value)
     assert {k: v for k, v in after.items() if k != filler.name} == before
+
+
+def test_files_of_a_night_the_database_has_no_report_of_are_kept_aside_not_overwritten(db, ledger, config, tmp_path,
+                                                                                      caplog):
+    """After a restore from a backup older than the night (here: the backup itself, opened as the database),
+    the nightly run reports the night again; the files finance already read are kept, and a WARNING says so.
+    A report the database knows is re-written in place, as always."""
+    from partnerkit.store import open_db
+    from partnerkit.store.backup import backup
+
+    ledger.recharge()  # missing_debit
+    backup(db, tmp_path / "backup.db")  # made before the night was reported
+    with caplog.at_level(logging.WARNING, logger="reconcile.jobs"):
+        report_day(config, db, DAY, now=RUN)  # the first report of the night: nothing to keep
+    read_by_finance = _files(config.report_dir)
+    names = {report_filename("2025-03-14", f) for f in REPORT_FORMATS}
+    assert set(read_by_finance) == names and caplog.records == []
+
+    restored = open_db(tmp_path / "backup.db")
+    try:
+        with caplog.at_level(logging.WARNING, logger="reconcile.jobs"):
+            report_day(config, restored, DAY, now=RUN + timedelta(days=1))
+        after_restore = _files(config.report_dir)
+        with caplog.at_level(logging.WARNING, logger="reconcile.jobs"):
+            report_day(config, restored, DAY, now=RUN + timedelta(days=1, hours=1))  # a night it knows now
+        rewritten = _files(config.report_dir)
+    finally:
+        restored.conn.close()
+
+    suffix = ".replaced-20250316T020000Z-not-in-database"  # when (the new report's time) and why
+    assert set(after_restore) == names | {name + suffix for name in names}
+    assert all(after_restore[name + suffix] == read_by_finance[name] for name in names)
+    assert json.loads(after_restore[report_filename("2025-03-14", "json")])["generated_at"] == "2025-03-16T02:00:00Z"
+    [warning] = caplog.records
+    assert warning.levelname == "WARNING"
+    message = warning.getMessage()
+    assert message.startswith("report files of 2025-03-14 replaced although the database has no stored report of "
+                              "that night")
+    for name in names:
+        assert str(config.report_dir / (name + suffix)) in message and str(config.report_dir / name) in message
+    assert set(rewritten) == set(after_restore)  # no second set aside
+    assert json.loads(rewritten[report_filename("2025-03-14", "json")])["generated_at"] == "2025-03-16T03:00:00Z"
 
 
 def test_csv_is_the_drift_table(report):

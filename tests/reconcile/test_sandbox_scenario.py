@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 import requests
 
-from partnerkit.store.drifts import KINDS, set_resolution
+from partnerkit.store.drifts import KINDS, drift_id, set_resolution
 
 pytest.importorskip("sandbox.testing")
 
@@ -102,3 +102,34 @@ def test_a_converted_order_with_its_charge_reconciles_on_the_sandbox(world):
         created.id, "USD", "INR")
     assert Decimal(conversion["charges"]) == (Decimal(conversion["debited"]) * 2 / 100).quantize(Decimal("0.01"))
     assert Decimal(report["summary"]["spend"]["USD"]) == Decimal(conversion["debited"]) + Decimal(conversion["charges"])
+
+
+def test_a_recharge_partnerkit_submitted_after_the_backup_it_runs_on_says_so(world, tmp_path):
+    """A restored (or copied) database has no record of what partnerkit submitted after the backup: the provider
+    lists it, so it is unknown_to_partner (the kinds are a contract), but its detail says it is the kit's own,
+    by the client_reference partnerkit generates; someone else's use of the key keeps the kind's first meaning."""
+    from dataclasses import replace
+
+    from partnerkit.client import PartnerClient
+    from partnerkit.store import open_db
+    from partnerkit.store.backup import backup
+
+    server, config, db, client = world
+    day = YESTERDAY_10.date()
+    backup(db, tmp_path / "backup.db")
+    ours = submit(config, db, client, mobile_number="9800000001", operator_id=1, amount=100).recharge
+    theirs = client.submit_recharge(mobile_number="9800000013", operator_id=1, amount=100,
+                                    client_reference="ERP-77").recharge
+    restored = replace(config, db_path=tmp_path / "backup.db", report_dir=tmp_path / "restored-reports")
+    database = open_db(restored.db_path)
+    try:
+        report = reconcile_day(restored, database, PartnerClient(restored, database), day)
+    finally:
+        database.conn.close()
+    unknown = {d["reference"]: d for d in report["drifts"] if d["kind"] == "unknown_to_partner"}
+    assert set(unknown) == {ours.reference_number, theirs.reference_number}
+    assert unknown[ours.reference_number]["detail"] == (
+        "carries partnerkit's own client_reference: submitted by partnerkit from a database that no longer has it: "
+        f"a restored or copied database (client_reference {ours.client_reference})")
+    assert unknown[theirs.reference_number]["detail"] == "the provider has a recharge partnerkit never submitted"
+    assert unknown[ours.reference_number]["id"] == drift_id("unknown_to_partner", "recharge", ours.reference_number)

@@ -232,6 +232,7 @@ def test_an_unwritable_report_directory_fails_the_nightly_cleanly(tmp_path, faul
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     cause = "Read-only file system" if fault == "read-only" else "No space left on device"
     assert outcomes["nightly-report"]["outcome"] == "error" and cause in outcomes["nightly-report"]["result"]
+    assert f"PARTNERKIT_REPORT_DIR {reports}" in outcomes["nightly-report"]["result"]  # which disk, by its setting
     assert {job for job, r in outcomes.items() if r["outcome"] != "ok"} == {"nightly-report"}, "the rest ran"
     assert left_behind == [], "no half-written report or temporary file"
 
