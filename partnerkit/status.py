@@ -23,8 +23,8 @@ from partnerkit.timeutil import iso, parse_ts, utcnow
 
 ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
 WORKER_LEASE = "worker"  # reconcile.scheduler.LEASE_NAME (partnerkit does not import reconcile)
-# The nightly job checks hourly whether a report is due, and a busy day's sync takes a while: a report
-# not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
+# The nightly job checks hourly whether a report is due (sooner after a failed run), and a busy day's sync
+# takes a while: a report not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
 REPORT_GRACE = timedelta(hours=2)
 # An order intent still INTENT this long after its send began was left by a process that died while
 # sending (a send lasts at most a few client timeouts): its outcome is as unknown as an UNKNOWN one's.
@@ -78,12 +78,16 @@ UNSIGNED_REASONS = frozenset({"missing_timestamp", "missing_signature", "malform
 UNSIGNED_FLOOR = 5
 
 
-def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
-    """The latest day whose nightly report should exist by now (REPORT_GRACE after its due hour) when
-    the last complete report is older; None when nothing is late, or before the first report."""
+def overdue_report(last_report: str | None, now: datetime, due_hour: int, first_day: str | None = None) -> str | None:
+    """The latest day whose nightly report should exist by now (REPORT_GRACE after its due hour) when the
+    last complete report is older, or, before the first report, when the store's first day (its first
+    synced day: `reports.store_first_day`) is not later: the nightly run reports from that day on, so a new
+    install whose first night failed is late too. None when nothing is late, or on a store with no day yet."""
     then = now - REPORT_GRACE
     latest = (then.date() - timedelta(days=1 if then.hour >= due_hour else 2)).isoformat()
-    return latest if last_report is not None and last_report < latest else None
+    if last_report is None:
+        return latest if first_day is not None and first_day <= latest else None
+    return latest if last_report < latest else None
 
 
 def _moment(epoch: float | None) -> datetime | None:
@@ -171,7 +175,8 @@ def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict
     now = now or utcnow()
     failing = provider_failing(db, now)
     processing, ages, unread = processing_ages(db, now, failing.since if failing else None)
-    overdue = overdue_report(reports.last_complete_report_date(db), now, config.due_hour_utc)
+    overdue = overdue_report(reports.last_complete_report_date(db), now, config.due_hour_utc,
+                             reports.store_first_day(db))
     return {
         "worker_up": int(worker_running(locks.current(db, WORKER_LEASE), now)),
         "recharges_processing": processing,
@@ -266,7 +271,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "db_wal_bytes": room.wal_bytes,
         "db_read_only": room.read_only,
     }
-    status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc)
+    status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc,
+                                                   reports.store_first_day(db))
     status["attention"] = attention(status, worker_stale_s=config.worker_stale_s)
     return status
 
@@ -428,8 +434,9 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
             lines.append(f"{silent}: start `partnerkit worker` (or check the cron line that runs "
                          "`partnerkit worker --once`)")
     if status["report_overdue_date"]:
-        lines.append(f"the nightly report for {status['report_overdue_date']} is overdue (last complete report: "
-                     f"{status['last_report_date']}): the worker's `nightly-report` log lines say why (an error, or "
+        last = (f"last complete report: {status['last_report_date']}" if status["last_report_date"]
+                else "no complete report yet")
+        lines.append(f"the nightly report for {status['report_overdue_date']} is overdue ({last}): the worker's `nightly-report` log lines say why (an error, or "
                      "`budget_exhausted` on a day with more pages than the hour's budget); `partnerkit reconcile --date "
                      f"{status['report_overdue_date']}` runs it by hand")
     if status["nights_never_reported"]:

@@ -190,6 +190,8 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
     start = utcnow()
     for offset, spec in enumerate(jobs):
         runner = JobRunner(config, spec, may_run=may_run, client_factory=client_factory)
+        if spec.retry_after_error_s is not None:
+            runner = _retrying_sooner(scheduler, runner)
         scheduler.add_job(runner, IntervalTrigger(seconds=spec.every_s, timezone=timezone.utc), id=spec.id,
                           name=spec.id, misfire_grace_time=spec.misfire_grace_s, coalesce=True, max_instances=1,
                           next_run_time=start + timedelta(milliseconds=200 * offset), replace_existing=True)
@@ -198,6 +200,24 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
                           id="renew-lease", name="renew-lease", executor="lease", misfire_grace_time=int(LEASE_RENEW_S),
                           coalesce=True, max_instances=1)
     return scheduler
+
+
+def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner) -> Callable[[], dict[str, Any]]:
+    """The runner, followed after a run that ended in an error by a next run sooner than the job's turn
+    (JobSpec.retry_in); the interval then counts on from that run."""
+    def run() -> dict[str, Any]:
+        record = runner()
+        delay = runner.spec.retry_in(runner.errors_in_row)
+        job = scheduler.get_job(runner.spec.id) if delay is not None else None
+        if job is not None and job.next_run_time is not None:
+            sooner, turn = utcnow() + timedelta(seconds=delay), job.next_run_time
+            if sooner < turn:
+                job.modify(next_run_time=sooner)
+                log.info("job %s failed; trying again at %s, not at its turn (%s)", runner.spec.id, iso(sooner),
+                         iso(turn), extra={"job": runner.spec.id, "errors_in_row": runner.errors_in_row})
+        return record
+
+    return run
 
 
 def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,

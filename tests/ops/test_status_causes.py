@@ -250,3 +250,21 @@ def test_recharges_unread_during_the_outage_are_not_sent_to_escalation(sandbox_s
     assert answered["recharges_past_30_min_unread"] == 0  # the provider answers: the document's rule again
     assert "2 recharge(s) PROCESSING for over 30 minutes: escalate to support with their reference_number " \
            "(`partnerkit recharges list --status PROCESSING`)" in answered["attention"]
+
+
+def test_a_first_night_that_failed_is_overdue_before_any_report(sandbox_config, db):
+    """A new install whose first nightly report failed: `overdue_report` said nothing "before the first report"."""
+    from partnerkit.store import ledger
+
+    with freeze_time("2026-11-21T10:00:00Z"):  # installed: the first sync covers the day
+        assert collect(sandbox_config, db)["report_overdue_date"] is None
+        ledger.record_sync(db, "recharges", from_day="2026-11-21", to_day="2026-11-21",
+                           started_at="2026-11-21T10:00:00Z", count=0, days=["2026-11-21"], advance_to="2026-11-21")
+    with freeze_time("2026-11-22T02:59:00Z"):  # due at 01:00, late from 03:00
+        assert collect(sandbox_config, db)["report_overdue_date"] is None
+    with freeze_time("2026-11-22T03:00:00Z"):
+        status = collect(sandbox_config, db)
+        assert gauges(sandbox_config, db)["report_overdue"] == 1
+    assert status["last_report_date"] is None and status["report_overdue_date"] == "2026-11-21"
+    assert any(line.startswith("the nightly report for 2026-11-21 is overdue (no complete report yet): ")
+               for line in status["attention"])
