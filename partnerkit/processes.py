@@ -2,7 +2,8 @@
 
 `alive(pid)`: whether a pid exists and is not a zombie; `holder_is_gone(holder)`: whether the
 process behind a worker-lease holder id of this host has died (the worker's takeover and
-`partnerkit status` both ask). `die_with_parent`: a child process that dies
+`partnerkit status` both ask); `holder_alive(holder, since)`: whether it still runs, where this
+process can tell (`partnerkit status` tells a worker that cannot write the database from a dead one). `die_with_parent`: a child process that dies
 with its parent, however the parent dies (Linux's parent-death signal). `partnerkit run` starts the gunicorn master with it, and each gunicorn worker arms it against its
 master: without it, a SIGKILLed parent (the OOM killer, `kill -9`) leaves its children serving on
 and holding the port, so the restarted receiver cannot bind it.
@@ -83,3 +84,33 @@ def holder_is_gone(holder: str) -> bool:
     if not parts[1].isdigit() or int(parts[1]) == os.getpid():
         return False
     return not alive(int(parts[1]))
+
+
+def _started_at(pid: int) -> float | None:
+    """When `pid` started, in unix seconds (Linux /proc: boot time plus its start in clock ticks); None if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rsplit(")", 1)[-1].split()
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat; 20th after the ")"
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def holder_alive(holder: str, since: float | None = None) -> bool | None:
+    """Whether the process behind a lease holder id still runs: True when it is of this host and pid namespace
+    and its pid runs (and, when `since` is given, in unix seconds: when it took the lease, had started by then,
+    so a pid reused by a later process is not the holder); False when it is of this host and namespace and
+    not running so; None when this process cannot tell (another host or container, an older id format)."""
+    parts = holder.split(":")
+    namespace = _pid_namespace()
+    if len(parts) != 4 or not namespace or parts[0] != socket.gethostname() or parts[2] != namespace:
+        return None
+    if not parts[1].isdigit():
+        return None
+    if not alive(int(parts[1])):
+        return False
+    if since is None:
+        return True
+    started = _started_at(int(parts[1]))
+    return None if started is None else started <= since + 2  # the boot time is whole seconds

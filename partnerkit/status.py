@@ -9,12 +9,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from partnerkit import disk
 from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
-from partnerkit.processes import holder_is_gone
-from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, order_intents, orders, recharges, reports,
-                              webhook_refusals)
+from partnerkit.processes import holder_alive, holder_is_gone
+from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, order_intents, orders, provider_failures,
+                              recharges, reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
@@ -22,8 +23,8 @@ from partnerkit.timeutil import iso, parse_ts, utcnow
 
 ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
 WORKER_LEASE = "worker"  # reconcile.scheduler.LEASE_NAME (partnerkit does not import reconcile)
-# The nightly job checks hourly whether a report is due, and a busy day's sync takes a while: a report
-# not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
+# The nightly job checks hourly whether a report is due (sooner after a failed run), and a busy day's sync
+# takes a while: a report not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
 REPORT_GRACE = timedelta(hours=2)
 # An order intent still INTENT this long after its send began was left by a process that died while
 # sending (a send lasts at most a few client timeouts): its outcome is as unknown as an UNKNOWN one's.
@@ -41,6 +42,12 @@ SHOWN_IDS = 10  # local ids named in an attention line
 # A 429's block of the shared budget that still has this long to run holds every job (voucher
 # fetches, polls, syncs, the report) past what a passing rate limit explains: a person should know.
 BLOCK_ATTENTION = timedelta(minutes=5)
+# The provider failing every call (partnerkit.store.provider_failures) is named once it has failed at least
+# PROVIDER_FAILING_CALLS calls over PROVIDER_FAILING_AFTER with no answer between: one failed call, or a blip
+# the retries ride out (a deploy at the provider, a dropped connection), pages nobody. Five minutes is the
+# status timer's interval, and the poller alone still tries about once a minute while it backs off.
+PROVIDER_FAILING_AFTER = timedelta(minutes=5)
+PROVIDER_FAILING_CALLS = 3
 # Refused webhook deliveries are counted by the minute (receiver.refusals); `status` reads this far back.
 REFUSALS_WINDOW = timedelta(hours=1)
 # What to check when every delivery is refused, by the most frequent reason (receiver.signature, receiver.views).
@@ -73,12 +80,16 @@ UNSIGNED_REASONS = frozenset({"missing_timestamp", "missing_signature", "malform
 UNSIGNED_FLOOR = 5
 
 
-def overdue_report(last_report: str | None, now: datetime, due_hour: int) -> str | None:
-    """The latest day whose nightly report should exist by now (REPORT_GRACE after its due hour) when
-    the last complete report is older; None when nothing is late, or before the first report."""
+def overdue_report(last_report: str | None, now: datetime, due_hour: int, first_day: str | None = None) -> str | None:
+    """The latest day whose nightly report should exist by now (REPORT_GRACE after its due hour) when the
+    last complete report is older, or, before the first report, when the store's first day (its first
+    synced day: `reports.store_first_day`) is not later: the nightly run reports from that day on, so a new
+    install whose first night failed is late too. None when nothing is late, or on a store with no day yet."""
     then = now - REPORT_GRACE
     latest = (then.date() - timedelta(days=1 if then.hour >= due_hour else 2)).isoformat()
-    return latest if last_report is not None and last_report < latest else None
+    if last_report is None:
+        return latest if first_day is not None and first_day <= latest else None
+    return latest if last_report < latest else None
 
 
 def _moment(epoch: float | None) -> datetime | None:
@@ -91,12 +102,26 @@ def _age_s(moment: str | None, now: datetime) -> int | None:
     return None if parsed is None else max(0, int((now - parsed).total_seconds()))
 
 
-def processing_ages(db: Database, now: datetime) -> tuple[int, list[int]]:
-    """How many recharges are PROCESSING, and the seconds since each was sent (or created at the
-    provider, for one partnerkit did not send), oldest first."""
+def processing_ages(db: Database, now: datetime, unread_since: datetime | None = None) -> tuple[int, list[int], int]:
+    """How many recharges are PROCESSING, the seconds since each was sent (or created at the provider, for
+    one partnerkit did not send), oldest first, and how many of those over 30 minutes old the poller has not
+    read since `unread_since` (when the provider began failing every call; None: none counted)."""
     processing = recharges.list_rows(db, status="PROCESSING")
-    return len(processing), sorted((a for a in (_age_s(r.get("submitted_at") or r.get("provider_created_at"), now)
-                                                for r in processing) if a is not None), reverse=True)
+    aged = [(age, r) for r in processing
+            if (age := _age_s(r.get("submitted_at") or r.get("provider_created_at"), now)) is not None]
+    unread = 0 if unread_since is None else sum(
+        1 for age, r in aged if age > ESCALATE_AFTER_S
+        and ((last := parse_ts(r.get("last_polled_at"))) is None or last < unread_since))
+    return len(processing), sorted((age for age, _ in aged), reverse=True), unread
+
+
+def provider_failing(db: Database, now: datetime) -> provider_failures.Failing | None:
+    """The provider's failures, once they call for a person: PROVIDER_FAILING_CALLS or more failed calls, the
+    first PROVIDER_FAILING_AFTER ago or more, none answered since; else None."""
+    failing = provider_failures.standing(db)
+    if failing is None or failing.calls < PROVIDER_FAILING_CALLS or now - failing.since < PROVIDER_FAILING_AFTER:
+        return None
+    return failing
 
 
 def note_worker_ran(db: Database, now: datetime | None = None) -> None:
@@ -140,19 +165,30 @@ def worker_running(lease: locks.Lease | None, now: datetime) -> bool:
     return lease is not None and lease.expires_at > now and not holder_is_gone(lease.holder)
 
 
+def lease_holder_alive(lease: locks.Lease | None) -> bool | None:
+    """Whether the worker lease's holder still runs (processes.holder_alive): True, False, or None when there
+    is no lease or this process cannot see the holder's (another host or container)."""
+    return None if lease is None else holder_alive(lease.holder, since=lease.acquired_at.timestamp())
+
+
 def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
     """What `attention` warns of, as numbers for a scrape (the receiver's /metrics): only cheap reads
     (index ranges, the small reports table), never the drift table, which grows with every day."""
     now = now or utcnow()
-    processing, ages = processing_ages(db, now)
-    overdue = overdue_report(reports.last_complete_report_date(db), now, config.due_hour_utc)
+    failing = provider_failing(db, now)
+    processing, ages, unread = processing_ages(db, now, failing.since if failing else None)
+    overdue = overdue_report(reports.last_complete_report_date(db), now, config.due_hour_utc,
+                             reports.store_first_day(db))
     return {
         "worker_up": int(worker_running(locks.current(db, WORKER_LEASE), now)),
         "recharges_processing": processing,
-        "recharges_processing_over_30m": sum(1 for a in ages if a > ESCALATE_AFTER_S),
+        # To escalate: not those the provider's failures kept the poller from reading (`status` says so).
+        "recharges_processing_over_30m": sum(1 for a in ages if a > ESCALATE_AFTER_S) - unread,
         "recharges_unknown": len(lost_answers(config, db, now)),
         "report_overdue": int(overdue is not None),
         "provider_refusing": int(bool(config.api_key) and Budget.from_config(config, db).refusal() is not None),
+        "provider_failing": int(failing is not None),
+        "db_disk_low": int(disk.room(config.db_path).low),
     }
 
 
@@ -162,7 +198,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     latest = inbox.listing(db, limit=1)
     states = inbox.counts(db)
     job_states = jobs.counts_by_state(db)
-    processing, ages = processing_ages(db, now)
+    failing = provider_failing(db, now)
+    processing, ages, unread = processing_ages(db, now, failing.since if failing else None)
+    room = disk.room(config.db_path)
     key_budget = Budget.from_config(config, db) if config.api_key else None
     budget = key_budget.usage() if key_budget else {}
     refused = key_budget.refusal() if key_budget else None
@@ -191,6 +229,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "recharges_processing": processing,
         "oldest_processing_age_s": ages[0] if ages else None,
         "recharges_past_30_min": sum(1 for a in ages if a > ESCALATE_AFTER_S),
+        # Of those, the ones the poller has not read since the provider began failing every call: unknown yet.
+        "recharges_past_30_min_unread": unread,
         "recharges_unknown": len(lost),
         "recharges_unknown_local_ids": lost[:SHOWN_IDS],
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
@@ -212,6 +252,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
                              f"at {iso(_moment(refused['at']))}: {refused['message']}"
                              if refused else None),
+        # Every call since then failed, past PROVIDER_FAILING_CALLS calls and PROVIDER_FAILING_AFTER, by any process.
+        "provider_failing_since": failing.since if failing else None,
+        "provider_failing": (f"{failing.calls} calls ({failing.kinds_text()}), the last {failing.last_call} at "
+                             f"{iso(failing.last_at)}" if failing else None),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
         # Nights older than the nightly run's catch-up that have no report: only `reconcile --date` reports them.
@@ -226,8 +270,14 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "worker_lease_holder": lease.holder if lease is not None else None,
         "worker_lease_expires_at": lease.expires_at if lease is not None else None,
         "worker_last_job_at": worker_ran,
+        "worker_lease_holder_alive": lease_holder_alive(lease),
+        # PARTNERKIT_DB's filesystem: what it leaves free (for this user), the WAL's size, a read-only mount.
+        "db_free_bytes": room.free_bytes,
+        "db_wal_bytes": room.wal_bytes,
+        "db_read_only": room.read_only,
     }
-    status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc)
+    status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc,
+                                                   reports.store_first_day(db))
     status["attention"] = attention(status, worker_stale_s=config.worker_stale_s)
     return status
 
@@ -264,9 +314,79 @@ def _minutes(span: timedelta) -> int:
     return max(1, round(span.total_seconds() / 60))
 
 
+def _room(status: dict[str, Any]) -> disk.Room:
+    return disk.Room(status["db_free_bytes"], status["db_wal_bytes"], status["db_read_only"])
+
+
+def _disk_line(room: disk.Room) -> str:
+    """Why the database may not be written, and what to do (`room.low`)."""
+    effect = ("every write fails: the receiver answers 503 (the provider retries each delivery for 15 minutes), the "
+              "worker's jobs fail and its lease lapses; both resume by themselves once they can write")
+    if room.read_only:
+        return (f"PARTNERKIT_DB's filesystem is mounted read-only, so {effect}: remount it read-write "
+                "(`findmnt -T PARTNERKIT_DB` names the mount; the kernel log says why it went read-only)")
+    return (f"PARTNERKIT_DB's filesystem has {disk.megabytes(room.free_bytes or 0)} free, under the "
+            f"{disk.megabytes(room.floor_bytes)} partnerkit asks for (100 MB, or the WAL's size when larger): free "
+            "space there now (`df -h` and `du` on its directory), but never by deleting the database's `-wal` or "
+            f"`-shm` files (the `-wal` holds committed data); when it is full {effect}")
+
+
+def _provider_line(status: dict[str, Any]) -> str:
+    """The provider failing every call: for how long, how, and whose side to look at."""
+    since = status["provider_failing_since"]
+    minutes = _minutes(status["checked_at"] - since)
+    head = f"the provider has failed every call for {minutes} minutes since {iso(since)}: {status['provider_failing']}"
+    if "HTTP 5" in status["provider_failing"]:  # it answers, with errors: its side
+        cause = "it answers with server errors: nothing to fix here"
+    else:  # no answer at all: the network between may be ours
+        cause = ("no answer at all: check this host's network, DNS and proxy towards PARTNERKIT_API_BASE_URL (`curl` "
+                 "it); if they are fine the provider is down, nothing to fix here")
+    return (f"{head}: {cause}; partnerkit retries by itself (the poller backs off to a pass a minute, the syncs read "
+            "on from their page, voucher fetches retry and are re-armed) and this clears at the first call the "
+            "provider answers; PROCESSING recharges are not read meanwhile")
+
+
+def _worker_line(status: dict[str, Any]) -> str:
+    """A lease that lapsed: a worker that died, or one that runs and cannot write the database."""
+    holder, expiry = status["worker_lease_holder"], status["worker_lease_expires_at"]
+    verb = "expired" if expiry <= status["checked_at"] else "expires"  # gone before its lease ran out
+    room = _room(status)
+    if status["worker_lease_holder_alive"]:
+        cause = ("PARTNERKIT_DB's filesystem is full or read-only (its own line says what to do)" if room.low else
+                 "its log's `worker lease renewal failed` lines say why (a lock another process holds: a long "
+                 f"backup, a hung command), or it is stopped (`ps -o stat= -p {holder.split(':')[1]}` shows T)")
+        return (f"the worker {holder} still runs on this host but has not renewed its lease (expired {iso(expiry)}): "
+                f"it cannot write the database: {cause}; it carries on by itself once it can write, and starting "
+                "another worker would not help")
+    line = (f"the worker {holder} stopped without releasing its lease ({verb} {iso(expiry)}): it crashed or was "
+            "killed; start `partnerkit worker`")
+    if status["worker_lease_holder_alive"] is None and room.low:
+        line += ("; or, if it still runs where this command cannot see it (another container or host), it cannot "
+                 "write the database (PARTNERKIT_DB's filesystem: its own line says what to do)")
+    return line
+
+
+def _processing_lines(status: dict[str, Any]) -> list[str]:
+    """PROCESSING past 30 minutes: escalate those read and still PROCESSING; not those the outage kept unread."""
+    unread = status["recharges_past_30_min_unread"]
+    lines = []
+    if status["recharges_past_30_min"] - unread:
+        lines.append(f"{status['recharges_past_30_min'] - unread} recharge(s) PROCESSING for over 30 minutes: escalate "
+                     "to support with their reference_number (`partnerkit recharges list --status PROCESSING`)")
+    if unread:
+        lines.append(f"{unread} recharge(s) PROCESSING for over 30 minutes were not read since the provider began "
+                     f"failing at {iso(status['provider_failing_since'])}: do not escalate them yet; the poller reads "
+                     "them once it answers, and escalates (a `stuck_processing` drift) those still PROCESSING")
+    return lines
+
+
 def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]:
     """Plain-language lines for what needs a person now (empty when all is well)."""
     lines = []
+    if _room(status).low:
+        lines.append(_disk_line(_room(status)))
+    if status["provider_failing_since"] is not None:
+        lines.append(_provider_line(status))
     if status["provider_refused"]:
         lines.append(f"the provider refused partnerkit's credentials ({status['provider_refused']}): every call "
                      "fails until PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET are right and this host is on the key's "
@@ -294,9 +414,7 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      "events list` says why): once the provider answers again, `partnerkit orders sync` re-arms now the "
                      "fetch of every delivering order it lists (`--since TIME` reaches orders placed earlier); the worker "
                      "re-arms those the provider's failure parked at its next answer, the others hourly")
-    if status["recharges_past_30_min"]:
-        lines.append(f"{status['recharges_past_30_min']} recharge(s) PROCESSING for over 30 minutes: escalate to "
-                     "support with their reference_number (`partnerkit recharges list --status PROCESSING`)")
+    lines += _processing_lines(status)
     if status["recharges_unknown"]:
         ids = ", ".join(str(i) for i in status["recharges_unknown_local_ids"])
         more = ", ..." if status["recharges_unknown"] > len(status["recharges_unknown_local_ids"]) else ""
@@ -310,10 +428,7 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     if not status["worker_running"] and status["worker_lease_holder"] is not None:
-        expiry = status["worker_lease_expires_at"]
-        verb = "expired" if expiry <= status["checked_at"] else "expires"  # gone before its lease ran out
-        lines.append(f"the worker {status['worker_lease_holder']} stopped without releasing its lease ({verb} "
-                     f"{iso(expiry)}): it crashed or was killed; start `partnerkit worker`")
+        lines.append(_worker_line(status))
     elif not status["worker_running"] and (status["voucher_fetch_backlog"] or status["recharges_processing"]):
         lines.append("no worker is running, yet voucher fetches or PROCESSING recharges are waiting: "
                      "start `partnerkit worker`")
@@ -327,8 +442,9 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
             lines.append(f"{silent}: start `partnerkit worker` (or check the cron line that runs "
                          "`partnerkit worker --once`)")
     if status["report_overdue_date"]:
-        lines.append(f"the nightly report for {status['report_overdue_date']} is overdue (last complete report: "
-                     f"{status['last_report_date']}): the worker's `nightly-report` log lines say why (an error, or "
+        last = (f"last complete report: {status['last_report_date']}" if status["last_report_date"]
+                else "no complete report yet")
+        lines.append(f"the nightly report for {status['report_overdue_date']} is overdue ({last}): the worker's `nightly-report` log lines say why (an error, or "
                      "`budget_exhausted` on a day with more pages than the hour's budget); `partnerkit reconcile --date "
                      f"{status['report_overdue_date']}` runs it by hand")
     if status["nights_never_reported"]:

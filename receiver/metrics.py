@@ -30,12 +30,19 @@ HEALTH_GAUGES = {
     "worker_up": ("partnerkit_worker_up", "1 while a live worker holds the worker lease, else 0"),
     "recharges_processing": ("partnerkit_recharges_processing", "Recharges PROCESSING at the provider"),
     "recharges_processing_over_30m": ("partnerkit_recharges_processing_over_30m",
-                                      "Recharges PROCESSING for over 30 minutes: escalate with their reference_number"),
+                                      "Recharges PROCESSING for over 30 minutes and read since: escalate with their "
+                                      "reference_number (not those the provider's failures kept unread)"),
     "recharges_unknown": ("partnerkit_recharges_unknown",
                           "Recharges whose submit outcome is unknown: run `partnerkit recharges locate`"),
     "report_overdue": ("partnerkit_report_overdue", "1 while the nightly report of a finished day is late, else 0"),
     "provider_refusing": ("partnerkit_provider_refusing",
                           "1 while the provider's last answer to the API key's calls was a 401, else 0"),
+    "provider_failing": ("partnerkit_provider_failing",
+                         "1 while the provider has failed every call (5xx, timeouts, no connection) for 5 minutes "
+                         "and 3 calls or more, else 0: its side; partnerkit retries by itself"),
+    "db_disk_low": ("partnerkit_db_disk_low",
+                    "1 while PARTNERKIT_DB's filesystem is read-only or has under 100 MB (or the WAL's size) free, "
+                    "else 0: writes fail when it is full"),
 }
 
 

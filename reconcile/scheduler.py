@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from datetime import timedelta, timezone
 from typing import Any, Callable, Sequence
@@ -77,6 +78,9 @@ class WorkerLease:
         self.holder = holder or new_holder()
         self.held = False
         self.lost = threading.Event()
+        self._renewed = time.monotonic()  # when the lease was last taken or extended
+        self._failed_renewals = 0  # in a row: the database could not be written
+        self._lapse_logged = False  # the ERROR for a lease lapsed that way is logged once
 
     def try_acquire(self) -> locks.Lease:
         """Take the lease if free, expired or held by a process that is gone; the Lease says who holds it."""
@@ -85,6 +89,8 @@ class WorkerLease:
             log.warning("the worker lease holder %s is no longer running on this host; taking over", lease.holder)
             lease = locks.acquire(self.db, self.name, self.holder, self.ttl_s, take_over_from=lease.holder)
         self.held = lease.acquired
+        if lease.acquired:
+            self._renewed = time.monotonic()
         if lease.acquired and lease.previous is not None:
             self._recover_jobs(lease.previous)
         return lease
@@ -130,12 +136,29 @@ class WorkerLease:
                 threading.Event().wait(poll_s)
 
     def renew(self) -> bool:
-        """Extend the lease; on loss set `lost` so the worker stops."""
+        """Extend the lease; on loss set `lost` so the worker stops.
+
+        A renewal the database refuses (locked, full, read-only) is a warning while the lease has time left,
+        and one ERROR once it has lapsed: from then on `partnerkit status` reads it as expired, and tells a
+        holder still running on its host (this worker) from one that died (`lease_holder_alive`)."""
         try:
             ok = self.held and locks.renew(self.db, self.name, self.holder, self.ttl_s)
         except PartnerKitError as exc:  # a locked DB for a moment is not a loss; the TTL has room
+            self._failed_renewals += 1
             log.warning("worker lease renewal failed: %s", exc)
+            unrenewed = time.monotonic() - self._renewed
+            if self.held and unrenewed >= self.ttl_s and not self._lapse_logged:
+                self._lapse_logged = True
+                log.error("the worker lease has lapsed: the database refused its renewals for %.0f s (%s); this "
+                          "worker carries on and takes it up again once the database can be written (free space "
+                          "on PARTNERKIT_DB's filesystem if it is full); `partnerkit status` says so meanwhile",
+                          unrenewed, exc, extra={"holder": self.holder})
             return self.held
+        if ok:
+            if self._failed_renewals:
+                log.info("worker lease renewed again after %d failed renewal(s)", self._failed_renewals,
+                         extra={"holder": self.holder})
+            self._renewed, self._failed_renewals, self._lapse_logged = time.monotonic(), 0, False
         if not ok and self.held:
             self.held = False
             self.lost.set()
@@ -167,6 +190,8 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
     start = utcnow()
     for offset, spec in enumerate(jobs):
         runner = JobRunner(config, spec, may_run=may_run, client_factory=client_factory)
+        if spec.retry_after_error_s is not None:
+            runner = _retrying_sooner(scheduler, runner)
         scheduler.add_job(runner, IntervalTrigger(seconds=spec.every_s, timezone=timezone.utc), id=spec.id,
                           name=spec.id, misfire_grace_time=spec.misfire_grace_s, coalesce=True, max_instances=1,
                           next_run_time=start + timedelta(milliseconds=200 * offset), replace_existing=True)
@@ -175,6 +200,24 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
                           id="renew-lease", name="renew-lease", executor="lease", misfire_grace_time=int(LEASE_RENEW_S),
                           coalesce=True, max_instances=1)
     return scheduler
+
+
+def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner) -> Callable[[], dict[str, Any]]:
+    """The runner, followed after a run that ended in an error by a next run sooner than the job's turn
+    (JobSpec.retry_in); the interval then counts on from that run."""
+    def run() -> dict[str, Any]:
+        record = runner()
+        delay = runner.spec.retry_in(runner.errors_in_row)
+        job = scheduler.get_job(runner.spec.id) if delay is not None else None
+        if job is not None and job.next_run_time is not None:
+            sooner, turn = utcnow() + timedelta(seconds=delay), job.next_run_time
+            if sooner < turn:
+                job.modify(next_run_time=sooner)
+                log.info("job %s failed; trying again at %s, not at its turn (%s)", runner.spec.id, iso(sooner),
+                         iso(turn), extra={"job": runner.spec.id, "errors_in_row": runner.errors_in_row})
+        return record
+
+    return run
 
 
 def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,

@@ -37,12 +37,24 @@ class JobSpec:
     # Result keys that describe the pass rather than count work done (a page read that held nothing).
     not_work: tuple[str, ...] = ()
     calls_api: bool = True  # paused while the provider refuses the API key (budget.REFUSAL_PAUSE_S)
+    # After a run that ended in an error, the next one comes this many seconds on, doubling with each error
+    # in a row up to `every_s`, instead of at the job's next turn (None: at its next turn).
+    retry_after_error_s: float | None = None
 
     def __post_init__(self) -> None:
         if ":" not in self.target:
             raise ValueError(f"job {self.id}: target must be 'module:function', got {self.target!r}")
         if self.every_s <= 0 or self.misfire_grace_s <= 0:
             raise ValueError(f"job {self.id}: every_s and misfire_grace_s must be positive")
+        if self.retry_after_error_s is not None and not 0 < self.retry_after_error_s < self.every_s:
+            raise ValueError(f"job {self.id}: retry_after_error_s must be positive and shorter than every_s")
+
+    def retry_in(self, errors_in_row: int) -> float | None:
+        """Seconds to the next run after `errors_in_row` runs in a row ended in an error; None: at its next turn."""
+        if self.retry_after_error_s is None or errors_in_row < 1:
+            return None
+        delay = self.retry_after_error_s * 2 ** min(errors_in_row - 1, 16)
+        return delay if delay < self.every_s else None
 
     def is_idle(self, result: Any) -> bool:
         """Whether a run's result reports nothing done: every count 0, every list and map empty, nothing set."""
@@ -66,7 +78,13 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up",
             not_work=("pages", "stopped", "since")),
     JobSpec("sync-recent", "reconcile.jobs:sync_recent", 900, 300, "sync"),
-    JobSpec("nightly-report", "reconcile.jobs:nightly_job", 3600, 3600, "report"),
+    # The nightly check runs hourly: a night is due once a day, and each attempt syncs the night in full
+    # before writing its files. A run that failed (a report directory full or read-only, the provider failing
+    # mid-sync) leaves the night due, and the files are what finance opens in the morning: the next attempt
+    # comes 5 minutes on, then 10, 20, 40, then hourly again, so a night is written minutes after its cause
+    # is fixed. Not every 5 minutes always: an attempt after a failure that came when the sync was done (the
+    # files) reads the whole night again, which on a busy day is hundreds of the hour's requests.
+    JobSpec("nightly-report", "reconcile.jobs:nightly_job", 3600, 3600, "report", retry_after_error_s=300),
     # Inbox rows past PARTNERKIT_INBOX_RETENTION_DAYS; a skipped run only leaves them a few hours longer.
     JobSpec("prune-events", "partnerkit.retention:prune_events", 6 * 3600, 3600, "housekeeping", calls_api=False),
 )
@@ -111,6 +129,7 @@ class JobRunner:
         self._db: Database | None = None
         self._client: Any = None
         self._func: Callable[..., Any] | None = None
+        self.errors_in_row = 0  # runs in a row that ended in an error (JobSpec.retry_in)
 
     def close(self) -> None:
         """Close this job's connection."""
@@ -146,6 +165,7 @@ class JobRunner:
                 log.debug("job %s failed", self.spec.id, exc_info=True)
         if outcome != "skipped":
             self._note_run()
+            self.errors_in_row = self.errors_in_row + 1 if outcome == "error" else 0
         record = {"job": self.spec.id, "outcome": outcome, "duration_ms": round((time.monotonic() - started) * 1000),
                   "result": result}
         # A pass that found nothing to do (most runs of the 3-5 s jobs) is DEBUG; one that did work is INFO.

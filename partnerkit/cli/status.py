@@ -15,8 +15,9 @@ from partnerkit.cli.output import emit_one, format_option
 @pass_app
 def status_command(app: AppContext, fmt: str, check: bool) -> None:
     """Last webhook, deliveries the receiver refused in the last hour (by reason), voucher backlog and parked
-    jobs, PROCESSING recharges, budget, last report (and one overdue two hours past PARTNERKIT_DUE_HOUR_UTC),
-    open drifts, and what needs a person now.
+    jobs, PROCESSING recharges, budget, the provider failing every call, last report (and one overdue two hours
+    past PARTNERKIT_DUE_HOUR_UTC), open drifts, the worker (and whether its process still runs), the free space
+    on PARTNERKIT_DB's filesystem, and what needs a person now.
 
     Exit codes: 0; 1 with --check when the `attention` list is not empty, and 1 when the database cannot be
     opened; 2 for a bad option or setting.

@@ -68,6 +68,7 @@ class PartnerClient:
             # With the shared database, the key must be the account's it serves (partnerkit.account);
             # without one (an in-memory budget) nothing is stored that another account could mix into.
             account=AccountGuard(db, config.api_key) if db is not None else None,
+            db=db,
         )
         self._spend = Spend(purpose, wait_for_budget, max_wait, keep_free, own_cap)
 

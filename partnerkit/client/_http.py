@@ -36,7 +36,9 @@ from partnerkit import errors, money
 from partnerkit.account import AccountGuard
 from partnerkit.client._errors import error_from_response
 from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
+from partnerkit.store import provider_failures
 from partnerkit.store.budget import Budget
+from partnerkit.store.db import Database
 
 log = logging.getLogger("partnerkit.client")
 
@@ -126,6 +128,17 @@ def _transport_error(exc: requests.RequestException, method: str, path: str) -> 
     return errors.TransportError(f"{method} {path}: {what}", method=method, path=path, request_sent=not unsent)
 
 
+def _failure_kind(err: errors.ApiError) -> str:
+    """How the provider failed a call, as `partnerkit status` counts it: "HTTP 503", "timeout", "no connection"."""
+    if isinstance(err, errors.ApiStatusError):
+        return f"HTTP {err.status}"
+    if isinstance(err, errors.MalformedResponse):
+        return "unreadable answer"
+    if isinstance(err, errors.ApiTimeout):
+        return "timeout" if err.request_sent else "connect timeout"
+    return "connection error" if getattr(err, "request_sent", True) else "no connection"
+
+
 def _rate_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     """X-RateLimit-Limit/Remaining/Reset as numbers; a garbled value is treated as absent, never trusted."""
     def number(name: str) -> float | None:
@@ -156,6 +169,7 @@ class Transport:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] | None = None,
         account: AccountGuard | None = None,
+        db: Database | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.account = account  # the client checks it before its first call (PartnerClient.check_account)
@@ -166,6 +180,7 @@ class Transport:
         self.timeout = (timeout, timeout)  # connect, read
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        self._db = db  # the shared database, where the provider's failures are kept (None: nowhere)
         self._books_failing = False  # a budget write after an answer failed, not logged again until one succeeds
 
     def __repr__(self) -> str:
@@ -231,6 +246,7 @@ class Transport:
                                             headers=headers, timeout=self.timeout, allow_redirects=False)
             except requests.RequestException as exc:
                 err = _transport_error(exc, method, path)
+                self._failed(err, method, path, spend)
                 if attempt < attempts and (repeatable or not err.request_sent):
                     log.info("%s; retrying", err)  # err names the method and path already
                     self.sleep(self.retry.interval(attempt))
@@ -247,8 +263,9 @@ class Transport:
             if 200 <= resp.status_code < 300:
                 self._keep_books(method, path, self.budget.accepted, writes=False)
                 try:
-                    return Response(resp.status_code, resp.headers, self._parse(resp, method, path))
-                except errors.MalformedResponse:
+                    answer = Response(resp.status_code, resp.headers, self._parse(resp, method, path))
+                except errors.MalformedResponse as bad:
+                    self._failed(bad, method, path, spend)
                     # A garbled read (cut off on the way) is read again like a 5xx; a write's lost
                     # answer is never re-sent here: the caller replays its key or locates it.
                     if not repeatable or attempt >= attempts:
@@ -257,7 +274,13 @@ class Transport:
                              resp.status_code, attempt)
                     self.sleep(self.retry.interval(attempt))
                     continue
+                self._answered(method, path)
+                return answer
             err = self._status_error(resp, method, path)
+            if err.status >= 500:
+                self._failed(err, method, path, spend)
+            else:  # a 4xx is the provider answering (a 401 and a 429 are kept by the budget below)
+                self._answered(method, path)
             if err.status == 401:  # every job stops on it: `status` and /metrics say so until a call passes
                 said = err.message or ""
                 for secret in filter(None, (self._api_secret, self._api_key)):  # never replace ""
@@ -281,6 +304,18 @@ class Transport:
                 raise err
             log.info("%s %s: HTTP %d; retrying (attempt %d)", method, path, err.status, attempt)
             self.sleep(self.retry.interval(attempt, err.retry_after))
+
+    def _failed(self, err: errors.ApiError, method: str, path: str, spend: Spend) -> None:
+        """The provider failed this attempt (5xx, timeout, no connection, unreadable answer): counted for
+        `partnerkit status` (partnerkit.store.provider_failures), which says so once every call fails."""
+        if self._db is not None:
+            self._keep_books(method, path, lambda: provider_failures.failed(
+                self._db, kind=_failure_kind(err), method=method, path=path, purpose=spend.purpose))
+
+    def _answered(self, method: str, path: str) -> None:
+        """The provider answered this attempt: the failures before it no longer stand (a read; a write only then)."""
+        if self._db is not None:
+            self._keep_books(method, path, lambda: provider_failures.answered(self._db), writes=False)
 
     def _keep_books(self, method: str, path: str, write: Callable[[], object], *, writes: bool = True) -> None:
         """Run one of the budget's writes about an answer already received; a database that cannot take

@@ -65,12 +65,18 @@ def nights_to_report(reported: Iterable[str], first_day: str | None, latest: dat
     return [n for n in missing if n >= start], [n for n in missing if n < start]
 
 
+def store_first_day(db: Database) -> str | None:
+    """The store's first day: the first a sync covered or a report was kept for, whichever is earlier; None
+    on a store with neither."""
+    return db.execute("SELECT MIN(day) FROM (SELECT MIN(day) AS day FROM sync_coverage"
+                      " UNION ALL SELECT MIN(date) FROM reports)").fetchone()[0]
+
+
 def unreported_nights(db: Database, latest: date) -> tuple[list[date], list[date]]:
     """nights_to_report over the store: its first day is the first day a sync covered or a report was kept
     for, whichever is earlier. A report made by hand for a later night (`partnerkit reconcile --date`)
     never hides the nights before it."""
-    first_day = db.execute("SELECT MIN(day) FROM (SELECT MIN(day) AS day FROM sync_coverage"
-                           " UNION ALL SELECT MIN(date) FROM reports)").fetchone()[0]
+    first_day = store_first_day(db)
     since = min(first_day, latest.isoformat()) if first_day else latest.isoformat()
     reported = [r[0] for r in db.execute(f"SELECT date FROM reports WHERE date >= ? AND {_COMPLETE}", (since,))]
     return nights_to_report(reported, first_day, latest)

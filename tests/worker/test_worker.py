@@ -18,6 +18,7 @@ from freezegun import freeze_time
 from partnerkit.config import config_as_env
 from partnerkit.errors import StorageError
 from partnerkit.store import locks, open_db
+from partnerkit.timeutil import utcnow
 from reconcile.scheduler import (LEASE_NAME, WorkerBusy, WorkerLease, WorkerRefused, build_scheduler,
                                  refuse_inside_gunicorn, run_once, run_worker)
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, JobUnavailable, resolve
@@ -184,6 +185,47 @@ def test_jobs_never_overlap_themselves(config):
     assert len(RUNS) >= 3
     for (_, _, end), (_, start, _) in zip(RUNS, RUNS[1:]):
         assert start >= end
+
+
+FLAKY: list[float] = []
+
+
+def flaky_job(config, db, client):
+    """A test job that fails twice (a report directory full), then works."""
+    FLAKY.append(time.monotonic())
+    if len(FLAKY) < 3:
+        raise OSError(28, "No space left on device")
+    return {"written": 1}
+
+
+def test_a_failed_nightly_run_is_tried_again_sooner_than_its_hourly_turn():
+    nightly = next(s for s in JOBS if s.id == "nightly-report")
+    assert (nightly.every_s, nightly.retry_after_error_s) == (3600, 300)
+    assert [nightly.retry_in(n) for n in range(6)] == [None, 300, 600, 1200, 2400, None]  # then hourly
+    assert all(s.retry_after_error_s is None for s in JOBS if s is not nightly)
+    with pytest.raises(ValueError, match="retry_after_error_s must be positive and shorter than every_s"):
+        JobSpec("x", "reconcile.poller:poll_once", 60, 60, "x", retry_after_error_s=60)
+
+
+def test_a_job_that_failed_runs_again_after_its_retry_delay_then_at_its_turn(config, caplog):
+    FLAKY.clear()
+    spec = JobSpec("flaky", f"{__name__}:flaky_job", 3600, 3600, "test", retry_after_error_s=0.2)
+    scheduler = build_scheduler(config, jobs=(spec,), client_factory=lambda *a: None)
+    with caplog.at_level(logging.INFO, logger="reconcile.worker"):
+        scheduler.start()
+        try:
+            deadline = time.monotonic() + 10
+            while len(FLAKY) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # a fourth run would come now if the success had not put it back on its turn
+            turn = scheduler.get_job("flaky").next_run_time
+        finally:
+            scheduler.shutdown(wait=True)
+    assert len(FLAKY) == 3
+    first, second = FLAKY[1] - FLAKY[0], FLAKY[2] - FLAKY[1]
+    assert 0.15 <= first < 1.5 and 0.35 <= second < 2.0  # 0.2 s, then doubled
+    assert (turn - utcnow()).total_seconds() > 3500
+    assert sum("job flaky failed; trying again at " in r.getMessage() for r in caplog.records) == 2
 
 
 def test_a_second_lease_holder_is_refused_until_the_first_releases_or_expires(wdb):
