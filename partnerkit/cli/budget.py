@@ -8,7 +8,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
-from partnerkit.cli.reconcile import _invoking_user, _not_blank
+from partnerkit.cli.params import invoking_user, not_blank
 from partnerkit.store import jobs
 from partnerkit.store.budget import GENERAL, ORDER_CREATE, Budget
 from partnerkit.timeutil import iso, utcnow
@@ -53,9 +53,9 @@ def show_command(app: AppContext, fmt: str) -> None:
 @click.option("--class", "budget_class", type=click.Choice([GENERAL, ORDER_CREATE]),
               help="Only this class (default: every class that is blocked). A block of general also holds order "
                    "creation, which spends one of it.")
-@click.option("--by", callback=_not_blank,
+@click.option("--by", callback=not_blank,
               help="Who lifts it (default: the user who ran sudo, SUDO_USER, when set; else the login name).")
-@click.option("--note", callback=_not_blank, help="Why, kept with who and when (e.g. the provider's incident number).")
+@click.option("--note", callback=not_blank, help="Why, kept with who and when (e.g. the provider's incident number).")
 @pass_app
 def unblock_command(app: AppContext, budget_class: str | None, by: str | None, note: str | None) -> None:
     """Lift a 429's block of the request budget now, for every process using this database.
@@ -71,7 +71,7 @@ def unblock_command(app: AppContext, budget_class: str | None, by: str | None, n
     Exit codes: 0, also when nothing was blocked (said so on stderr); 1 when the database cannot be
     opened; 2 for a bad option or setting (PARTNERKIT_API_KEY must be set).
     """
-    lifted = _budget(app).unblock(budget_class, by=by or _invoking_user(), note=note)
+    lifted = _budget(app).unblock(budget_class, by=by or invoking_user(), note=note)
     if not lifted:
         named = f"the {budget_class} budget is not" if budget_class else "no budget class is"
         click.echo(f"nothing to lift: {named} blocked by a 429 now", err=True)

@@ -7,6 +7,8 @@ the commands that read what happened, one that has begun).
 
 from __future__ import annotations
 
+import getpass
+import os
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -83,3 +85,23 @@ def output_file(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
                 raise click.BadParameter(f"{str(parent)!r} is not a directory")
             break
     return value
+
+
+def invoking_user() -> str:
+    """Who ran the command, for --by: the user who ran sudo (SUDO_USER: in the documented deployment finance
+    runs `sudo -u partnerkit partnerkit drifts ...`, and the service account is partnerkit's own name in the
+    audit trail), else the login name; a uid without a passwd entry (a container's) is named by its number."""
+    sudo_user = os.environ.get("SUDO_USER", "").strip()
+    if sudo_user:
+        return sudo_user
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
+def not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: the audit trail's why and who are never empty (an empty --note records nothing)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty")
+    return None if value is None else value.strip()

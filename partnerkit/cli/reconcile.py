@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
-import os
 from datetime import date
 from pathlib import Path
 
@@ -11,7 +9,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, counted, emit, format_option
-from partnerkit.cli.params import output_file, past_utc_day, utc_day
+from partnerkit.cli.params import invoking_user, not_blank, output_file, past_utc_day, utc_day
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
 
@@ -146,34 +144,14 @@ def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: 
          empty_message="no drifts match")
 
 
-def _invoking_user() -> str:
-    """Who ran the command, for --by: the user who ran sudo (SUDO_USER: in the documented deployment finance
-    runs `sudo -u partnerkit partnerkit drifts ...`, and the service account is partnerkit's own name in the
-    audit trail), else the login name; a uid without a passwd entry (a container's) is named by its number."""
-    sudo_user = os.environ.get("SUDO_USER", "").strip()
-    if sudo_user:
-        return sudo_user
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid {os.getuid()}"
-
-
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:
-    drift = drift_store.set_resolution(app.existing_db, ident, resolution, note=note, by=by or _invoking_user(),
+    drift = drift_store.set_resolution(app.existing_db, ident, resolution, note=note, by=by or invoking_user(),
                                        at=utcnow().replace(microsecond=0))
     click.echo(f"{drift.id} {drift.kind} {drift.reference}: {drift.resolution} by {drift.resolution_by}", err=True)
 
 
-def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Callback: the audit trail's why and who are never empty (an empty --note records nothing)."""
-    if value is not None and not value.strip():
-        raise click.BadParameter("must not be empty")
-    return None if value is None else value.strip()
-
-
-_note = click.option("--note", required=True, callback=_not_blank, help="Why (kept in the audit trail).")
-_by = click.option("--by", callback=_not_blank,
+_note = click.option("--note", required=True, callback=not_blank, help="Why (kept in the audit trail).")
+_by = click.option("--by", callback=not_blank,
                    help="Who (default: the user who ran sudo, SUDO_USER, when set, e.g. by `sudo -u partnerkit "
                         "partnerkit drifts ...`; else the login name).")
 
