@@ -14,7 +14,7 @@ from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
 from partnerkit.processes import holder_alive, holder_is_gone
-from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, order_intents, orders, provider_failures,
+from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, provider_failures,
                               recharges, reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap
 from partnerkit.store.db import transaction
@@ -131,13 +131,13 @@ def note_worker_ran(db: Database, now: datetime | None = None) -> None:
     if seen is not None and timedelta(0) <= now - seen < WORKER_RAN_EVERY:
         return
     with transaction(db) as conn:
-        orders.set_meta(conn, WORKER_RAN_KEY, stamp(now), now=now)
+        meta.put(conn, WORKER_RAN_KEY, stamp(now), now=now)
 
 
 def last_worker_run(db: Database) -> datetime | None:
     """When a worker last ran a job on this database; None before the first (or an unreadable record)."""
     try:
-        return parse_ts(orders.get_meta(db, WORKER_RAN_KEY))
+        return parse_ts(meta.get(db, WORKER_RAN_KEY))
     except ValueError:
         return None
 

@@ -19,7 +19,7 @@ from partnerkit.config import Config
 from partnerkit.errors import ApiError, BudgetExhausted, MalformedResponse, NotFound, PartnerKitError, RateLimited
 from partnerkit.money import from_cents
 from partnerkit.store import Database
-from partnerkit.store import orders as orders_store
+from partnerkit.store import meta
 from partnerkit.store import recharges as store
 from partnerkit.store.budget import background_reserve, poller_cap
 from partnerkit.store.db import transaction
@@ -141,7 +141,7 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
 
 def _backoff(db: Database) -> tuple[int, datetime | None]:
     """(consecutive failed passes, no pass before) from the shared meta table."""
-    raw = orders_store.get_meta(db, BACKOFF_KEY)
+    raw = meta.get(db, BACKOFF_KEY)
     if not raw:
         return 0, None
     count, _, until = raw.partition("|")
@@ -153,7 +153,7 @@ def _backoff(db: Database) -> tuple[int, datetime | None]:
 
 def _set_backoff(db: Database, failures: int, until: datetime | None, now: datetime) -> None:
     with transaction(db) as conn:
-        orders_store.set_meta(conn, BACKOFF_KEY, f"{failures}|{iso(until) if until else ''}", now=now)
+        meta.put(conn, BACKOFF_KEY, f"{failures}|{iso(until) if until else ''}", now=now)
 
 
 def _walk_list(db: Database, client: Any, step: ListRead, now: datetime, summary: PollSummary,

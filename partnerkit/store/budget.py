@@ -41,6 +41,7 @@ from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence
 
 from partnerkit.errors import BudgetExhausted, StorageError
+from partnerkit.store import meta
 from partnerkit.store.db import Database, open_db, transaction
 from partnerkit.store.jobs import stamp
 
@@ -543,13 +544,11 @@ class Budget:
 
     def _note(self, conn, budget_class: str, what: str) -> dict | None:
         """One of the budget's notes in `meta` (see the module docstring), or None."""
-        row = conn.execute("SELECT value FROM meta WHERE key = ?", (self._note_name(budget_class, what),)).fetchone()
-        return None if row is None else json.loads(row[0])
+        value = meta.get(conn, self._note_name(budget_class, what))
+        return None if value is None else json.loads(value)
 
     def _put_note(self, conn, budget_class: str, what: str, value: dict[str, Any], now: float) -> None:
-        conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
-                     " value = excluded.value, updated_at = excluded.updated_at",
-                     (self._note_name(budget_class, what), json.dumps(value), stamp(_moment(now))))
+        meta.put(conn, self._note_name(budget_class, what), json.dumps(value), now=_moment(now))
 
     def refused(self, *, status: int, message: str | None, method: str, path: str, purpose: str) -> None:
         """The provider refused this key's credentials (HTTP 401): kept until a call is accepted again."""

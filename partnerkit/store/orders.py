@@ -107,16 +107,3 @@ def oldest_open_placed_at(db: Database) -> str | None:
     The first entry of `orders_open`, which holds the open orders only: the final ones, nearly every
     order of the store's history, are never read (the status test used to walk them all, oldest first)."""
     return db.execute(f"SELECT MIN(placed_at) FROM orders WHERE {OPEN}").fetchone()[0]
-
-
-def get_meta(db: Database, key: str) -> str | None:
-    """A value of the shared meta table (e.g. the order sync's watermark)."""
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else row[0]
-
-
-def set_meta(conn: sqlite3.Connection, key: str, value: str, *, now: datetime) -> None:
-    """Set a meta value inside the caller's transaction."""
-    conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, ?, ?) "
-                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                 (key, value, stamp(now)))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from partnerkit.errors import StorageError
+from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
@@ -44,34 +45,33 @@ def failed(db: Database, *, kind: str, method: str, path: str, purpose: str, now
     standing record, which begins now if none stands."""
     now = now or utcnow()
     with transaction(db) as conn:
-        row = conn.execute("SELECT value FROM meta WHERE key = ?", (KEY,)).fetchone()
-        record = _load(row[0]) if row else None
+        stored = meta.get(conn, KEY)
+        record = _load(stored) if stored else None
         if record is None:
             record = {"since": iso(now), "calls": 0, "kinds": {}}
         record["calls"] += 1
         record["kinds"][kind] = record["kinds"].get(kind, 0) + 1
         record["last_at"] = iso(now)
         record["last_call"] = f"{method} {path} ({purpose})"
-        conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
-                     "value = excluded.value, updated_at = excluded.updated_at", (KEY, json.dumps(record), iso(now)))
+        meta.put(conn, KEY, json.dumps(record), now=now)
 
 
 def answered(db: Database) -> None:
     """The provider answered a call: forget the failures before it. Called after every answer, so it reads
     first: a write only when a record stands."""
     try:
-        standing = db.execute("SELECT 1 FROM meta WHERE key = ?", (KEY,)).fetchone()
+        standing = meta.get(db, KEY) is not None
     except sqlite3.Error as exc:
         raise StorageError(f"cannot read the provider's failures: {exc}") from exc
     if standing:
         with transaction(db) as conn:
-            conn.execute("DELETE FROM meta WHERE key = ?", (KEY,))
+            meta.delete(conn, KEY)
 
 
 def standing(db: Database) -> Failing | None:
     """The failures since the provider last answered, or None (it answered the latest call, or none failed)."""
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (KEY,)).fetchone()
-    record = _load(row[0]) if row else None
+    stored = meta.get(db, KEY)
+    record = _load(stored) if stored else None
     if record is None:
         return None
     return Failing(parse_ts(record["since"]), parse_ts(record["last_at"]), record["calls"], record["kinds"],

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from partnerkit import errors
 from partnerkit.config import Config
 from partnerkit.money import cents
-from partnerkit.store import Database, jobs, order_intents, orders, quarantine, vouchers
+from partnerkit.store import Database, jobs, meta, order_intents, orders, quarantine, vouchers
 from partnerkit.store.budget import walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
@@ -98,7 +98,7 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     floor = now - max_lookback
     keep_free = 0
     if since is None:
-        stored = orders.get_meta(db, SYNC_WATERMARK)
+        stored = meta.get(db, SYNC_WATERMARK)
         since = max(parse_ts(stored) if stored else now - timedelta(days=1), floor)
         max_pages = 20 if max_pages is None else max_pages
     else:
@@ -214,5 +214,5 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
         marks.append(since)
     watermark = max(min(marks) if marks else now - timedelta(minutes=5), floor)
     with transaction(db) as conn:
-        orders.set_meta(conn, SYNC_WATERMARK, stamp(watermark), now=now)
+        meta.put(conn, SYNC_WATERMARK, stamp(watermark), now=now)
     return summary

@@ -14,7 +14,7 @@ from partnerkit.cli import cli
 from partnerkit.client import PartnerClient
 from partnerkit.config import config_as_env
 from partnerkit.status import collect
-from partnerkit.store import drifts, inbox, jobs, transaction
+from partnerkit.store import drifts, inbox, jobs, meta, transaction
 from partnerkit.timeutil import utcnow
 from receiver.envelope import normalise
 from tests.receiver.conftest import CIPHER
@@ -354,7 +354,6 @@ def test_status_names_a_worker_that_has_run_no_job_for_a_while(sandbox_config, d
 
 def test_a_job_run_is_noted_at_most_once_a_minute(db):
     from partnerkit.status import last_worker_run, note_worker_ran
-    from partnerkit.store import orders
 
     start = utcnow()
     note_worker_ran(db, start)
@@ -365,7 +364,7 @@ def test_a_job_run_is_noted_at_most_once_a_minute(db):
     note_worker_ran(db, start)  # a clock set back is written too, not frozen out
     assert last_worker_run(db) == start
     with transaction(db) as conn:
-        orders.set_meta(conn, "worker.last_job_at", "garbage", now=start)
+        meta.put(conn, "worker.last_job_at", "garbage", now=start)
     assert last_worker_run(db) is None
 
 

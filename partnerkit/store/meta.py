@@ -1,0 +1,29 @@
+"""The shared `meta` table: one text value per key, with when it was set (the order sync's watermark,
+the poller's backoff, the worker's last run, the budget's notes, the provider's standing failures).
+JSON values are the caller's to encode."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+
+from partnerkit.store.db import Database
+from partnerkit.store.jobs import stamp
+
+
+def get(db: Database | sqlite3.Connection, key: str) -> str | None:
+    """The value of `key`, or None (read on a handle, or inside the caller's transaction)."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
+def put(conn: sqlite3.Connection, key: str, value: str, *, now: datetime) -> None:
+    """Set `key` inside the caller's transaction."""
+    conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, ?, ?) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                 (key, value, stamp(now)))
+
+
+def delete(conn: sqlite3.Connection, key: str) -> None:
+    """Remove `key` inside the caller's transaction."""
+    conn.execute("DELETE FROM meta WHERE key = ?", (key,))
