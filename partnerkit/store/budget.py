@@ -44,6 +44,7 @@ from partnerkit.errors import BudgetExhausted, StorageError
 from partnerkit.store import meta
 from partnerkit.store.db import Database, open_db, transaction
 from partnerkit.store.jobs import stamp
+from partnerkit.timeutil import iso
 
 log = logging.getLogger("partnerkit.budget")
 
@@ -165,7 +166,7 @@ def _moment(epoch: float | None) -> datetime | None:
 
 def _second(epoch: float) -> str:
     """A unix time as ISO 8601 UTC to the second, for a line a person reads."""
-    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat().replace("+00:00", "Z")
+    return iso(_moment(int(epoch)))
 
 
 def key_hash(api_key: str) -> str:
