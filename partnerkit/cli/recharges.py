@@ -137,8 +137,8 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 
 @recharges_group.command("locate")
 @click.option("--local-id", type=ID, help="A local recharge (e.g. UNKNOWN after a timeout).")
-@click.option("--mobile", "mobile_number", help="Number searched when there is no local id.")
-@click.option("--amount", help="Face value in whole rupees, with --mobile.")
+@click.option("--mobile", "mobile_number", help="Number searched when there is no local id (with --amount).")
+@click.option("--amount", help="Face value in whole rupees; required with --mobile.")
 @click.option("--client-reference", help="Match this client_reference, with --mobile.")
 @click.option("--replay", is_flag=True,
               help="When the search finds nothing to link, send it again under its Idempotency-Key, however long "
