@@ -56,15 +56,16 @@ class AppContext:
         return path
 
 
-def created_line(path: Path) -> str:
-    """What a service or a command that may create the database says when it did (`AppContext.db_created`).
+def created_line(path: Path, *, done: bool = True) -> str:
+    """What a service or a command that may create the database says when it does (`AppContext.db_created`;
+    `done=False`: about to, for the worker, which opens it itself).
 
     Creating it is right at a first start (the receiver's, the worker's), but a mistyped PARTNERKIT_DB
     creates one too, and then the receiver stores events the worker never reads, or the worker reports a
     day from an empty store: the path is named, so that one line in the log tells the two apart."""
-    return (f"database {str(path)!r} did not exist and was created (a first start); if partnerkit already keeps "
-            "its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the commands "
-            "must all use the same one")
+    what = "did not exist and was created" if done else "does not exist: the worker creates it"
+    return (f"database {str(path)!r} {what} (a first start); if partnerkit already keeps its database elsewhere, "
+            "check PARTNERKIT_DB or --config: the receiver, the worker and the commands must all use the same one")
 
 
 pass_app = click.make_pass_decorator(AppContext)
