@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from partnerkit.cli.context import AppContext, created_line, pass_app
+from partnerkit.cli.context import AppContext, created_line, pass_app, refuse_uncreatable
 from partnerkit.cli.params import ID
 from partnerkit.cli.webhooks import _none_left, webhooks_group
 from partnerkit.config import MIN_TOKEN_LENGTH
@@ -114,6 +114,7 @@ def token_set_command(app: AppContext, webhook_id: int) -> None:
         token = _read_token()
         warnings = check_token(token, webhook)
     else:  # a refused token must leave no new database (nor a generated key file) behind
+        refuse_uncreatable(app.config.db_path)
         check_voucher_key(app.config)
         token = _read_token()
         warnings = check_token(token, webhook)

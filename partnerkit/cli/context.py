@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -54,6 +55,21 @@ class AppContext:
             raise click.ClickException(f"cannot open database {str(path)!r}: it does not exist "
                                        "(check PARTNERKIT_DB or --config; the worker creates it)")
         return path
+
+
+def refuse_uncreatable(path: Path) -> None:
+    """Name a database path that does not exist and could not be created, as opening it would (exit 1), for a
+    command that checks its input before creating the database: nothing to type into a command that
+    cannot save it. Creates nothing (the directories `open_db` would make are only looked for)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise click.ClickException(f"cannot open database {str(path)!r}: {folder} is a file where a directory is "
+                                   "needed")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.ClickException(f"cannot open database {str(path)!r}: the directory {str(folder)!r} cannot be "
+                                   "written by this user")
 
 
 def created_line(path: Path, *, done: bool = True) -> str:

@@ -155,8 +155,10 @@ def test_token_set_takes_one_token_from_stdin_and_never_echoes_it(tmp_path):
                         ("whsec_first_line_of_two\nwhsec_second_line\n", "a line break"),
                         ("x" * 5000, "more than 4096 characters"),
                         # a captured delivery's header, pasted whole: the value is the token, the name is not
-                        (f"X-SERVICE-WEBHOOK-TOKEN: {NEW_TOKEN}\n", "that is a header line (X-SERVICE-WEBHOOK-TOKEN: ...)"),
-                        (f"x-service-webhook-token:{NEW_TOKEN}\n", "that is a header line (x-service-webhook-token: ...)"),
+                        (f"X-SERVICE-WEBHOOK-TOKEN: {NEW_TOKEN}\n",
+                         "that is a header line (X-SERVICE-WEBHOOK-TOKEN: ...)"),
+                        (f"x-service-webhook-token:{NEW_TOKEN}\n",
+                         "that is a header line (x-service-webhook-token: ...)"),
                         (f"X-Signature: sha256={'ab' * 32}\n", "give only the value after the colon")]:
         result = CliRunner().invoke(cli, ["webhooks", "token", "set", "77"], env=run.env, input=given)
         # exit 2: what was given cannot be a token (bad input), as for PARTNERKIT_WEBHOOK_TOKENS
