@@ -9,12 +9,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from partnerkit.store import drifts as drift_store
 from partnerkit.store import matching as matching_store
@@ -143,7 +144,8 @@ def _link_aside(path: Path, suffix: str) -> Path:
 REPORT_FORMATS = ("html", "csv", "json")
 
 
-def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: bool = False) -> list[Path]:
+def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: bool = False,
+                       warn: Callable[[str], None] | None = None) -> list[Path]:
     """Write the report as JSON, CSV and HTML into report_dir, as one set (`write_together`).
 
     All three are rendered, then written to temp files, then renamed into place: HTML, CSV, JSON. A
@@ -153,27 +155,57 @@ def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: 
     that show the same generated_at have that run's CSV beside them (docs/reconcile.md, "The report").
 
     `unrecorded`: the database has no stored report of the day (restored from a backup older than the
-    night, or copied; or a `partnerkit report` wrote the files before the night was reported), so files
-    of the day already there are not its report's, and finance may have read them: they are kept under
-    a second name, `NAME.replaced-TIME-not-in-database` (TIME: the new report's generated_at), and a
-    WARNING names both sets. An error names PARTNERKIT_REPORT_DIR and the file.
+    night, or copied; or a `partnerkit report` wrote the files before the night was reported, or matches
+    it by hand now), so files of the day already there are not its report's, and finance may have read
+    them: they are kept under a second name, `NAME.replaced-TIME-not-in-database` (TIME: the new report's
+    generated_at), and a warning names both sets: a WARNING log line, or `warn(message)` when given (the
+    command line's own line). Files that hold this very report but for its generated_at (a `partnerkit
+    report` run again on the same data) are replaced without being kept: nobody read anything else. An
+    error names PARTNERKIT_REPORT_DIR and the file.
     """
     day = report["date"]
     stamp = str(report["generated_at"]).replace("-", "").replace(":", "")
+    texts = {f: report_mod.render(report, f) for f in REPORT_FORMATS}
+    folder = Path(report_dir)
+    if unrecorded and _same_report(folder / report_filename(day, "json"), texts["json"], report):
+        unrecorded = False
     try:
-        written, kept = _write_set([(Path(report_dir) / report_filename(day, f), report_mod.render(report, f))
-                                    for f in REPORT_FORMATS],
+        written, kept = _write_set([(folder / report_filename(day, f), texts[f]) for f in REPORT_FORMATS],
                                    set_aside=f".replaced-{stamp}-not-in-database" if unrecorded else None)
     except OSError as exc:
         raise OSError(exc.errno, f"{exc.strerror or exc} (writing the report of {day} into PARTNERKIT_REPORT_DIR "
                       f"{report_dir})", exc.filename) from exc
     if kept:
-        log.warning("report files of %s replaced although the database has no stored report of that night (it was "
-                    "restored from an older backup or copied, or the files were written by `partnerkit report` "
-                    "before the night was reported): the files that were there, which finance may have read, are "
-                    "kept as %s; the new ones are %s", day, ", ".join(str(old) for old, _ in kept),
-                    ", ".join(str(new) for _, new in kept))
+        message = (f"report files of {day} replaced although the database has no stored report of that night (it "
+                   "was restored from an older backup or copied, or the files were written by `partnerkit report` "
+                   "before the night was reported): the files that were there, which finance may have read, are "
+                   f"kept as {', '.join(str(old) for old, _ in kept)}; the new ones are "
+                   f"{', '.join(str(new) for _, new in kept)}")
+        if warn is None:
+            log.warning("%s", message)
+        else:
+            warn(message)
     return sorted(written, key=lambda path: ("json", "csv", "html").index(path.suffix[1:]))
+
+
+# When a report was made: the only fields in which the same day's report on the same data differs from run to
+# run. Top-level keys of its JSON, which render_json writes first, indented by two.
+_MADE_AT = ("generated_at", "resolutions_as_of")
+
+
+def _same_report(path: Path, text: str, report: dict[str, Any]) -> bool:
+    """Whether the JSON report at `path` is `text` (the JSON of `report`) but for when each was made."""
+    try:
+        old = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # none yet, or not a report's: kept aside if it exists
+        return False
+    for key in _MADE_AT:
+        if key in report:
+            found = re.search(rf'^  "{key}": "([^"\\]*)"', old, re.MULTILINE)
+            if found is None:
+                return False
+            old = old[:found.start(1)] + str(report[key]) + old[found.end(1):]
+    return old == text
 
 
 def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -54,6 +55,33 @@ class AppContext:
             raise click.ClickException(f"cannot open database {str(path)!r}: it does not exist "
                                        "(check PARTNERKIT_DB or --config; the worker creates it)")
         return path
+
+
+def refuse_uncreatable(path: Path) -> None:
+    """Name a database path that does not exist and could not be created, as opening it would (exit 1), for a
+    command that checks its input before creating the database: nothing to type into a command that
+    cannot save it. Creates nothing (the directories `open_db` would make are only looked for)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise click.ClickException(f"cannot open database {str(path)!r}: {folder} is a file where a directory is "
+                                   "needed")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.ClickException(f"cannot open database {str(path)!r}: the directory {str(folder)!r} cannot be "
+                                   "written by this user")
+
+
+def created_line(path: Path, *, done: bool = True) -> str:
+    """What a service or a command that may create the database says when it does (`AppContext.db_created`;
+    `done=False`: about to, for the worker, which opens it itself).
+
+    Creating it is right at a first start (the receiver's, the worker's), but a mistyped PARTNERKIT_DB
+    creates one too, and then the receiver stores events the worker never reads, or the worker reports a
+    day from an empty store: the path is named, so that one line in the log tells the two apart."""
+    what = "did not exist and was created" if done else "does not exist: the worker creates it"
+    return (f"database {str(path)!r} {what} (a first start); if partnerkit already keeps its database elsewhere, "
+            "check PARTNERKIT_DB or --config: the receiver, the worker and the commands must all use the same one")
 
 
 pass_app = click.make_pass_decorator(AppContext)

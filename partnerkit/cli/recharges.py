@@ -59,7 +59,7 @@ def _finish(outcome: Any, fmt: str) -> None:
     if outcome.row:
         emit_one(recharge_view(outcome.row), fmt, columns=TABLE_COLUMNS)
     click.echo(outcome.message, err=True)
-    if outcome.status in ("UNKNOWN", "INTENT"):
+    if outcome.status in store.OPEN_INTENT:  # no answer known: locate it, never submit again
         sys.exit(EXIT_UNKNOWN)
     if outcome.status == "FAILED":
         sys.exit(1)

@@ -74,8 +74,11 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
 
     The stored report; for a day without one, the day is matched from the local store (no sync) and,
     besides this output, the command writes its three files to PARTNERKIT_REPORT_DIR (a directory that
-    cannot be written is a warning: the output asked for is still given). A day no sync has read in full
-    is refused (exit 1, nothing written): `partnerkit reconcile --date D` syncs it first.
+    cannot be written is a warning: the output asked for is still given). Files of that day already there
+    which hold another report (the night's, when the database was restored from an older backup) are not
+    overwritten: they are kept as NAME.replaced-TIME-not-in-database, with a warning, as the nightly run
+    keeps them. A day no sync has read in full is refused (exit 1, nothing written): `partnerkit reconcile
+    --date D` syncs it first.
     """
     from partnerkit.cli import os_error_line
     from partnerkit.files import make_private_dirs
@@ -94,7 +97,10 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
                    f"`partnerkit reconcile --date {day}` syncs and stores it)", err=True)
         report = report_day(app.config, app.db, day, save=False, files=False)
         try:
-            write_report_files(app.config.report_dir, report)
+            # No stored report of the day, so files of it already there are another report's (the night's,
+            # of a database restored from an older backup): kept aside as the nightly run keeps them.
+            write_report_files(app.config.report_dir, report, unrecorded=True,
+                               warn=lambda message: click.echo(f"warning: {message}", err=True))
         except OSError as exc:  # the files are a side effect; what was asked for is the output below
             click.echo(f"warning: the report files were not written to PARTNERKIT_REPORT_DIR "
                        f"({os_error_line(exc)})", err=True)

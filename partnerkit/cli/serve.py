@@ -9,7 +9,8 @@ import sys
 
 import click
 
-from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.context import AppContext, created_line, pass_app
+from partnerkit.config import ConfigError
 
 _BIND = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
 
@@ -53,18 +54,31 @@ def check_listen(host: str, port: int) -> None:
 def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str], dict[str, str]]:
     """Validate everything the receiver needs, then return the gunicorn master's argv and environment.
 
-    Validation happens here, before anything forks, so a bad setting is one line and exit 2.
+    Validation happens here, before anything forks, so a bad setting is one line and exit 2. A refused
+    start leaves nothing behind: on a PARTNERKIT_DB that does not exist yet, everything that can refuse is
+    checked before the database (and a generated voucher key file) is created, and a start that creates
+    it says so on stderr (`created_line`).
     """
-    from partnerkit.crypto import load_cipher
-    from receiver.tokens import require_some_token, require_tokens
+    from partnerkit.crypto import check_voucher_key, load_cipher
+    from receiver.tokens import NO_TOKEN, require_some_token, require_tokens
 
     config = app.config
+    host, port = bind.rsplit(":", 1)
+    new = not config.db_path.exists()
+    if new:
+        # No token can be saved in a database that does not exist: only the configured ones count.
+        if not config.webhook_tokens:
+            raise ConfigError(NO_TOKEN)
+        check_voucher_key(config)  # a configured key, or a key file left beside, that cannot be read
+        check_listen(host, int(port))
     db = app.db  # first: a path that holds no database must not get a voucher key file beside it
     require_some_token(config, db)  # nor a receiver that is refused for want of a token
     cipher = load_cipher(config)  # creates the voucher key file once, before workers race for it
     require_tokens(config, db, cipher)
-    host, port = bind.rsplit(":", 1)
-    check_listen(host, int(port))
+    if not new:
+        check_listen(host, int(port))
+    if app.db_created:
+        click.echo(f"warning: {created_line(config.db_path)}", err=True)
     env = dict(os.environ)
     if app.config_file:
         env["PARTNERKIT_CONFIG"] = os.path.abspath(app.config_file)
@@ -82,7 +96,8 @@ def serve_command(app: AppContext, bind: str, workers: int) -> None:
     """Run the webhook receiver under gunicorn: it verifies, deduplicates and stores the provider's signed webhooks.
 
     It needs an accepted signing token: PARTNERKIT_WEBHOOK_TOKENS, or the one `partnerkit webhooks register`
-    saved; without any it refuses to start. Settings come from PARTNERKIT_* environment variables or the
+    saved; without any it refuses to start, leaving nothing behind. A first start creates the database
+    (PARTNERKIT_DB) and says so on stderr. Settings come from PARTNERKIT_* environment variables or the
     --config file, as for every command (`partnerkit config` shows them). The receiver never calls the
     provider: the vouchers its events announce are fetched by `partnerkit worker`, so run the worker too
     (or `partnerkit run` for both).

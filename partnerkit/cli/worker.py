@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
 from click.core import ParameterSource
 
-from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.context import AppContext, created_line, pass_app
 from partnerkit.cli.output import FORMATS, emit
+
+log = logging.getLogger("partnerkit.worker")
 
 
 @click.command("worker")
@@ -22,7 +25,9 @@ from partnerkit.cli.output import FORMATS, emit
 @click.pass_context
 @pass_app
 def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no_wait: bool) -> None:
-    """Poll recharges, fetch vouchers, sync and report on schedule; one worker per database."""
+    """Poll recharges, fetch vouchers, sync and report on schedule; one worker per database.
+
+    A first start creates the database (PARTNERKIT_DB), with a WARNING log line naming it."""
     from partnerkit.crypto import check_voucher_key
     from partnerkit.logs import configure_logging
     from reconcile.scheduler import run_once, run_worker
@@ -33,6 +38,8 @@ def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no
     config = app.config.require("api_base_url", "api_key", "api_secret")
     configure_logging(config)
     check_voucher_key(config)  # a key that opens none of the stored vouchers: refused before any job seals
+    if not config.db_path.exists():  # the worker opens (and creates) it itself: said before, in its log
+        log.warning(created_line(config.db_path, done=False))
     if once:
         results = run_once(config)
         emit(results, ["job", "outcome", "duration_ms", "result"], fmt)

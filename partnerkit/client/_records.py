@@ -16,13 +16,13 @@ from typing import Any, Generic, TypeVar
 
 from partnerkit.client._fields import MISSING, Reader, mask
 from partnerkit.errors import MalformedResponse
+from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS
 
 T = TypeVar("T")
 
 
-# Recharge, "States and transitions": legacy stored values that mean SUCCESS.
-LEGACY_SUCCESS = frozenset({"DELIVERED", "RECHARGED"})
-RECHARGE_FINAL = frozenset({"SUCCESS", "FAILED", "REVERSED"}) | LEGACY_SUCCESS
+# Recharge, "States and transitions": the final states, legacy DELIVERED / RECHARGED (which mean SUCCESS) included.
+RECHARGE_FINAL = FINAL | LEGACY_SUCCESS
 
 __all__ = ["MISSING", "ChargeQuote", "DeliveryStats", "Mobile", "OrderCreated", "OrderDetail", "OrderSummary",
            "Page", "Recharge", "SubmitResult", "Voucher", "Webhook", "WebhookCreated", "WebhookDelivery"]

@@ -75,8 +75,8 @@ def get(db: Database, order_id: int) -> dict | None:
 def by_reference(db: Database, reference_code: str) -> dict | None:
     """The local order carrying a reference_code (the provider keeps a client's refs unique), or None.
 
-    A scan, deliberately unindexed: only `orders create` asks, after the provider answered "Duplicate
-    reference code" to an intent past its key's 24 hours, and an index would cost every webhook's commit."""
+    Through `orders_reference` (migration 14), which holds only the orders whose reference_code is known:
+    a webhook never sets it, so the receiver's commits never write that index."""
     cursor = db.execute("SELECT * FROM orders WHERE reference_code = ? ORDER BY id LIMIT 1", (reference_code,))
     row = cursor.fetchone()
     return None if row is None else dict(zip([c[0] for c in cursor.description], row))
@@ -90,13 +90,29 @@ def statuses(db: Database, order_ids: list[int]) -> dict[int, str]:
     return dict(db.execute(f"SELECT id, status FROM orders WHERE id IN ({marks})", order_ids).fetchall())
 
 
+_VOUCHERS_STORED = "(SELECT COUNT(*) FROM vouchers v WHERE v.order_id = o.id) AS vouchers_stored"
+_NEWEST_FIRST = "COALESCE(o.placed_at, o.created_at) DESC, o.id DESC"
+
+
 def list_orders(db: Database, *, status: str | None = None, limit: int = 100) -> list[dict]:
-    """Local orders, newest placed first, with the number of vouchers stored for each."""
-    where, args = ("WHERE o.status = ?", [status.upper()]) if status else ("", [])
-    cursor = db.execute(
-        f"""SELECT o.*, (SELECT COUNT(*) FROM vouchers v WHERE v.order_id = o.id) AS vouchers_stored
-            FROM orders o {where} ORDER BY COALESCE(o.placed_at, o.created_at) DESC, o.id DESC LIMIT ?""",
-        (*args, limit))
+    """Local orders, newest placed first (an order no sync has dated yet by when partnerkit first heard of
+    it), with the number of vouchers stored for each.
+
+    Only the `limit` orders listed are read whole and have their vouchers counted; the statement used to
+    do both for every order of the store, then sort them all (docs/reconcile.md, "A store with months of
+    history"). Without a status, the newest dated orders come from the `orders_placed_at` index (nearly
+    every order: the sync dates them within minutes), merged with the undated ones, which only a pass over
+    the table finds: an index of those would be written by every webhook that creates an order. With a
+    status, that status's orders are sorted by their dates alone (walking the index newest first would
+    read nearly all of it for a rare status)."""
+    if status:
+        chosen, args = f"SELECT o.id FROM orders o WHERE o.status = ? ORDER BY {_NEWEST_FIRST} LIMIT ?", (
+            status.upper(), limit)
+    else:
+        chosen, args = ("SELECT id FROM (SELECT id FROM orders WHERE placed_at IS NOT NULL ORDER BY placed_at DESC, "
+                        "id DESC LIMIT ?) UNION ALL SELECT id FROM orders WHERE placed_at IS NULL"), (limit,)
+    cursor = db.execute(f"SELECT o.*, {_VOUCHERS_STORED} FROM orders o WHERE o.id IN ({chosen}) "
+                        f"ORDER BY {_NEWEST_FIRST} LIMIT ?", (*args, limit))
     names = [c[0] for c in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 

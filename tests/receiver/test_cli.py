@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import replace
 
 import pytest
@@ -201,6 +202,25 @@ def test_a_receiver_refused_for_want_of_a_token_generates_no_voucher_key(config,
     assert result.stderr.strip() == ("Error: no webhook token is accepted: set PARTNERKIT_WEBHOOK_TOKENS or run "
                                      "`partnerkit webhooks register`; the receiver refuses to start without one")
     assert not config.key_file.exists(), "no voucher key generated (and announced) for a receiver that did not start"
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+@pytest.mark.parametrize("tokens", ["", "whsec_a_token_for_a_first_start"])
+def test_a_refused_start_on_a_database_that_does_not_exist_leaves_nothing_behind(config, tmp_path, command, tokens):
+    """Refused for want of a token, or for a port it cannot listen on: no database, no voucher key file, no
+    directory (the receiver's first start creates them; a refused one did, and a later `status` on the path
+    then read an empty database instead of naming the mistake)."""
+    fresh = tmp_path / "fresh" / "pk.db"
+    env = {**config_as_env(replace(config, db_path=fresh, webhook_tokens=(), voucher_key=None)),
+           "PARTNERKIT_WEBHOOK_TOKENS": tokens}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = CliRunner().invoke(cli, [command, "--bind", f"127.0.0.1:{taken.getsockname()[1]}"], env=env)
+    assert result.exit_code == (1 if tokens else 2)
+    assert ("cannot listen on 127.0.0.1" if tokens else "no webhook token is accepted") in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "fresh").exists()
 
 
 @pytest.mark.parametrize("group", ["events", "orders"])

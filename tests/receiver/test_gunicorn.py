@@ -71,6 +71,9 @@ def test_same_event_to_two_workers_at_once_is_accepted_once(tmp_path):
     assert '"POST /webhooks/partner" 200' in log and '"event_id": "evt_3"' in log
     assert log.count('"msg": "webhook"') == 2 * events
     assert TOKEN not in log and not re.search(r"[0-9a-f]{64}", log)  # no token, no signature
+    # A first start creates the database, and says so once (a mistyped PARTNERKIT_DB would too).
+    assert log.count(f"warning: database {str(tmp_path / 'pk.db')!r} did not exist and was created (a first "
+                     "start)") == 1
 
 
 def test_serve_refuses_to_start_without_a_token(tmp_path):
@@ -80,6 +83,7 @@ def test_serve_refuses_to_start_without_a_token(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("Error: no webhook token is accepted")
     assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == [], "a refused start leaves no database (nor a key file) behind"
 
 
 def test_serve_on_a_file_that_is_no_database_leaves_no_key_file_beside_it(tmp_path):
@@ -106,6 +110,7 @@ def test_a_port_in_use_is_one_line_at_once(tmp_path, command):
     assert result.stderr.strip().splitlines()[-1] == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
     assert "[ERROR]" not in result.stderr and "Traceback" not in result.stderr
     assert time.monotonic() - started < 5, "no gunicorn retries"
+    assert list(tmp_path.iterdir()) == [], "a refused start leaves no database behind"
 
 
 def test_each_worker_freezes_what_it_loaded_so_full_collections_skip_it():

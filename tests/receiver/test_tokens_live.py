@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
+import pytest
 from click.testing import CliRunner
 from freezegun import freeze_time
 
@@ -152,17 +153,67 @@ def test_token_set_takes_one_token_from_stdin_and_never_echoes_it(tmp_path):
     for given, says in [("", "no token given"), ("short-token\n", "shorter than 16 characters"),
                         ("whsec_one_token_here whsec_and_another\n", "holds a space"),
                         ("whsec_first_line_of_two\nwhsec_second_line\n", "a line break"),
-                        ("x" * 5000, "more than 4096 characters")]:
+                        ("x" * 5000, "more than 4096 characters"),
+                        # a captured delivery's header, pasted whole: the value is the token, the name is not
+                        (f"X-SERVICE-WEBHOOK-TOKEN: {NEW_TOKEN}\n",
+                         "that is a header line (X-SERVICE-WEBHOOK-TOKEN: ...)"),
+                        (f"x-service-webhook-token:{NEW_TOKEN}\n",
+                         "that is a header line (x-service-webhook-token: ...)"),
+                        (f"X-Signature: sha256={'ab' * 32}\n", "give only the value after the colon")]:
         result = CliRunner().invoke(cli, ["webhooks", "token", "set", "77"], env=run.env, input=given)
-        assert result.exit_code == 1 and says in result.stderr, (given[:40], result.stderr)
+        # exit 2: what was given cannot be a token (bad input), as for PARTNERKIT_WEBHOOK_TOKENS
+        assert result.exit_code == 2 and says in result.stderr, (given[:40], result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
-        for part in given.split():
-            assert part not in result.output or len(part) < 6
+        for part in given.replace(":", " ").split():  # a header's name is said, never what came with it
+            assert part not in result.output or len(part) < 6 or part.lower().startswith("x-")
     # A token on the command line is not an option at all: it would show in `ps`.
     assert CliRunner().invoke(cli, ["webhooks", "token", "set", "77", NEW_TOKEN], env=run.env).exit_code == 2
     assert run.sealed_bytes() == before
     saved = run("webhooks", "token", "set", "78", input=f"  {NEW_TOKEN}  \n")
-    assert "webhook 78: token saved" in saved.stderr
+    assert saved.stderr.strip() == "webhook 78: token saved; running receivers accept it within seconds"
+
+
+@pytest.mark.parametrize("given, warned", [
+    (f'"{NEW_TOKEN}"', "the token begins and ends with a quote; if the quotes came with a copy (JSON, a shell line), "
+                       "they are not part of it"),
+    (f"77:{NEW_TOKEN}", "the token begins with '77:', as a PARTNERKIT_WEBHOOK_TOKENS entry binding a token to this "
+                        "webhook does; that prefix is not part of the token"),
+    (f"sha256={'ab' * 32}", "the token begins with 'sha256=', as an X-Signature value may: a signature is not the "
+                            "token (it changes with every delivery)"),
+])
+def test_a_token_that_may_carry_something_of_its_copy_is_saved_with_a_warning(tmp_path, given, warned):
+    """The document gives a token no format: what a secret could be is saved as given (and then verifies
+    deliveries signed with exactly that), and the warning says what looks copied along with it."""
+    run = Keys(environment(tmp_path, PARTNERKIT_LOG_LEVEL="ERROR"))
+    run.save_token()
+    result = run("webhooks", "token", "set", "77", input=given + "\n")
+    assert result.stderr.splitlines() == [f"warning: {warned}", "webhook 77: its saved token is replaced; running "
+                                          "receivers accept the new one and refuse the old within seconds"]
+    assert given not in result.output
+    app = create_app(run.config())
+    try:
+        assert deliver(app, "evt_as_given", given) == 200
+    finally:
+        app.extensions["partnerkit_receiver"].close()
+
+
+def test_token_set_on_a_database_that_does_not_exist_creates_it_only_for_a_token_and_says_so(tmp_path):
+    run = Keys(environment(tmp_path / "var", PARTNERKIT_LOG_LEVEL="ERROR"))
+    refused = CliRunner().invoke(cli, ["webhooks", "token", "set", "77"], env=run.env, input="too-short\n")
+    assert refused.exit_code == 2 and "shorter than 16 characters" in refused.stderr
+    assert not (tmp_path / "var").exists()  # neither the database nor a voucher key file (nor their directory)
+    saved = run("webhooks", "token", "set", "77", input=NEW_TOKEN + "\n")
+    path = tmp_path / "var" / "pk.db"
+    assert saved.stderr.splitlines()[0] == (
+        f"warning: database {str(path)!r} did not exist and was created (a first start); if partnerkit already keeps "
+        "its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the commands must "
+        "all use the same one")
+    assert saved.stderr.splitlines()[-1] == "webhook 77: token saved; running receivers accept it within seconds"
+    app = create_app(run.config())
+    try:
+        assert deliver(app, "evt_first", NEW_TOKEN) == 200
+    finally:
+        app.extensions["partnerkit_receiver"].close()
 
 
 def test_an_unbound_token_never_tried_is_warned_about_once_at_start(tmp_path, caplog):

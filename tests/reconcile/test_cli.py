@@ -105,6 +105,44 @@ def test_report_without_a_stored_one_leaves_the_day_to_the_nightly_run(invoke, d
     assert (tmp_path / "reports" / "partnerkit-report-2025-03-14.html").exists()
 
 
+def test_report_by_hand_keeps_files_of_a_night_the_database_has_no_report_of(invoke, db, drift_ids, tmp_path):
+    """As the nightly run does (reconcile.jobs.write_report_files): after a restore from a backup older than
+    the night, the files finance read are not overwritten by a `partnerkit report` matched from the store."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    names = [f"partnerkit-report-2025-03-14.{f}" for f in ("json", "csv", "html")]
+    for name in names:  # the night's files, of a report the restored database no longer holds
+        (reports / name).write_text(f"the night's {name}, read by finance\n")
+    with freeze_time("2025-03-16T09:00:00Z"):
+        first = invoke("report", "--date", "2025-03-14", "--format", "csv")
+    assert first.exit_code == 0, first.output
+    aside = ".replaced-20250316T090000Z-not-in-database"
+    assert sorted(p.name for p in reports.iterdir()) == sorted(names + [name + aside for name in names])
+    for name in names:
+        assert (reports / (name + aside)).read_text() == f"the night's {name}, read by finance\n"
+    assert json.loads((reports / names[0]).read_text())["generated_at"] == "2025-03-16T09:00:00Z"
+    [warning] = [line for line in first.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith("warning: report files of 2025-03-14 replaced although the database has no stored "
+                              "report of that night")
+    assert str(reports / (names[0] + aside)) in warning and str(reports / names[0]) in warning
+
+    # Run again on the same data: the files there are this report but for its time; replaced, nothing kept.
+    with freeze_time("2025-03-16T10:00:00Z"):
+        again = invoke("report", "--date", "2025-03-14", "--format", "csv")
+    assert again.exit_code == 0 and "warning:" not in again.stderr
+    assert len(list(reports.iterdir())) == 6
+    assert json.loads((reports / names[0]).read_text())["generated_at"] == "2025-03-16T10:00:00Z"
+
+    # A resolution since: another report, and the one there may have been read: kept too.
+    assert invoke("drifts", "resolve", drift_ids[0], "--note", "credited", "--by", "asha").exit_code == 0
+    with freeze_time("2025-03-16T11:00:00Z"):
+        changed = invoke("report", "--date", "2025-03-14", "--format", "csv")
+    assert changed.exit_code == 0 and "warning: report files of 2025-03-14 replaced" in changed.stderr
+    kept = json.loads((reports / (names[0] + ".replaced-20250316T110000Z-not-in-database")).read_text())
+    assert kept["generated_at"] == "2025-03-16T10:00:00Z"
+    assert report_store.get_report(db, "2025-03-14") is None  # still the nightly run's to report
+
+
 @pytest.mark.parametrize("output", [None, "out.html"])
 def test_a_report_directory_that_cannot_be_written_still_gives_the_output_asked_for(invoke, drift_ids, tmp_path,
                                                                                       output):

@@ -22,7 +22,7 @@ from partnerkit.config import load_config
 from partnerkit.crypto import Cipher
 from partnerkit.store import drifts, inbox, jobs, open_db, orders, plans, transaction, webhook_refusals
 from partnerkit.store import recharges as recharge_store
-from partnerkit.store.ledger import quarantine as hold_transactions, record_wallet_snapshots
+from partnerkit.store.ledger import list_transactions, quarantine as hold_transactions, record_wallet_snapshots
 from tests.reconcile.reconcile_helpers import Ledger, at
 
 DAYS = (date(2025, 3, 11), date(2025, 3, 12), date(2025, 3, 13))
@@ -106,7 +106,7 @@ def _live_a_day(db, ledger: Ledger, day: date, config) -> None:
     for status in ("DELIVERED", "PENDING"):
         oid = ledger.order(status, hour=13)
         with transaction(db) as conn:  # the helper places orders on its own day: move them to this one
-            orders.apply(conn, oid, status, now=at(13, day=day), source="test",
+            orders.apply(conn, oid, status, now=at(13, day=day), source="test", reference_code=f"ORD-{day}-{status}",
                          placed_at=at(13, day=day).isoformat().replace("+00:00", "Z"))
         ledger.debit_order(oid, "500.00", day=day)
         _deliver(db, oid, at(14, day=day), "delivered" if status == "DELIVERED" else "pending")
@@ -297,3 +297,73 @@ def test_recharges_list_of_one_status_is_read_newest_first_from_an_index(store):
     assert plan == ["SEARCH recharges USING INDEX recharges_status_newest (status=?)"]
     newest = sorted(every, key=lambda row: (row[1], row[0]), reverse=True)[:2]
     assert [r["local_id"] for r in rows] == [local_id for local_id, _ in newest]
+
+
+def test_orders_list_reads_the_newest_dated_orders_from_an_index_and_sorts_only_what_it_shows(store):
+    """`orders list` sorted every order of the store, each read whole with its vouchers counted, to show 100.
+    The dated orders now come newest first from `orders_placed_at` (it stops at the limit); the undated ones
+    (a webhook's, before the sync dates it) take one pass over the table, since an index of them would be a
+    write in every webhook's transaction. The answer is the one the old statement gave."""
+    config, _ = store
+    db = open_db(config.db_path)
+    try:
+        _deliver(db, 7001, at(10, day=NEW_DAY))  # a webhook's order: no placed_at, listed by when it arrived
+        every = db.execute("SELECT id, COALESCE(placed_at, created_at) FROM orders").fetchall()
+        assert any(row[0] == 7001 for row in every) and len(every) > 3
+    finally:
+        db.conn.close()
+    newest = [oid for oid, _ in sorted(every, key=lambda row: (row[1], row[0]), reverse=True)]
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        try:
+            shown = {limit: [row["id"] for row in orders.list_orders(db, limit=limit)] for limit in (1, 3, 100)}
+            delivered = [row["id"] for row in orders.list_orders(db, status="delivered", limit=2)]
+            counted = {row["id"]: row["vouchers_stored"] for row in orders.list_orders(db)}
+            stored = dict(db.execute("SELECT order_id, COUNT(*) FROM vouchers GROUP BY order_id").fetchall())
+            statuses = dict(db.execute("SELECT id, status FROM orders").fetchall())
+        finally:
+            db.conn.close()
+    assert shown == {1: newest[:1], 3: newest[:3], 100: newest[:100]} and shown[1] == [7001]
+    assert delivered == [oid for oid in newest if statuses[oid] == "DELIVERED"][:2]
+    assert counted == {oid: stored.get(oid, 0) for oid in newest}
+    [plan] = [p for s, p in recorded.plans.items() if "placed_at IS NOT NULL ORDER BY placed_at DESC" in s]
+    assert "SEARCH orders USING COVERING INDEX orders_placed_at (placed_at>?)" in plan, plan
+    assert plan.count("USE TEMP B-TREE FOR ORDER BY") == 1, plan  # the listed rows' order, not every order's
+
+
+def test_an_orders_reference_code_is_found_through_its_index_which_no_webhook_writes(store):
+    """m0014: `orders_reference` holds the orders whose reference_code is known, which no webhook sets (the
+    standard envelope carries one), so the receiver's transaction never writes it."""
+    config, _ = store
+    db = open_db(config.db_path)
+    try:
+        indexed = "SELECT COUNT(*) FROM orders INDEXED BY orders_reference WHERE reference_code IS NOT NULL"
+        before = db.execute(indexed).fetchone()[0]
+        body = json.dumps({"event_id": "evt-ref", "event_type": "order.delivered", "created_at": "2025-03-14T10:00:00Z",
+                           "data": {"id": 7002, "reference_code": "ORD-FROM-A-WEBHOOK", "status": "DELIVERED",
+                                    "quantity": 1, "amount": "500.00", "created_at": "2025-03-14T09:59:00Z"}}).encode()
+        from receiver.envelope import normalise
+
+        assert normalise(body, {}).event_id == "evt-ref"
+        inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=at(10, day=NEW_DAY))
+        _deliver(db, 7002, at(11, day=NEW_DAY))  # and an update of it
+        assert orders.get(db, 7002)["reference_code"] is None
+        assert db.execute(indexed).fetchone()[0] == before == 2 * len(DAYS)
+        with plans.recording() as recorded:
+            reader = open_db(config.db_path)
+            try:
+                found = orders.by_reference(reader, f"ORD-{DAYS[0]}-PENDING")
+                paid = list_transactions(reader, reference=f"ORD-{DAYS[-1]}-DELIVERED", limit=10)[0]
+                unknown = list_transactions(reader, reference="ORD-NOBODY", limit=10)[0]
+            finally:
+                reader.conn.close()
+    finally:
+        db.conn.close()
+    assert found is not None and found["status"] == "PENDING"
+    assert [(t["type"], t["amount_cents"]) for t in paid] == [("ORDER", -50000)] and unknown == []
+    [plan] = [p for s, p in recorded.plans.items() if "WHERE reference_code = ?" in s]
+    assert plan == ["SEARCH orders USING INDEX orders_reference (reference_code=?)"]
+    # `transactions list --reference`: the order's lookup in each branch (matching.linked_transactions).
+    [plan] = [p for s, p in recorded.plans.items() if "o.reference_code = :reference" in s]
+    assert plan.count("SEARCH o USING COVERING INDEX orders_reference (reference_code=?)") == 4, plan
+    assert not [line for line in plan if line.startswith("SCAN o")], plan

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -181,3 +183,21 @@ def test_recharges_list_shows_the_newest_100_unless_told_and_says_when_it_cut(db
     assert len(whole.stdout.splitlines()) == 103 and whole.stderr == ""
     none = CliRunner().invoke(cli, ["recharges", "list", "--status", "FAILED"], env=env)
     assert none.exit_code == 0 and "no recharges in status FAILED" in none.output
+
+
+def test_a_worker_on_a_database_that_does_not_exist_creates_it_and_says_so_once(config, tmp_path, caplog):
+    """A first start creates the database; a mistyped PARTNERKIT_DB does too, and the log line naming it is
+    what tells the two apart (the worker would report days from an empty store the receiver never writes)."""
+    fresh = tmp_path / "fresh" / "pk.db"
+    env = config_as_env(replace(config, db_path=fresh))
+    said = []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="partnerkit.worker"):
+            result = CliRunner().invoke(cli, ["worker", "--once", "--format", "json"], env=env)
+        assert {r["job"] for r in json.loads(result.stdout)} >= {"poll-recharges", "sync-recent"}, result.output
+        said.append([r.getMessage() for r in caplog.records if r.name == "partnerkit.worker"])
+    assert fresh.exists()
+    assert said == [[f"database {str(fresh)!r} does not exist: the worker creates it (a first start); if partnerkit "
+                     "already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker "
+                     "and the commands must all use the same one"], []]

@@ -81,3 +81,20 @@ def test_the_forks_obvious_edit_fails_at_import_naming_the_missing_entry(tmp_pat
     monkeypatch.setitem(sys.modules, "recharges_fork", module)  # dataclasses look their module up there
     with pytest.raises(RuntimeError, match=r"_provider_values sets 'circle' but _MERGE has no entry for it"):
         spec.loader.exec_module(module)
+
+
+def test_the_recharge_states_are_written_once():
+    """LEGACY_SUCCESS had a second definition in the client's records, and OPEN_INTENT was never used while four
+    statements and the CLI spelled ('INTENT', 'UNKNOWN') out by hand: a state added to one would be missed by the
+    others. The sandbox keeps its own copy on purpose (it imports no partnerkit) and is not looked at here."""
+    from partnerkit.client import _records
+
+    assert _records.LEGACY_SUCCESS is recharges.LEGACY_SUCCESS
+    assert _records.RECHARGE_FINAL == recharges.FINAL | recharges.LEGACY_SUCCESS
+    assert _provider.OPEN_INTENT_SQL == "status IN ('INTENT', 'UNKNOWN')"
+    root = Path(recharges.__file__).resolve().parents[3]
+    by_hand = [str(path.relative_to(root)) for path in sorted((root / "partnerkit").rglob("*.py"))
+               if "migrations" not in path.parts and "order_intents" not in path.name
+               and any(spelled in path.read_text() for spelled in ("('INTENT', 'UNKNOWN')", '("UNKNOWN", "INTENT")',
+                                                                   '("INTENT", "UNKNOWN")', "LEGACY_SUCCESS = "))]
+    assert by_hand == ["partnerkit/store/recharges/_provider.py"]

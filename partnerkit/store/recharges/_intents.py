@@ -14,7 +14,9 @@ from typing import Any
 from partnerkit.errors import StorageError
 from partnerkit.money import cents, to_decimal
 from partnerkit.store.db import Database, transaction
-from partnerkit.store.recharges._provider import PERFORMED_BY_REPLAY, _ROW, _write, normalise_status, provider_fields
+from partnerkit.store.recharges._provider import (
+    OPEN_INTENT_SQL, PERFORMED_BY_REPLAY, _ROW, _write, normalise_status, provider_fields,
+)
 from partnerkit.store.recharges._queries import _rows, get
 from partnerkit.timeutil import iso
 
@@ -57,13 +59,13 @@ def mark_unknown(db: Database, local_id: int, error: str, at: datetime) -> None:
     """The submit's outcome is ambiguous (timeout, 500): the row waits for locate."""
     with transaction(db) as conn:
         conn.execute("UPDATE recharges SET status = 'UNKNOWN', last_error = ?, row_updated_at = ? "
-                     "WHERE local_id = ? AND status IN ('INTENT', 'UNKNOWN')", (error, iso(at), local_id))
+                     f"WHERE local_id = ? AND {OPEN_INTENT_SQL}", (error, iso(at), local_id))
 
 
 def discard_refused(db: Database, local_id: int) -> None:
     """Remove an intent the provider definitely refused (4xx, 503): no recharge exists for it."""
     with transaction(db) as conn:
-        conn.execute("DELETE FROM recharges WHERE local_id = ? AND status IN ('INTENT', 'UNKNOWN')", (local_id,))
+        conn.execute(f"DELETE FROM recharges WHERE local_id = ? AND {OPEN_INTENT_SQL}", (local_id,))
 
 
 def note_error(db: Database, local_id: int, error: str, at: datetime) -> None:

@@ -21,9 +21,15 @@ from partnerkit.money import DecimalEncoder, cents, to_decimal
 from partnerkit.timeutil import iso, parse_ts
 
 FINAL = frozenset({"SUCCESS", "FAILED", "REVERSED"})
-# States and transitions: legacy stored values that the status filter SUCCESS also matches.
+# Recharge, "States and transitions": legacy stored values that mean SUCCESS (and that the status filter
+# SUCCESS also matches). The one definition: the client's records read it from here (the client builds on
+# the store; the store never imports the client). The sandbox keeps its own copy: it imports no partnerkit.
 LEGACY_SUCCESS = frozenset({"DELIVERED", "RECHARGED"})
+# A recharge with no answer known (recorded before its submit, or its answer lost): it may or may not exist
+# at the provider, and only a read settles it, never a second submit.
 OPEN_INTENT = ("INTENT", "UNKNOWN")
+# The same as a condition on `status`, for the statements that look for such rows (the values are ours).
+OPEN_INTENT_SQL = f"status IN ({', '.join(repr(s) for s in OPEN_INTENT)})"
 UNREADABLE = "recharge record unreadable:"  # the prefix of a quarantine reason kept in last_error
 # The prefix of the one note kept in last_error for good: a later replay of the row's Idempotency-Key
 # made the recharge (its first send never arrived). Provider reads clear last_error; not this.

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from partnerkit.money import cents
 from partnerkit.store.db import Database, transaction
+from partnerkit.store.recharges._provider import OPEN_INTENT_SQL
 from partnerkit.timeutil import iso
 
 
@@ -79,7 +80,7 @@ def count_status(db: Database, status: str) -> int:
 def open_intents(db: Database, *, mobile_number: str, amount: Decimal | None = None,
                  client_reference: str | None = None) -> list[dict]:
     """INTENT/UNKNOWN rows for a number (and amount / client_reference), newest first."""
-    sql = "SELECT * FROM recharges WHERE mobile_number = ? AND status IN ('INTENT', 'UNKNOWN')"
+    sql = f"SELECT * FROM recharges WHERE mobile_number = ? AND {OPEN_INTENT_SQL}"
     params: list[Any] = [mobile_number]
     if amount is not None:
         sql += " AND amount_cents = ?"

@@ -17,7 +17,8 @@ from partnerkit.errors import StorageError
 from partnerkit.store import quarantine
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.recharges._provider import (
-    FINAL, PERFORMED_BY_REPLAY, UNREADABLE, _ROW, _get, _insert, _write, normalise_status, provider_fields,
+    FINAL, OPEN_INTENT_SQL, PERFORMED_BY_REPLAY, UNREADABLE, _ROW, _get, _insert, _write, normalise_status,
+    provider_fields,
 )
 from partnerkit.store.recharges._queries import _rows
 from partnerkit.timeutil import iso
@@ -150,6 +151,6 @@ def _match_open_intent(conn: sqlite3.Connection, f: dict) -> dict | None:
         return None
     rows = _rows(conn.execute(
         f"SELECT {_ROW} FROM recharges WHERE client_reference = ? "
-        "AND mobile_number = ? AND provider_id IS NULL AND status IN ('INTENT', 'UNKNOWN')",
+        f"AND mobile_number = ? AND provider_id IS NULL AND {OPEN_INTENT_SQL}",
         (f["client_reference"], f["mobile_number"])))
     return rows[0] if len(rows) == 1 else None
