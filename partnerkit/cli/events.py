@@ -23,7 +23,7 @@ def events_group() -> None:
 @click.option("--state", type=click.Choice(["processed", "quarantined", "test"]), help="Only events in this state.")
 @click.option("--order-id", type=ID, help="Only events of this order.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
-              help="At most this many events, newest first (a table says so on stderr when there are more).")
+              help="At most this many events, newest first (a note on stderr says so when there are more, in every format).")
 @format_option
 @pass_app
 def list_command(app: AppContext, state: str | None, order_id: int | None, limit: int, fmt: str) -> None:

@@ -43,7 +43,7 @@ def orders_group() -> None:
 @orders_group.command("list")
 @click.option("--status", help="Only orders in this status (any case).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
-              help="At most this many orders, newest first (a table says so on stderr when there are more).")
+              help="At most this many orders, newest first (a note on stderr says so when there are more, in every format).")
 @format_option
 @pass_app
 def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> None:

@@ -106,10 +106,11 @@ def emit(rows: Iterable[dict], columns: Sequence[str], fmt_name: str, *, empty_m
 
 def emit_newest(rows: Sequence[dict], limit: int, noun: str, columns: Sequence[str], fmt_name: str, *,
                 empty_message: str | None = None) -> None:
-    """Print a listing read with `limit + 1` rows: the first `limit`, and in a table a note on stderr
-    when there were more (a table cut at its default limit would read as all there is)."""
+    """Print a listing read with `limit + 1` rows: the first `limit`, and a note on stderr when there
+    were more, in every format: a listing cut at its default limit would read as all there is, and a
+    script reading JSON or CSV from stdout never sees stderr mixed in (as `transactions list` does)."""
     emit(rows[:limit], columns, fmt_name, empty_message=empty_message)
-    if len(rows) > limit and fmt_name == "table":
+    if len(rows) > limit:
         click.echo(f"the newest {limit} {noun} are shown; --limit N shows more", err=True)
 
 

@@ -104,7 +104,7 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
               help="Only this status (INTENT: recorded, no answer yet; UNKNOWN: the answer was lost, see "
                    "`recharges locate`).")
 @click.option("--limit", type=click.IntRange(1, 10_000_000), default=100, show_default=True,
-              help="At most this many recharges, newest first (a table says so on stderr when there are more).")
+              help="At most this many recharges, newest first (a note on stderr says so when there are more, in every format).")
 @format_option
 @pass_app
 def list_command(app: AppContext, fmt: str, status: str | None, limit: int) -> None:

@@ -176,6 +176,7 @@ def test_recharges_list_shows_the_newest_100_unless_told_and_says_when_it_cut(db
     listed = CliRunner().invoke(cli, ["recharges", "list", "--format", "json"], env=env)
     rows = json.loads(listed.stdout)
     assert len(rows) == 100 and rows[0]["local_id"] == 102 and rows[-1]["local_id"] == 3
+    assert listed.stderr.strip() == "the newest 100 recharges are shown; --limit N shows more"  # a cut JSON says so
     table = CliRunner().invoke(cli, ["recharges", "list"], env=env)
     assert len(table.stdout.splitlines()) == 101  # header and 100 rows
     assert table.stderr.strip() == "the newest 100 recharges are shown; --limit N shows more"
