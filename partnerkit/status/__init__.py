@@ -10,13 +10,14 @@ also written by the worker: `note_worker_ran`) and `_attention` (the lines that 
 judged from the gathered fields). The CLI renders them (`partnerkit.cli.status`).
 """
 
-from partnerkit.status._attention import BLOCK_ATTENTION, REFUSAL_HINTS, UNSIGNED_FLOOR, UNSIGNED_REASONS, attention
+from partnerkit.status._attention import (BLOCK_ATTENTION, REFUSAL_HINTS, TAKEOVER_ATTENTION, UNSIGNED_FLOOR,
+                                          UNSIGNED_REASONS, attention)
 from partnerkit.status._facts import (ESCALATE_AFTER_S, INTENT_ABANDONED_AFTER, INTENT_STALE_FLOOR_S,
                                       PROVIDER_FAILING_AFTER, PROVIDER_FAILING_CALLS, REFUSALS_WINDOW, REPORT_GRACE,
                                       SHOWN_IDS, SUBMIT_BUDGET_WAIT_S, collect, gauges, intent_stale_after_s,
                                       lost_answers, overdue_report, processing_ages, provider_failing)
 from partnerkit.status._worker import (WORKER_LEASE, WORKER_RAN_EVERY, WORKER_RAN_KEY, last_worker_run,
-                                       lease_holder_alive, note_worker_ran, worker_running)
+                                       lease_holder_alive, note_worker_ran, taken_from_another_host, worker_running)
 
 __all__ = [
     "BLOCK_ATTENTION",
@@ -30,6 +31,7 @@ __all__ = [
     "REPORT_GRACE",
     "SHOWN_IDS",
     "SUBMIT_BUDGET_WAIT_S",
+    "TAKEOVER_ATTENTION",
     "UNSIGNED_FLOOR",
     "UNSIGNED_REASONS",
     "WORKER_LEASE",
@@ -46,5 +48,6 @@ __all__ = [
     "overdue_report",
     "processing_ages",
     "provider_failing",
+    "taken_from_another_host",
     "worker_running",
 ]

@@ -7,12 +7,20 @@ from datetime import timedelta
 from typing import Any
 
 from partnerkit import disk
+from partnerkit.processes import holder_host
 from partnerkit.store import reports
 from partnerkit.timeutil import iso, parse_ts
 
 # A 429's block of the shared budget that still has this long to run holds every job (voucher
 # fetches, polls, syncs, the report) past what a passing rate limit explains: a person should know.
 BLOCK_ATTENTION = timedelta(minutes=5)
+# A worker lease taken over from a holder on another host is named this long after the takeover. It is one
+# moment that nothing done afterwards undoes: long enough for the status timer (every 5 minutes) to fail a
+# dozen times and reach whoever its alert reaches, and for a move to a new host to be over; not so long that
+# one crash of an old host keeps the unit failed all day. Two hosts that go on sharing the file take the lease
+# from each other whenever one's renewals lapse, and each takeover starts the hour again; the field itself
+# (`worker_lease_previous_host`) stays while the worker that took the lease holds it.
+TAKEOVER_ATTENTION = timedelta(hours=1)
 # What to check when every delivery is refused, by the most frequent reason (receiver.signature, receiver.views).
 _SIGNED_WITH_ANOTHER_TOKEN = ("the deliveries are signed with a token this receiver does not accept, or a proxy "
                               "changes their bodies: `partnerkit webhooks list` gives the webhook's id, "
@@ -127,6 +135,20 @@ def _worker_line(status: dict[str, Any]) -> str:
     return line
 
 
+def _takeover_line(status: dict[str, Any]) -> str:
+    """The worker lease taken from a worker on another host: two hosts on one file, or a move under way."""
+    previous, taken_at = status["worker_lease_previous_host"], status["worker_lease_taken_over_at"]
+    holder = status["worker_lease_holder"]
+    host = holder_host(holder) if holder else None
+    return (f"the worker lease was taken over at {iso(taken_at)} ({_minutes(status['checked_at'] - taken_at)} min "
+            f"ago) by {holder} from a worker on another host, {previous}, whose lease had expired unreleased: two "
+            "hosts open this one database file (a shared filesystem such as NFS, whose locks SQLite cannot rely on: "
+            "the file can be corrupted; stop partnerkit on one of them for good), or the database moved to "
+            f"{host} while the worker on {previous} still ran or had crashed (stop and disable its units there: "
+            "README 'Move to a new host'); a container recreated after its worker was killed gets a new host name "
+            "too, and then nothing is wrong. This line clears an hour after the takeover")
+
+
 def _processing_lines(status: dict[str, Any]) -> list[str]:
     """PROCESSING past 30 minutes: escalate those read and still PROCESSING; not those the outage kept unread."""
     unread = status["recharges_past_30_min_unread"]
@@ -202,6 +224,9 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         else:
             lines.append(f"{silent}: start `partnerkit worker` (or check the cron line that runs "
                          "`partnerkit worker --once`)")
+    taken_at = status["worker_lease_taken_over_at"]
+    if taken_at is not None and status["checked_at"] - taken_at <= TAKEOVER_ATTENTION:
+        lines.append(_takeover_line(status))
     if status["report_overdue_date"]:
         last = (f"last complete report: {status['last_report_date']}" if status["last_report_date"]
                 else "no complete report yet")

@@ -14,7 +14,8 @@ from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
 from partnerkit.status._attention import attention
-from partnerkit.status._worker import WORKER_LEASE, last_worker_run, lease_holder_alive, worker_running
+from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
+                                       worker_running)
 from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, order_intents, provider_failures, recharges,
                               reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap
@@ -136,6 +137,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     elsewhere = key_budget.others() if key_budget else None
     open_drifts = drifts.count_open(db)  # counted, never read: a busy store holds millions
     lease = locks.current(db, WORKER_LEASE)
+    moved = taken_from_another_host(db, lease)
     lost = lost_answers(config, db, now)
     worker_ran = last_worker_run(db)
     turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
@@ -200,6 +202,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "worker_lease_expires_at": lease.expires_at if lease is not None else None,
         "worker_last_job_at": worker_ran,
         "worker_lease_holder_alive": lease_holder_alive(lease),
+        # The lease was taken over from a worker on another host, whose lease had expired: two hosts on one file?
+        "worker_lease_previous_host": moved[0] if moved else None,
+        "worker_lease_taken_over_at": moved[1] if moved else None,
         # PARTNERKIT_DB's filesystem: what it leaves free (for this user), the WAL's size, a read-only mount.
         "db_free_bytes": room.free_bytes,
         "db_wal_bytes": room.wal_bytes,

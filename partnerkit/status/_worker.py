@@ -3,13 +3,15 @@
 The worker (reconcile.scheduler) holds the lease WORKER_LEASE in the `locks` table and renews it every few
 seconds; a clean stop deletes it. Every job run is noted in `meta` (`note_worker_ran`, at most once a
 minute), so a worker stopped cleanly, or `worker --once` from a cron line that stopped, is seen too.
+A lease taken over from a holder on another host (`locks.taken_over`) is a sign of two hosts on one
+database file, or of a move to a new host under way (`taken_from_another_host`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from partnerkit.processes import holder_alive, holder_is_gone
+from partnerkit.processes import holder_alive, holder_is_gone, other_host
 from partnerkit.store import Database, locks, meta
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
@@ -54,3 +56,13 @@ def lease_holder_alive(lease: locks.Lease | None) -> bool | None:
     """Whether the worker lease's holder still runs (processes.holder_alive): True, False, or None when there
     is no lease or this process cannot see the holder's (another host or container)."""
     return None if lease is None else holder_alive(lease.holder, since=lease.acquired_at.timestamp())
+
+
+def taken_from_another_host(db: Database, lease: locks.Lease | None) -> tuple[str, datetime] | None:
+    """(the previous holder's host, when it was taken) when the current worker lease was taken over from a
+    holder on another host than its own; else None (no lease, taken free, or from a holder of the same host).
+
+    Only after that holder's lease expired: no host can see another's processes (`holder_is_gone`)."""
+    takeover = locks.taken_over(db, lease)
+    previous_host = other_host(takeover.previous, takeover.holder) if takeover is not None else None
+    return None if takeover is None or previous_host is None else (previous_host, takeover.at)
