@@ -3,10 +3,13 @@
 `alive(pid)`: whether a pid exists and is not a zombie; `holder_is_gone(holder)`: whether the
 process behind a worker-lease holder id of this host has died (the worker's takeover and
 `partnerkit status` both ask); `holder_alive(holder, since)`: whether it still runs, where this
-process can tell (`partnerkit status` tells a worker that cannot write the database from a dead one). `die_with_parent`: a child process that dies
-with its parent, however the parent dies (Linux's parent-death signal). `partnerkit run` starts the gunicorn master with it, and each gunicorn worker arms it against its
-master: without it, a SIGKILLed parent (the OOM killer, `kill -9`) leaves its children serving on
-and holding the port, so the restarted receiver cannot bind it.
+process can tell (`partnerkit status` tells a worker that cannot write the database from a dead one);
+`other_host(previous, holder)`: the host a lease was taken over from when it is not the taker's (the
+worker's takeover warning and `partnerkit status` both ask). `die_with_parent`: a child process that
+dies with its parent, however the parent dies (Linux's parent-death signal). `partnerkit run` starts
+the gunicorn master with it, and each gunicorn worker arms it against its master: without it, a
+SIGKILLed parent (the OOM killer, `kill -9`) leaves its children serving on and holding the port, so
+the restarted receiver cannot bind it.
 """
 
 from __future__ import annotations
@@ -84,6 +87,22 @@ def holder_is_gone(holder: str) -> bool:
     if not parts[1].isdigit() or int(parts[1]) == os.getpid():
         return False
     return not alive(int(parts[1]))
+
+
+def holder_host(holder: str) -> str | None:
+    """The host name a lease holder id begins with (`host:pid:pid-namespace:random`); None for an id without one."""
+    host, colon, _ = holder.partition(":")
+    return host if colon and host else None
+
+
+def other_host(previous: str, holder: str) -> str | None:
+    """The host of the lease holder `previous` when it is not `holder`'s host; None when both name the same
+    host, or either names none.
+
+    Host names as each holder's `socket.gethostname()` gave them: a container has its own (unless it shares
+    the host's network), and a recreated container a new one."""
+    before, now = holder_host(previous), holder_host(holder)
+    return before if before is not None and now is not None and before != now else None
 
 
 def _started_at(pid: int) -> float | None:

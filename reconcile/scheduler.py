@@ -6,8 +6,9 @@ for it (or exits, with --once or --no-wait) with a message naming the holder. A 
 renewing and its lease expires after LEASE_TTL_S; a worker restarted on the same host (same pid
 namespace) sees that the holder's process is gone and takes the lease over at once. A worker that
 takes the lease hands back the voucher fetch jobs its predecessor had claimed (a SIGKILL mid-fetch
-leaves them leased for minutes otherwise). The worker refuses to start inside a gunicorn process:
-forked web workers would each run every job.
+leaves them leased for minutes otherwise); one that takes it from a holder on another host (its lease
+expired) logs a WARNING naming both hosts: two hosts on one database file, or a move under way. The
+worker refuses to start inside a gunicorn process: forked web workers would each run every job.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from partnerkit.config import Config
 from partnerkit.errors import PartnerKitError, StorageError
 from partnerkit.processes import _pid_namespace, holder_is_gone  # noqa: F401 - both part of this module's API
+from partnerkit.processes import holder_host, other_host
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.timeutil import iso, utcnow
@@ -92,8 +94,24 @@ class WorkerLease:
         if lease.acquired:
             self._renewed = time.monotonic()
         if lease.acquired and lease.previous is not None:
+            self._warn_other_host(lease.previous)
             self._recover_jobs(lease.previous)
         return lease
+
+    def _warn_other_host(self, previous: str) -> None:
+        """One WARNING when the lease was taken over from a worker on another host (its lease expired: this host
+        cannot see that process): two hosts on one database file, or a move to a new host under way."""
+        previous_host = other_host(previous, self.holder)
+        if previous_host is None:
+            return
+        host = holder_host(self.holder)
+        log.warning("worker lease taken over from %s on host %s, whose lease expired unreleased, by %s on host %s: "
+                    "two hosts open this one database file (a shared filesystem such as NFS, whose locks SQLite "
+                    "cannot rely on: stop partnerkit on one of them for good), or the database moved to %s while "
+                    "the worker on %s still ran or had crashed (stop and disable its units there: README 'Move to a "
+                    "new host'); `partnerkit status` names it for an hour", previous, previous_host, self.holder,
+                    host, host, previous_host, extra={"holder": self.holder, "host": host,
+                                                      "previous_holder": previous, "previous_host": previous_host})
 
     def _recover_jobs(self, previous: str) -> None:
         """After taking over from another holder, hand back the job leases it left behind."""

@@ -5,6 +5,11 @@ keeps it with `renew` well before `expires_at`, and gives it back with `release`
 crashes simply stops renewing; after the TTL anyone may take the lease over (or at once, with
 `take_over_from`, when the caller knows that holder's process is gone).
 
+A takeover is recorded in the same transaction, in `meta` (`lock.<name>.taken_over`: who took it, from
+whom, when, and when the previous holder's lease ran out), and read back by `taken_over` while the
+holder that took it still holds it: `partnerkit status` names a worker lease taken from a worker on
+another host. A lease taken free (released, or never held) drops the record.
+
 The voucher fetch jobs carry leases of their own (`jobs.lease_owner`, `lease_expires_at`), taken
 only by the worker that holds the "worker" lease. `release_job_leases` hands back the ones a
 previous worker left behind, so a worker killed mid-fetch does not hold its jobs until they expire.
@@ -12,9 +17,11 @@ previous worker left behind, so a worker killed mid-fetch does not hold its jobs
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
@@ -31,6 +38,21 @@ class Lease:
     previous: str | None = None  # on acquisition: the other holder it was taken over from, if any
 
 
+@dataclass(frozen=True)
+class Takeover:
+    """A lease its holder took over from another one (that holder's lease expired, or its process was gone)."""
+
+    name: str
+    holder: str  # who took it (and holds it still)
+    previous: str  # who held it before
+    previous_expires_at: datetime  # when the previous holder's lease ran out (later: taken at once, its process gone)
+    at: datetime  # when it was taken
+
+
+def _takeover_key(name: str) -> str:
+    return f"lock.{name}.taken_over"
+
+
 def acquire(db: Database, name: str, holder: str, ttl_s: float, *, now: datetime | None = None,
             take_over_from: str | None = None) -> Lease:
     """Take the lease if it is free, expired, already ours or held by `take_over_from`; else report the holder."""
@@ -45,8 +67,29 @@ def acquire(db: Database, name: str, holder: str, ttl_s: float, *, now: datetime
                      "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
                      "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
                      (name, holder, iso(acquired_at), iso(expires)))
+        if row is None:
+            meta.delete(conn, _takeover_key(name))  # taken free: an earlier takeover is history
+        elif row[0] != holder:
+            meta.put(conn, _takeover_key(name), json.dumps({"holder": holder, "previous": row[0],
+                                                            "previous_expires_at": row[2], "at": iso(now)}), now=now)
     previous = row[0] if row is not None and row[0] != holder else None
     return Lease(name, holder, acquired_at, expires, acquired=True, previous=previous)  # type: ignore[arg-type]
+
+
+def taken_over(db: Database, lease: Lease | None) -> Takeover | None:
+    """How `lease` (as `current` read it) was taken over by its holder from another one; None for no lease, a
+    lease taken free, or a record of an earlier holder (or one this release cannot read)."""
+    raw = meta.get(db, _takeover_key(lease.name)) if lease is not None else None
+    if lease is None or raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+        if record.get("holder") != lease.holder:
+            return None
+        return Takeover(lease.name, record["holder"], record["previous"], parse_ts(record["previous_expires_at"]),
+                        parse_ts(record["at"]))  # type: ignore[arg-type]
+    except (ValueError, TypeError, KeyError, AttributeError):  # not a record this release wrote
+        return None
 
 
 def renew(db: Database, name: str, holder: str, ttl_s: float, *, now: datetime | None = None) -> bool:

@@ -1,55 +1,26 @@
-"""`partnerkit status`: what an operator needs at a glance, assembled from the store.
-
-Every figure comes from the shared database, so the command works beside a running receiver and
-worker without talking to either (or to the provider: it spends no API budget).
-"""
+"""The attention lines of `partnerkit status`: what needs a person now, in plain words, judged from the
+facts `collect` gathered (a dict of the status fields), so each rule is a function of its inputs."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 from partnerkit import disk
-from partnerkit.config import Config
-from partnerkit.crypto import unreadable_tokens
-from partnerkit.money import from_cents
-from partnerkit.processes import holder_alive, holder_is_gone
-from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, provider_failures,
-                              recharges, reports, webhook_refusals)
-from partnerkit.store.budget import Budget, poller_cap
-from partnerkit.store.db import transaction
-from partnerkit.store.jobs import stamp
-from partnerkit.timeutil import iso, parse_ts, utcnow
+from partnerkit.processes import holder_host
+from partnerkit.store import reports
+from partnerkit.timeutil import iso, parse_ts
 
-ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
-WORKER_LEASE = "worker"  # reconcile.scheduler.LEASE_NAME (partnerkit does not import reconcile)
-# The nightly job checks hourly whether a report is due (sooner after a failed run), and a busy day's sync
-# takes a while: a report not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
-REPORT_GRACE = timedelta(hours=2)
-# An order intent still INTENT this long after its send began was left by a process that died while
-# sending (a send lasts at most a few client timeouts): its outcome is as unknown as an UNKNOWN one's.
-INTENT_ABANDONED_AFTER = timedelta(minutes=15)
-# When a worker last ran a job, long-running or `worker --once` from cron alike (the lease alone cannot
-# say: a clean stop deletes it). Written at most once a minute; `status` names a worker silent for longer
-# than PARTNERKIT_WORKER_STALE_S.
-WORKER_RAN_KEY = "worker.last_job_at"
-WORKER_RAN_EVERY = timedelta(minutes=1)
-# A submit keeps its recharge INTENT while it waits for the budget (the client waits up to a minute) and
-# for the provider's answer; one INTENT much older than that was killed mid-send (its answer is lost).
-SUBMIT_BUDGET_WAIT_S = 60
-INTENT_STALE_FLOOR_S = 120
-SHOWN_IDS = 10  # local ids named in an attention line
 # A 429's block of the shared budget that still has this long to run holds every job (voucher
 # fetches, polls, syncs, the report) past what a passing rate limit explains: a person should know.
 BLOCK_ATTENTION = timedelta(minutes=5)
-# The provider failing every call (partnerkit.store.provider_failures) is named once it has failed at least
-# PROVIDER_FAILING_CALLS calls over PROVIDER_FAILING_AFTER with no answer between: one failed call, or a blip
-# the retries ride out (a deploy at the provider, a dropped connection), pages nobody. Five minutes is the
-# status timer's interval, and the poller alone still tries about once a minute while it backs off.
-PROVIDER_FAILING_AFTER = timedelta(minutes=5)
-PROVIDER_FAILING_CALLS = 3
-# Refused webhook deliveries are counted by the minute (receiver.refusals); `status` reads this far back.
-REFUSALS_WINDOW = timedelta(hours=1)
+# A worker lease taken over from a holder on another host is named this long after the takeover. It is one
+# moment that nothing done afterwards undoes: long enough for the status timer (every 5 minutes) to fail a
+# dozen times and reach whoever its alert reaches, and for a move to a new host to be over; not so long that
+# one crash of an old host keeps the unit failed all day. Two hosts that go on sharing the file take the lease
+# from each other whenever one's renewals lapse, and each takeover starts the hour again; the field itself
+# (`worker_lease_previous_host`) stays while the worker that took the lease holds it.
+TAKEOVER_ATTENTION = timedelta(hours=1)
 # What to check when every delivery is refused, by the most frequent reason (receiver.signature, receiver.views).
 _SIGNED_WITH_ANOTHER_TOKEN = ("the deliveries are signed with a token this receiver does not accept, or a proxy "
                               "changes their bodies: `partnerkit webhooks list` gives the webhook's id, "
@@ -78,208 +49,6 @@ REFUSAL_HINTS = {
 UNSIGNED_REASONS = frozenset({"missing_timestamp", "missing_signature", "malformed_timestamp", "malformed_signature",
                               "header_not_utf8", "body_too_large"})
 UNSIGNED_FLOOR = 5
-
-
-def overdue_report(last_report: str | None, now: datetime, due_hour: int, first_day: str | None = None) -> str | None:
-    """The latest day whose nightly report should exist by now (REPORT_GRACE after its due hour) when the
-    last complete report is older, or, before the first report, when the store's first day (its first
-    synced day: `reports.store_first_day`) is not later: the nightly run reports from that day on, so a new
-    install whose first night failed is late too. None when nothing is late, or on a store with no day yet."""
-    then = now - REPORT_GRACE
-    latest = (then.date() - timedelta(days=1 if then.hour >= due_hour else 2)).isoformat()
-    if last_report is None:
-        return latest if first_day is not None and first_day <= latest else None
-    return latest if last_report < latest else None
-
-
-def _moment(epoch: float | None) -> datetime | None:
-    """A unix time from the store (the budget keeps its own as floats) as an aware UTC datetime."""
-    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
-
-
-def _age_s(moment: str | None, now: datetime) -> int | None:
-    parsed = parse_ts(moment) if moment else None
-    return None if parsed is None else max(0, int((now - parsed).total_seconds()))
-
-
-def processing_ages(db: Database, now: datetime, unread_since: datetime | None = None) -> tuple[int, list[int], int]:
-    """How many recharges are PROCESSING, the seconds since each was sent (or created at the provider, for
-    one partnerkit did not send), oldest first, and how many of those over 30 minutes old the poller has not
-    read since `unread_since` (when the provider began failing every call; None: none counted)."""
-    processing = recharges.list_rows(db, status="PROCESSING")
-    aged = [(age, r) for r in processing
-            if (age := _age_s(r.get("submitted_at") or r.get("provider_created_at"), now)) is not None]
-    unread = 0 if unread_since is None else sum(
-        1 for age, r in aged if age > ESCALATE_AFTER_S
-        and ((last := parse_ts(r.get("last_polled_at"))) is None or last < unread_since))
-    return len(processing), sorted((age for age, _ in aged), reverse=True), unread
-
-
-def provider_failing(db: Database, now: datetime) -> provider_failures.Failing | None:
-    """The provider's failures, once they call for a person: PROVIDER_FAILING_CALLS or more failed calls, the
-    first PROVIDER_FAILING_AFTER ago or more, none answered since; else None."""
-    failing = provider_failures.standing(db)
-    if failing is None or failing.calls < PROVIDER_FAILING_CALLS or now - failing.since < PROVIDER_FAILING_AFTER:
-        return None
-    return failing
-
-
-def note_worker_ran(db: Database, now: datetime | None = None) -> None:
-    """Record that a worker ran a job now (a write at most once per WORKER_RAN_EVERY)."""
-    now = now or utcnow()
-    seen = last_worker_run(db)
-    if seen is not None and timedelta(0) <= now - seen < WORKER_RAN_EVERY:
-        return
-    with transaction(db) as conn:
-        meta.put(conn, WORKER_RAN_KEY, stamp(now), now=now)
-
-
-def last_worker_run(db: Database) -> datetime | None:
-    """When a worker last ran a job on this database; None before the first (or an unreadable record)."""
-    try:
-        return parse_ts(meta.get(db, WORKER_RAN_KEY))
-    except ValueError:
-        return None
-
-
-def intent_stale_after_s(config: Config) -> float:
-    """How long a submit may keep its recharge INTENT: the budget wait and twice the request timeout."""
-    return max(INTENT_STALE_FLOOR_S, SUBMIT_BUDGET_WAIT_S + 2 * config.http_timeout_s)
-
-
-def lost_answers(config: Config, db: Database, now: datetime) -> list[int]:
-    """Local ids of recharges whose submit's answer was lost: UNKNOWN, and INTENT past
-    `intent_stale_after_s` (a submit killed mid-send, which never got to mark it UNKNOWN); oldest first."""
-    cutoff = now - timedelta(seconds=intent_stale_after_s(config))
-    stale = [r for r in recharges.list_rows(db, status="INTENT")
-             if (parse_ts(r["submitted_at"]) or now) <= cutoff]
-    return sorted(r["local_id"] for r in stale + recharges.list_rows(db, status="UNKNOWN"))
-
-
-def worker_running(lease: locks.Lease | None, now: datetime) -> bool:
-    """Whether the worker lease is held by a live worker.
-
-    The worker renews its lease every few seconds: a lease past its expiry, or held by a process of
-    this host that is gone (kill -9), was left by a worker that died (a clean stop deletes it); no
-    lease at all means no worker has run since."""
-    return lease is not None and lease.expires_at > now and not holder_is_gone(lease.holder)
-
-
-def lease_holder_alive(lease: locks.Lease | None) -> bool | None:
-    """Whether the worker lease's holder still runs (processes.holder_alive): True, False, or None when there
-    is no lease or this process cannot see the holder's (another host or container)."""
-    return None if lease is None else holder_alive(lease.holder, since=lease.acquired_at.timestamp())
-
-
-def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
-    """What `attention` warns of, as numbers for a scrape (the receiver's /metrics): only cheap reads
-    (index ranges, the small reports table), never the drift table, which grows with every day."""
-    now = now or utcnow()
-    failing = provider_failing(db, now)
-    processing, ages, unread = processing_ages(db, now, failing.since if failing else None)
-    overdue = overdue_report(reports.last_complete_report_date(db), now, config.due_hour_utc,
-                             reports.store_first_day(db))
-    return {
-        "worker_up": int(worker_running(locks.current(db, WORKER_LEASE), now)),
-        "recharges_processing": processing,
-        # To escalate: not those the provider's failures kept the poller from reading (`status` says so).
-        "recharges_processing_over_30m": sum(1 for a in ages if a > ESCALATE_AFTER_S) - unread,
-        "recharges_unknown": len(lost_answers(config, db, now)),
-        "report_overdue": int(overdue is not None),
-        "provider_refusing": int(bool(config.api_key) and Budget.from_config(config, db).refusal() is not None),
-        "provider_failing": int(failing is not None),
-        "db_disk_low": int(disk.room(config.db_path).low),
-    }
-
-
-def collect(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, Any]:
-    """The operator's view: webhooks, voucher jobs, PROCESSING recharges, budget, report, drifts."""
-    now = now or utcnow()
-    latest = inbox.listing(db, limit=1)
-    states = inbox.counts(db)
-    job_states = jobs.counts_by_state(db)
-    failing = provider_failing(db, now)
-    processing, ages, unread = processing_ages(db, now, failing.since if failing else None)
-    room = disk.room(config.db_path)
-    key_budget = Budget.from_config(config, db) if config.api_key else None
-    budget = key_budget.usage() if key_budget else {}
-    refused = key_budget.refusal() if key_budget else None
-    elsewhere = key_budget.others() if key_budget else None
-    open_drifts = drifts.count_open(db)  # counted, never read: a busy store holds millions
-    lease = locks.current(db, WORKER_LEASE)
-    lost = lost_answers(config, db, now)
-    worker_ran = last_worker_run(db)
-    turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
-    status: dict[str, Any] = {
-        "checked_at": now,
-        "last_webhook_at": latest[0]["received_at"] if latest else None,
-        "last_webhook_age_s": _age_s(latest[0]["received_at"], now) if latest else None,
-        # Deliveries the receiver refused before storing anything, by reason (most first), and the first
-        # and last of them, over the last hour by the minute; the receiver saves them every few seconds.
-        "webhooks_refused_last_hour": turned_away.by_reason,
-        "webhooks_refused_first_at": parse_ts(turned_away.first_at),
-        "webhooks_refused_last_at": parse_ts(turned_away.last_at),
-        "events_stored": sum(v for k, v in states.items() if k != "duplicates"),
-        "events_quarantined": states.get("quarantined", 0),
-        "duplicates_absorbed": states.get("duplicates", 0),
-        # The saved webhook tokens, opened with the voucher key as this user reads it (the receiver's view).
-        "webhook_tokens_unreadable": unreadable_tokens(config, db),
-        "voucher_fetch_backlog": job_states.get("pending", 0),
-        "voucher_fetch_parked": job_states.get("dead", 0),
-        "recharges_processing": processing,
-        "oldest_processing_age_s": ages[0] if ages else None,
-        "recharges_past_30_min": sum(1 for a in ages if a > ESCALATE_AFTER_S),
-        # Of those, the ones the poller has not read since the provider began failing every call: unknown yet.
-        "recharges_past_30_min_unread": unread,
-        "recharges_unknown": len(lost),
-        "recharges_unknown_local_ids": lost[:SHOWN_IDS],
-        # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
-        "order_intents_unknown": [f"#{i['id']} key {i['idempotency_key']} ref {i['ref']} (product {i['product_id']}, "
-                                  f"{i['quantity']} x {from_cents(i['denomination_cents'])}, {i['state']} since "
-                                  f"{i['updated_at']})"
-                                  for i in order_intents.unresolved(db, open_before=now - INTENT_ABANDONED_AFTER)],
-        "budget_used_this_hour": budget.get("general", {}).get("used"),
-        "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
-        # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).
-        "budget_used_by_purpose": budget.get("general", {}).get("by_purpose", {}),
-        # What the recharge poller may take of the hour for itself (PARTNERKIT_POLLER_BUDGET_SHARE).
-        "poller_requests_per_hour": poller_cap(config.hourly_budget, config.poller_budget_share),
-        # After a 429 (at most an hour: the budget caps a wait at one window of its class), as UTC.
-        "budget_blocked_until": _moment(budget.get("general", {}).get("blocked_until")),
-        # Requests the provider counted against the key beyond this database's own (Budget.others): another user.
-        "requests_elsewhere_this_hour": elsewhere["gap"] if elsewhere else None,
-        # The provider's last 401 to this API key, until a call with it is accepted again.
-        "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
-                             f"at {iso(_moment(refused['at']))}: {refused['message']}"
-                             if refused else None),
-        # Every call since then failed, past PROVIDER_FAILING_CALLS calls and PROVIDER_FAILING_AFTER, by any process.
-        "provider_failing_since": failing.since if failing else None,
-        "provider_failing": (f"{failing.calls} calls ({failing.kinds_text()}), the last {failing.last_call} at "
-                             f"{iso(failing.last_at)}" if failing else None),
-        "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
-        "report_overdue_date": None,
-        # Nights older than the nightly run's catch-up that have no report: only `reconcile --date` reports them.
-        "nights_never_reported": reports.night_ranges(
-            reports.unreported_nights(db, reports.latest_due_night(now, config.due_hour_utc))[1]),
-        # A sync the budget or the provider stopped, reading on from its page at its next run.
-        "syncs_reading_on": [f"{w['entity']} {w['from_day']}..{w['to_day']} from page {w['next_page']} (begun "
-                             f"{w['started_at']})" for w in ledger.walk_positions(db)],
-        "open_drifts": open_drifts["pending"],
-        "escalated_drifts": open_drifts["escalated"],
-        "worker_running": worker_running(lease, now),
-        "worker_lease_holder": lease.holder if lease is not None else None,
-        "worker_lease_expires_at": lease.expires_at if lease is not None else None,
-        "worker_last_job_at": worker_ran,
-        "worker_lease_holder_alive": lease_holder_alive(lease),
-        # PARTNERKIT_DB's filesystem: what it leaves free (for this user), the WAL's size, a read-only mount.
-        "db_free_bytes": room.free_bytes,
-        "db_wal_bytes": room.wal_bytes,
-        "db_read_only": room.read_only,
-    }
-    status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc,
-                                                   reports.store_first_day(db))
-    status["attention"] = attention(status, worker_stale_s=config.worker_stale_s)
-    return status
 
 
 def _silent_for(status: dict[str, Any], worker_stale_s: int) -> int | None:
@@ -366,6 +135,20 @@ def _worker_line(status: dict[str, Any]) -> str:
     return line
 
 
+def _takeover_line(status: dict[str, Any]) -> str:
+    """The worker lease taken from a worker on another host: two hosts on one file, or a move under way."""
+    previous, taken_at = status["worker_lease_previous_host"], status["worker_lease_taken_over_at"]
+    holder = status["worker_lease_holder"]
+    host = holder_host(holder) if holder else None
+    return (f"the worker lease was taken over at {iso(taken_at)} ({_minutes(status['checked_at'] - taken_at)} min "
+            f"ago) by {holder} from a worker on another host, {previous}, whose lease had expired unreleased: two "
+            "hosts open this one database file (a shared filesystem such as NFS, whose locks SQLite cannot rely on: "
+            "the file can be corrupted; stop partnerkit on one of them for good), or the database moved to "
+            f"{host} while the worker on {previous} still ran or had crashed (stop and disable its units there: "
+            "README 'Move to a new host'); a container recreated after its worker was killed gets a new host name "
+            "too, and then nothing is wrong. This line clears an hour after the takeover")
+
+
 def _processing_lines(status: dict[str, Any]) -> list[str]:
     """PROCESSING past 30 minutes: escalate those read and still PROCESSING; not those the outage kept unread."""
     unread = status["recharges_past_30_min_unread"]
@@ -441,6 +224,9 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         else:
             lines.append(f"{silent}: start `partnerkit worker` (or check the cron line that runs "
                          "`partnerkit worker --once`)")
+    taken_at = status["worker_lease_taken_over_at"]
+    if taken_at is not None and status["checked_at"] - taken_at <= TAKEOVER_ATTENTION:
+        lines.append(_takeover_line(status))
     if status["report_overdue_date"]:
         last = (f"last complete report: {status['last_report_date']}" if status["last_report_date"]
                 else "no complete report yet")
