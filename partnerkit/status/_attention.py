@@ -60,8 +60,8 @@ def _silent_for(status: dict[str, Any], worker_stale_s: int) -> int | None:
 
 
 def _every_delivery_refused(status: dict[str, Any]) -> bool:
-    """Deliveries were refused in the last hour and none was accepted (stored, whatever its outcome)
-    since the first of them: arriving, and all turned away.
+    """Deliveries were refused in the last hour and none was accepted (stored, whatever its outcome, or a
+    duplicate of a stored one) since the first of them: arriving, and all turned away.
 
     A public endpoint is probed by scanners whose requests carry no signature headers, or broken ones.
     Those alone are the provider's only when there are several: it sends each delivery up to 5 times
@@ -75,8 +75,8 @@ def _every_delivery_refused(status: dict[str, Any]) -> bool:
     unsigned = sum(count for reason, count in refused.items() if reason in UNSIGNED_REASONS)
     if unsigned == sum(refused.values()) and unsigned < UNSIGNED_FLOOR:
         return False
-    accepted = parse_ts(status["last_webhook_at"]) if status["last_webhook_at"] else None
-    return accepted is None or accepted < first
+    answered = [parse_ts(status[key]) for key in ("last_webhook_at", "last_duplicate_at") if status[key]]
+    return not answered or max(answered) < first
 
 
 def _minutes(span: timedelta) -> int:

@@ -16,8 +16,8 @@ from partnerkit.money import from_cents
 from partnerkit.status._attention import attention
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
-from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, order_intents, provider_failures, recharges,
-                              reports, webhook_refusals)
+from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, provider_failures,
+                              recharges, reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
@@ -145,6 +145,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "checked_at": now,
         "last_webhook_at": latest[0]["received_at"] if latest else None,
         "last_webhook_age_s": _age_s(latest[0]["received_at"], now) if latest else None,
+        # A delivery of an event already stored, answered 2xx: the provider got through all the same.
+        "last_duplicate_at": meta.get(db, inbox.LAST_DUPLICATE),
         # Deliveries the receiver refused before storing anything, by reason (most first), and the first
         # and last of them, over the last hour by the minute; the receiver saves them every few seconds.
         "webhooks_refused_last_hour": turned_away.by_reason,

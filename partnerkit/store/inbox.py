@@ -19,13 +19,14 @@ from sqlite_utils import Database
 
 from partnerkit.errors import StorageError
 from partnerkit.money import cents
-from partnerkit.store import jobs, orders
+from partnerkit.store import jobs, meta, orders
 from partnerkit.store.db import holding, transaction
 from partnerkit.store.jobs import stamp
 
 SEALED_PREFIX = b"v1"  # partnerkit.crypto.VERSION, which the store cannot import (crypto imports the store)
 RETENTION = timedelta(days=30)  # dedup keys live at least this long (a manual retry comes late)
 PRUNE_BATCH = 2000  # inbox rows deleted per transaction (a few milliseconds of the write lock)
+LAST_DUPLICATE = "inbox.last_duplicate_at"  # meta key: when a delivery of a stored event last came again
 ACCEPTED, DUPLICATE, IGNORED = "accepted", "duplicate", "ignored"
 
 
@@ -90,6 +91,9 @@ def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: 
         if cursor.rowcount == 0:
             conn.execute("UPDATE inbox SET duplicate_count = duplicate_count + 1, last_seen_at = ? WHERE dedup_key = ?",
                          (at, event.event_id))
+            # A duplicate answered 2xx is a delivery that got through (status's refused-deliveries line
+            # clears on it). One meta row, written by duplicates only: `last_seen_at` has no index to find it.
+            meta.put(conn, LAST_DUPLICATE, at, now=now)
             return Recorded(DUPLICATE)
         if event.quarantine:
             return Recorded(IGNORED)

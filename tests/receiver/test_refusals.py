@@ -119,6 +119,25 @@ def test_the_line_stands_only_while_none_was_accepted_since_the_first_refusal(ap
     assert bool(status["attention"]) is attention, status["attention"]
 
 
+def test_a_duplicate_answered_after_the_refusals_clears_the_line_too(app, client, db, config):
+    """An event stored before the refusals, delivered again once the token is fixed (the provider's retry
+    of an event it never got a 2xx for, or a manual retry): the provider got through, so the line clears,
+    though no new inbox row was written."""
+    rx = app.extensions["partnerkit_receiver"]
+    with freeze_time(T - timedelta(minutes=5)):
+        assert post(client, _processing("evt_first")).get_json() == {"status": "accepted"}
+    with freeze_time(T):
+        assert _forged(client).status_code == 401
+    rx.close()
+    with freeze_time(T + timedelta(minutes=1)):
+        assert collect(config, db)["attention"], "refused since the last delivery stored"
+        assert post(client, _processing("evt_first")).get_json() == {"status": "duplicate"}
+        status = collect(config, db)
+    assert status["attention"] == [], status["attention"]
+    assert status["last_duplicate_at"] == "2026-11-22T10:01:05.000000Z"
+    assert status["last_webhook_at"] == "2026-11-22T09:55:05.000000Z", "the newest stored delivery stays the first"
+
+
 @pytest.mark.parametrize("unsigned, forged, attention", [
     (4, 0, False),  # a scanner's few requests without signature headers: not the provider
     (5, 0, True),  # as many as the provider's attempts at one delivery: a proxy dropping its headers
