@@ -261,14 +261,21 @@ def due_dates(db: Any, now: datetime, due_hour: int) -> list[date]:
 
 
 def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones)."""
+    """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones).
+
+    The sync reads from the first due night through today, in one pass: a night's recharges are matched
+    with their transactions on any day, and money does not stop at midnight. A recharge PROCESSING at
+    23:59 that fails at 00:50 is credited back on the next day, and a debit stamped at 23:59:59.9 may pay
+    for a recharge created at 00:00:00.1. Read up to its last night only, a run after downtime (or one
+    that came before the 15-minute sync had read the credit) reported a `missing_refund` or an
+    `orphan_transaction` that the next night resolved. On time, today is its first hour or so."""
     now = (now or utcnow()).replace(microsecond=0)
     days = due_dates(db, now, config.due_hour_utc)
     if not days:
         return []
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
     with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
-        synced = sync_range(config, db, client, days[0], days[-1], now=now)  # one pass, nights between included
+        synced = sync_range(config, db, client, days[0], max(days[-1], now.date()), now=now)
     reports = [report_day(config, db, d, now=now, synced=synced) for d in days]
     # Earlier days matched again: those with drifts still open (a late refund resolves one), and those
     # whose recharges or orders got a transaction on the nights just reported (a refund of a SUCCESS

@@ -77,6 +77,38 @@ def test_a_report_holds_the_balance_its_own_sync_read_after_the_report_time(worl
     assert (wallet["provider_balance_at"], wallet["provider_difference"]) == ("2025-03-11T01:05:10Z", "0.00")
 
 
+def test_a_catch_up_night_reads_the_refund_made_after_midnight(world):
+    """A recharge submitted at 23:59:59.9 stays PROCESSING past midnight and FAILS at 00:49:59.9, credited
+    back then (dated the next day). The worker was down over the midnight: the catch-up night read only
+    the night's own transactions, and its report called the refunded recharge a missing_refund."""
+    client = world.client()
+    to(world, at(DAY, 23, 59, 59, 900))
+    failing = submit(world.config, world.db, client, mobile_number="9800000006", operator_id=1, amount=50).recharge
+    assert failing.status == "PROCESSING"
+    to(world, at(NEXT, 1, 5))  # the worker comes back: the credit back was made at 00:49:59.9
+    [report] = nightly(world.config, world.db, client)
+    assert report["date"] == DAY.isoformat()
+    assert report["counts_by_status"]["recharges"] == {"FAILED": 1}
+    assert report["drifts"] == []  # was a missing_refund: FAILED recharge not credited back in full
+    assert report["summary"]["spend_as_documented"] == {}
+
+
+def test_a_debit_dated_before_midnight_for_a_recharge_created_after_it_is_no_orphan(world):
+    """The provider's ledger may stamp a debit a moment before the recharge record it pays for: at
+    23:59:59.95 on DAY for a recharge created at 00:00:00.1 on NEXT (here one partnerkit did not submit,
+    so only a sync brings it). DAY's report must link it, on a catch-up night too."""
+    client = world.client()
+    to(world, at(NEXT, 0, 0, 0, 100))
+    made = client.submit_recharge(mobile_number="9800000001", operator_id=1, amount=100).recharge
+    [debit] = [t for t in client.iter_transactions(from_date=NEXT, to_date=NEXT) if t.get("recharge_id") == made.id]
+    world.control("PATCH", f"/transactions/{debit['id']}", {"created_at": "2025-03-10T23:59:59.950Z"})
+    to(world, at(NEXT, 1, 5))
+    [report] = nightly(world.config, world.db, client)
+    assert report["summary"]["transactions_total"] == 3  # two opening top-ups and the debit
+    assert report["drifts"] == []  # was an orphan_transaction until the next night
+    assert report["spend_by_hour"]["INR"][23] == debit["amount"]
+
+
 def test_a_late_refund_resolves_the_first_nights_missing_refund_naming_the_credit(world):
     """FAILED at 22:30 without its credit back: DAY's first night finds a missing_refund. The provider
     credits it two days later, and the night that reads the credit resolves the drift, naming it."""
