@@ -64,7 +64,8 @@ class Rule:
                 f" currency, {self.detail} FROM m_rdrift WHERE {self.when}")
 
 
-# Columns of m_rdrift: local_id, provider_id, origin, status, payable_cents, currency, ref, created_at,
+# Columns of m_rdrift: local_id, provider_id, origin, status, payable_cents, currency, ref, since (where its age
+# counts from: partnerkit's own submit time, else the provider's created_at; see the stuck_processing rule),
 # debit_n, debit, credit_n, credit (over the recharge's linked transactions, 0 when none), foreign_currency (the
 # currency of a debit in another currency than the recharge's, else NULL), unseen.
 #
@@ -97,9 +98,12 @@ RECHARGE_RULES = (
          f" CASE WHEN debit_n > 1 THEN ' more than its second debit took' ELSE '' END ELSE ' more than debited' END",
          f"(status IN {SPEND} AND credit_n > 0 AND credit > {EXCESS})"
          f" OR (status IN {CREDITED_BACK} AND credit > debit)"),
+    # Aged on our clock, as the poller ages it (reconcile.polling): from partnerkit's own submit time, the
+    # provider's created_at only for a recharge someone else submitted. By the provider's clock, one running
+    # ten minutes behind ours had a recharge "stuck" twenty minutes after it was sent.
     Rule("stuck_processing", "payable_cents", "NULL",
          "'still PROCESSING after 30 minutes: escalate to support with reference_number'",
-         "status = 'PROCESSING' AND created_at < :stuck_before"),
+         "status = 'PROCESSING' AND since < :stuck_before"),
     # Partnerkit recorded it (intent or provider id), but the day's complete sync did not list it.
     Rule("unknown_to_provider", "payable_cents", "NULL",
          "CASE WHEN provider_id IS NULL THEN status || ' recharge the provider never acknowledged'"
@@ -127,7 +131,7 @@ def _recharges(where: str) -> str:
         SELECT r.local_id, r.provider_id, r.origin, r.status,
                COALESCE(r.payable_cents, r.amount_cents) AS payable_cents, COALESCE(r.currency, 'INR') AS currency,
                COALESCE(r.reference_number, r.idempotency_key, 'local:' || r.local_id) AS ref,
-               COALESCE(r.provider_created_at, r.submitted_at) AS created_at,
+               COALESCE(r.submitted_at, r.provider_created_at) AS since,
                COALESCE(SUM(t.amount_cents < 0), 0) AS debit_n, COALESCE(-SUM(MIN(t.amount_cents, 0)), 0) AS debit,
                COALESCE(SUM(t.amount_cents > 0), 0) AS credit_n, COALESCE(SUM(MAX(t.amount_cents, 0)), 0) AS credit,
                MAX(CASE WHEN t.amount_cents < 0 AND t.currency != COALESCE(r.currency, 'INR') THEN t.currency END)

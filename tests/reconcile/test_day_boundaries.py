@@ -14,6 +14,7 @@ from freezegun import freeze_time
 
 from partnerkit.store.drifts import list_drifts
 from reconcile.jobs import current_report, nightly, reconcile_day
+from reconcile.matcher import match_day
 from reconcile.recharges import submit
 from reconcile.sync import sync_range
 from tests.reliability.provider_world import World
@@ -130,3 +131,22 @@ def test_a_late_refund_resolves_the_first_nights_missing_refund_naming_the_credi
     assert drift.resolution_note == (f"no longer detected on {DAY} run: credit {credit['id']} of "
                                      f"{failed.payable:.2f} received")
     assert current_report(world.db, DAY)["drifts"][0]["resolution"] == "resolved"
+
+
+@pytest.mark.parametrize("provider_clock", [timedelta(minutes=-10), timedelta(minutes=10)])
+def test_a_recharge_is_stuck_after_30_minutes_on_our_clock_whatever_the_providers(world, provider_clock):
+    """The poller ages a recharge partnerkit sent from its own submit time (README: "on whose clock");
+    the night's match aged it from the provider's created_at, so with the provider ten minutes behind a
+    recharge was stuck_processing 20 minutes after it was sent, and ten minutes ahead only after 40."""
+    ours = world.now() - provider_clock  # the provider's clock is `provider_clock` off ours
+    sent = submit(world.config, world.db, world.client(), mobile_number="9800000008", operator_id=1, amount=60,
+                  now=ours).recharge
+    assert sent.created_at == ours + provider_clock
+
+    def stuck(minutes: int) -> list[str]:
+        match_day(world.db, DAY, now=ours + timedelta(minutes=minutes))
+        return [d.resolution for d in list_drifts(world.db, kind="stuck_processing")]
+
+    assert stuck(29) == []
+    assert stuck(31) == ["pending"]
+
