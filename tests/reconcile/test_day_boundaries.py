@@ -150,3 +150,24 @@ def test_a_recharge_is_stuck_after_30_minutes_on_our_clock_whatever_the_provider
     assert stuck(29) == []
     assert stuck(31) == ["pending"]
 
+
+def test_the_credit_that_resolves_a_missing_refund_is_named_even_when_dated_before_the_run(world):
+    """The note of an automatic resolution names the credit that cleared the drift, if it is dated after
+    the run that last found it. The provider's clock is not ours: a credit it made after that run, on a
+    clock ten minutes behind, is dated before it, and the note said only "no longer detected"."""
+    client = world.client()
+    failed = submit(world.config, world.db, client, mobile_number="9800000008", operator_id=1, amount=60).recharge
+    world.control("POST", f"/recharges/{failed.id}/settle", {"status": "FAILED", "refund": False})
+    to(world, at(NEXT, 1, 5))
+    [first] = nightly(world.config, world.db, client)
+    assert [d["kind"] for d in first["drifts"]] == ["missing_refund"]
+    to(world, at(NEXT, 1, 10))  # credited back now, stamped 01:00 by the provider's clock
+    credit = world.control("POST", "/transactions", {"type": "RECHARGE_REFUND", "direction": "CREDIT",
+                                                     "amount": str(failed.payable), "recharge_id": failed.id,
+                                                     "reference_number": failed.reference_number,
+                                                     "created_at": "2025-03-11T01:00:00Z"})
+    to(world, at(NEXT + timedelta(days=1), 1, 5))
+    nightly(world.config, world.db, client)
+    [drift] = list_drifts(world.db, kind="missing_refund")
+    assert (drift.resolution, drift.resolution_note) == (
+        "resolved", f"no longer detected on {DAY} run: credit {credit['id']} of {failed.payable:.2f} received")
