@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime, timezone
+
+# RFC 3339 (5.6, 5.7) allows a leap second, 23:59:60, which datetime cannot hold. It is read as the last
+# microsecond of the minute it ends, so it stays on its own UTC day (and its own minute in any offset).
+_LEAP_SECOND = re.compile(r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}):60(?:[.,]\d+)?")
 
 
 def utcnow() -> datetime:
@@ -11,7 +16,8 @@ def utcnow() -> datetime:
 
 
 def parse_ts(value: str | None, *, field: str = "timestamp") -> datetime | None:
-    """Parse an ISO 8601 / RFC 3339 string to an aware UTC datetime; a naive one is taken as UTC."""
+    """Parse an ISO 8601 / RFC 3339 string to an aware UTC datetime; a naive one is taken as UTC; a leap
+    second (23:59:60) as 23:59:59.999999."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
@@ -22,7 +28,13 @@ def parse_ts(value: str | None, *, field: str = "timestamp") -> datetime | None:
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"{field}: {value[:64]!r} is not an ISO 8601 timestamp") from None
+        leap = _LEAP_SECOND.sub(r"\1:59.999999", text, count=1)  # only when the text does not parse: no cost
+        try:
+            parsed = datetime.fromisoformat(leap) if leap != text else None
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise ValueError(f"{field}: {value[:64]!r} is not an ISO 8601 timestamp") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     try:

@@ -21,7 +21,7 @@ from partnerkit.store import drifts as drift_store
 from partnerkit.store import matching as matching_store
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import reports as report_store
-from partnerkit.timeutil import utcnow
+from partnerkit.timeutil import parse_ts, utcnow
 from reconcile import report as report_mod
 from reconcile.matcher import MatchResult, match_day
 from reconcile.sync import Progress, SyncSummary, incremental_start, sync_range, transactions_from
@@ -209,8 +209,12 @@ def _same_report(path: Path, text: str, report: dict[str, Any]) -> bool:
 
 
 def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
-               result: MatchResult | None = None, save: bool = True, files: bool = True) -> dict[str, Any]:
+               result: MatchResult | None = None, save: bool = True, files: bool = True,
+               synced: SyncSummary | None = None) -> dict[str, Any]:
     """Match one day from the store (no network; or take `result`), keep the report in the DB and as files.
+
+    `synced`: the sync run just before, for the wallet balances it read (stamped after `now`: see
+    reconcile.matcher.wallet_balances).
 
     save=False writes the files but not the stored report, which is what marks the day as reported:
     a report matched without a sync (`partnerkit report` before the nightly run) must leave the
@@ -220,7 +224,8 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     if save and not files:
         raise ValueError("a stored report needs its files: the stored row is what marks the day as reported")
     now = (now or utcnow()).replace(microsecond=0)
-    result = result or match_day(db, day, now=now)
+    read_at = parse_ts(synced.wallets_at, field="wallets_at") if synced is not None else None
+    result = result or match_day(db, day, now=now, snapshots_through=read_at)
     report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
                                      generated_at=now, quarantined=ledger_store.quarantined(db, day.isoformat()))
     # Files first: the stored row is what marks the day as reported, so a directory that refuses the
@@ -236,8 +241,8 @@ def reconcile_day(config: Any, db: Any, client: Any, day: date, *, now: datetime
                   progress: Progress | None = None) -> dict[str, Any]:
     """Sync one UTC day (every page), match it and write its report."""
     now = (now or utcnow()).replace(microsecond=0)
-    sync_range(config, db, client, day, day, now=now, progress=progress)
-    return report_day(config, db, day, now=now)
+    synced = sync_range(config, db, client, day, day, now=now, progress=progress)
+    return report_day(config, db, day, now=now, synced=synced)
 
 
 def day_synced(db: Any, day: date) -> bool:
@@ -288,15 +293,22 @@ def due_dates(db: Any, now: datetime, due_hour: int) -> list[date]:
 
 
 def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones)."""
+    """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones).
+
+    The sync reads from the first due night through today, in one pass: a night's recharges are matched
+    with their transactions on any day, and money does not stop at midnight. A recharge PROCESSING at
+    23:59 that fails at 00:50 is credited back on the next day, and a debit stamped at 23:59:59.9 may pay
+    for a recharge created at 00:00:00.1. Read up to its last night only, a run after downtime (or one
+    that came before the 15-minute sync had read the credit) reported a `missing_refund` or an
+    `orphan_transaction` that the next night resolved. On time, today is its first hour or so."""
     now = (now or utcnow()).replace(microsecond=0)
     days = due_dates(db, now, config.due_hour_utc)
     if not days:
         return []
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
     with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
-        sync_range(config, db, client, days[0], days[-1], now=now)  # one pass, nights reported between included
-    reports = [report_day(config, db, d, now=now) for d in days]
+        synced = sync_range(config, db, client, days[0], max(days[-1], now.date()), now=now)
+    reports = [report_day(config, db, d, now=now, synced=synced) for d in days]
     # Earlier days matched again: those with drifts still open (a late refund resolves one), and those
     # whose recharges or orders got a transaction on the nights just reported (a refund of a SUCCESS
     # recharge, a second debit: linked, so never an orphan, and judged by its subject's day alone).
@@ -310,7 +322,7 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     again.update(report_store.report_dates(db, after=first, through=latest))
     again.difference_update(d.isoformat() for d in days)
     for earlier in sorted(again):
-        report_day(config, db, date.fromisoformat(earlier), now=now)
+        report_day(config, db, date.fromisoformat(earlier), now=now, synced=synced)
     return reports
 
 

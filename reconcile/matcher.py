@@ -83,11 +83,14 @@ def _hour(day: date, hour: int) -> str:
     return f"{day.isoformat()}T{hour:02d}:00:00" if hour < 24 else day_bounds(day)[1]
 
 
-def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, Any]], *,
+                    snapshots_through: datetime | None = None) -> dict[str, dict[str, Any]]:
     """Per currency, the day's roll-forward in paise (opening and closing balance from the entries'
     balance_after, None where the provider gives none; every entry's debits and credits) and the provider's
     wallet balance from a snapshot, with the ledger's balance at the snapshot's time.
 
+    Snapshots up to `now` count, and up to `snapshots_through` when later: the one the report's own sync
+    took, stamped when it read the wallets, after the `now` its report carries (reconcile.sync.sync_range).
     A handful of index lookups per currency: each edge entry is looked for within the hour `totals` says
     holds it, and the snapshot's time within the day or just after it.
     """
@@ -104,7 +107,7 @@ def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, 
         last = ledger_store.edge_entry(conn, currency, start, _hour(day, max(hours[currency]) + 1), last=True)
         w["opening"] = None if first is None or first[0] is None else first[0] - first[1]
         w["closing"] = None if last is None else last[0]
-    snapshot = ledger_store.snapshot_near(conn, start, end, iso(now))
+    snapshot = ledger_store.snapshot_near(conn, start, end, iso(max(now, snapshots_through or now)))
     if snapshot is not None:
         taken_at, balances = snapshot
         through = taken_at[:19] + "~"  # every entry of the snapshot's second (text order: see ledger.edge_entry)
@@ -199,8 +202,10 @@ class _LedgerSide:
 
 
 def match_day(db: Database, day: date, *, now: datetime | None = None,
-              wallet_types: tuple[str, ...] = WALLET_TYPES) -> MatchResult:
-    """Run every rule over one UTC day in one transaction; record drifts; return the totals."""
+              wallet_types: tuple[str, ...] = WALLET_TYPES, snapshots_through: datetime | None = None) -> MatchResult:
+    """Run every rule over one UTC day in one transaction; record drifts; return the totals.
+
+    `snapshots_through`: the time the wallet balances of the sync just run were read (see wallet_balances)."""
     now = (now or utcnow()).replace(microsecond=0)
     start, end = day_bounds(day)
     params = {"start": start, "end": end, "day": day.isoformat(), "now": iso(now),
@@ -212,7 +217,7 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
             matching.add_candidates(conn, ledger.candidates)
             changes = matching.apply_candidates(conn, day=day.isoformat(), now=iso(now))
             raw = matching.day_summary(conn, params)
-            wallets = wallet_balances(conn, day, now, ledger.totals)
+            wallets = wallet_balances(conn, day, now, ledger.totals, snapshots_through=snapshots_through)
         finally:
             matching.drop(conn)
     return _result(day, now, raw, ledger, changes, wallets)

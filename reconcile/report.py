@@ -288,9 +288,13 @@ def render_html(report: Mapping[str, Any]) -> str:
     # A report stored before these fields existed is judged the same way from what it has.
     fin = ({k: report[k] for k in ("complete", "partial", "unsettled")} if "complete" in report
            else finality(report["date"], report["generated_at"], report["counts_by_status"]))
+    # A currency the provider's snapshot lists but no entry of the day moved: its balances are not "not given
+    # by the provider" (the JSON's null), there was nothing to give them.
+    quiet = {currency for currency, w in report.get("wallets", {}).items()
+             if w["credits"] == w["debits"] == "0.00" and w["opening_balance"] is None and w["closing_balance"] is None}
     return _template().render(
         r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD,
-        fin=fin, still=still_open(fin["unsettled"]),
+        fin=fin, still=still_open(fin["unsettled"]), quiet=quiet,
         count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
 
 

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from itertools import islice
+from time import monotonic
 from typing import Any, Callable, Iterable, Iterator
 
 from partnerkit.account import wallet_id, wallet_list
@@ -60,6 +61,7 @@ class SyncSummary:
     quarantined: int = 0
     orders: Any = None
     wallets: int = 0
+    wallets_at: str | None = None  # when the wallet balances were read (see sync_range)
     errors: list[str] = field(default_factory=list)
 
 
@@ -409,8 +411,14 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     The walks leave the voucher fetches and the recharge poller their reserve of the hour
     (`walk_reserve`): a busy day's pages outnumber the hour's budget, and a sync stopped by it
     (BudgetExhausted) reads on from its page next time (`_Walk`), while a customer waiting for
-    vouchers, or a PROCESSING recharge due for its read, would not wait well."""
+    vouchers, or a PROCESSING recharge due for its read, would not wait well.
+
+    The wallet balances are read last and stamped with the moment they were read: `now` plus the time
+    the walks took (on a busy day, minutes). Stamped with `now`, entries the provider made during the
+    walks were in its balance but not in the ledger up to the stamp, and the day's report showed them
+    as a `provider_difference` the ledger does not explain (`summary.wallets_at` gives the stamp)."""
     now = (now or utcnow()).replace(microsecond=0)
+    began = monotonic()
     if hasattr(client, "leaving"):  # the PartnerClient; stand-ins in tests and the benchmark have no budget
         client = client.leaving(walk_reserve(config.hourly_budget, config.poller_budget_share))
     summary = SyncSummary(first.isoformat(), last.isoformat())
@@ -423,7 +431,8 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
             log.warning("order sync unavailable: %s", exc)
     summary.transactions, summary.quarantined = sync_transactions(db, client, transactions_first or first, last,
                                                                   now=now, progress=progress)
-    summary.wallets = snapshot_wallets(db, client, now=now)
+    read_at = (now + timedelta(seconds=monotonic() - began)).replace(microsecond=0)
+    summary.wallets, summary.wallets_at = snapshot_wallets(db, client, now=read_at), iso(read_at)
     return summary
 
 

@@ -304,16 +304,28 @@ def inject_transaction():
 
 @bp.patch("/transactions/<int:tid>")
 def alter_transaction(tid: int):
-    """Alter a transaction's amount (balance_after and the wallet are left untouched)."""
+    """Alter a transaction's amount and/or created_at (balance_after and the wallet are left untouched).
+
+    A new created_at models a ledger that stamps an entry apart from the record it pays for (a debit a
+    moment before midnight for a recharge created just after it)."""
     sb = sandbox()
-    amount = parse_amount(_body().get("amount"))
+    body = _body()
+    if "amount" not in body and "created_at" not in body:
+        raise ApiError(400, "amount or created_at is required")
+    amount = parse_amount(body.get("amount")) if "amount" in body else None
+    if "amount" in body and (amount is None or amount < 0):
+        raise ApiError(400, "amount must be a number >= 0")
+    created_at = _when(body.get("created_at")) if "created_at" in body else None
+    if "created_at" in body and created_at is None:
+        raise ApiError(400, "created_at must be ISO 8601")
     with sb.lock:
         txn = sb.transactions.get(tid)
         if txn is None:
             raise ApiError(404, "transaction not found")
-        if amount is None or amount < 0:
-            raise ApiError(400, "amount must be a number >= 0")
-        txn.amount = q2(amount)
+        if amount is not None:
+            txn.amount = q2(amount)
+        if created_at is not None:
+            txn.created_at = created_at.astimezone(timezone.utc)
         return json_response(wallets.txn_json(txn))
 
 

@@ -64,7 +64,8 @@ class Rule:
                 f" currency, {self.detail} FROM m_rdrift WHERE {self.when}")
 
 
-# Columns of m_rdrift: local_id, provider_id, origin, status, payable_cents, currency, ref, created_at,
+# Columns of m_rdrift: local_id, provider_id, origin, status, payable_cents, currency, ref, since (where its age
+# counts from: partnerkit's own submit time, else the provider's created_at; see the stuck_processing rule),
 # debit_n, debit, credit_n, credit (over the recharge's linked transactions, 0 when none), foreign_currency (the
 # currency of a debit in another currency than the recharge's, else NULL), unseen.
 #
@@ -97,9 +98,12 @@ RECHARGE_RULES = (
          f" CASE WHEN debit_n > 1 THEN ' more than its second debit took' ELSE '' END ELSE ' more than debited' END",
          f"(status IN {SPEND} AND credit_n > 0 AND credit > {EXCESS})"
          f" OR (status IN {CREDITED_BACK} AND credit > debit)"),
+    # Aged on our clock, as the poller ages it (reconcile.polling): from partnerkit's own submit time, the
+    # provider's created_at only for a recharge someone else submitted. By the provider's clock, one running
+    # ten minutes behind ours had a recharge "stuck" twenty minutes after it was sent.
     Rule("stuck_processing", "payable_cents", "NULL",
          "'still PROCESSING after 30 minutes: escalate to support with reference_number'",
-         "status = 'PROCESSING' AND created_at < :stuck_before"),
+         "status = 'PROCESSING' AND since < :stuck_before"),
     # Partnerkit recorded it (intent or provider id), but the day's complete sync did not list it.
     Rule("unknown_to_provider", "payable_cents", "NULL",
          "CASE WHEN provider_id IS NULL THEN status || ' recharge the provider never acknowledged'"
@@ -127,7 +131,7 @@ def _recharges(where: str) -> str:
         SELECT r.local_id, r.provider_id, r.origin, r.status,
                COALESCE(r.payable_cents, r.amount_cents) AS payable_cents, COALESCE(r.currency, 'INR') AS currency,
                COALESCE(r.reference_number, r.idempotency_key, 'local:' || r.local_id) AS ref,
-               COALESCE(r.provider_created_at, r.submitted_at) AS created_at,
+               COALESCE(r.submitted_at, r.provider_created_at) AS since,
                COALESCE(SUM(t.amount_cents < 0), 0) AS debit_n, COALESCE(-SUM(MIN(t.amount_cents, 0)), 0) AS debit,
                COALESCE(SUM(t.amount_cents > 0), 0) AS credit_n, COALESCE(SUM(MAX(t.amount_cents, 0)), 0) AS credit,
                MAX(CASE WHEN t.amount_cents < 0 AND t.currency != COALESCE(r.currency, 'INR') THEN t.currency END)
@@ -305,15 +309,18 @@ def linked_transactions(subject: str, reference: str) -> str:
 # What cleared a drift that is no longer detected, where the store shows it (partnerkit.store.drifts.merge_found
 # names it in the automatic resolution's note), by the links the passes above use (_LINKED): for a
 # missing_refund or a duplicate_debit the credits, for a missing_debit the debits, linked to its recharge or
-# order and dated after the run that last found it ("credit 700030 of 194.02"). NULL otherwise (a status that
-# changed, a credit synced late but dated before that run): the note then says only that it is gone. Index
-# lookups per drift gone.
+# order ("credit 700030 of 194.02"). Which of them are new since the run that last found it: every one when
+# that run saw none (a missing_debit's `actual` is 0; a missing_refund's is the credits it saw), else those
+# dated after that run. Dates alone missed a credit the provider made after the run but dated before it: its
+# clock is not ours, and a credit back made at 00:50 is read by the sync after a 01:00 run. NULL otherwise (a
+# status that changed): the note then says only that it is gone. Index lookups per drift gone.
 CLEARED_BY = f"""
     SELECT group_concat(CASE WHEN t.amount_cents > 0 THEN 'credit ' ELSE 'debit ' END || t.id || ' of '
                         || printf('%d.%02d', abs(t.amount_cents) / 100, abs(t.amount_cents) % 100), ', ')
     FROM transactions t
     WHERE t.id IN ({linked_transactions("d.subject", "d.reference")})
-      AND t.created_at > d.last_detected_at
+      AND (t.created_at > d.last_detected_at
+           OR (d.kind IN ('missing_refund', 'missing_debit') AND d.actual_cents = 0))
       AND CASE WHEN d.kind = 'missing_debit' THEN t.amount_cents < 0 ELSE t.amount_cents > 0 END
       AND d.kind IN ('missing_refund', 'duplicate_debit', 'missing_debit')"""
 

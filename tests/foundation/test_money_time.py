@@ -138,7 +138,23 @@ def test_timestamps_become_aware_utc(text, expected):
     assert parse_ts(text).tzinfo is not None
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999999Z"),        # RFC 3339 5.7: a leap second
+    ("2016-12-31T23:59:60.250Z", "2016-12-31T23:59:59.999999Z"),
+    ("2017-01-01T05:29:60+05:30", "2016-12-31T23:59:59.999999Z"),   # the same second in India
+    ("2016-12-31 23:59:60z", "2016-12-31T23:59:59.999999Z"),
+])
+def test_a_leap_second_stays_on_the_day_it_ends(text, expected):
+    """A provider clock that keeps leap seconds writes 23:59:60, which datetime cannot hold: the record was
+    quarantined ("not an ISO 8601 timestamp"), at the one instant where the day matters most."""
+    assert iso(parse_ts(text)) == expected
+
+
 def test_bad_timestamps_and_days():
+    with pytest.raises(ValueError, match="not an ISO 8601"):
+        parse_ts("2016-12-31T23:59:61Z")  # only 60 is a leap second
+    with pytest.raises(ValueError, match="not an ISO 8601"):
+        parse_ts("2016-12-31T23:60:60Z")
     with pytest.raises(ValueError, match="not an ISO 8601"):
         parse_ts("yesterday")
     with pytest.raises(ValueError, match="out of range"):  # valid text, but past datetime.max in UTC

@@ -145,6 +145,20 @@ def test_store_row_is_integer_paise_and_utc_text():
     assert row[7] == "2025-03-14T10:00:00Z"
 
 
+@pytest.mark.parametrize("created_at, stored", [
+    ("2025-03-14T00:00:00.000Z", "2025-03-14T00:00:00Z"),            # midnight opens its day
+    ("2025-03-14T05:30:00+05:30", "2025-03-14T00:00:00Z"),           # midnight in UTC, written in India
+    ("2025-03-14T05:29:59.999+05:30", "2025-03-13T23:59:59.999000Z"),
+    ("2025-03-13T23:59:59.9999999Z", "2025-03-13T23:59:59.999999Z"),  # beyond microseconds: truncated, never rounded up
+    ("2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999999Z"),          # a leap second ends its own day
+])
+def test_a_timestamp_at_midnight_is_stored_on_the_right_day(created_at, stored):
+    page = map_page([{**BASE, "created_at": created_at}])
+    assert not page.bad
+    assert page.table_rows()[0][7] == stored
+    assert map_transaction({**BASE, "created_at": created_at}).created_at.isoformat().startswith(stored[:19])
+
+
 def test_a_page_keeps_good_rows_and_quarantines_the_rest():
     page = map_page([BASE, {"nothing": "here"}, {**BASE, "id": "T2"}])
     assert [r[0] for r in page.table_rows()] == ["T1", "T2"]

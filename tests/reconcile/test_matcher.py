@@ -555,12 +555,27 @@ def test_the_automatic_resolution_names_the_credit_or_debit_that_cleared_the_dri
     assert audit_trail(db, missing.id)[-1]["note"] == f"{gone}: debit {debit} of 500.00 received"
 
 
-def test_the_automatic_resolution_names_nothing_it_cannot_tie_to_the_run(db, ledger):
+def test_a_credit_read_after_a_run_that_saw_none_is_named_whatever_its_date(db, ledger):
     rc = ledger.recharge("FAILED")
     ledger.debit_recharge(rc)
     run(db)
     d = one(db, "missing_refund")
-    ledger.credit_recharge(rc, hour=11)  # synced after the run that found the drift, but dated before it
+    # Synced after the run that found the drift, but dated before it (a provider clock behind ours, or a
+    # credit the sync read after the run): that run saw no credit at all, so this one cleared it.
+    tid = ledger.credit_recharge(rc, hour=11)
+    run(db, now=RUN + timedelta(hours=1))
+    assert get_drift(db, d.id).resolution_note == (
+        f"no longer detected on {DAY.isoformat()} run: credit {tid} of 98.00 received")
+
+
+def test_the_automatic_resolution_names_nothing_it_cannot_tie_to_the_run(db, ledger):
+    rc = ledger.recharge("FAILED")
+    ledger.debit_recharge(rc)
+    ledger.credit_recharge(rc, amount="40.00", hour=10, minute=5)  # a part credited back before the run
+    run(db)
+    d = one(db, "missing_refund")
+    assert d.actual == Decimal("40.00")
+    ledger.credit_recharge(rc, amount="58.00", hour=11)  # the rest, synced after the run, dated before it
     run(db, now=RUN + timedelta(hours=1))
     assert get_drift(db, d.id).resolution_note == f"no longer detected on {DAY.isoformat()} run"
 

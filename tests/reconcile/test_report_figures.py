@@ -152,6 +152,17 @@ def test_without_balance_after_the_balances_are_not_invented(db, ledger, report_
     assert page.count("not given by the provider") >= 3  # opening, closing, the ledger's balance then
 
 
+def test_a_wallet_no_entry_of_the_day_moved_is_not_said_to_lack_the_providers_balances(db, ledger, report_of, config):
+    """A USD wallet idle all day: its balances are null in the JSON, but the provider did not fail to give
+    them (every entry carries balance_after), there was none. The page said "not given by the provider"."""
+    chained_day(ledger)
+    snapshot(db, at(0, 30, day=NEXT), INR=1051.50, USD=20)
+    w = report_of()["wallets"]["USD"]
+    assert (w["opening_balance"], w["credits"], w["debits"], w["closing_balance"]) == (None, "0.00", "0.00", None)
+    row = (config.report_dir / "partnerkit-report-2025-03-14.html").read_text().split("<td>USD</td>")[1].split("</tr>")[0]
+    assert row.count("no entry this day") == 3 and "not given by the provider" not in row  # opening, closing, then
+
+
 def test_a_broken_chain_shows_in_the_roll_forward(db, ledger, report_of):
     ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", hour=1)
     ledger.tx("-100.00", type="TOPUP", balance_after="850.00", hour=3)  # 900.00 expected

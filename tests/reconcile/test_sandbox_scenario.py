@@ -37,8 +37,8 @@ def test_every_drift_kind_on_the_sandbox_with_the_same_ids_on_a_rerun(world):
     server, config, db, client = world
     day = YESTERDAY_10.date()
 
-    def ours(mobile: str):
-        outcome = submit(config, db, client, mobile_number=mobile, operator_id=1, amount=100, force=True)
+    def ours(mobile: str, **kw):
+        outcome = submit(config, db, client, mobile_number=mobile, operator_id=1, amount=100, force=True, **kw)
         return outcome.recharge
 
     def debit_of(recharge_id: int) -> dict:
@@ -60,7 +60,9 @@ def test_every_drift_kind_on_the_sandbox_with_the_same_ids_on_a_rerun(world):
             recharge_id=credited.id, reference_number=credited.reference_number)
     control(server, "POST", "/transactions", type="RECHARGE", direction="DEBIT", amount="12.00",
             reference_number="GHOST-1")                             # orphan_transaction
-    stuck = ours("9800000028")                                      # stuck_processing (never settles)
+    # stuck_processing (never settles), sent 31 minutes ago on our clock: the match ages it from there, not
+    # from the sandbox's created_at (its clock is at yesterday 10:00)
+    stuck = ours("9800000028", now=datetime.now(timezone.utc) - timedelta(minutes=31))
     forgotten = ours("9800000012")                                  # unknown_to_provider
     control(server, "DELETE", f"/recharges/{forgotten.id}")
     client.submit_recharge(mobile_number="9800000013", operator_id=1, amount=100, force=True)  # unknown_to_partner

@@ -204,8 +204,9 @@ def _report_view(report: dict) -> tuple:
 
 def test_sigkill_during_the_nightly_reconcile_the_next_run_writes_the_same_report(tmp_path):
     day = _yesterday().date().isoformat()
-    # The nightly's transaction read for that day (sync-recent reads through today) is held until the worker is dead.
-    nightly = Gate("GET", r"^/api/v1/transactions$", query=lambda args: args.get("to_date") == day)
+    # The nightly's transaction read from that day (through today; sync-recent's first run reads today alone) is held
+    # until the worker is dead.
+    nightly = Gate("GET", r"^/api/v1/transactions$", query=lambda args: args.get("from_date") == day)
     reports = tmp_path / "reports"
     with CrashStack(tmp_path, _settings(speed=1.0), gates=(nightly,),
                     extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:

@@ -117,6 +117,11 @@ def test_control_transactions_inject_alter_delete(alpha, beta):
     assert beta.balance() == Decimal("500000.00") - Decimal("12.34")
     altered = alpha.control("PATCH", f"/transactions/{planted['id']}", {"amount": "99.99"}).json()
     assert altered["amount"] == "99.99" and altered["balance_after"] == planted["balance_after"]
+    restamped = alpha.control("PATCH", f"/transactions/{planted['id']}", {"created_at": "2025-03-08T23:59:59.950+05:30"})
+    assert restamped.json()["created_at"] == "2025-03-08T18:29:59.950Z" and restamped.json()["amount"] == "99.99"
+    assert beta.get(TXNS, {"from_date": "2025-03-08", "to_date": "2025-03-08"}).json()[0]["id"] == planted["id"]
+    for bad in ({}, {"created_at": "yesterday"}, {"amount": "-1"}):
+        assert alpha.control("PATCH", f"/transactions/{planted['id']}", bad).status_code == 400
     assert alpha.control("DELETE", f"/transactions/{planted['id']}").status_code == 200
     assert beta.get(TXNS, {"type": "RECHARGE"}).json() == []
 
