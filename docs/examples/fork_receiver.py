@@ -36,6 +36,13 @@ cipher = load_cipher(config)                    # opens the stored tokens and vo
 local = threading.local()
 
 
+def say(line):
+    """One write per line: the server's thread and the main thread both print, and print() writes the
+    text and its newline apart, so two lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def thread_db():
     """This thread's database handle: one open_db() per thread, never one shared between threads."""
     if not hasattr(local, "db"):
@@ -67,7 +74,7 @@ def webhook(environ, start_response):
         recorded = inbox.record(db, event, body, cipher=cipher, now=now, webhook_id=headers.get("X-WEBHOOK-ID"))
     except StorageError:
         return answer("503 Service Unavailable", {"status": "unavailable"})  # the provider retries
-    print(f"stored {event.event_type} of order {event.order_id}: {recorded.outcome}", flush=True)
+    say(f"stored {event.event_type} of order {event.order_id}: {recorded.outcome}")
     return answer("200 OK", {"status": recorded.outcome})
 
 
@@ -84,7 +91,7 @@ def main():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     client = PartnerClient(config, db, purpose="fork-example")
     placed = place_order(config, db, client, product_id=7, denomination=10, quantity=2)
-    print(f"order {placed.order_id}: {placed.state}, {placed.vouchers_stored} vouchers stored", flush=True)
+    say(f"order {placed.order_id}: {placed.state}, {placed.vouchers_stored} vouchers stored")
     deadline = time.monotonic() + 30
     while not any(e["status"] == "DELIVERED" for e in inbox.listing(db, order_id=placed.order_id)):
         if time.monotonic() > deadline:
@@ -93,7 +100,7 @@ def main():
     run_voucher_fetches(config, db, client)  # what `partnerkit worker` does every few seconds
     for row in stored_vouchers.for_order(db, placed.order_id):
         voucher = unseal(cipher, row)  # card_number, pin_code, claim_url decrypted: never log them
-        print(f"voucher {voucher['voucher_reference_number']}: code ...{voucher['card_number'][-4:]}")
+        say(f"voucher {voucher['voucher_reference_number']}: code ...{voucher['card_number'][-4:]}")
     server.shutdown()
 
 
