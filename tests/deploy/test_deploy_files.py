@@ -127,6 +127,7 @@ def test_compose_runs_receiver_and_worker_on_one_volume_behind_nginx():
     assert set(services) == {"receiver", "worker", "nginx"}
     assert services["receiver"]["command"][:2] == ["partnerkit", "serve"]
     assert services["worker"]["command"] == ["partnerkit", "worker"]
+    assert services["worker"]["hostname"], "a recreated worker container keeps its host name (no false takeover)"
     for name in ("receiver", "worker"):
         assert "partnerkit-data:/var/lib/partnerkit" in services[name]["volumes"]
         assert services[name]["cap_drop"] == ["ALL"]
