@@ -1,6 +1,7 @@
 """The shared `meta` table: one text value per key, with when it was set (the order sync's watermark,
-the poller's backoff, the worker's last run, the budget's notes, the provider's standing failures).
-JSON values are the caller's to encode."""
+the poller's backoff, the worker's last run, the budget's notes, the provider's standing failures, a
+worker lease taken over from another host, the last duplicate webhook delivery). JSON values are the
+caller's to encode."""
 
 from __future__ import annotations
 
