@@ -300,7 +300,9 @@ def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: st
     held = f"local recharge #{exc.holder}"
     reason = (f"the provider answered recharge {recharge.id} ({status}), but {held} already holds that id and differs "
               f"from it ({'; '.join(exc.differences)}): not merged")
-    log.error("local recharge #%s: %s", local_id, reason, extra={"local_id": local_id, "recharge_id": recharge.id})
+    log.error("local recharge #%s: the provider's answer names recharge %s, which local recharge #%s already holds "
+              "and is not this one: not merged, the intent stays open (its last_error says what differs)", local_id,
+              recharge.id, exc.holder, extra={"local_id": local_id, "recharge_id": recharge.id})
     keep_open(db, local_id, reason)
     try:
         row = store.get(db, local_id) or {}

@@ -10,6 +10,7 @@ Our clock is frozen with freezegun and the sandbox's (speed 0) is moved with it.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -22,6 +23,7 @@ from partnerkit.client import PartnerClient
 from partnerkit.client._http import RetryPolicy
 from partnerkit.config import config_as_env
 from partnerkit.status import collect
+from partnerkit.store import meta
 from partnerkit.store import recharges as store
 from reconcile.jobs import reconcile_day, sync_recent
 from reconcile.locate import locate
@@ -238,3 +240,28 @@ def test_a_row_submitted_under_another_key_is_never_merged_into(db):
         store.record_response(db, second, record, status="SUCCESS", seen_at=START)
     assert raised.value.differences == [f"local #{first} was submitted under another Idempotency-Key"]
     assert store.get(db, second)["status"] == "INTENT" and store.get(db, first)["idempotency_key"] == "first-key-0001"
+
+
+def test_a_local_id_given_again_after_a_merge_keeps_both_merge_records(db):
+    """SQLite gives the highest local id again once its row is gone: the next intent carries the merged one's
+    id, and may be merged in turn. Neither record of the two is lost; the id answers with the later."""
+    def record(rid: int) -> dict:
+        return {"id": rid, "reference_number": f"RCH{rid}", "status": "SUCCESS", "mobile_number": "9800000001",
+                "face": "100.00", "discount": "2.00", "payable": "98.00", "client_reference": f"ref-{rid}",
+                "created_at": "2026-03-10T10:00:00Z"}
+
+    def intent(key: str) -> int:  # its own client_reference: the sync does not link it
+        return store.record_intent(db, idempotency_key=key, mobile_number="9800000001", operator_id=1,
+                                   amount=Decimal(100), client_reference=f"mine-{key}", submitted_at=START)
+
+    store.upsert_from_provider(db, [record(100001)], START)
+    first = intent("first-key-0001")
+    assert store.record_response(db, first, record(100001), status="SUCCESS", seen_at=START)["local_id"] == 1
+    second = intent("second-key-0001")
+    store.upsert_from_provider(db, [record(100002)], START)
+    assert store.record_response(db, second, record(100002), status="SUCCESS", seen_at=START)["local_id"] == 3
+    assert first == second == 2 and store.get(db, 2) is None
+    assert store.merged_into(db, 2)["into"] == 3 and store.find(db, "2")["provider_id"] == 100002
+    kept = json.loads(meta.get(db, store.merged_key(2)))
+    assert [(r["into"], r["intent"]["idempotency_key"]) for r in kept] == [(1, "first-key-0001"),
+                                                                          (3, "second-key-0001")]

@@ -12,8 +12,8 @@ import), `_intents` (the submit side, and an answer naming a recharge another ro
 """
 
 from partnerkit.store.recharges._intents import (
-    RechargeHeldElsewhere, disagreements, discard_refused, mark_unknown, note_error, note_performed_by_replay,
-    record_intent, record_response,
+    RechargeHeldElsewhere, discard_refused, mark_unknown, note_error, note_performed_by_replay, record_intent,
+    record_response,
 )
 from partnerkit.store.recharges._provider import (
     FINAL, LEGACY_SUCCESS, OPEN_INTENT, PERFORMED_BY_REPLAY, UNREADABLE, check_provider_columns, normalise_status,
@@ -38,7 +38,6 @@ __all__ = [
     "check_provider_columns",
     "count_status",
     "day_counts",
-    "disagreements",
     "discard_refused",
     "find",
     "get",

@@ -126,7 +126,7 @@ def _merge_or_refuse(conn: sqlite3.Connection, local_id: int, holder: dict, fiel
     rows = _rows(conn.execute("SELECT * FROM recharges WHERE local_id = ?", (local_id,)))
     if not rows:
         done = meta.get(conn, merged_key(local_id))  # merged a moment ago, by another process
-        if done is not None and json.loads(done)["into"] == holder["local_id"]:
+        if done is not None and json.loads(done)[-1]["into"] == holder["local_id"]:
             return holder["local_id"]
         raise StorageError(f"local recharge #{local_id} no longer exists; provider recharge {fields['id']} is "
                            f"local recharge #{holder['local_id']}")
@@ -158,7 +158,11 @@ def _merge(conn: sqlite3.Connection, intent: dict, holder: dict, fields: dict, *
          "http_status": http_status, "at": iso(seen_at), "holder": holder["local_id"]})
     record = {"into": holder["local_id"], "provider_id": fields["id"], "how": how, "merged_at": iso(seen_at),
               "holder_origin": holder["origin"], "intent": intent}
-    meta.put(conn, merged_key(intent["local_id"]), json.dumps(record, sort_keys=True), now=seen_at)
+    # A list, newest last: SQLite gives the highest local id again once its row is gone (INTEGER PRIMARY KEY
+    # without AUTOINCREMENT), so a later intent may carry this id, and be merged in turn.
+    earlier = meta.get(conn, merged_key(intent["local_id"]))
+    records = (json.loads(earlier) if earlier is not None else []) + [record]
+    meta.put(conn, merged_key(intent["local_id"]), json.dumps(records, sort_keys=True), now=seen_at)
 
 
 def mark_unknown(db: Database, local_id: int, error: str, at: datetime) -> None:

@@ -61,9 +61,10 @@ def merged_key(local_id: int) -> str:
 def merged_into(db: Database, local_id: int) -> dict | None:
     """The record of intent `local_id` merged into the row that already held its recharge, or None:
     `into` (that row's local id), `provider_id`, `how` (what named it), `merged_at`, `holder_origin`, and
-    `intent`, the removed row as it was."""
+    `intent`, the removed row as it was. A row holding `local_id` now is a later one (SQLite gives a freed
+    highest id again): ask only for an id no row has. Of two intents merged under one id, the later."""
     value = meta.get(db, merged_key(local_id))
-    return None if value is None else json.loads(value)
+    return None if value is None else json.loads(value)[-1]
 
 
 def by_idempotency_key(db: Database, idempotency_key: str) -> dict | None:
