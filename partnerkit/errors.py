@@ -43,6 +43,10 @@
     │                                            sent: an earlier one of the same fields is still
     │                                            UNKNOWN or INTENT; `held` names each (replay its
     │                                            key, or force=True / --force for another order)
+    ├── partnerkit.store.recharges.RechargeHeldElsewhere   a recharge answer names an id another
+    │                                            local row holds, and it is not the same recharge
+    │                                            (another key, other fields): nothing merged or
+    │                                            written, the intent stays open
     ├── AccountMismatch               the API key is not the provider account's this database serves
     │                                 (`reason`: other_account, cannot_tell): nothing but the wallet
     │                                 read that told it was sent, nothing stored
@@ -50,7 +54,7 @@
     └── StorageError                  the SQLite store cannot be read or written; raised by the
                                       client before a request left, `request_sent` is False
 
-The four classes named with their module live beside the code that raises them, which owns their
+The five classes named with their module live beside the code that raises them, which owns their
 checks (partnerkit never imports reconcile).
 `is_ambiguous(exc)` says whether a write that raised `exc` may still have taken effect.
 

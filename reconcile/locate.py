@@ -27,8 +27,9 @@ from partnerkit.money import from_cents
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
 from partnerkit.timeutil import iso, parse_ts, utcnow
-from reconcile.recharges import (RechargeInputError, SubmitOutcome, SubmitRequest, answer_not_stored, describe,
-                                 status_from_answer, stored_status, validate_amount, validate_mobile)
+from reconcile.recharges import (RechargeInputError, SubmitOutcome, SubmitRequest, answer_held_elsewhere,
+                                 answer_not_stored, describe, merged_answer, status_from_answer, stored_status,
+                                 validate_amount, validate_mobile)
 
 log = logging.getLogger("reconcile.locate")
 
@@ -82,7 +83,7 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
     if local_id is not None:
         row = store.get(db, local_id)
         if row is None:
-            raise RechargeInputError(f"no local recharge #{local_id}")
+            return _merged_before(db, local_id)
     else:
         mobile = validate_mobile(mobile_number)
         face = validate_amount(amount)
@@ -104,6 +105,20 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         if sent is not None:
             return sent
     return _unknown(db, row, now, search, young=young, asked=replay)
+
+
+def _merged_before(db: Database, local_id: int) -> SubmitOutcome:
+    """A local id that is no longer a row: an intent merged into the row that already held its recharge
+    (answered from the store, nothing sent), or no recharge at all."""
+    merged = store.merged_into(db, local_id)
+    row = store.get(db, merged["into"]) if merged is not None else None
+    if merged is None or row is None:
+        raise RechargeInputError(f"no local recharge #{local_id}")
+    message = (f"Local recharge #{local_id} was merged into local #{row['local_id']} at {merged['merged_at']}: the "
+               f"provider's recharge {merged['provider_id']} was already known there, synced from the provider, and "
+               f"its key is recorded there. " + describe(row))
+    return SubmitOutcome(row["local_id"], row["status"], row["idempotency_key"], row["client_reference"],
+                         located_by="already_known", message=message, row=row, merged_from=local_id)
 
 
 def locate_after_submit(config: Config, db: Database, client: Any, local_id: int, lost: Exception) -> SubmitOutcome:
@@ -245,13 +260,21 @@ def _search(db: Database, client: Any, row: dict, now: datetime, search: _Search
 def _link(db: Database, row: dict, recharge: Any, status: str, step: str, *, http_status: int | None = None,
           performed: str | None = None, replay_sent: datetime | None = None) -> SubmitOutcome:
     stored = stored_status(status)
+    found = "The replay performed it now" if performed else f"Located by {step.replace('_', ' ')}"
     try:
         linked = store.record_response(db, row["local_id"], recharge, status=stored, seen_at=utcnow(),
-                                       http_status=http_status)
+                                       http_status=http_status, how=f"locate, by {step.replace('_', ' ')}")
+    except store.RechargeHeldElsewhere as exc:
+        return answer_held_elsewhere(db, row["local_id"], recharge, stored, exc, http_status=http_status,
+                                     head=f"Located by {step.replace('_', ' ')}: ")
     except errors.StorageError as exc:
-        found = "The replay performed it now" if performed else f"Located by {step.replace('_', ' ')}"
         return answer_not_stored(db, row["local_id"], recharge, stored, exc, http_status=http_status,
                                  head=f"{found}: ")
+    if linked.get("local_id", row["local_id"]) != row["local_id"]:
+        # The store held this recharge already, from a provider read: it existed before this locate,
+        # so a replay's answer is the original's, never one the replay performed.
+        return merged_answer(row["local_id"], linked, recharge, http_status=http_status, located_by=step,
+                             head=f"Located by {step.replace('_', ' ')}: ")
     log.info("located local recharge #%s as %s by %s%s", row["local_id"], recharge.id, step,
              " (the replay performed it now)" if performed else "",
              extra={"local_id": row["local_id"], "recharge_id": recharge.id, "located_by": step})

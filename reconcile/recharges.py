@@ -5,6 +5,10 @@
 before the request exists, sends it once, and stores the answer. An ambiguous failure (timeout,
 500, an unreadable answer) marks the row UNKNOWN and locates it at once (`reconcile.locate`, in the
 document's order, bounded in time). partnerkit never re-sends with a new key on its own.
+
+An answer naming a recharge the store already holds (the sync stored it before its key was sent
+through partnerkit) is that recharge: the intent is merged into its row (`merged_answer`). One whose
+record disagrees with the row holding its id is not, and the intent stays UNKNOWN (`answer_held_elsewhere`).
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class SubmitOutcome:
     row: dict = field(default_factory=dict, repr=False)
     matches: list = field(default_factory=list, repr=False)  # NOT_RECORDED: the provider's matching recharges
     performed_now: bool = False  # a replay of the key made the recharge (its first send never arrived)
+    merged_from: int | None = None  # the intent merged into `local_id`, the row that already held the recharge
     unchecked: bool = False  # some lookup went unanswered: "could not be checked", not "not there"
 
 
@@ -215,8 +220,12 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
     try:
         row = store.record_response(db, local_id, result.recharge, status=status, seen_at=utcnow(),
                                     http_status=result.http_status)
+    except store.RechargeHeldElsewhere as exc:
+        return answer_held_elsewhere(db, local_id, result.recharge, status, exc, http_status=result.http_status)
     except errors.StorageError as exc:
         return answer_not_stored(db, local_id, result.recharge, status, exc, http_status=result.http_status)
+    if row.get("local_id", local_id) != local_id:
+        return merged_answer(local_id, row, result.recharge, http_status=result.http_status)
     return SubmitOutcome(local_id, status, key, reference, result.http_status, result.recharge,
                          message=describe(row), row=row)
 
@@ -264,6 +273,52 @@ def answer_not_stored(db: Database, local_id: int, recharge: Any, status: str, e
                f"takes writes, `partnerkit recharges locate --local-id {local_id}` links it (it searches first "
                "and finds it; nothing is sent twice), as does the worker's recharge sync. Do NOT submit it again "
                "with a new key.")
+    return SubmitOutcome(local_id, row.get("status") or "INTENT", row.get("idempotency_key"),
+                         row.get("client_reference"), http_status, recharge, message=message, row=row)
+
+
+def merged_answer(local_id: int, row: dict, recharge: Any, *, http_status: int | None = None, head: str = "",
+                  located_by: str | None = None) -> SubmitOutcome:
+    """The answer named a recharge the store already held (`row`, stored by a provider read): intent
+    `local_id` was merged into it (partnerkit.store.recharges, `record_response`). Its outcome is that
+    row's, as for any replayed answer."""
+    log.info("local recharge #%s merged into local #%s, which already held the provider's recharge %s", local_id,
+             row["local_id"], row["provider_id"], extra={"local_id": row["local_id"], "recharge_id": row["provider_id"]})
+    message = (f"{head}{describe(row)} It was already known as local #{row['local_id']}, synced from the provider; "
+               f"its key is now recorded there, and this submit's intent (local #{local_id}) is merged into it: one "
+               "recharge, stored once.")
+    return SubmitOutcome(row["local_id"], row["status"], row["idempotency_key"], row["client_reference"], http_status,
+                         recharge, located_by=located_by, message=message, row=row, merged_from=local_id)
+
+
+def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: str,
+                          exc: store.RechargeHeldElsewhere, *,
+                          http_status: int | None = None, head: str = "") -> SubmitOutcome:
+    """The answer names a recharge id another local row holds with other fields, or under another
+    Idempotency-Key (`exc`): two recharges under one id, not a database
+    fault. Nothing is merged, the intent stays UNKNOWN with the reason in its last_error."""
+    held = f"local recharge #{exc.holder}"
+    reason = (f"the provider answered recharge {recharge.id} ({status}), but {held} already holds that id and differs "
+              f"from it ({'; '.join(exc.differences)}): not merged")
+    log.error("local recharge #%s: the provider's answer names recharge %s, which local recharge #%s already holds "
+              "and is not this one: not merged, the intent stays open (its last_error says what differs)", local_id,
+              recharge.id, exc.holder, extra={"local_id": local_id, "recharge_id": recharge.id})
+    keep_open(db, local_id, reason)
+    try:
+        row = store.get(db, local_id) or {}
+    except errors.StorageError:
+        row = {}
+    payable = getattr(recharge, "payable", None)
+    paid = f", payable {fmt(payable)}" if isinstance(payable, Decimal) else ""
+    message = (f"{head}The provider answered: recharge {recharge.id} ({recharge.reference_number}) {status}{paid}. But "
+               f"{held} already holds recharge {recharge.id} and is not this one: "
+               f"{'; '.join(exc.differences)}. Two recharges under one id is not a database fault, and they are not "
+               f"merged: local recharge #{local_id} stays {row.get('status') or 'open'}. Compare both with the "
+               f"provider (`partnerkit recharges show {exc.holder}`; support knows this one as "
+               f"{recharge.reference_number}): from a real provider an id given twice is its fault, to report to "
+               "support with both. The sandbox gives its ids again when it is started again while this database is "
+               "kept: with the sandbox, start a fresh database (a new PARTNERKIT_DB). Do NOT submit it again with a "
+               "new key.")
     return SubmitOutcome(local_id, row.get("status") or "INTENT", row.get("idempotency_key"),
                          row.get("client_reference"), http_status, recharge, message=message, row=row)
 

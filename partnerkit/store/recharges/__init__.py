@@ -7,12 +7,13 @@ both are read through `provider_fields`. Money is stored as integer paise, times
 
 The store is one module a concern, all re-exported here (import from `partnerkit.store.recharges`):
 `_provider` (the statuses, the fields of a provider record and the columns they set, checked at
-import), `_intents` (the submit side), `_upsert` (provider reads) and `_queries` (reads for the
-poller, locate and the CLI).
+import), `_intents` (the submit side, and an answer naming a recharge another row holds), `_upsert`
+(provider reads) and `_queries` (reads for the poller, locate and the CLI).
 """
 
 from partnerkit.store.recharges._intents import (
-    discard_refused, mark_unknown, note_error, note_performed_by_replay, record_intent, record_response,
+    RechargeHeldElsewhere, discard_refused, mark_unknown, note_error, note_performed_by_replay, record_intent,
+    record_response,
 )
 from partnerkit.store.recharges._provider import (
     FINAL, LEGACY_SUCCESS, OPEN_INTENT, PERFORMED_BY_REPLAY, UNREADABLE, check_provider_columns, normalise_status,
@@ -20,7 +21,7 @@ from partnerkit.store.recharges._provider import (
 )
 from partnerkit.store.recharges._queries import (
     by_idempotency_key, by_provider_id, count_status, day_counts, find, get, list_rows, mark_escalated, mark_polled,
-    open_intents, poll_candidates,
+    merged_into, merged_key, open_intents, poll_candidates,
 )
 from partnerkit.store.recharges._upsert import UpsertResult, note_unreadable, reject, upsert_from_provider
 
@@ -29,6 +30,7 @@ __all__ = [
     "LEGACY_SUCCESS",
     "OPEN_INTENT",
     "PERFORMED_BY_REPLAY",
+    "RechargeHeldElsewhere",
     "UNREADABLE",
     "UpsertResult",
     "by_idempotency_key",
@@ -43,6 +45,8 @@ __all__ = [
     "mark_escalated",
     "mark_polled",
     "mark_unknown",
+    "merged_into",
+    "merged_key",
     "normalise_status",
     "note_error",
     "note_performed_by_replay",

@@ -3,22 +3,43 @@
 `record_intent` commits an INTENT row (origin 'partner') before the request exists; the answer
 links it to the provider's recharge (`record_response`), leaves it UNKNOWN for locate
 (`mark_unknown`), or removes it when the provider definitely refused (`discard_refused`).
+
+An answer can name a recharge another row already holds: one the sync stored (origin 'provider')
+before this key was sent through partnerkit, its answer replayed. That is one recharge known twice,
+and the intent is merged into the row that holds it (`_merge`), when the provider's record agrees
+with that row (`disagreements`). Otherwise (another Idempotency-Key, other fields: a sandbox started
+again re-uses its ids) nothing is merged: `RechargeHeldElsewhere`, and the intent stays open.
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from partnerkit.errors import StorageError
-from partnerkit.money import cents, to_decimal
+from partnerkit.errors import PartnerKitError, StorageError
+from partnerkit.money import cents, fmt, from_cents, to_decimal
+from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.recharges._provider import (
     OPEN_INTENT_SQL, PERFORMED_BY_REPLAY, _ROW, _write, normalise_status, provider_fields,
 )
-from partnerkit.store.recharges._queries import _rows, get
-from partnerkit.timeutil import iso
+from partnerkit.store.recharges._queries import _rows, get, merged_key
+from partnerkit.timeutil import iso, parse_ts
+
+
+class RechargeHeldElsewhere(PartnerKitError):
+    """The provider's answer names a recharge another local row already holds, and it is not this intent's:
+    that row was submitted under another Idempotency-Key, or its fields differ (`differences`, one phrase
+    each). Nothing was written and the intent stays open. Not a storage fault: the store took the read
+    and refused to make two recharges one."""
+
+    def __init__(self, local_id: int, provider_id: int, holder: int, differences: list[str]) -> None:
+        self.local_id, self.provider_id, self.holder, self.differences = local_id, provider_id, holder, differences
+        super().__init__(f"provider recharge {provider_id} is already held by local recharge #{holder}, "
+                         f"which differs from it ({'; '.join(differences)})")
 
 
 def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, operator_id: int, amount: Decimal,
@@ -40,19 +61,110 @@ def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, ope
 
 
 def record_response(db: Database, local_id: int, recharge: Any, *, status: str, seen_at: datetime,
-                    http_status: int | None = None) -> dict:
-    """Link a local row to the provider's recharge and store its fields; return the row."""
+                    http_status: int | None = None, how: str = "the submit's answer") -> dict:
+    """Link a local row to the provider's recharge and store its fields; return the row.
+
+    When another row already holds the recharge, the intent is merged into it if it is the same
+    recharge (module docstring), in one transaction, and that row is returned: its `local_id` is not
+    `local_id` then. `how` says what named the recharge (kept with the merge). Otherwise
+    RechargeHeldElsewhere, with nothing written."""
     fields = provider_fields(recharge)
     stored, legacy = normalise_status(status)
+    into = local_id
     with transaction(db) as conn:
-        other = conn.execute("SELECT local_id FROM recharges WHERE provider_id = ? AND local_id != ?",
-                             (fields["id"], local_id)).fetchone()
-        if other is not None:
-            raise StorageError(f"provider recharge {fields['id']} is already linked to local recharge {other[0]}")
-        rows = _rows(conn.execute(f"SELECT {_ROW} FROM recharges WHERE local_id = ?", (local_id,)))
-        if rows:
-            _write(conn, rows[0], fields, stored, legacy, seen_at, http_status=http_status)
-    return get(db, local_id) or {}
+        holder = _rows(conn.execute("SELECT * FROM recharges WHERE provider_id = ? AND local_id != ?",
+                                    (fields["id"], local_id)))
+        if holder:
+            into = _merge_or_refuse(conn, local_id, holder[0], fields, http_status=http_status, seen_at=seen_at,
+                                    how=how)
+        else:
+            rows = _rows(conn.execute(f"SELECT {_ROW} FROM recharges WHERE local_id = ?", (local_id,)))
+            if rows:
+                _write(conn, rows[0], fields, stored, legacy, seen_at, http_status=http_status)
+    return get(db, into) or {}
+
+
+def disagreements(intent: dict, holder: dict, fields: dict) -> list[str]:
+    """Why the provider's record `fields`, the intent that asked for it and the row that holds its id are not
+    one recharge, one phrase each (none: they are). A field is compared where more than one of them knows it:
+    the mobile number, the operator (id; display name), the face, the client_reference, the reference_number
+    and the creation time. A row holds one Idempotency-Key: a holder with its own is always another submit."""
+    found = []
+    if holder["idempotency_key"] is not None:
+        found.append(f"local #{holder['local_id']} was submitted under another Idempotency-Key")
+    if intent["provider_id"] is not None:
+        found.append(f"local #{intent['local_id']} is already linked to recharge {intent['provider_id']}")
+    mine, theirs = f"local #{intent['local_id']}", f"local #{holder['local_id']}"
+    compared = (
+        ("mobile_number", intent["mobile_number"], fields["mobile_number"], holder["mobile_number"] or None),
+        ("operator_id", intent["operator_id"], fields["operator_id"], holder["operator_id"]),
+        ("operator", None, fields["operator"], holder["operator"]),
+        ("face", from_cents(intent["amount_cents"]), fields["face"],
+         from_cents(holder["face_cents"] if holder["face_cents"] is not None else holder["amount_cents"])),
+        ("client_reference", None, fields["client_reference"], holder["client_reference"]),
+        ("reference_number", None, fields["reference_number"], holder["reference_number"]),
+        ("created_at", None, fields["created_at"], parse_ts(holder["provider_created_at"])),
+    )
+    for name, asked, answered, held in compared:
+        known = [(who, value) for who, value in ((mine, asked), ("the provider's answer", answered), (theirs, held))
+                 if value is not None]
+        if len({_shown(value) for _, value in known}) > 1:
+            found.append(f"{name} differs ({', '.join(f'{who} {_shown(value)}' for who, value in known)})")
+    return found
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Decimal):
+        return fmt(value) or ""
+    if isinstance(value, datetime):
+        return iso(value) or ""
+    return str(value)
+
+
+def _merge_or_refuse(conn: sqlite3.Connection, local_id: int, holder: dict, fields: dict, *,
+                     http_status: int | None, seen_at: datetime, how: str) -> int:
+    """Merge intent `local_id` into `holder` (the row that holds the provider's id) if they are one recharge;
+    return the holder's local id. Raise RechargeHeldElsewhere if they are not."""
+    rows = _rows(conn.execute("SELECT * FROM recharges WHERE local_id = ?", (local_id,)))
+    if not rows:
+        done = meta.get(conn, merged_key(local_id))  # merged a moment ago, by another process
+        if done is not None and json.loads(done)[-1]["into"] == holder["local_id"]:
+            return holder["local_id"]
+        raise StorageError(f"local recharge #{local_id} no longer exists; provider recharge {fields['id']} is "
+                           f"local recharge #{holder['local_id']}")
+    intent = rows[0]
+    differences = disagreements(intent, holder, fields)
+    if differences:
+        raise RechargeHeldElsewhere(local_id, fields["id"], holder["local_id"], differences)
+    _merge(conn, intent, holder, fields, http_status=http_status, seen_at=seen_at, how=how)
+    return holder["local_id"]
+
+
+def _merge(conn: sqlite3.Connection, intent: dict, holder: dict, fields: dict, *, http_status: int | None,
+           seen_at: datetime, how: str) -> None:
+    """One recharge known twice: the holder keeps its provider fields and gains the intent's key, origin and
+    what it alone knew; the intent row goes, and is kept whole under `merged_key` (meta) with when and why."""
+    conn.execute("DELETE FROM recharges WHERE local_id = ?", (intent["local_id"],))  # its key is unique
+    conn.execute(
+        """UPDATE recharges SET idempotency_key = :key, origin = 'partner',
+               client_reference = COALESCE(client_reference, :client_reference),
+               operator_id = COALESCE(operator_id, :operator_id), amount_cents = COALESCE(amount_cents, :amount),
+               circle_id = COALESCE(circle_id, :circle_id), is_postpaid = COALESCE(is_postpaid, :is_postpaid),
+               is_special = COALESCE(is_special, :is_special), nickname = COALESCE(nickname, :nickname),
+               force = :force, http_status = COALESCE(http_status, :http_status), row_updated_at = :at
+           WHERE local_id = :holder""",
+        {"key": intent["idempotency_key"], "client_reference": intent["client_reference"],
+         "operator_id": fields["operator_id"] if fields["operator_id"] is not None else intent["operator_id"],
+         "amount": intent["amount_cents"], "circle_id": intent["circle_id"], "is_postpaid": intent["is_postpaid"],
+         "is_special": intent["is_special"], "nickname": intent["nickname"], "force": intent["force"],
+         "http_status": http_status, "at": iso(seen_at), "holder": holder["local_id"]})
+    record = {"into": holder["local_id"], "provider_id": fields["id"], "how": how, "merged_at": iso(seen_at),
+              "holder_origin": holder["origin"], "intent": intent}
+    # A list, newest last: SQLite gives the highest local id again once its row is gone (INTEGER PRIMARY KEY
+    # without AUTOINCREMENT), so a later intent may carry this id, and be merged in turn.
+    earlier = meta.get(conn, merged_key(intent["local_id"]))
+    records = (json.loads(earlier) if earlier is not None else []) + [record]
+    meta.put(conn, merged_key(intent["local_id"]), json.dumps(records, sort_keys=True), now=seen_at)
 
 
 def mark_unknown(db: Database, local_id: int, error: str, at: datetime) -> None:

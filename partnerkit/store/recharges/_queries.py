@@ -1,20 +1,27 @@
 """Reads for the poller, locate and the CLI, and the poller's marks on a row.
 
 Rows by local id, provider id, reference or Idempotency-Key; listings; what the poller reads
-(`poll_candidates`, `day_counts`) and what it notes (`mark_polled`, `mark_escalated`).
+(`poll_candidates`, `day_counts`) and what it notes (`mark_polled`, `mark_escalated`); where an
+intent merged into the row that already held its recharge went (`merged_into`).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Iterable
 
 from partnerkit.money import cents
+from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.recharges._provider import OPEN_INTENT_SQL
 from partnerkit.timeutil import iso
+
+# The meta key under which an intent merged into the row that already held its recharge is kept whole,
+# with the row it went into, when and why (partnerkit.store.recharges._intents, `_merge`).
+_MERGED = "recharges.merged.{local_id}"
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict]:
@@ -39,7 +46,26 @@ def find(db: Database, key: str) -> dict | None:
     rows = _rows(db.execute("SELECT * FROM recharges WHERE reference_number = ?", (text,)))
     if rows:
         return rows[0]
-    return get(db, int(text)) if numeric else None
+    if not numeric:
+        return None
+    row = get(db, int(text))
+    if row is None and (merged := merged_into(db, int(text))) is not None:
+        row = get(db, merged["into"])  # the local id of an intent merged into the row that held its recharge
+    return row
+
+
+def merged_key(local_id: int) -> str:
+    """The meta key of the record of intent `local_id` merged into another row."""
+    return _MERGED.format(local_id=local_id)
+
+
+def merged_into(db: Database, local_id: int) -> dict | None:
+    """The record of intent `local_id` merged into the row that already held its recharge, or None:
+    `into` (that row's local id), `provider_id`, `how` (what named it), `merged_at`, `holder_origin`, and
+    `intent`, the removed row as it was. A row holding `local_id` now is a later one (SQLite gives a freed
+    highest id again): ask only for an id no row has. Of two intents merged under one id, the later."""
+    value = meta.get(db, merged_key(local_id))
+    return None if value is None else json.loads(value)[-1]
 
 
 def by_idempotency_key(db: Database, idempotency_key: str) -> dict | None:
