@@ -90,7 +90,9 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     3 when its outcome is UNKNOWN (the provider's answer was lost and locating it found nothing: the
     message says what `partnerkit recharges locate --local-id N` will do next; never submit it again
     with a new key) or the intent stays INTENT (the answer came but the database could not store it:
-    the message names the recharge, and that locate links it once the database takes writes).
+    the message names the recharge, and that locate links it once the database takes writes), or the
+    answer names a recharge another local row holds with other fields (the message names the row and
+    each difference: not a database fault; compare both with the provider).
     """
     from reconcile.recharges import submit
 
