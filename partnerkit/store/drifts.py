@@ -207,7 +207,7 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     currency, detail) into `drifts`, set-based; resolve the day's open drifts not found again.
 
     A drift of the day no longer found is resolved automatically (audit `auto_resolved`; the note names the
-    credit or debit that cleared it when `cleared_by` shows one: a scalar subquery over the gone drift `d`,
+    credit or debit that cleared it, or how a recharge settled, when `cleared_by` shows one (its whole phrase): a scalar subquery over the gone drift `d`,
     which the matcher owns with its links, partnerkit.store.matching.CLEARED_BY). A new drift is pending
     (audit `detected`). One found again with the same figures keeps its resolution
     and adds nothing, unless partnerkit resolved it automatically: then it gets back its state from before
@@ -223,7 +223,7 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
                  + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE auto AND change IS NULL)"), p)
     # The day's open drifts not found again, taken before the merge (which touches only found ones):
     # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
-    cleared = f"COALESCE(': ' || ({cleared_by}) || ' received', '')" if cleared_by else "''"
+    cleared = f"COALESCE(': ' || ({cleared_by}), '')" if cleared_by else "''"
     conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id, 'no longer detected on ' || :day || ' run'"
                  f" || {cleared} AS note"
                  " FROM drifts d WHERE d.report_date = :day AND d.resolution != 'resolved'"

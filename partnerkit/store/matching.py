@@ -309,20 +309,26 @@ def linked_transactions(subject: str, reference: str) -> str:
 # What cleared a drift that is no longer detected, where the store shows it (partnerkit.store.drifts.merge_found
 # names it in the automatic resolution's note), by the links the passes above use (_LINKED): for a
 # missing_refund or a duplicate_debit the credits, for a missing_debit the debits, linked to its recharge or
-# order ("credit 700030 of 194.02"). Which of them are new since the run that last found it: every one when
-# that run saw none (a missing_debit's `actual` is 0; a missing_refund's is the credits it saw), else those
+# order ("credit 700030 of 194.02 received"). Which of them are new since the run that last found it: every one
+# when that run saw none (a missing_debit's `actual` is 0; a missing_refund's is the credits it saw), else those
 # dated after that run. Dates alone missed a credit the provider made after the run but dated before it: its
-# clock is not ours, and a credit back made at 00:50 is read by the sync after a 01:00 run. NULL otherwise (a
-# status that changed): the note then says only that it is gone. Index lookups per drift gone.
+# clock is not ours, and a credit back made at 00:50 is read by the sync after a 01:00 run. A stuck_processing
+# recharge that settled says how ("recharge settled SUCCESS"), found by its reference as the rule keys it. NULL
+# otherwise: the note then says only that it is gone. Index lookups per drift gone.
 CLEARED_BY = f"""
+    SELECT CASE WHEN d.kind = 'stuck_processing' THEN (
+        SELECT 'recharge settled ' || r.status FROM recharges r
+        WHERE (r.reference_number = d.reference OR r.idempotency_key = d.reference) AND r.status != 'PROCESSING'
+        LIMIT 1)
+    ELSE (
     SELECT group_concat(CASE WHEN t.amount_cents > 0 THEN 'credit ' ELSE 'debit ' END || t.id || ' of '
-                        || printf('%d.%02d', abs(t.amount_cents) / 100, abs(t.amount_cents) % 100), ', ')
+                        || printf('%d.%02d', abs(t.amount_cents) / 100, abs(t.amount_cents) % 100), ', ') || ' received'
     FROM transactions t
     WHERE t.id IN ({linked_transactions("d.subject", "d.reference")})
       AND (t.created_at > d.last_detected_at
            OR (d.kind IN ('missing_refund', 'missing_debit') AND d.actual_cents = 0))
       AND CASE WHEN d.kind = 'missing_debit' THEN t.amount_cents < 0 ELSE t.amount_cents > 0 END
-      AND d.kind IN ('missing_refund', 'duplicate_debit', 'missing_debit')"""
+      AND d.kind IN ('missing_refund', 'duplicate_debit', 'missing_debit')) END"""
 
 
 def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:

@@ -198,6 +198,18 @@ def test_processing_after_thirty_minutes_is_stuck_processing_with_its_reference(
     assert one(db, "stuck_processing").reference == rc["reference_number"]
 
 
+def test_a_stuck_recharge_that_settled_resolves_saying_how(db, ledger):
+    """Its note said only "no longer detected": finance had to look the recharge up to learn it settled."""
+    rc = ledger.recharge("PROCESSING", hour=10)
+    ledger.debit_recharge(rc)
+    run(db, now=at(10, 31))
+    stuck = one(db, "stuck_processing")
+    recharge_store.upsert_from_provider(db, [{**rc, "status": "SUCCESS"}], at(10, 40))
+    run(db, now=at(10, 41))
+    assert get_drift(db, stuck.id).resolution == "resolved"
+    assert get_drift(db, stuck.id).resolution_note == f"no longer detected on {DAY.isoformat()} run: recharge settled SUCCESS"
+
+
 def test_poller_and_matcher_record_the_same_stuck_processing_drift(db, ledger):
     rc = ledger.recharge("PROCESSING", hour=10)
     ledger.debit_recharge(rc)
