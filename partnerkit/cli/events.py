@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import emit_newest, format_option
+from partnerkit.cli.output import Progress, emit_newest, format_option
 from partnerkit.cli.params import ID
 from partnerkit.store import inbox
 from partnerkit.timeutil import utcnow
@@ -59,7 +59,7 @@ def prune_command(app: AppContext, older_than_days: int | None) -> None:
 
     days = older_than_days or app.config.inbox_retention_days
     now = utcnow()
-    deleted = inbox.prune(app.existing_db, now=now, keep=timedelta(days=days))
+    deleted = inbox.prune(app.existing_db, now=now, keep=timedelta(days=days), progress=Progress("events prune"))
     click.echo(f"deleted {deleted} inbox rows last seen more than {days} days ago", err=True)
     refusals = prune_refusals(app.existing_db, now=now)
     if refusals:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from sqlite_utils import Database
 
@@ -177,7 +177,8 @@ def counts(db: Database) -> dict[str, int]:
     return result
 
 
-def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION, batch: int = PRUNE_BATCH) -> int:
+def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION, batch: int = PRUNE_BATCH,
+          progress: Callable[[str, int], None] | None = None) -> int:
     """Delete inbox rows last seen before `now - keep` (never less than 30 days); return how many.
 
     One short transaction per `batch` rows in id order, so a receiver's insert waits for one batch at
@@ -185,10 +186,11 @@ def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION, batch: in
     one goes on. No index on `last_seen_at` (a duplicate delivery updates it, and every index is
     paid by the receiver): rows are inserted in id order at their `received_at`, and `last_seen_at`
     is never earlier, so the walk along the rowid ends at the first batch received wholly after the
-    cutoff. A row inserted a few milliseconds out of order there is pruned by a later run."""
+    cutoff. A row inserted a few milliseconds out of order there is pruned by a later run.
+    `progress(entity, walked)` is called after each batch (a first prune of a big inbox takes minutes)."""
     keep = max(keep, RETENTION)
     cutoff = stamp(now - keep)
-    deleted, after = 0, 0
+    deleted, after, walked = 0, 0, 0
     while True:
         with transaction(db) as conn:
             rows = conn.execute("SELECT id, received_at FROM inbox WHERE id > ? ORDER BY id LIMIT ?",
@@ -200,7 +202,9 @@ def prune(db: Database, *, now: datetime, keep: timedelta = RETENTION, batch: in
                                     (after, last, cutoff)).rowcount
         if min(received for _, received in rows) >= cutoff:
             return deleted
-        after = last
+        after, walked = last, walked + len(rows)
+        if progress is not None:
+            progress(f"inbox rows ({deleted:,} deleted)", walked)
 
 
 def probe_write(db: Database) -> None:

@@ -100,6 +100,26 @@ def test_events_prune_uses_the_setting_unless_told(client, db, config, monkeypat
     assert _kept(db) == ["evt_31"]
 
 
+def test_a_long_prune_says_how_far_it_walked(client, db, config, monkeypatch):
+    """A first prune of a million rows ran 89 s without a line of output (session 15's concurrency review)."""
+    from partnerkit.cli import output
+
+    for days in (70, 50, 31):
+        _deliver(client, NOW - timedelta(days=days), f"evt_{days}", order_id=400 + days)
+    walked = []
+    with freeze_time(NOW):
+        assert inbox.prune(db, now=NOW, keep=timedelta(days=40), batch=1,
+                           progress=lambda entity, n: walked.append((entity, n))) == 2
+    assert walked == [("inbox rows (1 deleted)", 1), ("inbox rows (2 deleted)", 2)], walked
+    monkeypatch.setattr(output, "PROGRESS_EVERY_S", 0.0)
+    with freeze_time(NOW):
+        pruned = CliRunner().invoke(cli, ["events", "prune", "--older-than-days", "30"],
+                                    env={"PARTNERKIT_DB": str(config.db_path)})
+    assert pruned.exit_code == 0, pruned.output
+    assert pruned.stderr.splitlines() == ["events prune: inbox rows (1 deleted), 1 read so far",
+                                          "deleted 1 inbox rows last seen more than 30 days ago"]
+
+
 @pytest.mark.parametrize("raw, message", [
     ("29", "PARTNERKIT_INBOX_RETENTION_DAYS must be between 30 and 3650, got 29"),
     ("ninety", "PARTNERKIT_INBOX_RETENTION_DAYS must be a whole number, got 'ninety'"),
