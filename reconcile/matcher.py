@@ -162,27 +162,34 @@ class _LedgerSide:
     """The day's transaction findings (partnerkit.store.matching_ledger), computed beside the recharges.
 
     On a day of PARALLEL_FROM transactions or more (in a database file), they run in a thread on a
-    connection of their own, opened after the matcher's BEGIN IMMEDIATE: no write can land in
-    between, so both connections read the same data. sqlite3 releases the GIL while a statement
-    runs, so the two sides use both cores. On a smaller day the matcher's connection runs them.
+    connection of their own, whose read transaction starts on the matcher's snapshot: both begin while a
+    third connection holds the write lock for those few milliseconds (_same_snapshot), so no commit can
+    land between them and both read the same data. sqlite3 releases the GIL while a statement runs, so
+    the two sides use both cores. On a smaller day the matcher's connection runs them.
     """
 
-    def __init__(self, conn: sqlite3.Connection, params: dict[str, Any], wallet_types: tuple[str, ...]) -> None:
-        self.conn, self.params, self.wallet_types = conn, params, wallet_types
+    def __init__(self, conn: sqlite3.Connection, params: dict[str, Any], wallet_types: tuple[str, ...],
+                 path: str) -> None:
+        self.conn, self.params, self.wallet_types, self.path = conn, params, wallet_types, path
         self.pool: ThreadPoolExecutor | None = None
         self.future: Future | None = None
 
     def __enter__(self) -> "_LedgerSide":
-        path = next((f for _, name, f in self.conn.execute("PRAGMA database_list") if name == "main"), "")
-        if path and matching.day_transactions(self.conn, self.params) >= PARALLEL_FROM:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="match-ledger")
-            self.future = self.pool.submit(self._on_own_connection, path)
+        if not self.path:
+            _begin_snapshot(self.conn)
+            return self
+        side = connect(self.path).conn
+        try:
+            _same_snapshot(self.path, self.conn, side)
+        except BaseException:
+            side.close()
+            raise
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="match-ledger")
+        self.future = self.pool.submit(self._on_own_connection, side)
         return self
 
-    def _on_own_connection(self, path: str) -> LedgerFindings:
-        side = connect(path).conn
+    def _on_own_connection(self, side: sqlite3.Connection) -> LedgerFindings:
         try:
-            side.execute("BEGIN")  # one snapshot for every statement
             try:
                 return matching_ledger.ledger_findings(side, self.params, self.wallet_types)
             finally:
@@ -201,23 +208,69 @@ class _LedgerSide:
             self.pool.shutdown(wait=True)
 
 
+def _begin_snapshot(conn: sqlite3.Connection) -> None:
+    """Start the read transaction of a connection in a deferred BEGIN: its first read fixes the snapshot."""
+    conn.execute("SELECT COUNT(*) FROM main.sqlite_master").fetchone()
+
+
+def _same_snapshot(path: str, *conns: sqlite3.Connection) -> None:
+    """Start every connection's read transaction on one snapshot: no other connection can commit while a
+    connection of ours holds the write lock (BEGIN IMMEDIATE, nothing written, rolled back at once)."""
+    lock = connect(path)
+    try:
+        with transaction(lock):
+            for conn in conns:
+                if not conn.in_transaction:
+                    conn.execute("BEGIN")
+                _begin_snapshot(conn)
+    finally:
+        lock.conn.close()
+
+
+def _database_file(conn: sqlite3.Connection) -> str:
+    """The main database's file ("" for one in memory)."""
+    return next((f for _, name, f in conn.execute("PRAGMA database_list") if name == "main"), "")
+
+
 def match_day(db: Database, day: date, *, now: datetime | None = None,
               wallet_types: tuple[str, ...] = WALLET_TYPES, snapshots_through: datetime | None = None) -> MatchResult:
-    """Run every rule over one UTC day in one transaction; record drifts; return the totals.
+    """Run every rule over one UTC day; record drifts; return the totals.
+
+    Two transactions, so the write lock is held only for what writes the database (docs/reconcile.md, "How
+    matching works"): every rule, the report's totals and the wallet balances are read on one snapshot in a
+    deferred transaction (the temp tables they fill are not the main database: other connections commit
+    meanwhile), which then ends; one short BEGIN IMMEDIATE merges the candidates into `drifts`, leaving a
+    drift recorded or decided since the snapshot as it is (partnerkit.store.drifts.merge_found, `seen`).
 
     `snapshots_through`: the time the wallet balances of the sync just run were read (see wallet_balances)."""
     now = (now or utcnow()).replace(microsecond=0)
     start, end = day_bounds(day)
     params = {"start": start, "end": end, "day": day.isoformat(), "now": iso(now),
               "stuck_before": iso(now - STUCK_AFTER)}
-    with transaction(db) as conn, _LedgerSide(conn, params, tuple(wallet_types)) as ledger_side:
+    path = _parallel_path(db, params)
+    with transaction(db, immediate=False) as conn:
         try:
-            matching.build(conn, params)
-            ledger = ledger_side.result()
+            with _LedgerSide(conn, params, tuple(wallet_types), path) as ledger_side:
+                matching.build(conn, params)
+                ledger = ledger_side.result()
             matching.add_candidates(conn, ledger.candidates)
-            changes = matching.apply_candidates(conn, day=day.isoformat(), now=iso(now))
+            matching.find(conn, day=day.isoformat())
             raw = matching.day_summary(conn, params)
             wallets = wallet_balances(conn, day, now, ledger.totals, snapshots_through=snapshots_through)
-        finally:
+        except BaseException:
+            matching.drop(conn)
+            raise
+    try:
+        with transaction(db) as conn:
+            changes = matching.apply_candidates(conn, day=day.isoformat(), now=iso(now))
+    finally:
+        with transaction(db, immediate=False) as conn:
             matching.drop(conn)
     return _result(day, now, raw, ledger, changes, wallets)
+
+
+def _parallel_path(db: Database, params: dict[str, Any]) -> str:
+    """The database file when the day is big enough for the wallet's side in a thread (_LedgerSide), else ""."""
+    with transaction(db, immediate=False) as conn:
+        path = _database_file(conn)
+        return path if path and matching.day_transactions(conn, params) >= PARALLEL_FROM else ""

@@ -198,11 +198,23 @@ FROM (SELECT f.id, d.id IS NULL AS is_new, d.resolution != 'pending' AS reopens,
              f.actual_cents AS actual, d.currency AS old_currency, f.currency, d.detail AS old_detail, f.detail,
              COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor
                       AND {AUTO_RESOLVED.format(id='d.id')}, 0) AS auto
-      FROM m_found f LEFT JOIN drifts d USING (id))"""
-_MERGE_TEMP = ("m_state", "m_restore", "m_gone")
+      FROM m_found f LEFT JOIN drifts d USING (id) WHERE f.id NOT IN (SELECT id FROM m_moved))"""
+_MERGE_TEMP = ("m_state", "m_restore", "m_gone", "m_moved")
+# What a merge compares to tell a drift recorded or decided since its candidates' snapshot (merge_found, `seen`):
+# the poller's open_drift moves last_detected_at and the figures, finance's resolution the resolution columns.
+SEEN_COLUMNS = ("id", "report_date", "expected_cents", "actual_cents", "currency", "detail", "last_detected_at",
+                "resolution", "resolution_note", "resolution_by", "resolution_at")
 
 
-def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str | None = None) -> dict[str, int]:
+def merge_scope(columns: str) -> str:
+    """SQL selecting `columns` of the stored drifts a merge of day :day may touch: those in `m_found`, and the
+    day's open ones (two index lookups: the primary key, `drifts_day`)."""
+    return (f"SELECT {columns} FROM drifts WHERE id IN (SELECT id FROM m_found)"
+            f" UNION SELECT {columns} FROM drifts WHERE report_date = :day AND resolution IN ('pending', 'escalated')")
+
+
+def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str | None = None,
+                seen: str | None = None) -> dict[str, int]:
     """Merge a day's drifts (temp table `m_found`: id, kind, subject, reference, expected_cents, actual_cents,
     currency, detail) into `drifts`, set-based; resolve the day's open drifts not found again.
 
@@ -213,11 +225,22 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     and adds nothing, unless partnerkit resolved it automatically: then it gets back its state from before
     (audit `reopened`). One found again with other figures (expected, actual or currency; or another
     detail after an automatic resolution: see figure_change) is pending again, whoever resolved or escalated it (audit `changed`, with the old and new figures).
+
+    `seen`: a temp table of SEEN_COLUMNS, the drifts of `merge_scope` as the read that found `m_found` saw them,
+    when that read ended before this transaction began (reconcile.matcher.match_day). A drift whose row differs
+    now, or that it did not see, was recorded or decided since (the poller's stuck_processing, finance's
+    resolution, another run of the day): the older candidates neither resolve nor update it; the next run
+    judges it (counted as `newer`).
     """
     p = {"day": day, "now": now, "actor": SYSTEM_ACTOR}
     register_functions(conn)
     for name in _MERGE_TEMP:
         conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
+    conn.execute("CREATE TEMP TABLE m_moved (id TEXT PRIMARY KEY)")
+    if seen is not None:
+        differs = " OR ".join(f"n.{c} IS NOT s.{c}" for c in SEEN_COLUMNS[1:])
+        conn.execute(f"INSERT INTO m_moved SELECT n.id FROM ({merge_scope(', '.join(SEEN_COLUMNS))}) n"
+                     f" LEFT JOIN {seen} s ON s.id = n.id WHERE s.id IS NULL OR {differs}", p)
     conn.execute(_STATE, p)
     conn.execute("CREATE TEMP TABLE m_restore AS"
                  + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE auto AND change IS NULL)"), p)
@@ -227,13 +250,14 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id, 'no longer detected on ' || :day || ' run'"
                  f" || {cleared} AS note"
                  " FROM drifts d WHERE d.report_date = :day AND d.resolution != 'resolved'"
-                 " AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)", p)
+                 " AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)"
+                 " AND d.id NOT IN (SELECT id FROM m_moved)", p)
     conn.execute(
         f"""INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, actual_cents, measure,
                                currency, detail, detected_at, last_detected_at)
            SELECT id, kind, subject, reference, :day, expected_cents, actual_cents,
                   {measure_sql()}, currency, detail, :now, :now
-           FROM m_found WHERE true
+           FROM m_found WHERE id NOT IN (SELECT id FROM m_moved)
            ON CONFLICT(id) DO UPDATE SET
                report_date = excluded.report_date, expected_cents = excluded.expected_cents,
                actual_cents = excluded.actual_cents, currency = excluded.currency, detail = excluded.detail,
@@ -265,9 +289,10 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
         "UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) ="
         " (SELECT 'resolved', g.note, :actor, :now FROM m_gone g WHERE g.id = drifts.id)"
         " WHERE id IN (SELECT id FROM m_gone)", p).rowcount
+    newer = conn.execute("SELECT COUNT(*) FROM m_moved").fetchone()[0]
     for name in _MERGE_TEMP:
         conn.execute(f"DROP TABLE temp.{name}")
-    return {"new": new, "reopened": reopened, "changed": changed, "auto_resolved": resolved}
+    return {"new": new, "reopened": reopened, "changed": changed, "auto_resolved": resolved, "newer": newer}
 
 
 def open_drift(db: Database, *, kind: str, subject: str, reference: str, expected: Any, actual: Any,

@@ -4,9 +4,11 @@ Everything here is INSERT ... SELECT, joins and GROUP BY; no Python loop ever wa
 `build(conn, params)` fills `temp.m_candidate` (kind, subject, reference, expected, actual,
 currency, detail) with the day's recharge and order drifts; the day's transaction drifts come from
 `partnerkit.store.matching_ledger` (possibly run on another connection meanwhile) through
-`add_candidates`; `apply_candidates` merges them all into `drifts` (stable ids, audit trail,
-automatic resolution); `day_summary` gives the report's recharge and order totals (and the day's
-spend as the document means it).
+`add_candidates`; `find` keys them by drift id and notes the stored drifts as the snapshot sees them;
+`day_summary` gives the report's recharge and order totals (and the day's spend as the document means
+it). All of that only reads the store (temp tables are not the main database), so it runs in a read
+transaction; `apply_candidates` then merges the candidates into `drifts` (stable ids, audit trail,
+automatic resolution) in the one short write transaction.
 
 Parameters (named): :start, :end (the day as an ISO range), :day, :now, :stuck_before.
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, Iterable
 
-from partnerkit.store.drifts import merge_found, register_functions
+from partnerkit.store.drifts import SEEN_COLUMNS, merge_found, merge_scope, register_functions
 
 # Recharge states (States and transitions > Recharge); legacy values are stored as SUCCESS by the
 # worker, listed here too so that a legacy row can never escape the spend rules.
@@ -45,7 +47,8 @@ CHARGE_TYPES = ("FX_FEE", "CONVERSION_FEE")
 # (reconcile.recharges.new_client_reference; docs/worker.md, "Submit"). The provider echoes it on every read.
 OWN_CLIENT_REFERENCE = "pk-" + "[0-9a-f]" * 20
 
-TEMP_TABLES = ("m_found", "m_state", "m_restore", "m_gone", "m_rdrift", "m_order", "m_oagg", "m_candidate")
+TEMP_TABLES = ("m_found", "m_seen", "m_state", "m_restore", "m_gone", "m_moved", "m_rdrift", "m_order", "m_oagg",
+               "m_candidate")
 
 
 @dataclass(frozen=True)
@@ -331,16 +334,23 @@ CLEARED_BY = f"""
       AND d.kind IN ('missing_refund', 'duplicate_debit', 'missing_debit')) END"""
 
 
-def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:
-    """Merge the day's candidates into `drifts` (partnerkit.store.drifts.merge_found: stable ids, audit trail,
-    automatic resolution of the day's open drifts not found again).
+def find(conn: sqlite3.Connection, *, day: str) -> None:
+    """The day's drifts by id (`m_found`, for `day_summary` and the merge) and, of the stored ones the merge
+    may touch (those found, the day's open ones), what this snapshot sees of each (`m_seen`: SEEN_COLUMNS).
 
-    Leaves `m_found` (the day's drifts by id) for `day_summary`.
-    """
+    Part of the read: a drift whose row differs from `m_seen` at the merge was recorded or decided after the
+    snapshot, and the merge leaves it as it is (partnerkit.store.drifts.merge_found, `seen`)."""
     conn.execute("CREATE TEMP TABLE m_found (id TEXT PRIMARY KEY, kind, subject, reference, expected_cents,"
                  " actual_cents, currency, detail)")
     conn.execute("INSERT OR IGNORE INTO m_found SELECT drift_id(kind, subject, reference), * FROM m_candidate")
-    return merge_found(conn, day=day, now=now, cleared_by=CLEARED_BY)
+    conn.execute(f"CREATE TEMP TABLE m_seen AS {merge_scope(', '.join(SEEN_COLUMNS))}", {"day": day})
+
+
+def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:
+    """Merge the day's candidates (`m_found`, from `find`) into `drifts` (partnerkit.store.drifts.merge_found:
+    stable ids, audit trail, automatic resolution of the day's open drifts not found again), leaving the
+    drifts changed since the snapshot `find` read as they are."""
+    return merge_found(conn, day=day, now=now, cleared_by=CLEARED_BY, seen="m_seen")
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict]:
@@ -398,7 +408,7 @@ def _day_recharges(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[di
 
 
 def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, Any]:
-    """Totals of the day's recharges and orders (call after `apply_candidates`, before `drop`)."""
+    """Totals of the day's recharges and orders (call after `find`, before `drop`)."""
     one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
     recharge_status, spend = _day_recharges(conn, params)
     for currency, cents in (*conn.execute(_SPEND_OF_DRIFTED), *conn.execute(_SPEND_OF_ORDERS)):

@@ -748,7 +748,7 @@ def test_a_rerun_with_the_same_figures_adds_nothing(db, ledger, decision):
     result = run(db, now=RUN + timedelta(hours=3))
     after = get_drift(db, d.id)
     assert audit_trail(db, d.id) == trail and result.changes == {"new": 0, "reopened": 0, "changed": 0,
-                                                                 "auto_resolved": 0}
+                                                                 "auto_resolved": 0, "newer": 0}
     assert (after.resolution, after.resolution_note, after.resolution_by, after.resolution_at) == (
         before.resolution, before.resolution_note, before.resolution_by, before.resolution_at)
 
