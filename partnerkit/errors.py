@@ -52,7 +52,9 @@
     │                                 read that told it was sent, nothing stored
     ├── VerificationError             a webhook failed verification; `reason` says which check
     └── StorageError                  the SQLite store cannot be read or written; raised by the
-                                      client before a request left, `request_sent` is False
+        │                             client before a request left, `request_sent` is False
+        └── DatabaseBusy              another process held the write lock past the busy timeout:
+                                      a transient; nothing was written by the transaction
 
 The five classes named with their module live beside the code that raises them, which owns their
 checks (partnerkit never imports reconcile).
@@ -278,6 +280,11 @@ class StorageError(PartnerKitError):
     # False when the client raised it before the request left (the budget could not be taken): a write
     # it stopped did not happen. None otherwise: raised while a write was in flight, its outcome is unknown.
     request_sent: bool | None = None
+
+
+class DatabaseBusy(StorageError):
+    """Another process held the database's write lock for the whole busy timeout; the transaction that
+    waited wrote nothing (partnerkit.store.db.transaction)."""
 
 
 def is_ambiguous(exc: BaseException) -> bool:

@@ -34,6 +34,7 @@ from partnerkit.processes import _pid_namespace, holder_is_gone  # noqa: F401 - 
 from partnerkit.processes import holder_host, other_host
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
+from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS
 from partnerkit.timeutil import iso, utcnow
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, check_account
 
@@ -43,6 +44,8 @@ LEASE_NAME = "worker"
 LEASE_TTL_S = 30.0
 LEASE_RENEW_S = 10.0
 LEASE_POLL_S = 5.0  # how often a standby worker retries the lease
+# The worker's connections, the lease's too, wait WORKER_BUSY_TIMEOUT_MS for another process's write lock: a
+# renewal that waits that long still lands before the lease lapses (LEASE_RENEW_S + that < LEASE_TTL_S).
 
 
 class WorkerBusy(PartnerKitError):
@@ -241,7 +244,7 @@ def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner) -> Calla
 def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
              client_factory: Callable[[Config, Database, str], Any] | None = None) -> list[dict[str, Any]]:
     """One pass of every job, in table order, ignoring intervals, under the lease (for cron and tests)."""
-    db = open_db(config.db_path)
+    db = open_db(config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
     lease = WorkerLease(db)
     try:
         check_account(config, db, client_factory)  # another account's key: refused before any job runs
@@ -302,7 +305,7 @@ def _open_waiting(config: Config, *, wait: bool, stop: threading.Event, poll_s: 
     systemd's restart limit. None when stopped while waiting; without `wait`, the error is raised."""
     while True:
         try:
-            return open_db(config.db_path)
+            return open_db(config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
         except StorageError as exc:
             if not wait:
                 raise

@@ -3,7 +3,10 @@
 Every job is a function `f(config, db, client)` named by dotted path and imported only when the
 worker starts, so a part that is not installed is reported by job id instead of breaking the
 import of the worker. Each job gets its own database connection and client (jobs run in threads;
-SQLite transactions must not share a connection).
+SQLite transactions must not share a connection), which waits up to WORKER_BUSY_TIMEOUT_MS for another
+process's write lock. A run that still meets the lock (a big day's match, a backup, a prune held it
+longer) is a transient, not an error: outcome `busy`, one WARNING per episode, and the job runs again
+at its next turn.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from partnerkit.errors import AccountMismatch, BudgetExhausted, PartnerKitError,
 from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
 from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
+from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS, is_busy
 
 log = logging.getLogger("reconcile.worker")
 
@@ -129,7 +133,8 @@ class JobRunner:
         self._db: Database | None = None
         self._client: Any = None
         self._func: Callable[..., Any] | None = None
-        self.errors_in_row = 0  # runs in a row that ended in an error (JobSpec.retry_in)
+        self.errors_in_row = 0  # runs in a row that ended in an error or busy (JobSpec.retry_in)
+        self.busy_in_row = 0  # runs in a row that met the database locked past its busy timeout
 
     def close(self) -> None:
         """Close this job's connection."""
@@ -148,7 +153,7 @@ class JobRunner:
                 if self._func is None:
                     self._func = resolve(self.spec)
                 if self._db is None:
-                    self._db = open_db(self.config.db_path)
+                    self._db = open_db(self.config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
                 refused = self._refused_recently()
                 if refused:
                     outcome, result = "paused", refused
@@ -161,15 +166,28 @@ class JobRunner:
             except (BudgetExhausted, RateLimited) as exc:
                 outcome, result = "budget_exhausted", str(exc)
             except Exception as exc:  # a job must never kill the scheduler; the log line says what broke
-                outcome, result = "error", f"{type(exc).__name__}: {exc}"
+                outcome = "busy" if is_busy(exc) else "error"
+                result = f"{type(exc).__name__}: {exc}"
                 log.debug("job %s failed", self.spec.id, exc_info=True)
         if outcome != "skipped":
             self._note_run()
-            self.errors_in_row = self.errors_in_row + 1 if outcome == "error" else 0
+            # A busy run is retried as soon as an error is (the nightly report: minutes on, not at its next hour).
+            self.errors_in_row = self.errors_in_row + 1 if outcome in ("error", "busy") else 0
+            self.busy_in_row = self.busy_in_row + 1 if outcome == "busy" else 0
         record = {"job": self.spec.id, "outcome": outcome, "duration_ms": round((time.monotonic() - started) * 1000),
                   "result": result}
         # A pass that found nothing to do (most runs of the 3-5 s jobs) is DEBUG; one that did work is INFO.
         # A pause after a refusal is DEBUG too: the 401 that caused it was logged, and status shows it.
+        if outcome == "busy":
+            # Another process's long write (a big day's match, a backup): expected, and the next run catches up.
+            # One WARNING when an episode begins; its further busy runs are DEBUG.
+            if self.busy_in_row == 1:
+                log.warning("job %s: database busy; the job runs again at its next run (another process held the "
+                            "write lock for more than %.0f s)", self.spec.id, WORKER_BUSY_TIMEOUT_MS / 1000,
+                            extra=record)
+            else:
+                log.debug("job %s busy", self.spec.id, extra=record)
+            return record
         if (outcome == "ok" and self.spec.is_idle(result)) or outcome == "paused":
             level = logging.DEBUG
         else:

@@ -9,6 +9,29 @@ import click
 
 from partnerkit.config import Config, load_config
 from partnerkit.store import Database, open_db
+from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, LockWait
+
+# What a command that sends a write to the provider had not done when its wait for the database ran out.
+# Each records its intent before sending and waits for the database there, and an answer that cannot be
+# stored afterwards is not this error (exit 3, and the command says how it is located): so nothing was sent.
+_NOT_SENT = {
+    "recharges submit": "no recharge was sent to the provider; submit it again once the database is free",
+    "orders create": "no order was sent to the provider; run the command again once the database is free",
+}
+
+
+def lock_wait_notice(waited_s: float) -> None:
+    """The one line a command prints when it has waited a second for another process's write lock."""
+    click.echo(f"waiting for the database: another partnerkit process is writing (a big day's match, a backup, a "
+               f"prune or a key rewrap can hold it for seconds); waiting up to {waited_s:.0f} s", err=True)
+
+
+def command_lock_wait() -> LockWait:
+    """How the running command waits for the write lock: the notice line, and what its error says if the wait
+    runs out (for a command that sends a write, that nothing was sent)."""
+    ctx = click.get_current_context(silent=True)
+    path = ctx.command_path.partition(" ")[2] if ctx is not None else ""
+    return LockWait(notice=lock_wait_notice, gave_up=_NOT_SENT.get(path, "try again in a minute"))
 
 
 class AppContext:
@@ -33,7 +56,9 @@ class AppContext:
         if self._db is None:
             path = self.config.db_path
             created = not path.exists()
-            self._db = open_db(path)
+            # A longer wait than the services' (partnerkit.store.db COMMAND_BUSY_TIMEOUT_MS): a person waits
+            # out another process's long write (the nightly match) rather than meet "database is locked".
+            self._db = open_db(path, busy_timeout_ms=COMMAND_BUSY_TIMEOUT_MS, lock_wait=command_lock_wait())
             self.db_created = created
         return self._db
 

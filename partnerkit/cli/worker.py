@@ -16,8 +16,8 @@ log = logging.getLogger("partnerkit.worker")
 
 @click.command("worker")
 @click.option("--once", is_flag=True, help="Run one pass of every job, ignoring intervals, and exit (for cron): "
-              "exit 1 when a job failed, could not be loaded, or was paused because the provider refused the API "
-              "key.")
+              "exit 1 when a job failed, could not be loaded, was paused because the provider refused the API "
+              "key, or was busy (another process held the database's write lock past the worker's 15 s wait).")
 @click.option("--no-wait", is_flag=True, help="Exit instead of standing by when another worker holds the lease.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="With --once (refused without it), the format of its table of job results; json and csv go to "
@@ -43,8 +43,9 @@ def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no
     if once:
         results = run_once(config)
         emit(results, ["job", "outcome", "duration_ms", "result"], fmt)
-        # paused: the provider refused the API key moments ago, so the jobs that call it did nothing.
-        if any(r["outcome"] in ("error", "unavailable", "paused") for r in results):
+        # paused: the provider refused the API key moments ago, so the jobs that call it did nothing; busy:
+        # another process held the database's write lock past the worker's wait, so that job did nothing.
+        if any(r["outcome"] in ("error", "unavailable", "paused", "busy") for r in results):
             sys.exit(1)
         return
     sys.exit(run_worker(config, wait_for_lease=not no_wait))

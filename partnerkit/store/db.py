@@ -3,7 +3,10 @@
 The connection is in autocommit mode (isolation_level=None) and every write goes through
 `transaction(db)`, which issues BEGIN IMMEDIATE: the write lock is taken up front, so two
 processes never both read-then-upgrade and deadlock, and the BEGIN waits for the lock up to the
-connection's busy timeout (in short steps on a `short_lock_waits` connection: `_begin_immediate`).
+connection's busy timeout (in short steps on a `short_lock_waits` connection, and on one opened with
+`lock_wait`, a command's, which says after LOCK_NOTICE_AFTER_S that it is waiting: `_begin_immediate`).
+A BEGIN that waited its whole busy timeout raises `DatabaseBusy`: another process held the write
+lock all that time (a long match, a backup, a prune), and nothing was written by that transaction.
 Do not call sqlite-utils' insert/upsert helpers inside `transaction()`: they wrap their work in
 `with conn:`, which would commit our transaction half-way. Inside a transaction, use
 `db.execute()` with SQL kept in the store modules.
@@ -28,21 +31,47 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import sqlite_utils
 from sqlite_utils import Database
 
-from partnerkit.errors import StorageError
+from partnerkit.errors import DatabaseBusy, StorageError
 from partnerkit.files import make_private_dirs
 
 BUSY_TIMEOUT_MS = 5000
+# A command run by hand (finance's `drifts resolve`, a cashier's `recharges submit`) waits this long for
+# another process's write lock: the longest hold measured is a big day's nightly match (12-21 s of
+# 1,000,000 recharges on a busy 2-core host), and a backup's checkpoint or a prune hold it for seconds.
+# Longer than that is no passing moment: the worker's own lease (30 s) would be lapsing too, and a person
+# is better told to try again than left waiting. It says it waits after LOCK_NOTICE_AFTER_S.
+COMMAND_BUSY_TIMEOUT_MS = 30_000
+# The worker's jobs and its lease renewal: a job that waits is only late, and one that gives up runs
+# again at its next turn. The lease is renewed every 10 s and lasts 30 s (reconcile.scheduler), so a
+# renewal that waits 15 s still lands 5 s before the lease would lapse (a test holds this).
+WORKER_BUSY_TIMEOUT_MS = 15_000
+LOCK_NOTICE_AFTER_S = 1.0
 # BEGIN IMMEDIATE waits for the write lock in steps from _FIRST_PAUSE_S, doubling up to
-# _LONGEST_PAUSE_S, until the connection's busy timeout; see _begin_immediate.
+# _LONGEST_PAUSE_S (the receiver's) or _LONGEST_WAITED_PAUSE_S (a command's), until the connection's
+# busy timeout; see _begin_immediate.
 _FIRST_PAUSE_S = 0.00005
 _LONGEST_PAUSE_S = 0.002
+_LONGEST_WAITED_PAUSE_S = 0.02
 # Guards the one-time creation of a lock for a handle not made by `connect` (see _lock_of).
 _NEW_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LockWait:
+    """How a command's connection waits for another process's write lock (`connect(lock_wait=...)`).
+
+    `notice()` is called once per handle, when a BEGIN has waited LOCK_NOTICE_AFTER_S (a line on stderr:
+    silence looks like a hang); `gave_up` ends the DatabaseBusy message when the wait runs out (what the
+    command had not done, e.g. that nothing was sent to the provider)."""
+
+    notice: Callable[[float], None]  # called with the whole wait, in seconds
+    gave_up: str = "try again in a minute"
 
 
 def _create_private(path: Path) -> None:
@@ -113,12 +142,14 @@ def _open_failure(file: Path, exc: Exception) -> str:
 
 
 def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-            short_lock_waits: bool = False) -> Database:
+            short_lock_waits: bool = False, lock_wait: LockWait | None = None) -> Database:
     """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated.
 
     `short_lock_waits`: a connection for write transactions only (the receiver's). Its BEGIN waits for
     the write lock in short steps up to `busy_timeout_ms` (see _begin_immediate), and SQLite's own
-    busy handler is off, so any other statement meeting a lock fails at once: read elsewhere."""
+    busy handler is off, so any other statement meeting a lock fails at once: read elsewhere.
+    `lock_wait`: a command's connection. Its BEGIN waits in steps too, and says so once (LockWait);
+    its other statements keep SQLite's handler with the same timeout."""
     file = Path(path)
     try:
         if str(file) != ":memory:":
@@ -141,21 +172,23 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open database {str(file)!r}: {exc}") from exc
         db.short_lock_wait_ms = int(busy_timeout_ms)  # read by transaction(): see _begin_immediate
+    elif lock_wait is not None:
+        db.lock_wait, db.lock_wait_ms, db.lock_wait_noticed = lock_wait, int(busy_timeout_ms), False
     return db
 
 
 def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-            short_lock_waits: bool = False) -> Database:
+            short_lock_waits: bool = False, lock_wait: LockWait | None = None) -> Database:
     """Open the database and bring its schema up to date (safe in many processes at once)."""
     from partnerkit.store.migrations import migrate
 
-    db = connect(path, busy_timeout_ms=busy_timeout_ms, short_lock_waits=short_lock_waits)
+    db = connect(path, busy_timeout_ms=busy_timeout_ms, short_lock_waits=short_lock_waits, lock_wait=lock_wait)
     migrate(db)
     return db
 
 
 def _begin_immediate(db: Database) -> None:
-    """BEGIN IMMEDIATE; on a `short_lock_waits` connection, waiting for the lock in short steps.
+    """BEGIN IMMEDIATE; on a `short_lock_waits` or `lock_wait` connection, waiting for the lock in short steps.
 
     SQLite's own busy handler sleeps 1, 2, 5, 10, 15 ... ms between tries. A webhook's transaction
     holds the write lock for about a tenth of a millisecond, so a gunicorn worker that found it
@@ -165,28 +198,66 @@ def _begin_immediate(db: Database) -> None:
     handler off) the wait starts at 50 us and doubles up to 2 ms, until the busy timeout: a short
     hold costs a short wait and a long one (a bulk sync) a few hundred cheap tries a second. Other
     connections keep SQLite's handler (switching it off and on around each BEGIN cost two
-    statements SQLite re-prepared after every other process's commit).
+    statements SQLite re-prepared after every other process's commit), except a command's
+    (`lock_wait`): its handler is off for the BEGIN only, so that the same steps (up to 20 ms: the
+    receiver's 2 ms steps win the lock first) can say, once, after LOCK_NOTICE_AFTER_S, that it waits.
     """
     conn = db.conn
     timeout_ms = getattr(db, "short_lock_wait_ms", None)
-    if not timeout_ms:
+    lock_wait: LockWait | None = getattr(db, "lock_wait", None)
+    if not timeout_ms and lock_wait is None:
         conn.execute("BEGIN IMMEDIATE")
         return
-    deadline, pause = None, _FIRST_PAUSE_S
-    while True:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) != sqlite3.SQLITE_BUSY:
-                raise
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + timeout_ms / 1000
-            elif now >= deadline:
-                raise
-            time.sleep(min(pause, deadline - now))
-            pause = min(pause * 2, _LONGEST_PAUSE_S)
+    longest = _LONGEST_PAUSE_S
+    if lock_wait is not None:
+        timeout_ms, longest = db.lock_wait_ms, _LONGEST_WAITED_PAUSE_S
+        conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline, pause = None, _FIRST_PAUSE_S
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline, notice_at = now + timeout_ms / 1000, now + LOCK_NOTICE_AFTER_S
+                elif now >= deadline:
+                    raise
+                if lock_wait is not None and now >= notice_at and not db.lock_wait_noticed:
+                    db.lock_wait_noticed = True  # once per handle: a command's later waits are the same episode
+                    lock_wait.notice(timeout_ms / 1000)
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, longest)
+    finally:
+        if lock_wait is not None:
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+
+
+def is_busy(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what it was raised from) is another process's lock held past the busy timeout:
+    a DatabaseBusy, or SQLite's SQLITE_BUSY ("database is locked") met outside `transaction()`."""
+    seen = 0
+    while exc is not None and seen < 8:  # bounded: a chain of causes is short
+        if isinstance(exc, DatabaseBusy):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY:
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
+def _gave_up(db: Database, exc: sqlite3.Error) -> DatabaseBusy:
+    """The DatabaseBusy for a BEGIN that waited its whole busy timeout; a command's says what that means."""
+    lock_wait: LockWait | None = getattr(db, "lock_wait", None)
+    if lock_wait is None:
+        return DatabaseBusy(f"cannot start a transaction: {exc}")
+    return DatabaseBusy(f"cannot start a transaction: the database stayed locked for {db.lock_wait_ms / 1000:.0f} s "
+                        "(another partnerkit process was writing all that time: a big day's match, a backup, a "
+                        f"prune or a key rewrap can hold it that long); nothing was written by this step; "
+                        f"{lock_wait.gave_up}")
 
 
 def _lock_of(db: Database) -> threading.RLock:
@@ -241,6 +312,8 @@ def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Con
             else:
                 conn.execute("BEGIN")
         except sqlite3.Error as exc:
+            if is_busy(exc):
+                raise _gave_up(db, exc) from exc
             raise StorageError(f"cannot start a transaction: {exc}") from exc
         try:
             yield conn

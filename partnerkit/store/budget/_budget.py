@@ -306,10 +306,13 @@ class Budget:
         return _refusals.standing(self._db, self._key)
 
     def usage(self) -> dict[str, dict]:
-        """Per class: limit, used, remaining (after provider tightening), blocked_until, used by purpose."""
+        """Per class: limit, used, remaining (after provider tightening), blocked_until, used by purpose.
+
+        A read transaction (one snapshot of every class), never the write lock: `budget show` and `status`
+        answer at once while another process writes for seconds (a big day's match, a backup)."""
         report: dict[str, dict] = {}
         now = self._now()
-        with transaction(self._db) as conn:
+        with transaction(self._db, immediate=False) as conn:
             for budget_class, limit in self._limits.items():
                 rows = conn.execute(
                     "SELECT purpose, COUNT(*) FROM budget_events WHERE key_hash = ? AND class = ? AND at > ?"

@@ -1,0 +1,140 @@
+"""Another process holding the write lock for seconds (a big day's nightly match, a backup's checkpoint,
+a prune): a command waits it out and says so once, or ends in one line saying nothing was written or
+sent; a worker job logs one WARNING per episode, never an ERROR traceback per run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+from click.testing import CliRunner
+
+from partnerkit.cli import cli
+from partnerkit.config import config_as_env
+from partnerkit.store import open_db
+from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, WORKER_BUSY_TIMEOUT_MS
+from reconcile import scheduler
+from reconcile.worker_jobs import JobRunner, JobSpec
+from tests.conftest import account_of
+from tests.reliability.storage_faults import held_write_lock
+
+NOTICE = "waiting for the database: another partnerkit process is writing"
+PRUNE = JobSpec("prune-events", "partnerkit.retention:prune_events", 3600, 60, "housekeeping", calls_api=False)
+
+
+@pytest.fixture
+def run(sandbox_config, monkeypatch):
+    """`partnerkit ...` through click, on the sandbox, with a migrated database that knows its account."""
+    for name, value in config_as_env(sandbox_config).items():
+        monkeypatch.setenv(name, value)
+    db = open_db(sandbox_config.db_path)
+    account_of(db, sandbox_config.api_key)  # a cashier's store knows its account: no wallet read first
+    db.conn.close()
+    return lambda *args: CliRunner().invoke(cli, list(args))
+
+
+@contextmanager
+def held_for(db_path, seconds: float):
+    """The write lock held by another connection for `seconds` from now, in a thread (released by then)."""
+    taken = threading.Event()
+
+    def hold() -> None:
+        with held_write_lock(db_path):
+            taken.set()
+            time.sleep(seconds)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(5)
+    try:
+        yield
+    finally:
+        holder.join(seconds + 10)
+
+
+def recharges_at_the_sandbox(server, number: str) -> list:
+    with server.sandbox.lock:
+        return [r for r in server.sandbox.recharges.values() if r.mobile_number == number]
+
+
+def test_a_submit_waits_out_a_hold_shorter_than_its_wait_and_says_so_once(run, sandbox_config, sandbox_server):
+    started = time.monotonic()
+    with held_for(sandbox_config.db_path, 2.0):
+        result = run("recharges", "submit", "--mobile", "9811111115", "--operator-id", "1", "--amount", "175",
+                     "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started >= 1.9  # it did wait for the lock
+    notices = [line for line in result.stderr.splitlines() if NOTICE in line]
+    assert notices == [f"{NOTICE} (a big day's match, a backup, a prune or a key rewrap can hold it for seconds); "
+                       f"waiting up to {COMMAND_BUSY_TIMEOUT_MS // 1000} s"]
+    assert json.loads(result.stdout)["status"] == "PROCESSING"
+    assert len(recharges_at_the_sandbox(sandbox_server, "9811111115")) == 1
+
+
+def test_a_hold_longer_than_the_wait_is_one_line_exit_1_nothing_recorded_nothing_sent(
+        run, sandbox_config, sandbox_server, monkeypatch):
+    monkeypatch.setattr("partnerkit.cli.context.COMMAND_BUSY_TIMEOUT_MS", 2000)  # the 30 s, shortened for the test
+    with held_write_lock(sandbox_config.db_path):
+        result = run("recharges", "submit", "--mobile", "9811111116", "--operator-id", "1", "--amount", "175")
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert error == ("Error: cannot start a transaction: the database stayed locked for 2 s (another partnerkit "
+                     "process was writing all that time: a big day's match, a backup, a prune or a key rewrap can "
+                     "hold it that long); nothing was written by this step; no recharge was sent to the provider; "
+                     "submit it again once the database is free")
+    assert recharges_at_the_sandbox(sandbox_server, "9811111116") == []
+    db = open_db(sandbox_config.db_path)
+    try:
+        assert db.execute("SELECT COUNT(*) FROM recharges").fetchone()[0] == 0  # no intent left behind
+    finally:
+        db.conn.close()
+
+
+def test_a_finance_command_under_a_long_hold_says_to_try_again_and_budget_show_answers_at_once(
+        run, sandbox_config, monkeypatch):
+    monkeypatch.setattr("partnerkit.cli.context.COMMAND_BUSY_TIMEOUT_MS", 1500)
+    with held_write_lock(sandbox_config.db_path):
+        started = time.monotonic()
+        shown = run("budget", "show", "--format", "json")
+        took = time.monotonic() - started
+        pruned = run("events", "prune")
+    # `budget show` reads the database only: no write lock, so no wait and no notice (it used to need one)
+    assert shown.exit_code == 0, shown.output
+    assert took < 1.0 and NOTICE not in shown.stderr
+    assert {row["class"] for row in json.loads(shown.stdout)} == {"general", "order_create"}
+    assert pruned.exit_code == 1 and "Traceback" not in pruned.output
+    assert pruned.stderr.count(NOTICE) == 1
+    assert pruned.stderr.strip().splitlines()[-1].endswith("nothing was written by this step; try again in a minute")
+
+
+def test_a_worker_job_meeting_a_long_hold_logs_one_warning_per_episode_and_runs_again(
+        db_path, sandbox_config, monkeypatch, caplog):
+    monkeypatch.setattr("reconcile.worker_jobs.WORKER_BUSY_TIMEOUT_MS", 1000)  # the 15 s, shortened for the test
+    open_db(db_path).conn.close()
+    runner = JobRunner(sandbox_config, PRUNE, client_factory=lambda *_: None)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="reconcile.worker"):
+            with held_write_lock(sandbox_config.db_path):
+                outcomes = [runner()["outcome"] for _ in range(2)]
+            after = runner()
+    finally:
+        runner.close()
+    assert outcomes == ["busy", "busy"]
+    assert after["outcome"] == "ok"
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in loud] == [
+        "job prune-events: database busy; the job runs again at its next run (another process held the write lock "
+        "for more than 1 s)"]
+    assert loud[0].exc_info is None  # a transient, not a traceback
+    assert runner.errors_in_row == 0 and runner.busy_in_row == 0  # the episode ended with the run that got through
+
+
+def test_a_lease_renewal_that_waits_the_worker_s_whole_busy_timeout_still_lands_before_the_lease_lapses():
+    assert scheduler.LEASE_RENEW_S + WORKER_BUSY_TIMEOUT_MS / 1000 < scheduler.LEASE_TTL_S
+    assert WORKER_BUSY_TIMEOUT_MS > 5000  # longer than the default: a job waits out a few seconds' hold
