@@ -319,8 +319,11 @@ def wait_for_key_pickup(path: Path, *, announce: Callable[[float], None] = lambd
     version of the file it read. The clock is read once per change of the file, so a wait always ends."""
     for _ in range(PICKUP_ROUNDS):
         changed = key_file_changed_at(path)
-        if changed is None or len(read_key_file(path)) < 2:
-            return changed
+        try:
+            if changed is None or len(read_key_file(path)) < 2:
+                return changed
+        except FileNotFoundError:  # removed since: the caller says what that means
+            return None
         seconds = pickup_wait(changed / 1e9, (clock or time.time)())
         if seconds <= 0:
             return changed

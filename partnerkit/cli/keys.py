@@ -215,6 +215,9 @@ def retire_command(app: AppContext) -> None:
         elif found.can_retire:
             click.echo(f"no stored value needs a previous key: PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now, "
                        f"{RESTARTED} (then restart them)", err=True)
+    elif not config.key_file.exists():
+        raise click.ClickException(f"no voucher key file at {config.key_file}: nothing to retire (partnerkit "
+                                   "generates one when it first stores a voucher or token)")
     else:
         found, dropped = retire_key_file(config.key_file, db, settled=_wait_for_followers(app))
         if found.can_retire:

@@ -322,11 +322,12 @@ def test_rewrap_killed_mid_way_loses_nothing_and_a_second_run_finishes(tmp_path)
     assert run.store(payloads=payloads) == 0
 
 
-def test_rotate_without_a_key_file_says_so(tmp_path):
+@pytest.mark.parametrize("command", ["rotate", "retire"])
+def test_rotate_or_retire_without_a_key_file_says_so(tmp_path, command):
     run = Keys(environment(tmp_path))
     open_db(tmp_path / "pk.db").conn.close()
-    failed = run("keys", "rotate", code=1)
-    assert "no voucher key file" in failed.stderr
+    failed = run("keys", command, code=1)
+    assert f"no voucher key file at {run.config().key_file}: nothing to {command}" in failed.stderr
     assert not run.config().key_file.exists()
 
 
