@@ -13,11 +13,18 @@ have its fingerprint recomputed: that record is not stored. `rewrap` leaves such
 it is when a previous key sealed it, so it keeps counting as "needs a previous key" and `retire`
 refuses; re-sealing its PIN alone would hide that its dedup still depends on the old key, and a
 re-read of the order would then store it a second time.
+
+Running processes take a rotated key file by themselves, within KEY_PICKUP_S of its change (the
+receiver at its token refresh, the worker right before it seals): until then they may still seal with
+the previous key. `rewrap` and `retire` wait that out (`wait_for_key_pickup`) before they look at the
+database, so that what they check is not followed by values sealed with a key they are about to drop.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,13 +32,23 @@ from typing import Any, Callable
 from partnerkit.config import ConfigError
 from partnerkit.crypto import Cipher, cipher_from_keys, new_key_text, read_key_file, token_context, write_key_file
 from partnerkit.store import Database, transaction
+from partnerkit.store.db import BUSY_TIMEOUT_MS
 from partnerkit.store import inbox
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store import webhook_tokens
 from partnerkit.store.vouchers import SEALED_COLUMNS, KeyedSample
 from partnerkit.vouchers import voucher_context, voucher_identity
+from receiver.state import RECEIVER_BUSY_TIMEOUT_MS, TOKEN_REFRESH_S
 
 DEFAULT_BATCH = 500
+# How long after the key file changed a running process may still store a value sealed with the key it
+# read before. A receiver worker follows the file at its token refresh, every TOKEN_REFRESH_S, and a
+# delivery verified just before the refresh is stored after waiting up to its busy timeout for the write
+# lock; the worker follows right before it seals and then waits up to the store's busy timeout. Plus
+# SLOW_REQUEST_S for the rest of a request on a loaded machine.
+SLOW_REQUEST_S = 2.0
+KEY_PICKUP_S = max(TOKEN_REFRESH_S + RECEIVER_BUSY_TIMEOUT_MS / 1000, BUSY_TIMEOUT_MS / 1000) + SLOW_REQUEST_S
+PICKUP_ROUNDS = 3  # a key file changed again during the wait is waited out again, this many times at most
 
 
 @dataclass
@@ -252,15 +269,72 @@ def rotate_key_file(path: Path) -> int:
     return len(keys)
 
 
-def retire_key_file(path: Path, db: Database) -> tuple[Census, int]:
+def retire_key_file(path: Path, db: Database, *, settled: int | None = None) -> tuple[Census, int]:
     """Keep only the key file's first line if, checked now, no stored value needs the others.
 
-    Returns the census made with the file's keys and how many keys were dropped (0 when refused)."""
+    `settled`: the change time `wait_for_key_pickup` waited out; the file must still be that version
+    (else a process may still seal with a key this would drop). Returns the census made with the file's
+    keys and how many keys were dropped (0 when refused)."""
     keys = read_key_file(path)
+    changed = ConfigError(f"the voucher key file {str(path)!r} changed while it was being checked; run the command again")
+    if settled is not None and key_file_changed_at(path) != settled:
+        raise changed
     found = census(db, cipher_from_keys(keys))
     if not found.can_retire or len(keys) == 1:
         return found, 0
-    if read_key_file(path) != keys:  # a rotation meanwhile: what was checked is not what would be written
-        raise ConfigError(f"the voucher key file {str(path)!r} changed while it was being checked; run the command again")
+    # A rotation meanwhile: what was checked is not what would be written.
+    if read_key_file(path) != keys or (settled is not None and key_file_changed_at(path) != settled):
+        raise changed
     write_key_file(path, keys[:1])
     return found, len(keys) - 1
+
+
+def key_file_changed_at(path: Path) -> int | None:
+    """When the key file last changed (its ctime, in ns), or None when there is none.
+
+    `keys rotate` and `keys retire` replace it by a rename, which sets it, as does a restore of the file
+    (even one that keeps the old mtime) and a chmod or chown; running processes follow the file when its
+    inode, mtime or size changed, so they have the new keys within KEY_PICKUP_S of this time."""
+    try:
+        return path.stat().st_ctime_ns
+    except OSError:
+        return None
+
+
+def pickup_wait(changed_at_s: float, now_s: float, window_s: float = KEY_PICKUP_S) -> float:
+    """Seconds left until `window_s` passed since `changed_at_s`; a change dated in the future (clocks
+    that disagree) waits the whole window."""
+    elapsed = now_s - changed_at_s
+    return window_s if elapsed < 0 else max(0.0, window_s - elapsed)
+
+
+def wait_for_key_pickup(path: Path, *, announce: Callable[[float], None] = lambda seconds: None,
+                        clock: Callable[[], float] | None = None,
+                        sleep: Callable[[float], None] = time.sleep) -> int | None:
+    """Sleep until running processes may no longer seal with a key the file held before its last change,
+    calling `announce(seconds)` before each wait; return the change time waited out (for
+    `retire_key_file`: the file must still be that one), None when there is no key file.
+
+    Only a file holding previous keys is waited for: with one key, every process seals with it, whichever
+    version of the file it read. The clock is read once per change of the file, so a wait always ends."""
+    for _ in range(PICKUP_ROUNDS):
+        changed = key_file_changed_at(path)
+        try:
+            if changed is None or len(read_key_file(path)) < 2:
+                return changed
+        except FileNotFoundError:  # removed since: the caller says what that means
+            return None
+        seconds = pickup_wait(changed / 1e9, (clock or time.time)())
+        if seconds <= 0:
+            return changed
+        announce(seconds)
+        sleep(seconds)
+        if key_file_changed_at(path) == changed:
+            return changed
+    raise ConfigError(f"the voucher key file {str(path)!r} changed again at every wait for running processes to "
+                      "take it (another `keys rotate`?); run the command again once it is left alone")
+
+
+def whole_seconds(seconds: float) -> int:
+    """A wait as said to the operator: whole seconds, rounded up."""
+    return math.ceil(seconds)

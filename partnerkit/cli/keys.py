@@ -11,12 +11,18 @@ import click
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, counted, emit_one
 from partnerkit.crypto import load_cipher, new_key_text
-from partnerkit.rotation import DEFAULT_BATCH, Census, census, retire_key_file, rewrap, rotate_key_file
+from partnerkit.rotation import (DEFAULT_BATCH, KEY_PICKUP_S, Census, census, key_file_changed_at, retire_key_file,
+                                 rewrap, rotate_key_file, wait_for_key_pickup, whole_seconds)
 
+PICKUP = whole_seconds(KEY_PICKUP_S)
 NEXT_STEP_FILE = ("next: run `partnerkit keys rewrap` (running receivers and workers re-read the key file and seal "
-                  "with the new key within seconds; no restart is needed)")
+                  f"with the new key within {PICKUP} s; no restart is needed: rewrap and retire wait that out)")
 NEXT_STEP_ENV = ("next: restart the receiver and the worker with the new settings so they seal with the new key, "
                  "then run `partnerkit keys rewrap`")
+# With PARTNERKIT_VOUCHER_KEY a process takes a new key only when it starts: nothing partnerkit can see
+# tells whether they were restarted, so what rewrap and retire conclude holds only if they were.
+RESTARTED = ("provided the receiver and the worker were restarted with the new PARTNERKIT_VOUCHER_KEY before this "
+             "command (one started before still seals with the previous key)")
 SHOWN = 20  # rows named in a message before "... and N more" (`keys status --format json` lists all)
 
 
@@ -40,6 +46,20 @@ def _places(items: list[dict]) -> str:
     return named + (f" ... and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
+def _wait_for_followers(app: AppContext) -> int | None:
+    """With the key file, wait until running receivers and workers seal with its first key (they follow
+    it within KEY_PICKUP_S of a change), saying why and how long; return the change waited out."""
+    if app.config.voucher_key:
+        return None  # processes take PARTNERKIT_VOUCHER_KEY when they start, not from a file
+
+    def announce(seconds: float) -> None:
+        click.echo(f"waiting {whole_seconds(seconds)} s for running receivers and workers to take the new key "
+                   f"(they follow the key file within {PICKUP} s of its change; until then they may still seal "
+                   "with a previous key)", err=True)
+
+    return wait_for_key_pickup(app.config.key_file, announce=announce)
+
+
 def _needs(found: Census) -> str:
     return (f"{counted(found.previous, 'stored value')} open only with a previous key and "
             f"{counted(found.fingerprints_previous, 'voucher fingerprint')} "
@@ -56,8 +76,9 @@ def keys_group() -> None:
 
     In order: `keys rotate`, `keys rewrap`, then `keys retire` (once no database backup made before
     the rewrap is kept: such a backup needs the old key). With the key file, running receivers and
-    workers follow it within seconds; with PARTNERKIT_VOUCHER_KEY, restart them with the new settings
-    before the rewrap.
+    workers follow it within 9 s, and rewrap and retire first wait out what is left of those 9 s
+    since the file changed; with PARTNERKIT_VOUCHER_KEY, restart them with the new settings before
+    the rewrap.
     """
 
 
@@ -96,8 +117,8 @@ def rotate_command(app: AppContext) -> None:
     kept below; the file is replaced atomically (0600). With PARTNERKIT_VOUCHER_KEY nothing is changed:
     the new key is printed on stdout (the only time partnerkit prints a key) and stderr says what to set.
     Then run `keys rewrap` (with PARTNERKIT_VOUCHER_KEY, after restarting the receiver and the worker with
-    the new settings; with the key file they follow it within seconds). Exit 0; 1 when the key file is
-    missing or cannot be written.
+    the new settings; with the key file they follow it within 9 s, which rewrap waits out). Exit 0; 1
+    when the key file is missing or cannot be written.
     """
     config = app.config
     db = app.existing_db  # rotating beside a database that does not exist is a wrong PARTNERKIT_DB
@@ -132,13 +153,16 @@ def rewrap_command(app: AppContext, batch_size: int) -> None:
     voucher's fingerprint; values already under the current key are skipped.
 
     Run it after `keys rotate` (and, with PARTNERKIT_VOUCHER_KEY, a restart of the receiver and the worker
-    with the new settings). Each batch is committed on its
-    own: stopped or killed, nothing is lost and a second run goes on. Values no key opens are named and
+    with the new settings). With the key file, it first waits until 9 s passed since the file changed,
+    saying so: running receivers and workers follow the file within that time, and a value one of them
+    sealed with the previous key after the rewrap read past it would need that key. Each batch is
+    committed on its own: stopped or killed, nothing is lost and a second run goes on. Values no key opens are named and
     left as they are. A voucher with no code, reference or claim URL keeps the previous key: its
     fingerprint was made from the provider's whole record, which is not stored, so it cannot be recomputed
     (see README, "Rotate the voucher key"). Exit 0 when the previous keys can be retired; 1 otherwise.
     """
     db = app.existing_db
+    settled = _wait_for_followers(app)
     cipher = load_cipher(app.config)
     done = rewrap(db, cipher, batch_size=batch_size, progress=Progress("keys rewrap"))
     click.echo(f"re-sealed {counted(done.vouchers, 'voucher')}, {counted(done.tokens, 'webhook token')} and "
@@ -157,9 +181,13 @@ def rewrap_command(app: AppContext, batch_size: int) -> None:
     if found.unreadable:
         raise click.ClickException(f"no key opens {counted(len(found.unreadable), 'stored value')} (named above); "
                                    "the previous keys are not needed for the others")
+    if settled is not None and key_file_changed_at(app.config.key_file) != settled:
+        raise click.ClickException(f"the voucher key file {app.config.key_file} changed while the rewrap ran "
+                                   "(another `keys rotate`?): run `partnerkit keys rewrap` again")
     if cipher.previous_keys:
         click.echo("every stored value opens with the current key: the previous keys can be retired "
-                   "(`partnerkit keys retire`) once no database backup made before this rewrap is kept", err=True)
+                   "(`partnerkit keys retire`) once no database backup made before this rewrap is kept"
+                   + (f", {RESTARTED}" if app.config.voucher_key else ""), err=True)
     else:
         click.echo("every stored value opens with the current key; there are no previous keys", err=True)
 
@@ -169,8 +197,12 @@ def rewrap_command(app: AppContext, batch_size: int) -> None:
 def retire_command(app: AppContext) -> None:
     """Drop the previous keys, after checking right then that no stored value still needs them.
 
-    With the key file, its lines below the first are removed (the file is replaced atomically). With
-    PARTNERKIT_VOUCHER_KEY, says whether PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now. A database
+    With the key file, it first waits until 9 s passed since the file changed, saying so (running
+    receivers and workers follow the file within that time; what one sealed with a previous key after
+    the check would be unreadable once that key is dropped), then its lines below the first are removed
+    (the file is replaced atomically). With PARTNERKIT_VOUCHER_KEY, says whether
+    PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now (true only if the receiver and the worker were
+    restarted with the new key before the check). A database
     backup made before `keys rewrap` still needs the old key: keep a copy of it as long as such backups
     are kept. Exit 0 when retired (or nothing to retire); 1 with the counts when a previous key is needed.
     """
@@ -181,10 +213,13 @@ def retire_command(app: AppContext) -> None:
         if not config.voucher_key_previous:
             click.echo("PARTNERKIT_VOUCHER_KEY_PREVIOUS is not set: there is nothing to retire", err=True)
         elif found.can_retire:
-            click.echo("no stored value needs a previous key: PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now "
-                       "(then restart the receiver and the worker)", err=True)
+            click.echo(f"no stored value needs a previous key: PARTNERKIT_VOUCHER_KEY_PREVIOUS can be unset now, "
+                       f"{RESTARTED} (then restart them)", err=True)
+    elif not config.key_file.exists():
+        raise click.ClickException(f"no voucher key file at {config.key_file}: nothing to retire (partnerkit "
+                                   "generates one when it first stores a voucher or token)")
     else:
-        found, dropped = retire_key_file(config.key_file, db)
+        found, dropped = retire_key_file(config.key_file, db, settled=_wait_for_followers(app))
         if found.can_retire:
             click.echo(f"retired {counted(dropped, 'previous key')} from {config.key_file}" if dropped else
                        f"{config.key_file} holds no previous key: there is nothing to retire", err=True)

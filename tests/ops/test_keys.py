@@ -13,16 +13,18 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from contextlib import nullcontext
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from click.testing import CliRunner
+from freezegun import freeze_time
 
 from partnerkit.cli import cli
 from partnerkit.client import Voucher
 from partnerkit.config import load_config
 from partnerkit.crypto import cipher_from_keys, load_cipher, read_key_file
-from partnerkit.rotation import census
+from partnerkit.rotation import KEY_PICKUP_S, census
 from partnerkit.store import inbox, open_db, transaction, webhook_tokens
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.vouchers import seal
@@ -55,9 +57,19 @@ class Keys:
     def __init__(self, env: dict[str, str | None]) -> None:
         self.env = env
         self.outputs: list[str] = []
+        self.later_s = 0.0  # the commands run this much later than the clock says (`after_pickup`)
+
+    def after_pickup(self) -> None:
+        """From now on, run the commands as the operator would once running processes took the rotated
+        key file: KEY_PICKUP_S later (freezegun, ticking), so that `keys rewrap` and `keys retire` have
+        nothing left to wait for."""
+        self.later_s += KEY_PICKUP_S
 
     def __call__(self, *args: str, code: int = 0, input: str | None = None):
-        result = CliRunner().invoke(cli, list(args), env=self.env, input=input)
+        later = (freeze_time(datetime.now(timezone.utc) + timedelta(seconds=self.later_s), tick=True)
+                 if self.later_s else nullcontext())
+        with later:
+            result = CliRunner().invoke(cli, list(args), env=self.env, input=input)
         assert "Traceback" not in result.stderr, result.stderr
         assert result.exit_code == code, (args, result.exit_code, result.stderr)
         self.outputs.append(result.stdout + result.stderr)
@@ -135,9 +147,11 @@ def test_key_file_rotate_rewrap_retire(tmp_path):
     [old] = read_key_file(key_file)
 
     rotated = run("keys", "rotate")
+    run.after_pickup()
     assert rotated.stdout == ""
     assert "1 previous key kept below it" in rotated.stderr
     assert "no restart is needed" in rotated.stderr and "keys rewrap" in rotated.stderr
+    assert "within 9 s" in rotated.stderr and "rewrap and retire wait that out" in rotated.stderr
     new, kept = read_key_file(key_file)
     assert kept == old and new != old and len(base64.urlsafe_b64decode(new + "=")) == 32
     assert key_file.stat().st_mode & 0o777 == 0o600
@@ -241,6 +255,7 @@ def test_a_voucher_whose_fingerprint_cannot_be_recomputed_keeps_the_previous_key
     run = Keys(environment(tmp_path))
     run.store(payloads=record_only + PAYLOADS[:1])
     run("keys", "rotate")
+    run.after_pickup()
     before = run.sealed_bytes()[0]
 
     done = run("keys", "rewrap", code=1)
@@ -255,16 +270,18 @@ def test_a_voucher_whose_fingerprint_cannot_be_recomputed_keeps_the_previous_key
 
 
 def test_rewrap_killed_mid_way_loses_nothing_and_a_second_run_finishes(tmp_path):
-    run = Keys(environment(tmp_path))
+    # PARTNERKIT_VOUCHER_KEY: the rewrap is a real process here, and with a key file just rotated it
+    # would first wait for running receivers and workers to take it (test_key_pickup.py).
+    run = Keys(environment(tmp_path, PARTNERKIT_VOUCHER_KEY=KEY_A))
     payloads = [{"card_number": f"GIFT-{i:06d}", "pin_code": f"P{i}", "expires_at": None} for i in range(600)]
     assert run.store(payloads=payloads) == 600
-    run("keys", "rotate")
-    new, old = read_key_file(run.config().key_file)
+    new, old = run("keys", "rotate").stdout.strip(), KEY_A
+    run.env.update(PARTNERKIT_VOUCHER_KEY=new, PARTNERKIT_VOUCHER_KEY_PREVIOUS=old)
     db = open_db(run.config().db_path)
     fingerprints = dict(db.execute("SELECT id, fingerprint FROM vouchers").fetchall())
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}
-    env["PARTNERKIT_DB"] = run.env["PARTNERKIT_DB"]
+    env.update({k: v for k, v in run.env.items() if v is not None})
     process = subprocess.Popen([sys.executable, "-m", "partnerkit", "keys", "rewrap", "--batch-size", "1"],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -305,11 +322,12 @@ def test_rewrap_killed_mid_way_loses_nothing_and_a_second_run_finishes(tmp_path)
     assert run.store(payloads=payloads) == 0
 
 
-def test_rotate_without_a_key_file_says_so(tmp_path):
+@pytest.mark.parametrize("command", ["rotate", "retire"])
+def test_rotate_or_retire_without_a_key_file_says_so(tmp_path, command):
     run = Keys(environment(tmp_path))
     open_db(tmp_path / "pk.db").conn.close()
-    failed = run("keys", "rotate", code=1)
-    assert "no voucher key file" in failed.stderr
+    failed = run("keys", command, code=1)
+    assert f"no voucher key file at {run.config().key_file}: nothing to {command}" in failed.stderr
     assert not run.config().key_file.exists()
 
 
@@ -351,6 +369,7 @@ def test_webhook_bodies_are_rewrapped_and_one_kept_in_clear_by_an_earlier_versio
     assert run.status()["webhook_bodies_in_clear"] == 1
 
     run("keys", "rotate")
+    run.after_pickup()
     status = run.status()
     assert status["values_previous_key"] == 2  # the token and the receiver's body
     assert "still needed" in run("keys", "retire", code=1).stderr
@@ -382,7 +401,8 @@ def test_a_running_receiver_seals_with_the_key_a_rotation_put_first_without_a_re
 
     run = Keys(environment(tmp_path, PARTNERKIT_LOG_LEVEL="WARNING", PARTNERKIT_WEBHOOK_TOKENS=TOKEN))
     key_file = run.config().key_file
-    with freeze_time("2026-11-22 10:00:00") as clock:
+    # Frozen at the real time: `keys rewrap` compares the clock with the key file's change, which is real.
+    with freeze_time(datetime.now(timezone.utc)) as clock:
         app = create_app(run.config())  # generates the key file: the receiver seals the bodies it keeps
         client = app.test_client()
         try:
@@ -392,6 +412,7 @@ def test_a_running_receiver_seals_with_the_key_a_rotation_put_first_without_a_re
             clock.tick(TOKEN_REFRESH_S + 1)
             assert post(client, envelope("evt_after", order_id=102)).status_code == 200
             new, _ = read_key_file(key_file)
+            clock.tick(KEY_PICKUP_S)
             run("keys", "rewrap")
             run("keys", "retire")
             clock.tick(TOKEN_REFRESH_S + 1)

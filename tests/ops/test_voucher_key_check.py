@@ -152,6 +152,7 @@ def test_rotate_and_retire_run_as_root_keep_the_key_files_owner(tmp_path):
     key_file = run.config().key_file
     os.chown(key_file, 65534, 65534)  # the service user's file (nobody here)
     run("keys", "rotate")
+    run.after_pickup()
     stat = key_file.stat()
     assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o777) == (65534, 65534, 0o600)
     run("keys", "rewrap")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +19,7 @@ from freezegun import freeze_time
 
 from partnerkit.cli import cli
 from partnerkit.config import WebhookToken
+from partnerkit.rotation import KEY_PICKUP_S
 from receiver.app import create_app
 from receiver.state import TOKEN_REFRESH_S
 from tests.ops.test_keys import SAVED_TOKEN, Keys, environment
@@ -38,13 +40,15 @@ def test_readyz_is_503_while_the_tokens_cannot_be_read_and_recovers_once_the_key
     key_file = run.config().key_file
     caplog.set_level(logging.INFO, logger="receiver")
     caplog.set_level(logging.INFO, logger="partnerkit.crypto")  # the key file is followed there (KeyFollower)
-    with freeze_time("2026-11-22 10:00:00") as clock:
+    # Frozen at the real time: `keys rewrap` compares the clock with the key file's change, which is real.
+    with freeze_time(datetime.now(timezone.utc)) as clock:
         app = create_app(run.config())
         client = app.test_client()
         try:
             assert deliver(app, "evt_1", SAVED_TOKEN) == 200
             assert client.get("/readyz").get_json() == {"status": "ready"}
             run("keys", "rotate")  # the saved token is sealed with the new key by the rewrap ...
+            clock.tick(KEY_PICKUP_S)  # ... once running receivers took the rotated file
             run("keys", "rewrap")
             run("keys", "retire")
             good = key_file.read_bytes()
