@@ -252,6 +252,18 @@ def keep_open(db: Database, local_id: int, why: str) -> None:
                     local_id, exc, extra={"local_id": local_id})
 
 
+def _kept_open(db: Database, local_id: int, recharge: Any, reason: str) -> tuple[dict, str]:
+    """Keep intent `local_id` open with `reason`; return its row as stored now (empty if it cannot be read)
+    and the answer's payable as a message fragment (", payable 98.00", or "")."""
+    keep_open(db, local_id, reason)
+    try:
+        row = store.get(db, local_id) or {}
+    except errors.StorageError:
+        row = {}
+    payable = getattr(recharge, "payable", None)
+    return row, f", payable {fmt(payable)}" if isinstance(payable, Decimal) else ""
+
+
 def answer_not_stored(db: Database, local_id: int, recharge: Any, status: str, exc: errors.StorageError, *,
                       http_status: int | None = None, head: str = "") -> SubmitOutcome:
     """The provider answered with its recharge, but the store could not take it (locked past its busy
@@ -260,14 +272,8 @@ def answer_not_stored(db: Database, local_id: int, recharge: Any, status: str, e
     log.error("local recharge #%s: the provider's recharge %s (%s) could not be stored (%s); the row stays open "
               "for locate and the sync", local_id, recharge.id, status, exc,
               extra={"local_id": local_id, "recharge_id": recharge.id})
-    keep_open(db, local_id, f"the provider answered recharge {recharge.id} ({status}) but it could not be "
-                            f"stored: {exc}")
-    try:
-        row = store.get(db, local_id) or {}
-    except errors.StorageError:
-        row = {}
-    payable = getattr(recharge, "payable", None)
-    paid = f", payable {fmt(payable)}" if isinstance(payable, Decimal) else ""
+    row, paid = _kept_open(db, local_id, recharge, f"the provider answered recharge {recharge.id} ({status}) but it "
+                                                 f"could not be stored: {exc}")
     message = (f"{head}The provider answered: recharge {recharge.id} ({recharge.reference_number}) {status}{paid}, "
                f"but it could not be stored here ({exc}). Local recharge #{local_id} stays {row.get('status') or 'open'}: once the database "
                f"takes writes, `partnerkit recharges locate --local-id {local_id}` links it (it searches first "
@@ -303,13 +309,7 @@ def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: st
     log.error("local recharge #%s: the provider's answer names recharge %s, which local recharge #%s already holds "
               "and is not this one: not merged, the intent stays open (its last_error says what differs)", local_id,
               recharge.id, exc.holder, extra={"local_id": local_id, "recharge_id": recharge.id})
-    keep_open(db, local_id, reason)
-    try:
-        row = store.get(db, local_id) or {}
-    except errors.StorageError:
-        row = {}
-    payable = getattr(recharge, "payable", None)
-    paid = f", payable {fmt(payable)}" if isinstance(payable, Decimal) else ""
+    row, paid = _kept_open(db, local_id, recharge, reason)
     message = (f"{head}The provider answered: recharge {recharge.id} ({recharge.reference_number}) {status}{paid}. But "
                f"{held} already holds recharge {recharge.id} and is not this one: "
                f"{'; '.join(exc.differences)}. Two recharges under one id is not a database fault, and they are not "

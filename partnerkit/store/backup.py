@@ -152,20 +152,28 @@ def _clear_killed_backups(directory: Path) -> tuple[Path, ...]:
     for leftover in sorted(directory.glob(".*.backup-*")):
         if not leftover.name.rpartition(".backup-")[2].isdigit() or not _is_copy(leftover):
             continue  # a companion (removed with its copy), or not ours
-        try:
-            fd = os.open(leftover, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a backup in progress
-            _remove_partial(leftover)
-        finally:
-            os.close(fd)
+        if not _remove_unless_held(leftover, _remove_partial):
+            continue  # a backup in progress, or gone meanwhile
         removed.append(leftover)
     return tuple(removed)
+
+
+def _remove_unless_held(copy: Path, remove: Callable[[Path], None]) -> bool | None:
+    """Remove a copy a killed backup or restore left (`remove` takes its companions too), unless a running
+    one holds its lock: True when removed, False when held, None when it was already gone."""
+    try:
+        fd = os.open(copy, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        remove(copy)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _unclaimed(directory: Path) -> tuple[Path, ...]:
@@ -359,20 +367,12 @@ def _clear_leftovers(target: Path) -> tuple[Path, ...]:
     for leftover in sorted(target.parent.glob(glob.escape(prefix) + "*")):
         if not leftover.name[len(prefix):].isdigit():
             continue  # one of its companions: removed with it
-        try:
-            fd = os.open(leftover, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise StorageError(f"another `partnerkit restore` of {target} is running (its copy {leftover}): "
-                                   "let it finish") from None
-            _remove_copy(leftover)
-        finally:
-            os.close(fd)
-        removed.append(leftover)
+        done = _remove_unless_held(leftover, _remove_copy)
+        if done is False:
+            raise StorageError(f"another `partnerkit restore` of {target} is running (its copy {leftover}): "
+                               "let it finish")
+        if done:
+            removed.append(leftover)
     return tuple(removed)
 
 
