@@ -11,12 +11,11 @@ Our clock is frozen with freezegun and the sandbox's (speed 0) is moved with it.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
-from freezegun import freeze_time
 
 from partnerkit.cli import cli
 from partnerkit.client import PartnerClient
@@ -29,26 +28,10 @@ from reconcile.jobs import reconcile_day, sync_recent
 from reconcile.locate import locate
 from reconcile.recharges import submit
 from tests.sandbox_serving import serve_sandbox
-from tests.worker.worker_helpers import SUBMIT, config_for, mobile
+from tests.worker.worker_helpers import START, SUBMIT, config_for, frozen, later, mobile  # noqa: F401 (fixtures)
 
-START = datetime(2026, 3, 10, 10, 0, tzinfo=timezone.utc)
 KEY, REFERENCE = "raw-key-0001", "raw-1"
 
-
-@pytest.fixture(autouse=True)
-def frozen():
-    """Our clock, frozen at START before the sandbox (whose clock then starts there too) is built."""
-    with freeze_time(START) as clock:
-        yield clock
-
-
-@pytest.fixture
-def later(frozen, server):
-    """Move both clocks on by `seconds`."""
-    def move(seconds: float) -> None:
-        frozen.tick(seconds)
-        server.advance(seconds)
-    return move
 
 
 @pytest.fixture

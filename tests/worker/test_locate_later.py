@@ -10,11 +10,10 @@ many exist. Our clock is frozen with freezegun and the sandbox's (speed 0) is mo
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
-from freezegun import freeze_time
 
 from partnerkit.cli import cli
 from partnerkit.config import config_as_env
@@ -24,25 +23,9 @@ from partnerkit.timeutil import iso
 from reconcile.poller import poll_once
 from reconcile.locate import locate
 from reconcile.recharges import submit
-from tests.worker.worker_helpers import SUBMIT, mobile
-
-START = datetime(2026, 3, 10, 10, 0, tzinfo=timezone.utc)
+from tests.worker.worker_helpers import START, SUBMIT, frozen, later, mobile  # noqa: F401 (fixtures)
 
 
-@pytest.fixture(autouse=True)
-def frozen():
-    """Our clock, frozen at START before the sandbox (whose clock then starts there too) is built."""
-    with freeze_time(START) as clock:
-        yield clock
-
-
-@pytest.fixture
-def later(frozen, server):
-    """Move both clocks on by `seconds`."""
-    def move(seconds: float) -> None:
-        frozen.tick(seconds)
-        server.advance(seconds)
-    return move
 
 
 def provider_count(server, number: str) -> int:

@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 import itertools
+from datetime import datetime, timezone
 
+import pytest
 import requests
+from freezegun import freeze_time
 
 from partnerkit.config import load_config
 
 _numbers = itertools.count(1)
+
+# Where the tests that move the sandbox's clock with ours start. A module that imports `frozen` (autouse:
+# imported, it applies to that module only) and `later` freezes our clock at START before the sandbox is built.
+START = datetime(2026, 3, 10, 10, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def frozen():
+    """Our clock, frozen at START before the sandbox (whose clock then starts there too) is built."""
+    with freeze_time(START) as clock:
+        yield clock
+
+
+@pytest.fixture
+def later(frozen, server):
+    """Move both clocks on by `seconds`."""
+    def move(seconds: float) -> None:
+        frozen.tick(seconds)
+        server.advance(seconds)
+    return move
 
 
 def mobile(last_digit: int) -> str:
