@@ -66,9 +66,11 @@ _NEW_LOCK = threading.Lock()
 class LockWait:
     """How a command's connection waits for another process's write lock (`connect(lock_wait=...)`).
 
-    `notice()` is called once per handle, when a BEGIN has waited LOCK_NOTICE_AFTER_S (a line on stderr:
-    silence looks like a hang); `gave_up` ends the DatabaseBusy message when the wait runs out (what the
-    command had not done, e.g. that nothing was sent to the provider)."""
+    `notice()` is called once per wait, when a BEGIN has waited LOCK_NOTICE_AFTER_S (a line on stderr:
+    silence looks like a hang): a shorter wait says nothing, and a later BEGIN of the same command that
+    waits that long again (a sync's next page, a prune's next batch, minutes on) says so again. `gave_up`
+    ends the DatabaseBusy message when the wait runs out (what the command had not done, e.g. that
+    nothing was sent to the provider)."""
 
     notice: Callable[[float], None]  # called with the whole wait, in seconds
     gave_up: str = "try again in a minute"
@@ -148,7 +150,7 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     `short_lock_waits`: a connection for write transactions only (the receiver's). Its BEGIN waits for
     the write lock in short steps up to `busy_timeout_ms` (see _begin_immediate), and SQLite's own
     busy handler is off, so any other statement meeting a lock fails at once: read elsewhere.
-    `lock_wait`: a command's connection. Its BEGIN waits in steps too, and says so once (LockWait);
+    `lock_wait`: a command's connection. Its BEGIN waits in steps too, and says so once a wait (LockWait);
     its other statements keep SQLite's handler with the same timeout."""
     file = Path(path)
     try:
@@ -173,7 +175,7 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
             raise StorageError(f"cannot open database {str(file)!r}: {exc}") from exc
         db.short_lock_wait_ms = int(busy_timeout_ms)  # read by transaction(): see _begin_immediate
     elif lock_wait is not None:
-        db.lock_wait, db.lock_wait_ms, db.lock_wait_noticed = lock_wait, int(busy_timeout_ms), False
+        db.lock_wait, db.lock_wait_ms = lock_wait, int(busy_timeout_ms)
     return db
 
 
@@ -200,7 +202,10 @@ def _begin_immediate(db: Database) -> None:
     connections keep SQLite's handler (switching it off and on around each BEGIN cost two
     statements SQLite re-prepared after every other process's commit), except a command's
     (`lock_wait`): its handler is off for the BEGIN only, so that the same steps (up to 20 ms: the
-    receiver's 2 ms steps win the lock first) can say, once, after LOCK_NOTICE_AFTER_S, that it waits.
+    receiver's 2 ms steps win the lock first) can say, after LOCK_NOTICE_AFTER_S, that it waits: once
+    per call, one wait. The next BEGIN that waits that long is a new wait and says so again (a long
+    command waiting a second time minutes later would otherwise look hung); one that gets the lock
+    sooner says nothing.
     """
     conn = db.conn
     timeout_ms = getattr(db, "short_lock_wait_ms", None)
@@ -213,7 +218,7 @@ def _begin_immediate(db: Database) -> None:
         timeout_ms, longest = db.lock_wait_ms, _LONGEST_WAITED_PAUSE_S
         conn.execute("PRAGMA busy_timeout = 0")
     try:
-        deadline, pause = None, _FIRST_PAUSE_S
+        deadline, pause, noticed = None, _FIRST_PAUSE_S, False
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -226,8 +231,8 @@ def _begin_immediate(db: Database) -> None:
                     deadline, notice_at = now + timeout_ms / 1000, now + LOCK_NOTICE_AFTER_S
                 elif now >= deadline:
                     raise
-                if lock_wait is not None and now >= notice_at and not db.lock_wait_noticed:
-                    db.lock_wait_noticed = True  # once per handle: a command's later waits are the same episode
+                if lock_wait is not None and now >= notice_at and not noticed:
+                    noticed = True  # once per wait: this BEGIN's; the handle's next long wait says so again
                     lock_wait.notice(timeout_ms / 1000)
                 time.sleep(min(pause, deadline - now))
                 pause = min(pause * 2, longest)

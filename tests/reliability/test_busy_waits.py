@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from partnerkit.cli import cli
 from partnerkit.config import config_as_env
-from partnerkit.store import open_db
-from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, WORKER_BUSY_TIMEOUT_MS
+from partnerkit.store import open_db, transaction
+from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, WORKER_BUSY_TIMEOUT_MS, LockWait
 from reconcile import scheduler
 from reconcile.worker_jobs import JobRunner, JobSpec
 from tests.conftest import account_of
@@ -74,6 +74,27 @@ def test_a_submit_waits_out_a_hold_shorter_than_its_wait_and_says_so_once(run, s
                        f"waiting up to {COMMAND_BUSY_TIMEOUT_MS // 1000} s"]
     assert json.loads(result.stdout)["status"] == "PROCESSING"
     assert len(recharges_at_the_sandbox(sandbox_server, "9811111115")) == 1
+
+
+def test_each_wait_past_the_threshold_says_so_once_and_a_shorter_one_says_nothing(db_path, monkeypatch):
+    # A long command (a sync of many pages, `events prune`, `keys rewrap`) may wait again minutes after its
+    # first wait ended: that is a new wait, and silence then looks like a hang.
+    monkeypatch.setattr("partnerkit.store.db.LOCK_NOTICE_AFTER_S", 0.3)  # the 1 s, shortened for the test
+    notices: list[float] = []
+    db = open_db(db_path, busy_timeout_ms=5000, lock_wait=LockWait(notice=notices.append))
+    try:
+        seen = []
+        for hold in (1.0, 0.05, 1.0):  # a wait past the threshold, a short one, then a long one again
+            with held_for(db_path, hold):
+                started = time.monotonic()
+                with transaction(db):
+                    waited = time.monotonic() - started
+            seen.append(len(notices))
+            assert (waited >= 0.3) == (hold == 1.0), waited
+    finally:
+        db.conn.close()
+    assert seen == [1, 1, 2]  # one line per long wait (not one per try), none for the short wait
+    assert notices == [5.0, 5.0]  # each says how long it may wait
 
 
 def test_a_hold_longer_than_the_wait_is_one_line_exit_1_nothing_recorded_nothing_sent(
