@@ -283,8 +283,8 @@ class StorageError(PartnerKitError):
 
 
 class DatabaseBusy(StorageError):
-    """Another process held the database's write lock for the whole busy timeout; the transaction that
-    waited wrote nothing (partnerkit.store.db.transaction)."""
+    """Another process held the database's write lock for the whole busy timeout; the transaction (or the
+    migration, at open) that waited wrote nothing (partnerkit.store.db.begin)."""
 
 
 def is_ambiguous(exc: BaseException) -> bool:

@@ -7,6 +7,8 @@ connection's busy timeout (in short steps on a `short_lock_waits` connection, an
 `lock_wait`, a command's, which says after LOCK_NOTICE_AFTER_S that it is waiting: `_begin_immediate`).
 A BEGIN that waited its whole busy timeout raises `DatabaseBusy`: another process held the write
 lock all that time (a long match, a backup, a prune), and nothing was written by that transaction.
+A BEGIN run by hand (a migration's, pending when `open_db` opens the file) goes through `begin()`, as
+`transaction()` does: it waits, says so and gives up the same way.
 Do not call sqlite-utils' insert/upsert helpers inside `transaction()`: they wrap their work in
 `with conn:`, which would commit our transaction half-way. Inside a transaction, use
 `db.execute()` with SQL kept in the store modules.
@@ -254,12 +256,28 @@ def is_busy(exc: BaseException | None) -> bool:
     return False
 
 
-def _gave_up(db: Database, exc: sqlite3.Error) -> DatabaseBusy:
+def begin(db: Database, *, immediate: bool = True, failing: str = "cannot start a transaction") -> None:
+    """BEGIN IMMEDIATE (or a plain BEGIN), waiting for the write lock as the handle waits (`_begin_immediate`:
+    a command's says so after LOCK_NOTICE_AFTER_S); a wait that ran out is DatabaseBusy, any other failure
+    StorageError, each message starting with `failing`. `transaction()` begins with it, and so does a
+    transaction run by hand inside `holding(db)` (a migration's)."""
+    try:
+        if immediate:
+            _begin_immediate(db)
+        else:
+            db.conn.execute("BEGIN")
+    except sqlite3.Error as exc:
+        if is_busy(exc):
+            raise _gave_up(db, exc, failing) from exc
+        raise StorageError(f"{failing}: {exc}") from exc
+
+
+def _gave_up(db: Database, exc: sqlite3.Error, failing: str) -> DatabaseBusy:
     """The DatabaseBusy for a BEGIN that waited its whole busy timeout; a command's says what that means."""
     lock_wait: LockWait | None = getattr(db, "lock_wait", None)
     if lock_wait is None:
-        return DatabaseBusy(f"cannot start a transaction: {exc}")
-    return DatabaseBusy(f"cannot start a transaction: the database stayed locked for {db.lock_wait_ms / 1000:.0f} s "
+        return DatabaseBusy(f"{failing}: {exc}")
+    return DatabaseBusy(f"{failing}: the database stayed locked for {db.lock_wait_ms / 1000:.0f} s "
                         "(another partnerkit process was writing all that time: a big day's match, a backup, a "
                         f"prune or a key rewrap can hold it that long); nothing was written by this step; "
                         f"{lock_wait.gave_up}")
@@ -311,15 +329,7 @@ def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Con
     lock.acquire()
     outer, db._pk_owner = getattr(db, "_pk_owner", None), threading.get_ident()
     try:
-        try:
-            if immediate:
-                _begin_immediate(db)
-            else:
-                conn.execute("BEGIN")
-        except sqlite3.Error as exc:
-            if is_busy(exc):
-                raise _gave_up(db, exc) from exc
-            raise StorageError(f"cannot start a transaction: {exc}") from exc
+        begin(db, immediate=immediate)
         try:
             yield conn
         except BaseException as exc:

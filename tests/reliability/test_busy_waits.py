@@ -10,14 +10,16 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
 
 from partnerkit.cli import cli
 from partnerkit.config import config_as_env
-from partnerkit.store import open_db, transaction
-from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, WORKER_BUSY_TIMEOUT_MS, LockWait
+from partnerkit.store import meta, open_db, transaction
+from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, WORKER_BUSY_TIMEOUT_MS, LockWait, connect
+from partnerkit.store.migrations import current_version, discover, migrate
 from reconcile import scheduler
 from reconcile.worker_jobs import JobRunner, JobSpec
 from tests.conftest import account_of
@@ -132,6 +134,64 @@ def test_a_finance_command_under_a_long_hold_says_to_try_again_and_budget_show_a
     assert pruned.exit_code == 1 and "Traceback" not in pruned.output
     assert pruned.stderr.count(NOTICE) == 1
     assert pruned.stderr.strip().splitlines()[-1].endswith("nothing was written by this step; try again in a minute")
+
+
+@pytest.fixture
+def one_migration_behind(tmp_path, monkeypatch):
+    """A database a release behind (its newest migration pending, as after an upgrade), holding one row, and
+    the settings that name it; returns the path."""
+    path = tmp_path / "partnerkit.db"
+    for name, value in {"PARTNERKIT_DB": str(path), "PARTNERKIT_API_BASE_URL": "http://127.0.0.1:9",
+                        "PARTNERKIT_API_KEY": "pk_test_behind", "PARTNERKIT_API_SECRET": "sk_test_behind",
+                        "PARTNERKIT_WEBHOOK_TOKENS": "bootstrap-token-for-tests"}.items():
+        monkeypatch.setenv(name, value)
+    db = connect(path)
+    migrate(db, discover()[:-1])
+    with transaction(db) as conn:
+        meta.put(conn, "kept.through.a.busy.open", "yes", now=datetime(2024, 5, 1, tzinfo=timezone.utc))
+    db.conn.close()
+    return path
+
+
+def version_and_row(path) -> tuple[int, str | None]:
+    db = connect(path)
+    try:
+        return current_version(db), meta.get(db, "kept.through.a.busy.open")
+    finally:
+        db.conn.close()
+
+
+def test_a_migration_pending_at_open_waits_out_a_hold_and_says_so_once(one_migration_behind, monkeypatch):
+    # The worker of the release before holds a long write while a person runs a command of the new one:
+    # the command's first step, the migration, waits like any write, and says so.
+    monkeypatch.setattr("partnerkit.store.db.LOCK_NOTICE_AFTER_S", 0.3)  # the 1 s, shortened for the test
+    with held_for(one_migration_behind, 1.0):
+        result = CliRunner().invoke(cli, ["drifts", "list", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count(NOTICE) == 1
+    assert json.loads(result.stdout) == []
+    assert version_and_row(one_migration_behind) == (discover()[-1].version, "yes")
+
+
+def test_a_migration_pending_at_open_under_a_longer_hold_is_one_line_exit_1_nothing_lost(
+        one_migration_behind, monkeypatch):
+    monkeypatch.setattr("partnerkit.cli.context.COMMAND_BUSY_TIMEOUT_MS", 1000)  # the 30 s, shortened for the test
+    monkeypatch.setattr("partnerkit.store.db.LOCK_NOTICE_AFTER_S", 0.3)
+    newest = discover()[-1]
+    with held_write_lock(one_migration_behind):
+        result = CliRunner().invoke(cli, ["drifts", "list"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert result.stderr.count(NOTICE) == 1
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert error == (f"Error: cannot apply schema migration {newest.version} ({newest.name}): the database stayed "
+                     "locked for 1 s (another partnerkit process was writing all that time: a big day's match, a "
+                     "backup, a prune or a key rewrap can hold it that long); nothing was written by this step; "
+                     "try again in a minute")
+    # Nothing applied, nothing lost: the next command (the lock free) applies it.
+    assert version_and_row(one_migration_behind) == (newest.version - 1, "yes")
+    assert CliRunner().invoke(cli, ["drifts", "list"]).exit_code == 0
+    assert version_and_row(one_migration_behind) == (newest.version, "yes")
 
 
 def test_a_worker_job_meeting_a_long_hold_logs_one_warning_per_episode_and_runs_again(

@@ -3,7 +3,10 @@
 Each migration is a module `mNNNN_<concern>.py` in this package with `VERSION` (its number),
 `NAME` and `STATEMENTS` (a tuple of SQL statements). They run in VERSION order, each inside
 one BEGIN IMMEDIATE transaction that re-reads user_version first, so running `migrate()` twice,
-or from two processes at once, applies every migration exactly once. Migrations are never
+or from two processes at once, applies every migration exactly once. The BEGIN waits for another
+process's write lock as every transaction on the handle does (`partnerkit.store.db.begin`): a
+command's says so after a second, and one that waits its whole busy timeout raises DatabaseBusy,
+nothing applied (the next open applies it). Migrations are never
 edited after a release; a change is a new module with the next number.
 
 A change ALTER TABLE cannot make (a CHECK, a constraint, a column's type) rebuilds the table by
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from sqlite_utils import Database
 
 from partnerkit.errors import StorageError
-from partnerkit.store.db import holding
+from partnerkit.store.db import begin, holding
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,9 @@ def migrate(db: Database, migrations: list[Migration] | None = None) -> int:
             if migration.rebuild:
                 conn.execute("PRAGMA foreign_keys = OFF")  # outside the transaction: a no-op inside one
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                # Waits for the write lock as the handle's transactions do: a command says so after a
+                # second, and a wait that runs out is DatabaseBusy (nothing applied), not a sqlite3 error.
+                begin(db, failing=f"cannot apply schema migration {migration.version} ({migration.name})")
                 # Another process may have applied it while we waited for the lock.
                 if current_version(db) < migration.version:
                     for statement in migration.statements:
