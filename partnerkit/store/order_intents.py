@@ -20,6 +20,9 @@ from partnerkit.store.db import Database, transaction
 from partnerkit.store.jobs import stamp
 
 OPEN = ("INTENT", "UNKNOWN")  # no answer known: the order may or may not exist
+# The one spelling of OPEN in SQL: the very text the queries wrote out, literals and all, so each keeps its plan
+# (the `state` index for the open-intent probe and `held`).
+OPEN_SQL = f"state IN ({', '.join(repr(state) for state in OPEN)})"
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict]:
@@ -44,7 +47,7 @@ def held(conn: sqlite3.Connection, *, product_id: int, denomination: Decimal, qu
     first: the same product, denomination and quantity, and the same wallet or one left to the provider's choice
     (its auto-selection may pick the wallet the other names)."""
     return _rows(conn.execute(
-        "SELECT * FROM order_intents WHERE state IN ('INTENT', 'UNKNOWN') AND product_id = ? "
+        f"SELECT * FROM order_intents WHERE {OPEN_SQL} AND product_id = ? "
         "AND denomination_cents = ? AND quantity = ? AND (wallet_id IS NULL OR ? IS NULL OR wallet_id = ?) "
         "AND COALESCE(sent_at, created_at) >= ? ORDER BY id",
         (product_id, cents(denomination), quantity, wallet_id, wallet_id, stamp(since))))
@@ -73,14 +76,14 @@ def mark_unknown(db: Database, intent_id: int, error: str, now: datetime) -> Non
     """The answer was lost (timeout, 500, an unreadable 2xx): the order may exist."""
     with transaction(db) as conn:
         conn.execute("UPDATE order_intents SET state = 'UNKNOWN', error = ?, updated_at = ? "
-                     "WHERE id = ? AND state IN ('INTENT', 'UNKNOWN')", (error[:500], stamp(now), intent_id))
+                     f"WHERE id = ? AND {OPEN_SQL}", (error[:500], stamp(now), intent_id))
 
 
 def mark_refused(db: Database, intent_id: int, error: str, now: datetime) -> None:
     """A definite refusal: no order exists for this intent."""
     with transaction(db) as conn:
         conn.execute("UPDATE order_intents SET state = 'REFUSED', error = ?, updated_at = ? "
-                     "WHERE id = ? AND state IN ('INTENT', 'UNKNOWN')", (error[:500], stamp(now), intent_id))
+                     f"WHERE id = ? AND {OPEN_SQL}", (error[:500], stamp(now), intent_id))
 
 
 def note_error(db: Database, intent_id: int, error: str, now: datetime) -> None:
@@ -103,7 +106,7 @@ def link_by_ref(conn: sqlite3.Connection, listed: Iterable[tuple[Any, int, Any, 
     The provider keeps a client's refs unique ("Duplicate reference code"), so the order with an
     intent's ref and request is the one its lost answer announced. An order already linked to
     another intent is never linked twice."""
-    if conn.execute("SELECT 1 FROM order_intents WHERE state IN ('INTENT', 'UNKNOWN') LIMIT 1").fetchone() is None:
+    if conn.execute(f"SELECT 1 FROM order_intents WHERE {OPEN_SQL} LIMIT 1").fetchone() is None:
         return 0  # the usual case: nothing waits for a link
     linked = 0
     for ref, order_id, product_id, denomination, quantity in listed:
@@ -111,7 +114,7 @@ def link_by_ref(conn: sqlite3.Connection, listed: Iterable[tuple[Any, int, Any, 
             continue
         cursor = conn.execute(
             "UPDATE order_intents SET state = 'PLACED', order_id = ?, error = NULL, updated_at = ? "
-            "WHERE ref = ? AND state IN ('INTENT', 'UNKNOWN') AND order_id IS NULL AND product_id = ? "
+            f"WHERE ref = ? AND {OPEN_SQL} AND order_id IS NULL AND product_id = ? "
             "AND denomination_cents = ? AND quantity = ? "
             "AND NOT EXISTS (SELECT 1 FROM order_intents WHERE order_id = ?)",
             (order_id, stamp(now), ref, product_id, cents(denomination), quantity, order_id))

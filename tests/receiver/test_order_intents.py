@@ -454,3 +454,23 @@ def test_held_matches_product_denomination_quantity_and_wallet_within_the_window
 
     assert held(None) == ["auto-wallet", "wallet-1", "wallet-2", "sending", "resent-lately"]
     assert held(1) == ["auto-wallet", "wallet-1", "sending", "resent-lately"]
+
+
+def test_the_open_intent_queries_find_open_intents_through_the_state_index(db_path):
+    """`OPEN_SQL` is the one spelling of an open intent: the order sync's probe (asked on every page) and `held`
+    (asked before every order) search the `state` index, never every intent ever recorded."""
+    store = open_db(db_path)
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    try:
+        with transaction(store) as conn:
+            order_intents.link_by_ref(conn, [], datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc))
+            order_intents.held(conn, product_id=8, denomination=Decimal("100.00"), quantity=1, wallet_id=None,
+                               since=datetime(2026, 11, 22, 9, 0, tzinfo=timezone.utc))
+        store.conn.set_trace_callback(None)
+        plans = {sql: " / ".join(row[3] for row in store.execute(f"EXPLAIN QUERY PLAN {sql}"))
+                 for sql in statements if "FROM order_intents" in sql}
+    finally:
+        store.conn.close()
+    assert len(plans) == 2, statements
+    assert all("INDEX order_intents_state (state=?)" in plan for plan in plans.values()), plans
