@@ -13,7 +13,7 @@ import re
 import shutil
 import tempfile
 import threading
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -24,12 +24,21 @@ from partnerkit.store import reports as report_store
 from partnerkit.timeutil import parse_ts, utcnow
 from reconcile import report as report_mod
 from reconcile.matcher import MatchResult, match_day
-from reconcile.sync import Progress, SyncSummary, incremental_start, sync_range, transactions_from
+from reconcile.sync import (SETTLED_AFTER, Progress, SyncSummary, days_between, incremental_start, sync_range,
+                            transactions_from)
 
 log = logging.getLogger(__name__)
 
 MAX_CATCH_UP_DAYS = report_store.CATCH_UP_NIGHTS  # after a longer outage, older nights need `reconcile --date`
 RECHECK_DAYS = 7  # earlier days with open drifts are matched again (a late refund resolves them)
+# How far past its night a night's sync reads (sync_window). The matcher links a recharge's or an order's
+# transactions on any day, and money does not stop at midnight: a recharge PROCESSING at 23:59 that fails at
+# 00:50 is credited back the next day, an order that fails is refunded when it fails (fulfilment takes 2 to 30
+# minutes: "Typical completion windows"), and the provider may stamp a debit at 23:59:59.9 for a recharge it
+# creates at 00:00:00.1 (so the night's transactions need the next day's recharges). A day covers those: a
+# recharge still PROCESSING after 30 minutes is escalated ("Beyond 30 min"). What comes later still (a second
+# debit days on) is matched once a later sync has stored it: the nightly re-match (RECHECK_DAYS).
+AFTER_NIGHT = timedelta(days=1)
 
 
 def report_filename(day: str, fmt_name: str) -> str:
@@ -237,11 +246,47 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     return report
 
 
+def sync_window(db: Any, last_night: date, now: datetime) -> tuple[date, date]:
+    """(through, claim): the last day a sync reads to match the nights up to `last_night`, and the last day whose
+    coverage it claims (`sync_range`'s claim_through). The nightly run and `partnerkit reconcile --date` both ask.
+
+    Through the day after the night (AFTER_NIGHT), never past today: on time that is today so far. Not through
+    today whatever the night: for a night months ago that is months of pages, from the hourly budget. The day
+    after is left out when the store holds it read in full by a read that began SETTLED_AFTER after it ended
+    (the nightly run that reported it made one): a ledger entry is not rewritten (`transactions_from`), and
+    its recharges are there to link to. The day after read while it lasts (today) is not claimed as covered:
+    a one-off read (`reconcile --date`) would leave the store vouching for its first hour as the whole day
+    (`day_synced`, the balance chain across days); the 15-minute sync, which reads today again and again,
+    claims it, and the nightly run that reports it reads it whole. The nights themselves are claimed, today
+    too when it is the night asked for."""
+    today = now.date()
+    through = max(last_night, min(last_night + AFTER_NIGHT, today))
+    after = [date.fromisoformat(d) for d in days_between(last_night + timedelta(days=1), through)]
+    if after and all(_read_after_it_settled(db, d) for d in after):
+        through = last_night
+    return through, max(last_night, min(through, today - timedelta(days=1)))
+
+
+def _read_after_it_settled(db: Any, day: date) -> bool:
+    """Whether the day's recharges and transactions were both read in full SETTLED_AFTER after the day ended."""
+    settled = datetime.combine(day + timedelta(days=1), time(0), tzinfo=timezone.utc) + SETTLED_AFTER
+    for entity in ("recharges", "transactions"):
+        synced = ledger_store.coverage(db, entity, day.isoformat())
+        if synced is None or parse_ts(synced, field="synced_at") < settled:
+            return False
+    return True
+
+
 def reconcile_day(config: Any, db: Any, client: Any, day: date, *, now: datetime | None = None,
-                  progress: Progress | None = None) -> dict[str, Any]:
-    """Sync one UTC day (every page), match it and write its report."""
+                  progress: Progress | None = None,
+                  reading: Callable[[date, date], None] | None = None) -> dict[str, Any]:
+    """Sync one UTC day (every page) and what its match needs after it (`sync_window`), match the day and
+    write its report. `reading(first, through)` is told the range before the sync starts."""
     now = (now or utcnow()).replace(microsecond=0)
-    synced = sync_range(config, db, client, day, day, now=now, progress=progress)
+    through, claim = sync_window(db, day, now)
+    if reading is not None:
+        reading(day, through)
+    synced = sync_range(config, db, client, day, through, now=now, progress=progress, claim_through=claim)
     return report_day(config, db, day, now=now, synced=synced)
 
 
@@ -295,19 +340,20 @@ def due_dates(db: Any, now: datetime, due_hour: int) -> list[date]:
 def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
     """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones).
 
-    The sync reads from the first due night through today, in one pass: a night's recharges are matched
-    with their transactions on any day, and money does not stop at midnight. A recharge PROCESSING at
-    23:59 that fails at 00:50 is credited back on the next day, and a debit stamped at 23:59:59.9 may pay
-    for a recharge created at 00:00:00.1. Read up to its last night only, a run after downtime (or one
-    that came before the 15-minute sync had read the credit) reported a `missing_refund` or an
-    `orphan_transaction` that the next night resolved. On time, today is its first hour or so."""
+    The sync reads from the first due night through the day after the last (`sync_window`), in one pass: a
+    night's recharges are matched with their transactions on any day, and money does not stop at midnight.
+    A recharge PROCESSING at 23:59 that fails at 00:50 is credited back on the next day, and a debit stamped
+    at 23:59:59.9 may pay for a recharge created at 00:00:00.1. Read up to its last night only, a run after
+    downtime (or one that came before the 15-minute sync had read the credit) reported a `missing_refund`
+    or an `orphan_transaction` that the next night resolved. On time, the day after is today's first hour."""
     now = (now or utcnow()).replace(microsecond=0)
     days = due_dates(db, now, config.due_hour_utc)
     if not days:
         return []
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
+    through, claim = sync_window(db, days[-1], now)
     with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
-        synced = sync_range(config, db, client, days[0], max(days[-1], now.date()), now=now)
+        synced = sync_range(config, db, client, days[0], through, now=now, claim_through=claim)
     reports = [report_day(config, db, d, now=now, synced=synced) for d in days]
     # Earlier days matched again: those with drifts still open (a late refund resolves one), and those
     # whose recharges or orders got a transaction on the nights just reported (a refund of a SUCCESS

@@ -270,8 +270,9 @@ class _Walk:
 
 
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime,
-                   progress: Progress | None = None) -> tuple[int, int]:
+                   progress: Progress | None = None, claim_through: date | None = None) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new).
+    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`).
 
     A record the client cannot read (MalformedResponse: a field missing or malformed) is quarantined
     with the reason (partnerkit.store.quarantine) and the rest of its page is stored as usual; one
@@ -294,7 +295,8 @@ def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: dateti
     seen, new = pages.close()
     began = walk.finish()
     ledger_store.record_sync(db, "recharges", from_day=first.isoformat(), to_day=last.isoformat(), started_at=began,
-                             count=seen, days=days_between(first, last), advance_to=_complete_through(last, now))
+                             count=seen, days=days_between(first, min(last, claim_through or last)),
+                             advance_to=_complete_through(last, now))
     return seen, new
 
 
@@ -309,8 +311,9 @@ def _held_recharges(db: Any) -> set[int]:
 
 
 def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: datetime,
-                      progress: Progress | None = None) -> tuple[int, int]:
+                      progress: Progress | None = None, claim_through: date | None = None) -> tuple[int, int]:
     """Read every wallet transaction of [first, last] through the alias mapping; return (stored, quarantined).
+    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`).
 
     A record that fits no alias is quarantined (`transaction:<id>` when it shows an integer id) and the
     rest of its page stored; a quarantined id this sync stores correctly is released (TransactionPages).
@@ -336,7 +339,7 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     began = walk.finish()  # raises for a read stopped part-way: nothing is withdrawn
     withdraw_unlisted(db, first, last, listed_since=began, stored_upto=stored_upto, stamp=stamp)
     ledger_store.record_sync(db, "transactions", from_day=first.isoformat(), to_day=last.isoformat(),
-                             started_at=began, count=stored, days=days_between(first, last),
+                             started_at=began, count=stored, days=days_between(first, min(last, claim_through or last)),
                              advance_to=_complete_through(last, now))
     return stored, bad_count
 
@@ -404,9 +407,13 @@ def snapshot_wallets(db: Any, client: Any, *, now: datetime) -> int:
 
 def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, now: datetime | None = None,
                orders: bool = True, progress: Progress | None = None,
-               transactions_first: date | None = None) -> SyncSummary:
+               transactions_first: date | None = None, claim_through: date | None = None) -> SyncSummary:
     """Sync recharges, orders, transactions and wallet balances for [first, last], every page
     (transactions from `transactions_first` when given: see `transactions_from`).
+
+    `claim_through`: the last day whose coverage (`sync_coverage`) the read claims, when not `last`: a
+    night's sync also reads the day after it, which may not be over (reconcile.jobs.sync_window); read
+    while it lasts, that day is not one the store can vouch for, and the day's own full read claims it.
 
     The walks leave the voucher fetches and the recharge poller their reserve of the hour
     (`walk_reserve`): a busy day's pages outnumber the hour's budget, and a sync stopped by it
@@ -422,7 +429,8 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     if hasattr(client, "leaving"):  # the PartnerClient; stand-ins in tests and the benchmark have no budget
         client = client.leaving(walk_reserve(config.hourly_budget, config.poller_budget_share))
     summary = SyncSummary(first.isoformat(), last.isoformat())
-    summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress)
+    summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress,
+                                                              claim_through=claim_through)
     if orders:
         try:
             summary.orders = sync_orders(config, db, client, first, now=now, progress=progress)
@@ -430,7 +438,8 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
             summary.errors.append(f"order sync unavailable: {exc}")
             log.warning("order sync unavailable: %s", exc)
     summary.transactions, summary.quarantined = sync_transactions(db, client, transactions_first or first, last,
-                                                                  now=now, progress=progress)
+                                                                  now=now, progress=progress,
+                                                                  claim_through=claim_through)
     read_at = (now + timedelta(seconds=monotonic() - began)).replace(microsecond=0)
     summary.wallets, summary.wallets_at = snapshot_wallets(db, client, now=read_at), iso(read_at)
     return summary

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -34,11 +35,33 @@ def _client(app: AppContext):
     return PartnerClient(app.config, app.db, purpose="reconcile")
 
 
+def _reading(progress: Progress) -> Callable[[date, date], None]:
+    """Say on stderr which days the sync reads, and label its progress lines with them."""
+    def say(first: date, through: date) -> None:
+        today = utcnow().date()
+        if through > first:
+            progress.label = f"{first}..{through}"
+            so_far = f" ({through} so far)" if through == today else ""
+            click.echo(f"{first}: syncing {first}..{through} from the provider{so_far}: the day after too, for a "
+                       "credit back or a debit dated after midnight", err=True)
+        elif first < today:
+            click.echo(f"{first}: syncing {first} from the provider ({first + timedelta(days=1)}, which its match "
+                       "reads too, is stored: read in full after it ended)", err=True)
+        else:
+            click.echo(f"{first}: syncing {first} so far from the provider", err=True)
+    return say
+
+
 @click.command("reconcile")
 @click.option("--date", "day", required=True, callback=past_utc_day, help="The UTC day, YYYY-MM-DD.")
 @pass_app
 def reconcile_command(app: AppContext, day: date) -> None:
-    """Sync one UTC day from the provider, match it, and write its report.
+    """Sync one UTC day and the day after it from the provider, match the day, and write its report.
+
+    The day after counts because money does not stop at midnight: a recharge that fails after it is
+    credited back the next day, and the provider may stamp a debit just before the midnight its recharge
+    is created after. Never past today, and not read again when the database holds it read in full after
+    it ended (the nightly run reads it so). Before the sync starts, a line on stderr names the days it reads.
 
     A busy day is minutes of pages: how far the sync has read is printed on stderr every few seconds.
     A database that does not exist yet is created, with a one-line warning on stderr (the sync fills it
@@ -52,7 +75,8 @@ def reconcile_command(app: AppContext, day: date) -> None:
         # here too, and then every recharge the provider lists is reported as unknown_to_partner.
         click.echo(f"warning: database {str(app.config.db_path)!r} did not exist and was created; if that is "
                    "not the worker's database, check PARTNERKIT_DB or --config", err=True)
-    report = reconcile_day(app.config, app.db, client, day, progress=Progress(day))
+    progress = Progress(day)
+    report = reconcile_day(app.config, app.db, client, day, progress=progress, reading=_reading(progress))
     s = report["summary"]
     click.echo(f"{report['date']}: {counted(s['recharges_total'], 'recharge')}, "
                f"{counted(s['orders_total'], 'order')}, {counted(s['transactions_total'], 'transaction')}; "

@@ -283,12 +283,15 @@ def test_reconcile_on_a_database_that_does_not_exist_creates_it_with_a_warning(s
                         "PARTNERKIT_API_BASE_URL": sandbox_server.base_url, "PARTNERKIT_API_KEY": client.key,
                         "PARTNERKIT_API_SECRET": client.secret}.items():
         monkeypatch.setenv(name, value)
-    day = (sandbox_server.clock.now() - timedelta(days=1)).date().isoformat()
+    today = sandbox_server.clock.now().date()
+    day = (today - timedelta(days=1)).isoformat()
     first = CliRunner().invoke(cli, ["reconcile", "--date", day])
     assert first.exit_code == 0, first.output
-    warning, summary = first.stderr.splitlines()
+    warning, reading, summary = first.stderr.splitlines()
     assert warning == (f"warning: database {str(missing)!r} did not exist and was created; if that is not the "
                        "worker's database, check PARTNERKIT_DB or --config")
+    assert reading == (f"{day}: syncing {day}..{today} from the provider ({today} so far): the day after too, for a "
+                       "credit back or a debit dated after midnight")
     assert summary.startswith(f"{day}: 0 recharges, 0 orders, 0 transactions; 0 matched") and missing.exists()
     assert (tmp_path / "reports" / f"partnerkit-report-{day}.json").exists()
     again = CliRunner().invoke(cli, ["reconcile", "--date", day])

@@ -7,13 +7,16 @@ The sandbox runs on loopback with its clock frozen (speed 0) and the kit's clock
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
+from click.testing import CliRunner
 from freezegun import freeze_time
 
+from partnerkit.cli import cli
 from partnerkit.store.drifts import list_drifts
-from reconcile.jobs import current_report, nightly, reconcile_day
+from reconcile.jobs import current_report, day_synced, nightly, reconcile_day
 from reconcile.matcher import match_day
 from reconcile.recharges import submit
 from reconcile.sync import sync_range
@@ -108,6 +111,71 @@ def test_a_debit_dated_before_midnight_for_a_recharge_created_after_it_is_no_orp
     assert report["summary"]["transactions_total"] == 3  # two opening top-ups and the debit
     assert report["drifts"] == []  # was an orphan_transaction until the next night
     assert report["spend_by_hour"]["INR"][23] == debit["amount"]
+
+
+def reconcile_command(world: World, day: date):
+    """`partnerkit reconcile --date DAY` against the world's sandbox and database, on the world's frozen clock."""
+    env = {"PARTNERKIT_DB": str(world.config.db_path), "PARTNERKIT_API_BASE_URL": world.server.base_url,
+           "PARTNERKIT_API_KEY": world.key, "PARTNERKIT_API_SECRET": world.server.clients[0].secret,
+           "PARTNERKIT_REPORT_DIR": str(world.config.report_dir), "PARTNERKIT_VOUCHER_KEY": world.config.voucher_key,
+           "PARTNERKIT_HOURLY_BUDGET": str(world.config.hourly_budget)}
+    return CliRunner().invoke(cli, ["reconcile", "--date", day.isoformat()], env=env)
+
+
+def stored_report(world: World, day: date) -> dict:
+    return json.loads((world.config.report_dir / f"partnerkit-report-{day}.json").read_text())
+
+
+def covered(world: World) -> dict[str, list[str]]:
+    """The days each entity's syncs claim to have read in full (`sync_coverage`)."""
+    rows = world.db.execute("SELECT entity, day FROM sync_coverage ORDER BY entity, day").fetchall()
+    return {entity: [day for e, day in rows if e == entity] for entity in ("recharges", "transactions")}
+
+
+def test_reconcile_date_reads_the_refund_the_provider_dated_the_day_after(world):
+    """A recharge submitted at 23:59:59.9 FAILS at 00:49:59.9 and is credited back then, dated the next day.
+    On a store that never synced that next day (a new host, a restored backup, a worker down since before
+    midnight), `partnerkit reconcile --date DAY` read DAY alone and reported the refunded recharge as a
+    missing_refund, as the nightly run did before it read through today."""
+    to(world, at(DAY, 23, 59, 59, 900))
+    failing = submit(world.config, world.db, world.client(), mobile_number="9800000006", operator_id=1,
+                     amount=50).recharge
+    assert failing.status == "PROCESSING"
+    to(world, at(NEXT, 1, 5))  # FAILED at 00:49:59.9, credited back then; no sync has run since the submit
+    result = reconcile_command(world, DAY)
+    assert result.exit_code == 0, result.output
+    report = stored_report(world, DAY)
+    assert report["counts_by_status"]["recharges"] == {"FAILED": 1}
+    assert report["drifts"] == []  # was a missing_refund: FAILED recharge not credited back in full
+    assert list_drifts(world.db) == []
+    assert result.stderr.splitlines()[0] == (f"{DAY}: syncing {DAY}..{NEXT} from the provider ({NEXT} so far): the "
+                                             "day after too, for a credit back or a debit dated after midnight")
+    # NEXT was read while it lasts: not claimed as read in full (`partnerkit report --date NEXT` still refuses).
+    assert covered(world) == {"recharges": [DAY.isoformat()], "transactions": [DAY.isoformat()]}
+    assert not day_synced(world.db, NEXT)
+
+
+def test_reconcile_date_of_an_old_night_reads_the_day_after_it_not_everything_since(world):
+    """Weeks later, on a store that never synced the night nor the day after it: the debit the provider stamped
+    at 23:59:59.95 for a recharge created at 00:00:00.1 (not partnerkit's, so only a sync brings it) was an
+    orphan_transaction. The day after is read, and read in full (it is over): not every day since."""
+    client = world.client()
+    to(world, at(NEXT, 0, 0, 0, 100))
+    made = client.submit_recharge(mobile_number="9800000001", operator_id=1, amount=100).recharge
+    [debit] = [t for t in client.iter_transactions(from_date=NEXT, to_date=NEXT) if t.get("recharge_id") == made.id]
+    world.control("PATCH", f"/transactions/{debit['id']}", {"created_at": "2025-03-10T23:59:59.950Z"})
+    later = NEXT + timedelta(days=40)
+    to(world, at(later, 9))
+    result = reconcile_command(world, DAY)
+    assert result.exit_code == 0, result.output
+    report = stored_report(world, DAY)
+    assert report["summary"]["transactions_total"] == 3  # two opening top-ups and the debit
+    assert report["drifts"] == []  # was an orphan_transaction
+    assert result.stderr.splitlines()[0] == (f"{DAY}: syncing {DAY}..{NEXT} from the provider: the day after too, "
+                                             "for a credit back or a debit dated after midnight")
+    days = [DAY.isoformat(), NEXT.isoformat()]
+    assert covered(world) == {"recharges": days, "transactions": days}  # NEXT is over: read in full
+    assert day_synced(world.db, NEXT) and not day_synced(world.db, later)
 
 
 def test_a_late_refund_resolves_the_first_nights_missing_refund_naming_the_credit(world):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -15,7 +15,8 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import list_drifts
-from reconcile.jobs import nightly, nightly_job, reconcile_day, report_day, sync_recent
+from partnerkit.errors import BudgetExhausted
+from reconcile.jobs import day_synced, nightly, nightly_job, reconcile_day, report_day, sync_recent, sync_window
 
 
 class FakeProvider:
@@ -219,8 +220,73 @@ def test_reconcile_day_reports_its_progress_per_entity(config, db, provider):
     calls = []
     report = reconcile_day(config, db, provider, date(2025, 3, 12), now=datetime(2025, 3, 13, 2, tzinfo=timezone.utc),
                            progress=lambda entity, read: calls.append((entity, read)))
-    assert calls == [("recharges", 3), ("orders", 0), ("transactions", 3)]  # this provider has no orders
+    # The day and the day after it (3 recharges and their debits each); this provider has no orders.
+    assert calls == [("recharges", 6), ("orders", 0), ("transactions", 6)]
     assert report["summary"]["recharges_total"] == 3 and report["summary"]["transactions_total"] == 3
+
+
+def _utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("night, now, stored, through, claim", [
+    # Today: today so far, claimed (the day asked for, as before).
+    ("2025-03-14", "2025-03-14T18:00", {}, "2025-03-14", "2025-03-14"),
+    # Yesterday (the nightly run on time): today so far too, not claimed as read in full.
+    ("2025-03-13", "2025-03-14T01:05", {}, "2025-03-14", "2025-03-13"),
+    # Months ago: the day after it, read in full (it is over); not every day through today.
+    ("2025-01-10", "2025-03-14T01:05", {}, "2025-01-11", "2025-01-11"),
+    # The day after is stored, read in full an hour or more after it ended: not read again.
+    ("2025-01-10", "2025-03-14T01:05", {"recharges": "2025-01-12T01:00:00Z", "transactions": "2025-01-12T01:00:00Z"},
+     "2025-01-10", "2025-01-10"),
+    # Read while it lasted, or too soon after it ended, or its recharges only: read again.
+    ("2025-01-10", "2025-03-14T01:05", {"recharges": "2025-01-11T18:00:00Z", "transactions": "2025-01-11T18:00:00Z"},
+     "2025-01-11", "2025-01-11"),
+    ("2025-01-10", "2025-03-14T01:05", {"recharges": "2025-01-12T00:30:00Z", "transactions": "2025-01-12T00:30:00Z"},
+     "2025-01-11", "2025-01-11"),
+    ("2025-01-10", "2025-03-14T01:05", {"recharges": "2025-01-12T01:00:00Z"}, "2025-01-11", "2025-01-11"),
+])
+def test_a_night_is_synced_through_the_day_after_it_never_past_today(db, night, now, stored, through, claim):
+    day_after = (date.fromisoformat(night) + timedelta(days=1)).isoformat()
+    for entity, synced_at in stored.items():
+        ledger_store.record_sync(db, entity, from_day=day_after, to_day=day_after, started_at=synced_at, count=0,
+                                 days=[day_after], advance_to=None)
+    assert sync_window(db, date.fromisoformat(night), _utc(now)) == (date.fromisoformat(through),
+                                                                     date.fromisoformat(claim))
+
+
+def test_reconcile_date_reads_the_day_after_unless_the_store_holds_it_read_in_full(config, db, provider):
+    with freeze_time("2025-03-14T01:00:00Z"):
+        nightly(config, db, provider)  # 2025-03-13, through today's first hour
+    assert provider.calls == [("recharges", date(2025, 3, 13), date(2025, 3, 14)),
+                              ("transactions", date(2025, 3, 13), date(2025, 3, 14))]
+    assert day_synced(db, date(2025, 3, 13)) and not day_synced(db, date(2025, 3, 14))  # read while it lasted
+    provider.calls.clear()
+    later = _utc("2025-03-16T09:00")
+    reconcile_day(config, db, provider, date(2025, 3, 12), now=later)  # 03-13 is stored, read after it ended
+    reconcile_day(config, db, provider, date(2025, 3, 13), now=later)  # 03-14 was read only while it lasted
+    assert provider.calls == [("recharges", date(2025, 3, 12), date(2025, 3, 12)),
+                              ("transactions", date(2025, 3, 12), date(2025, 3, 12)),
+                              ("recharges", date(2025, 3, 13), date(2025, 3, 14)),
+                              ("transactions", date(2025, 3, 13), date(2025, 3, 14))]
+    assert ledger_store.coverage(db, "transactions", "2025-03-14") == "2025-03-16T09:00:00Z"
+
+
+def test_a_read_of_the_night_and_the_day_after_stopped_part_way_claims_neither(config, db, provider):
+    class Stopping(FakeProvider):
+        def iter_transactions(self, *, from_date, to_date, limit):  # the night's pages, then the hour is spent
+            self.calls.append(("transactions", from_date, to_date))
+            yield from [t for t in self.transactions if self._in(t, from_date, from_date)]
+            raise BudgetExhausted("no room in this hour's budget")
+
+    stopping = Stopping()
+    stopping.recharges, stopping.transactions = provider.recharges, provider.transactions
+    with pytest.raises(BudgetExhausted):
+        reconcile_day(config, db, stopping, date(2025, 3, 12), now=_utc("2025-03-16T09:00"))
+    assert stopping.calls[-1] == ("transactions", date(2025, 3, 12), date(2025, 3, 13))
+    assert ledger_store.coverage(db, "transactions", "2025-03-12") is None
+    assert ledger_store.coverage(db, "transactions", "2025-03-13") is None
+    assert not day_synced(db, date(2025, 3, 13))
 
 
 def test_the_15_minute_sync_skips_transactions_of_days_read_in_full_after_they_ended(config, db, provider):
