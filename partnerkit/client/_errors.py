@@ -52,8 +52,9 @@ _RULES: tuple[tuple[int, str, type[errors.ApiStatusError]], ...] = (
 )
 
 # On POST /api/v1/recharges a status alone is enough for these (Errors, "Recharge submit"), when the
-# provider said it: a body in one of its error shapes, its message reworded. An empty or non-JSON body
-# is a proxy's or load balancer's page, not a row of the table: a bare 503 there may have come after
+# provider said it: a body in one of its error shapes (each has `error`), its message reworded. An empty,
+# non-JSON or other body (`{"message": "Service Unavailable"}`) is a proxy's or load balancer's page, not
+# a row of the table: a bare 503 there may have come after
 # the request was forwarded (the recharge may exist), so it stays a plain ServiceUnavailable, which
 # `partnerkit.errors.is_ambiguous` calls ambiguous: the intent is kept and located, never deleted.
 _SUBMIT_BY_STATUS: dict[int, type[errors.ApiStatusError]] = {
@@ -139,7 +140,7 @@ def error_from_response(
 ) -> errors.ApiStatusError:
     """The exception for one error response, carrying everything the response said."""
     body, code, message = parse_error_body(content)
-    said = code is not None or message is not None  # the body is one of the provider's error shapes
+    said = isinstance(body, dict) and "error" in body  # one of the provider's error shapes (all four carry it)
     if message is None:
         message = reason or f"HTTP {status}"
     cls = _classify(status, code, message, method=method, path=path, said=said)
