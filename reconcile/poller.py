@@ -57,6 +57,7 @@ class PollSummary:
     not_found: list[int] = field(default_factory=list)
     quarantined: list[int] = field(default_factory=list)  # provider ids whose record could not be read
     backing_off_until: str | None = None  # the provider failed recently: no call before this
+    escalation_unread: list[int] = field(default_factory=list)  # past 30 minutes, not escalated until read
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the job log line."""
@@ -135,7 +136,7 @@ def poll_once(config: Config, db: Database, client: Any, now: datetime | None = 
         marks = [(i.local_id, schedule.next_read_at(i.since, now)) for i in items if i.local_id in read]
         store.mark_polled(db, marks, now)
     summary.read = len(marks)
-    _escalate(db, the_plan.escalate, now, summary)
+    _escalate(db, the_plan.escalate, now, summary, schedule)
     return summary
 
 
@@ -230,8 +231,14 @@ def _quarantined(provider_id: int | None, summary: PollSummary, read: set[int], 
     log.warning("recharge %s: the provider's record could not be read; quarantined", provider_id)
 
 
-def _escalate(db: Database, candidates: tuple[PollItem, ...], now: datetime, summary: PollSummary) -> None:
-    """Limits, recommended polling: beyond 30 min, escalate to support with the reference_number."""
+def _escalate(db: Database, candidates: tuple[PollItem, ...], now: datetime, summary: PollSummary,
+              schedule: PollSchedule = DEFAULT_SCHEDULE) -> None:
+    """Limits, recommended polling: beyond 30 min, escalate to support with the reference_number.
+
+    Only a recharge read as the schedule asks: one still due for a read after this pass (the budget, a
+    429's block or the plan's room left it unread) is PROCESSING only as of its last read, which may be
+    twenty minutes old; it waits for the read that shows it still PROCESSING (README, "Where the
+    provider's document is silent": the polling table's last row)."""
     if not candidates:
         return
     from partnerkit.store.drifts import open_drift  # reconciliation's store; imported where used
@@ -240,6 +247,9 @@ def _escalate(db: Database, candidates: tuple[PollItem, ...], now: datetime, sum
         row = store.get(db, item.local_id)
         if row is None or row["status"] != "PROCESSING" or row["escalated_at"]:
             continue  # settled by this pass's reads
+        if schedule.is_due(now, item.since, parse_ts(row["last_polled_at"])):
+            summary.escalation_unread.append(item.provider_id)
+            continue  # not read when the schedule asked: its PROCESSING is stale, escalated once read
         # The matcher's reference and figures for the same drift (partnerkit.store.matching, RECHARGE_RULES):
         # the drift id derives from the reference, and the nightly match rewrites the figures.
         reference = row["reference_number"] or row["idempotency_key"] or f"local:{row['local_id']}"

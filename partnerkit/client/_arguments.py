@@ -17,7 +17,7 @@ from partnerkit import money, timeutil
 
 # Limits: Idempotency-Key length 8 to 256 characters (order creation, recharge submit).
 _KEY_MIN, _KEY_MAX = 8, 256
-_VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")  # fullmatch: "$" would let a final newline through
 
 
 def new_idempotency_key() -> str:
@@ -31,7 +31,7 @@ def check_idempotency_key(key: str | None) -> str:
         return new_idempotency_key()
     if not isinstance(key, str) or not _KEY_MIN <= len(key) <= _KEY_MAX:
         raise ValueError(f"Idempotency-Key must be {_KEY_MIN} to {_KEY_MAX} characters (Limits)")
-    if not _VISIBLE_ASCII.match(key):
+    if not _VISIBLE_ASCII.fullmatch(key):
         raise ValueError("Idempotency-Key must be visible ASCII without spaces (it is sent as a header)")
     return key
 

@@ -26,7 +26,7 @@ from partnerkit.client._records import (
     Webhook, WebhookCreated, WebhookDelivery,
 )
 from partnerkit.account import AccountGuard
-from partnerkit.errors import AccountCheckFailed, ApiError, NotFound
+from partnerkit.errors import AccountCheckFailed, ApiError, MalformedResponse, NotFound
 from partnerkit.store.budget import ORDER_CREATE, Budget
 
 API = "/api/v1"
@@ -352,7 +352,19 @@ class PartnerClient:
         body = {"name": name, "url": url, "events": list(events), **extra}
         if credential_id is not None:
             body["credential_id"] = credential_id
-        return WebhookCreated.from_payload(_unwrap(self._call("POST", "/webhooks", body=body).body, "webhook"))
+        answer = _unwrap(self._call("POST", "/webhooks", body=body).body, "webhook")
+        if isinstance(answer, Mapping) and not answer.get("token"):
+            # The document calls this POST "create a webhook (also described as register or update)", and a
+            # token is "returned only at creation": an answer without one may be an existing webhook updated.
+            # Its deliveries are refused here until the receiver has its token; say how to get it.
+            named = f" (webhook {answer['id']})" if isinstance(answer.get("id"), (int, str)) else ""
+            raise MalformedResponse(
+                f"POST {API}/webhooks answered without a token{named}: a token comes back only when a webhook is "
+                "created, so the provider may have updated an existing one for this URL; the receiver refuses its "
+                "deliveries until it has the token: rotate the signing secret in the client portal and save it "
+                "with `partnerkit webhooks token set ID`, or delete that webhook and register again",
+                body=answer, field="token", method="POST", path=f"{API}/webhooks")
+        return WebhookCreated.from_payload(answer)
 
     def get_webhook(self, webhook_id: int) -> Webhook:
         """GET /webhooks/:id."""

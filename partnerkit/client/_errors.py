@@ -51,7 +51,12 @@ _RULES: tuple[tuple[int, str, type[errors.ApiStatusError]], ...] = (
     (503, r"^recharge is temporarily", errors.RechargeUnavailable),
 )
 
-# On POST /api/v1/recharges a status alone is enough for these (Errors, "Recharge submit").
+# On POST /api/v1/recharges a status alone is enough for these (Errors, "Recharge submit"), when the
+# provider said it: a body in one of its error shapes (each has `error`), its message reworded. An empty,
+# non-JSON or other body (`{"message": "Service Unavailable"}`) is a proxy's or load balancer's page, not
+# a row of the table: a bare 503 there may have come after
+# the request was forwarded (the recharge may exist), so it stays a plain ServiceUnavailable, which
+# `partnerkit.errors.is_ambiguous` calls ambiguous: the intent is kept and located, never deleted.
 _SUBMIT_BY_STATUS: dict[int, type[errors.ApiStatusError]] = {
     403: errors.RechargeNotEnabled,
     409: errors.DuplicateRecharge,
@@ -135,9 +140,10 @@ def error_from_response(
 ) -> errors.ApiStatusError:
     """The exception for one error response, carrying everything the response said."""
     body, code, message = parse_error_body(content)
+    said = isinstance(body, dict) and "error" in body  # one of the provider's error shapes (all four carry it)
     if message is None:
         message = reason or f"HTTP {status}"
-    cls = _classify(status, code, message, method=method, path=path)
+    cls = _classify(status, code, message, method=method, path=path, said=said)
     retryable = status == 429 or status >= 500
     if issubclass(cls, _NEVER_RETRYABLE):
         retryable = False
@@ -154,11 +160,12 @@ def error_from_response(
     )
 
 
-def _classify(status: int, code: str | None, message: str, *, method: str, path: str) -> type[errors.ApiStatusError]:
+def _classify(status: int, code: str | None, message: str, *, method: str, path: str,
+              said: bool = True) -> type[errors.ApiStatusError]:
     for rule_status, pattern, cls in _RULES:
         if status == rule_status and any(re.search(pattern, text, re.IGNORECASE) for text in (code, message) if text):
             return cls
-    if method == "POST" and path.endswith("/api/v1/recharges") and status in _SUBMIT_BY_STATUS:
+    if said and method == "POST" and path.endswith("/api/v1/recharges") and status in _SUBMIT_BY_STATUS:
         return _SUBMIT_BY_STATUS[status]
     if status in _BY_STATUS:
         return _BY_STATUS[status]

@@ -12,8 +12,9 @@ Which failures are retried (decision, see docs/client.md):
   RetryPolicy.max_attempts.
 - POST/PUT/DELETE: only when the failure proves nothing was processed: the connection was
   never established, 429, or 503 with Retry-After. Same body bytes, same Idempotency-Key.
-  A timeout, a reset after sending, or a 500 is ambiguous and is raised to the caller
-  (Errors, "Recharge submit": 500 -> "check for a created recharge before re-sending").
+  A timeout, a reset after sending, a 500, or a redirect (a MalformedResponse: never followed)
+  is ambiguous and is raised to the caller (Errors, "Recharge submit": 500 -> "check for a
+  created recharge before re-sending").
 - The charge preview is a POST that places nothing, and its 500 row says "retry with backoff":
   it is sent with repeatable=True and retried like a GET.
 """
@@ -276,6 +277,16 @@ class Transport:
                     continue
                 self._answered(method, path)
                 return answer
+            if 300 <= resp.status_code < 400 and not repeatable:
+                # A write answered by a redirect (never followed: it would carry X-API-Secret elsewhere) may
+                # have been done: "303 See Other" is the usual answer to a POST that created something. No
+                # row of the document's error tables says nothing was done, so it is a MalformedResponse
+                # (an answer not in a shape the document describes), which `errors.is_ambiguous` reads as
+                # "locate it, replay its key", never as a refusal that deletes the intent.
+                self._answered(method, path)
+                raise errors.MalformedResponse(
+                    f"{method} {path}: unexpected redirect (HTTP {resp.status_code}), not followed; the write may "
+                    "have been done", status=resp.status_code, body=resp.text[:2000], method=method, path=path)
             err = self._status_error(resp, method, path)
             if err.status >= 500:
                 self._failed(err, method, path, spend)

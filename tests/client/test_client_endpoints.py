@@ -182,3 +182,16 @@ def test_order_create_spends_its_own_class_and_the_hour(client, httpserver):
     client.create_order(product_id=7, denomination=50, quantity=2)
     usage = client.budget.usage()
     assert usage["order_create"]["used"] == 1 and usage["general"]["used"] == 1  # the safe reading of Limits
+
+
+@pytest.mark.parametrize("answer", [WEBHOOK, {**WEBHOOK, "token": None}, {"success": True, "data": {**WEBHOOK, "token": ""}}])
+def test_a_create_answer_without_a_token_says_what_it_may_be_and_what_to_do(client, httpserver, answer):
+    """POST /webhooks is "also described as register or update", and the token is "returned only at creation":
+    an answer without one names the webhook and the way to its token, not just a missing field."""
+    from partnerkit.errors import MalformedResponse
+
+    httpserver.expect_request("/api/v1/webhooks", method="POST").respond_with_json(answer)
+    with pytest.raises(MalformedResponse, match=r"answered without a token \(webhook 3\): .* may have updated an "
+                                                r"existing one .*`partnerkit webhooks token set ID`") as info:
+        client.create_webhook(name="orders", url="https://partner.example/hook", events=["order.delivered"])
+    assert info.value.field == "token" and "\n" not in str(info.value)

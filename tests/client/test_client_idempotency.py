@@ -24,7 +24,7 @@ def test_given_key_is_sent_unchanged(client, httpserver):
     assert result.http_status == 200 and not result.accepted
 
 
-@pytest.mark.parametrize("key", ["short7c", "k" * 257, "has space!", ""])
+@pytest.mark.parametrize("key", ["short7c", "k" * 257, "has space!", "", "abcdefgh\n", "abcdefgh\r\n", "\nabcdefgh"])
 def test_invalid_key_is_refused_before_anything_is_sent(client, httpserver, key):
     with pytest.raises(ValueError, match="Idempotency-Key"):
         client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100, idempotency_key=key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import socket
 import time
 from datetime import datetime, timedelta, timezone
@@ -144,6 +145,23 @@ def test_redirects_are_not_followed(client, httpserver):
     with pytest.raises(errors.ApiStatusError, match="redirect"):
         client.list_wallets()
     assert len(httpserver.log) == 1
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("call", [
+    lambda c: c.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100, idempotency_key="k" * 16),
+    lambda c: c.create_order(product_id=7, denomination=50, quantity=1, idempotency_key="k" * 16),
+], ids=["recharge submit", "order create"])
+def test_a_redirect_answering_a_write_is_not_a_refusal(client, httpserver, status, call):
+    """No row of the document says a redirect means nothing was done ("303 See Other" is the usual answer to a
+    POST that created something): never followed, and ambiguous, so the caller locates it or replays its key."""
+    httpserver.expect_request(re.compile("/api/v1/(recharges|orders)"), method="POST").respond_with_response(
+        Response("", status=status, headers={"Location": "/api/v1/recharges/100001"}))
+    with pytest.raises(errors.MalformedResponse, match=f"unexpected redirect \\(HTTP {status}\\)") as info:
+        call(client)
+    assert errors.is_ambiguous(info.value) and info.value.status == status
+    assert info.value.idempotency_key == "k" * 16  # replay it, never a new key
+    assert len(httpserver.log) == 1  # not followed, not re-sent
 
 
 @pytest.mark.parametrize("kwargs", [dict(max_attempts=0), dict(base=-1), dict(base=2, cap=1), dict(jitter=1.5)])

@@ -150,6 +150,38 @@ def test_the_poller_share_is_its_own_whatever_others_spent(server, tmp_path):
         assert client.budget.usage()["general"]["by_purpose"]["poller"] == 1
 
 
+def test_a_recharge_unread_for_want_of_budget_is_not_escalated_until_read(server, tmp_path):
+    """At 30 minutes a recharge the budget left unread since minute 10 was escalated on that 20-minute-old read
+    (a stuck_processing drift, "escalate to support"), though it may have settled at minute 11: it now waits
+    for the read that shows it still PROCESSING (Limits, recommended polling: "then escalate")."""
+    from partnerkit.client import PartnerClient
+    from partnerkit.store import open_db
+
+    tight = make_config(server, tmp_path, hourly_budget="10", poller_budget_share="0.5")
+    db = open_db(tight.db_path)
+    account_of(db, tight.api_key, ("1", "2"))
+    with PartnerClient(tight, db, purpose="test", wait_for_budget=False) as client:
+        [stuck] = processing(server, tight, db, client, 1, digit=8)  # 1 of 10 used; the sandbox never settles it
+        row = store.get(db, stuck)
+        submitted = parse_ts(row["submitted_at"])
+        first = poll_once(tight, db, client, now=submitted + timedelta(minutes=10))
+        assert first.read == 1 and first.calls == 1  # 2 of 10: PROCESSING at minute 10
+        for _ in range(7):
+            client.list_operators()  # 9 of 10: only the voucher fetches' tenth is left
+        starved = poll_once(tight, db, client, now=submitted + timedelta(minutes=31))
+    assert starved.calls == 0 and starved.budget_exhausted
+    assert starved.escalated == [] and starved.escalation_unread == [row["provider_id"]]
+    assert store.get(db, stuck)["escalated_at"] is None
+    assert db.execute("SELECT count(*) FROM drifts").fetchone()[0] == 0
+
+    roomy = make_config(server, tmp_path, hourly_budget="1000")  # the same key and database, an hour to spend
+    with PartnerClient(roomy, db, purpose="test") as client:
+        read = poll_once(roomy, db, client, now=submitted + timedelta(minutes=32))
+    assert read.calls == 1 and read.escalated == [row["reference_number"]] and read.escalation_unread == []
+    assert store.get(db, stuck)["escalated_at"] is not None
+    assert db.execute("SELECT kind, reference FROM drifts").fetchall() == [("stuck_processing", row["reference_number"])]
+
+
 def stats_total(server) -> int:
     return sum(server.sandbox.calls.values())
 

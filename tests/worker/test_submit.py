@@ -154,3 +154,41 @@ def test_an_answer_with_a_status_the_document_does_not_name_is_kept_and_polled(h
     [row] = store.list_rows(db)
     assert outcome.status == row["status"] == "PROCESSING"
     assert row["provider_id"] == 7002 and row["reference_number"] == "RCH7002" and row["payable_cents"] == 19402
+
+
+@pytest.mark.parametrize("lost", [
+    Response("<html><body>503 Service Temporarily Unavailable</body></html>", status=503, content_type="text/html"),
+    Response("", status=503),
+    Response("", status=303, headers={"Location": "/api/v1/recharges/7003"}),
+], ids=["proxy 503 page", "empty 503", "303 see other"])
+def test_an_answer_that_is_no_row_of_the_table_keeps_the_intent_and_locates_it(httpserver, tmp_path, lost):
+    """A 503 without the provider's error body (a proxy's page) or a redirect may come after the recharge was
+    made: the intent is kept and located (the same key replayed), never deleted as if the provider refused."""
+    from partnerkit.client import PartnerClient
+
+    config = config_for(httpserver.url_for("").rstrip("/"), "pk_test_key", "sk_test_secret_0123456789", tmp_path)
+    db = open_db(config.db_path)
+    account_of(db, config.api_key)  # the server below answers the submit only
+    keys = []
+
+    def replayed(request):
+        keys.append(request.headers["Idempotency-Key"])
+        body = json.loads(request.data)
+        answer = {"id": 7003, "reference_number": "RCH7003", "status": "PROCESSING", "sub_status": "PENDING",
+                  "mobile_number": body["mobile_number"], "operator_id": 1, "face": 199.00, "discount": 4.98,
+                  "payable": 194.02, "client_reference": body["client_reference"],
+                  "created_at": "2025-03-10T10:00:00Z"}
+        return Response(json.dumps(answer), status=202, content_type="application/json")
+
+    def first(request):
+        keys.append(request.headers["Idempotency-Key"])
+        return lost
+
+    httpserver.expect_ordered_request("/api/v1/recharges", method="POST").respond_with_handler(first)
+    httpserver.expect_ordered_request("/api/v1/recharges", method="POST").respond_with_handler(replayed)
+    with PartnerClient(config, db) as client:
+        outcome = submit(config, db, client, mobile_number="9876543215", operator_id=1, amount=199)
+    [row] = store.list_rows(db)
+    assert keys == [row["idempotency_key"]] * 2  # the same key, never a new one
+    assert outcome.status == row["status"] == "PROCESSING" and outcome.located_by == "idempotency_key"
+    assert row["provider_id"] == 7003 and outcome.message.startswith("The submit's answer was lost")
