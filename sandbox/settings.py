@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from . import envelopes as _envelopes
 from . import faults as _faults
+from . import ids as _ids
 
 
 def _check(name: str, value) -> None:
@@ -15,6 +16,8 @@ def _check(name: str, value) -> None:
         raise ValueError(f"webhook_envelope must be one of {', '.join(_envelopes.FORMS)}, not {value!r}")
     if name == "webhook_chaos" and not isinstance(value, bool):
         raise ValueError(f"webhook_chaos must be true or false, not {value!r}")
+    if name == "id_block":
+        _ids.check_block(value)
 
 
 def _default_fx_rates() -> dict[tuple[str, str], Decimal]:
@@ -28,6 +31,10 @@ class SandboxSettings:
     speed: float = 1.0                      # sandbox seconds per real second (0 = frozen)
     start: datetime | None = None           # sandbox clock start (aware UTC); default: now
     seed: int = 20240101                    # seeds every random choice (ids, vouchers, chaos)
+    # Where this start's ids begin (sandbox/ids.py): 0, the documented first ids at every start (recharge
+    # 100001, order 5001, ...); N, every id N * 10**6 above them, and the random draws seeded with N too
+    # (event ids, refs, voucher codes). serve() takes N from the start time; fixed once the sandbox runs.
+    id_block: int = 0
     duplicate_guard_window_s: float = 120   # document: window length "not shown"
     processing_delay_s: float | tuple[float, float] = 20
     order_fulfilment_delay_s: float = 30
@@ -80,6 +87,9 @@ class SandboxSettings:
         for key, value in changes.items():
             if key not in known:
                 continue
+            if key == "id_block" and value != self.id_block:
+                raise ValueError(f"id_block is chosen when the sandbox starts (this one numbers its ids in "
+                                 f"block {self.id_block}); it cannot change while it runs")
             if key == "faults":
                 value = _faults.normalise(value)
             elif key == "processing_delay_s" and isinstance(value, list):

@@ -11,16 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from . import orders, recharges, seed, wallets, webhooks
+from . import ids, orders, recharges, seed, wallets, webhooks
 from .clock import SandboxClock
 from .models import (Client, Delivery, Operator, Order, Product, Recharge, Transaction, Wallet,
                      Webhook)
 from .settings import SandboxSettings
 
 log = logging.getLogger("sandbox")
-
-_FIRST_IDS = {"wallet": 1, "transaction": 700001, "recharge": 100001, "order": 5001,
-              "webhook": 1, "delivery": 1}
 
 
 @dataclass(slots=True)
@@ -40,8 +37,13 @@ class Sandbox:
         self.settings = settings or SandboxSettings()
         self.clock = clock or SandboxClock(self.settings.speed, self.settings.start)
         self.lock = threading.RLock()
-        self.rng = random.Random(self.settings.seed)
-        self._ids = dict(_FIRST_IDS)
+        block = self.settings.id_block
+        # Another start's draws too (event ids, order refs, voucher codes), not only its numbers: a receiver
+        # deduplicates on event_id, and would take a restarted sandbox's first event for the previous one's.
+        self.rng = random.Random(f"{self.settings.seed}:{block}" if block else self.settings.seed)
+        # The seeded wallets keep their ids at every start (the account's own, docs/sandbox.md "Credentials");
+        # every other record, and a wallet opened later, is numbered in this start's block (sandbox/ids.py).
+        self._ids = {**ids.first_ids(block), "wallet": ids.FIRST_IDS["wallet"]}
         self.clients: dict[str, Client] = {}
         # Every live API key -> (its client, its secret). A client's seeded `key` stays its id in every
         # record; a rotation (`add_key`, then `revoke_key` of the old one) changes only what authenticates.
@@ -78,6 +80,7 @@ class Sandbox:
                 wallet = self.open_wallet(client.key, currency)
                 wallets.post(self, wallet, "TOPUP", "CREDIT", amount,
                              description="opening balance", created_at=now)
+        self._ids["wallet"] += block * ids.BLOCK_SIZE
 
     # ---- ids and lookups -------------------------------------------------------------
     def next_id(self, kind: str) -> int:
