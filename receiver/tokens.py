@@ -79,7 +79,8 @@ def save_sealed(db: Database, keys: KeyFollower, webhook_id: str, token: str,
     `keys retire` waits for running processes: sealed before the wait, a token could be committed after
     the retire dropped its key, and the receiver would answer 503 to every delivery. So when the key file
     moved on before the commit, the token is sealed again under the write lock with its new first key
-    (only if it is still the one just saved: `webhook_tokens.reseal`)."""
+    (only if it is still the one just saved: `webhook_tokens.reseal`); a receiver that reads the tokens
+    in between answers 503, which the provider retries."""
     cipher = keys.current()
     sealed = seal_token(cipher, webhook_id, token)
     saved = save(sealed)
