@@ -22,7 +22,7 @@ import logging
 import os
 import secrets
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
 from partnerkit.store import webhook_tokens
-from partnerkit.store.vouchers import keyed_samples, keyed_values
+from partnerkit.store.vouchers import KeyedSample, keyed_samples, keyed_values
 
 log = logging.getLogger(__name__)
 VERSION = b"v1"
@@ -263,12 +263,13 @@ def key_source(config: Config) -> str:
     return "PARTNERKIT_VOUCHER_KEY" if config.voucher_key else f"the voucher key file {str(config.key_file)!r}"
 
 
-def load_cipher(config: Config, *, check: bool = True) -> Cipher:
+def load_cipher(config: Config, *, check: bool = True,
+                ignore: Callable[[KeyedSample], bool] | None = None) -> Cipher:
     """The Cipher for `config`: PARTNERKIT_VOUCHER_KEY (and _PREVIOUS), else the generated key file's lines.
 
     With `check` (every caller that seals or reveals), a key that opens none of the values already
-    stored is refused (`refuse_a_stranger`); `partnerkit keys status` alone looks without it, to say
-    what the key opens."""
+    stored (but those `ignore` picks) is refused (`refuse_a_stranger`); `partnerkit keys status` alone
+    looks without it, to say what the key opens."""
     source = key_source(config)
     if config.voucher_key:
         cipher = cipher_from_keys([config.voucher_key, *config.voucher_key_previous], source=source)
@@ -280,36 +281,52 @@ def load_cipher(config: Config, *, check: bool = True) -> Cipher:
                               f"cannot be read or created: {exc.strerror}") from exc
         cipher = cipher_from_keys(keys, source=source)
     if check:
-        refuse_a_stranger(config, cipher)
+        refuse_a_stranger(config, cipher, ignore=ignore)
     return cipher
 
 
 class KeyFollower:
     """The Cipher of `config`, re-read whenever `partnerkit keys rotate` or `keys retire` replace the
-    generated key file, so that a long-running process always seals with the file's first key.
+    generated key file: the one place that says which key seals now.
 
-    A process that went on sealing with the old key after `keys retire` dropped it would leave what it
-    sealed unreadable: the receiver's webhook bodies, and the vouchers a fetch stores after a provider
-    read that can take seconds. `current()` costs one stat; call it right before sealing, not once per
-    run. A key from PARTNERKIT_VOUCHER_KEY changes only with a restart. A file gone or unreadable keeps
-    the keys read before (said once per version of the file, and tried again at the next call: a
-    `chown` changes neither its inode, mtime nor size)."""
+    Whatever seals a value some time after it read the key follows the file with one: the receiver (its
+    webhook bodies), a voucher fetch and `orders create` (the vouchers of a provider's answer that can take
+    up to the HTTP timeout), `webhooks register` and `webhooks token set` (a token the provider returns
+    once, or a person types). Made before the provider call or the wait, it opens the key then: a key file
+    that cannot be read, or that opens none of the stored values, is refused before anything is sent.
+    Sealing later with the key read then would store, after `keys rotate; keys rewrap; keys retire` ran
+    beside it, values that no key in the file opens any more.
+
+    `current()` costs one stat. Call it at sealing time, inside the transaction that stores what it seals,
+    once that holds the write lock: a command waits up to 30 s for another process's lock, the worker 15 s,
+    longer than `keys retire` waits for running processes (`rotation.KEY_PICKUP_S`), so a value sealed
+    before that wait could be committed after the retire's check. Where a store function opens the
+    transaction itself, seal right before it, and seal again under the write lock if `current()` moved on
+    meanwhile (`receiver.tokens.save_sealed`). A key from PARTNERKIT_VOUCHER_KEY changes only with a
+    restart. A file gone or unreadable keeps the keys read before (said once per version of the file, and
+    tried again at the next call: a `chown` changes neither its inode, mtime nor size)."""
 
     def __init__(self, config: Config, cipher: Cipher | None = None) -> None:
         self.config = config
+        # The file's version before reading it: one replaced in between is read again at the first `current()`.
+        stamp = None if config.voucher_key else key_file_stamp(config.key_file)
         self.cipher = cipher or load_cipher(config)
-        self._stamp = None if config.voucher_key else key_file_stamp(config.key_file)
+        if stamp is None and not config.voucher_key:  # there was none: `load_cipher` generated it
+            stamp = key_file_stamp(config.key_file)
+        self._stamp = stamp
         self._failed: tuple[int, int, int] | None = None
 
-    def current(self) -> Cipher:
-        """The cipher to seal with now."""
+    def current(self, *, ignore: Callable[[KeyedSample], bool] | None = None) -> Cipher:
+        """The cipher to seal with now. `ignore`: stored values this process sealed itself with the keys it
+        read before, left out of the check that a changed file's key is this database's (`refuse_a_stranger`):
+        a retired key's value opens with no key of the new file, which says nothing of that file."""
         if self.config.voucher_key:
             return self.cipher
         stamp = key_file_stamp(self.config.key_file)
         if stamp is None or stamp == self._stamp:
             return self.cipher
         try:
-            self.cipher = load_cipher(self.config)
+            self.cipher = load_cipher(self.config, ignore=ignore)
         except (ConfigError, OSError) as exc:
             if stamp != self._failed:
                 self._failed = stamp
@@ -330,7 +347,8 @@ def check_voucher_key(config: Config) -> None:
         load_cipher(config)
 
 
-def refuse_a_stranger(config: Config, cipher: Cipher) -> None:
+def refuse_a_stranger(config: Config, cipher: Cipher, *,
+                      ignore: Callable[[KeyedSample], bool] | None = None) -> None:
     """ConfigError when values sealed with the voucher key are stored and `cipher` opens none of them.
 
     A mistyped PARTNERKIT_VOUCHER_KEY (or another database's key file) would otherwise be taken as a
@@ -339,11 +357,13 @@ def refuse_a_stranger(config: Config, cipher: Cipher) -> None:
     generating a key beside stored values (`_read_or_create_key_file`). Cheap: a few stored values are
     tried (`keyed_samples`: the oldest and newest voucher and saved token), not all; opening one is
     enough, so a database where some values are unreadable, or a rotation's new key beside the old
-    ones, passes.
+    ones, passes. Samples `ignore` picks are left out (`KeyFollower.current`).
     """
     from partnerkit.rotation import opens_any  # rotation builds on this module
 
     samples = keyed_samples(Path(config.db_path))
+    if samples and ignore is not None:
+        samples = [sample for sample in samples if not ignore(sample)]
     if not samples or opens_any(cipher, samples):
         return
     if config.voucher_key:

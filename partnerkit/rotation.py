@@ -14,9 +14,11 @@ it is when a previous key sealed it, so it keeps counting as "needs a previous k
 refuses; re-sealing its PIN alone would hide that its dedup still depends on the old key, and a
 re-read of the order would then store it a second time.
 
-Running processes take a rotated key file by themselves, within KEY_PICKUP_S of its change (the
-receiver at its token refresh, the worker right before it seals): until then they may still seal with
-the previous key. `rewrap` and `retire` wait that out (`wait_for_key_pickup`) before they look at the
+Running processes take a rotated key file by themselves (`crypto.KeyFollower`): the receiver at its
+token refresh, within KEY_PICKUP_S of the change, and until then it may still seal with the previous
+key; the worker's voucher fetches and the commands that seal what the provider answered (`orders
+create`, `webhooks register`) or a person typed (`webhooks token set`) when they store it, under the
+write lock. `rewrap` and `retire` wait KEY_PICKUP_S out (`wait_for_key_pickup`) before they look at the
 database, so that what they check is not followed by values sealed with a key they are about to drop.
 """
 
@@ -32,7 +34,6 @@ from typing import Any, Callable
 from partnerkit.config import ConfigError
 from partnerkit.crypto import Cipher, cipher_from_keys, new_key_text, read_key_file, token_context, write_key_file
 from partnerkit.store import Database, transaction
-from partnerkit.store.db import BUSY_TIMEOUT_MS
 from partnerkit.store import inbox
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store import webhook_tokens
@@ -42,12 +43,14 @@ from receiver.state import RECEIVER_BUSY_TIMEOUT_MS, TOKEN_REFRESH_S
 
 DEFAULT_BATCH = 500
 # How long after the key file changed a running process may still store a value sealed with the key it
-# read before. A receiver worker follows the file at its token refresh, every TOKEN_REFRESH_S, and a
+# read before: a receiver worker follows the file at its token refresh, every TOKEN_REFRESH_S, and a
 # delivery verified just before the refresh is stored after waiting up to its busy timeout for the write
-# lock; the worker follows right before it seals and then waits up to the store's busy timeout. Plus
-# SLOW_REQUEST_S for the rest of a request on a loaded machine.
+# lock; plus SLOW_REQUEST_S for the rest of a request on a loaded machine. The worker and the commands
+# look the key up once they hold the write lock they store with, so none of their longer lock waits
+# (15 s, 30 s) falls between the look-up and the commit (a webhook token, which its store function seals
+# outside that lock, is sealed again under it when the file moved on: `receiver.tokens.save_sealed`).
 SLOW_REQUEST_S = 2.0
-KEY_PICKUP_S = max(TOKEN_REFRESH_S + RECEIVER_BUSY_TIMEOUT_MS / 1000, BUSY_TIMEOUT_MS / 1000) + SLOW_REQUEST_S
+KEY_PICKUP_S = TOKEN_REFRESH_S + RECEIVER_BUSY_TIMEOUT_MS / 1000 + SLOW_REQUEST_S
 PICKUP_ROUNDS = 3  # a key file changed again during the wait is waited out again, this many times at most
 
 

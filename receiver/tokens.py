@@ -1,11 +1,17 @@
-"""Accepted webhook tokens: the configured ones plus those saved by `partnerkit webhooks register`."""
+"""Accepted webhook tokens: the configured ones plus those saved by `partnerkit webhooks register`, and
+how one is sealed and saved (`save_sealed`)."""
 
 from __future__ import annotations
 
+from typing import Callable, TypeVar
+
 from partnerkit.config import Config, ConfigError, WebhookToken
-from partnerkit.crypto import Cipher, token_context
-from partnerkit.store import Database
+from partnerkit.crypto import Cipher, KeyFollower, token_context
+from partnerkit.store import Database, transaction
 from partnerkit.store import webhook_tokens
+from partnerkit.store.vouchers import KeyedSample
+
+Saved = TypeVar("Saved")
 
 
 def saved_tokens(db: Database, cipher: Cipher) -> tuple[WebhookToken, ...]:
@@ -62,3 +68,28 @@ def require_tokens(config: Config, db: Database, cipher: Cipher) -> tuple[Webhoo
 def seal_token(cipher: Cipher, webhook_id: str, token: str) -> bytes:
     """Encrypt a token for `webhook_tokens.save`."""
     return cipher.encrypt(token, context=token_context(webhook_id))  # type: ignore[return-value]
+
+
+def save_sealed(db: Database, keys: KeyFollower, webhook_id: str, token: str,
+                save: Callable[[bytes], Saved]) -> Saved:
+    """Seal `token` with the key file as it is now and store it with `save(sealed)`, a `webhook_tokens`
+    function that opens its own transaction; return what `save` returns.
+
+    That transaction may wait for another process's write lock (a command up to 30 s), longer than
+    `keys retire` waits for running processes: sealed before the wait, a token could be committed after
+    the retire dropped its key, and the receiver would answer 503 to every delivery. So when the key file
+    moved on before the commit, the token is sealed again under the write lock with its new first key
+    (only if it is still the one just saved: `webhook_tokens.reseal`); a receiver that reads the tokens
+    in between answers 503, which the provider retries."""
+    cipher = keys.current()
+    sealed = seal_token(cipher, webhook_id, token)
+    saved = save(sealed)
+
+    def this_token(sample: KeyedSample) -> bool:  # sealed here: no sign that the new key file is a stranger's
+        return sample.kind == "webhook_token" and sample.owner == webhook_id
+
+    if keys.current(ignore=this_token) is not cipher:
+        with transaction(db) as conn:
+            webhook_tokens.reseal(conn, webhook_id, sealed,
+                                  seal_token(keys.current(ignore=this_token), webhook_id, token))
+    return saved

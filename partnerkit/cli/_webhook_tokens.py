@@ -12,7 +12,7 @@ from partnerkit.cli.context import AppContext, created_line, pass_app, refuse_un
 from partnerkit.cli.params import ID
 from partnerkit.cli.webhooks import _none_left, webhooks_group
 from partnerkit.config import MIN_TOKEN_LENGTH
-from partnerkit.crypto import check_voucher_key, load_cipher
+from partnerkit.crypto import KeyFollower, check_voucher_key
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import utcnow
 
@@ -105,12 +105,12 @@ def token_set_command(app: AppContext, webhook_id: int) -> None:
     `WEBHOOK_ID:` or `sha256=`, is saved with a warning (set it again if the warning is right). A
     PARTNERKIT_DB that does not exist yet is created, with a warning, once the token is accepted.
     """
-    from receiver.tokens import seal_token
+    from receiver.tokens import save_sealed
 
     webhook = str(webhook_id)
     if app.config.db_path.exists():
         db = app.db  # the database and the key first: nothing to type into a command that cannot save it
-        cipher = load_cipher(app.config)
+        keys = KeyFollower(app.config)  # followed while the token is typed: sealed with the key file as it is then
         token = _read_token()
         warnings = check_token(token, webhook)
     else:  # a refused token must leave no new database (nor a generated key file) behind
@@ -119,11 +119,12 @@ def token_set_command(app: AppContext, webhook_id: int) -> None:
         token = _read_token()
         warnings = check_token(token, webhook)
         db = app.db
-        cipher = load_cipher(app.config)
+        keys = KeyFollower(app.config)
         click.echo(f"warning: {created_line(app.config.db_path)}", err=True)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    replaced = webhook_tokens.set_token(db, webhook, seal_token(cipher, webhook, token), now=utcnow())
+    replaced = save_sealed(db, keys, webhook, token,
+                           lambda sealed: webhook_tokens.set_token(db, webhook, sealed, now=utcnow()))
     click.echo(f"webhook {webhook_id}: " + ("its saved token is replaced; running receivers accept the new one and "
                                             "refuse the old within seconds" if replaced else
                                             "token saved; running receivers accept it within seconds"), err=True)

@@ -77,8 +77,10 @@ def keys_group() -> None:
     In order: `keys rotate`, `keys rewrap`, then `keys retire` (once no database backup made before
     the rewrap is kept: such a backup needs the old key). With the key file, running receivers and
     workers follow it within 9 s, and rewrap and retire first wait out what is left of those 9 s
-    since the file changed; with PARTNERKIT_VOUCHER_KEY, restart them with the new settings before
-    the rewrap.
+    since the file changed; a command running beside them (`orders create`, `webhooks register` or
+    `webhooks token set`, waiting for the provider's answer or a typed token) seals with the file as it
+    is when it stores, and needs no care. With PARTNERKIT_VOUCHER_KEY, restart the receiver and the
+    worker with the new settings before the rewrap.
     """
 
 

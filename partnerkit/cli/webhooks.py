@@ -13,7 +13,7 @@ import click
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, emit_one, format_option
 from partnerkit.cli.params import ID
-from partnerkit.crypto import load_cipher
+from partnerkit.crypto import KeyFollower
 from partnerkit.errors import ApiStatusError
 from partnerkit.store import webhook_tokens
 from partnerkit.timeutil import iso, utcnow
@@ -104,21 +104,24 @@ def webhooks_group() -> None:
 def register_command(app: AppContext, url: str, name: str, events: tuple[str, ...], credential_id: int | None,
                      fmt: str) -> None:
     """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver."""
-    from receiver.tokens import seal_token
+    from receiver.tokens import save_sealed
 
     client = _client(app)
     client.check_account()  # another account's key: refused before a voucher key file is generated here
     # The key is checked before the webhook is created: the token comes back only once, and a key
-    # refused after that would leave a webhook at the provider whose deliveries nothing accepts.
-    cipher = load_cipher(app.config)
+    # refused after that would leave a webhook at the provider whose deliveries nothing accepts. The
+    # token is sealed with the key file as it is once the answer is in (`save_sealed`): a rotation and a
+    # retire may have run while the provider answered.
+    keys = KeyFollower(app.config)
     created = client.create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
                                     credential_id=credential_id)
     webhook_id = str(created.id)
     # Saved before this one: a second webhook to the same receiver doubles every delivery.
     same_url = [row["webhook_id"] for row in webhook_tokens.listing(app.db)
                 if row["url"] == url and row["webhook_id"] != webhook_id]
-    webhook_tokens.save(app.db, webhook_id, seal_token(cipher, webhook_id, created.token),
-                        now=utcnow(), name=created.name, url=created.url, events=list(created.events))
+    save_sealed(app.db, keys, webhook_id, created.token,
+                lambda sealed: webhook_tokens.save(app.db, webhook_id, sealed, now=utcnow(), name=created.name,
+                                                   url=created.url, events=list(created.events)))
     emit_one({"id": created.id, "name": created.name, "url": created.url, "events": list(created.events)}, fmt)
     click.echo(f"webhook {created.id} registered; its signing token is saved encrypted and the receiver now "
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "

@@ -11,7 +11,8 @@ created, and its answer can be lost after that: so, as a recharge submit does
 2. commits an intent (`partnerkit.store.order_intents`, migration 10) with the Idempotency-Key and
    a client `ref` (a UUID unless given) before the request exists. The provider keeps a client's
    refs unique ("Duplicate reference code"): once an order carries the ref, no second one can;
-3. sends once and stores the answer (the order, its vouchers encrypted, a voucher fetch for any
+3. sends once and stores the answer (the order, its vouchers encrypted with the key file as it is
+   then, not as it was before the send: `partnerkit.crypto.KeyFollower`; a voucher fetch for any
    still missing) with the intent PLACED, in one transaction. A definite refusal (a 4xx, no budget,
    a connection never made, nothing sent) leaves it REFUSED: nothing was placed. An answer the store
    cannot take (the database locked past its busy timeout) leaves the intent open (UNKNOWN), never

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from partnerkit import errors
-from partnerkit.crypto import Cipher
+from partnerkit.crypto import KeyFollower
 from partnerkit.money import cents, fmt, from_cents
 from partnerkit.ordering._request import HOLD_HOURS, OrderOutcome, OrderRequest, _name, replay_command
 from partnerkit.store import Database, jobs, order_intents, orders
@@ -48,20 +48,24 @@ def _refuse(db: Database, intent: dict, why: str) -> None:
                     extra={"intent_id": intent["id"], "ref": intent["ref"]})
 
 
-def _placed(db: Database, cipher: Cipher, intent: dict, request: OrderRequest, created: Any, *,
+def _placed(db: Database, keys: KeyFollower, intent: dict, request: OrderRequest, created: Any, *,
             resumed: bool) -> OrderOutcome:
     """Store the order the provider answered (and its vouchers) with the intent PLACED, in one transaction.
 
-    An order that is not the request's is stored too (it is the account's, paid for), but the intent
-    is refused: its key belonged to that other order, and nothing was placed for this request."""
+    The vouchers are sealed in that transaction, with the key file as it is once the write lock is held
+    (`KeyFollower`): the key read before the send may have been rotated and retired while the provider
+    answered, or while another process held the lock. An order that is not the request's is stored too
+    (it is the account's, paid for), but the intent is refused: its key belonged to that other order, and
+    nothing was placed for this request."""
     answered = OrderRequest(created.product_id, created.denomination, created.quantity)
     differ = [name for name in ("product_id", "denomination", "quantity")
               if getattr(answered, name) != getattr(request, name)]
     now = utcnow()
-    sealed = [seal(cipher, created.id, v) for v in created.vouchers]
     status = created.status.upper()
     try:
         with transaction(db) as conn:
+            cipher = keys.current()
+            sealed = [seal(cipher, created.id, v) for v in created.vouchers]
             orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
                          transaction_id=created.transaction_id, product_id=created.product_id,
                          quantity=created.quantity, amount_cents=cents(created.amount),

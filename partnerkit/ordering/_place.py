@@ -1,6 +1,6 @@
 """The placing procedure: intent first, one send, the same Idempotency-Key once more on a lost answer.
 
-`place_order` validates, checks the account, opens the voucher key, commits or resumes the intent
+`place_order` validates, checks the account, opens the voucher key (`KeyFollower`), commits or resumes the intent
 (`_open_intent`, where `UnresolvedOrder` holds back a second order) and sends; what the answer
 settles is `partnerkit.ordering._answer`'s.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from partnerkit import errors
 from partnerkit.config import Config
-from partnerkit.crypto import Cipher, load_cipher
+from partnerkit.crypto import Cipher, KeyFollower
 from partnerkit.errors import is_ambiguous
 from partnerkit.ordering._answer import _from_local, _keep_open, _not_placed, _placed, _unknown
 from partnerkit.ordering._request import (
@@ -46,7 +46,9 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
         client.check_account()
     # The voucher key is opened before anything is recorded or sent: vouchers delivered with the
     # answer must be stored, and a key error after the wallet is debited invites a second, paid, attempt.
-    cipher = cipher or load_cipher(config)
+    # They are sealed with the key file as it is when the answer is stored (`_placed`), not as it is now:
+    # the answer can take up to the HTTP timeout, and a replay as long again.
+    keys = KeyFollower(config, cipher)
     intent, resumed = _open_intent(db, key, request, ref, force=force)
     if intent["state"] == "PLACED" and intent["order_id"] is not None and orders.get(db, intent["order_id"]):
         # Nothing to learn from the provider: the order is stored, at least as new as the answer was.
@@ -71,7 +73,7 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
             _keep_open(db, intent, f"{exc}; its replay: {again}")
             return _unknown(db, intent, request, f"the answer was lost ({exc}) and so was its replay's ({again})",
                             resumed=resumed)
-    return _placed(db, cipher, intent, request, created, resumed=resumed)
+    return _placed(db, keys, intent, request, created, resumed=resumed)
 
 
 def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None, *, force: bool) -> tuple[dict, bool]:

@@ -204,15 +204,16 @@ def _fetch_one(db: Database, api: Any, keys: KeyFollower, job: Job, policy: Fetc
     except errors.ApiStatusError as exc:  # 400/403: retrying unchanged will not help
         return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
     summary.answered += 1
-    # The key is looked up after the read, not once per run: a read can take seconds, and vouchers sealed
-    # with a key that `keys rotate` replaced and `keys retire` dropped meanwhile could never be read.
-    cipher = keys.current()
-    sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
     verdict, reason = _verdict(job, detail)
     if detail.malformed:
         log.warning("order detail with unreadable vouchers", extra={"order_id": job.order_id,
                                                                      "unreadable": len(detail.malformed)})
     with transaction(db) as conn:
+        # The key is looked up here, after the read and once the write lock is ours, not once per run: a read
+        # can take seconds and the lock up to the worker's 15 s, and vouchers sealed with a key that `keys
+        # rotate` replaced and `keys retire` dropped meanwhile could never be read (crypto.KeyFollower).
+        cipher = keys.current()
+        sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
         added = vouchers.add(conn, job.order_id, sealed, now=now)
         status = (detail.status or "").upper()
         orders.apply(conn, job.order_id, status, now=now, source="detail",

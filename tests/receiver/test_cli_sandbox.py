@@ -48,6 +48,10 @@ def test_orders_create_checks_the_voucher_key_before_the_wallet_is_debited(env, 
     result = run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1", code=2)
     assert "voucher key file" in result.output
     assert sandbox_server.sandbox.orders == {}, "no order placed that could not be stored"
+    # The same for a webhook: its token comes back once, and one that cannot be stored is lost.
+    result = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner", code=2)
+    assert "voucher key file" in result.output and "Traceback" not in result.output
+    assert sandbox_server.sandbox.webhooks == {}, "no webhook created whose token could not be stored"
 
 
 def test_an_order_whose_vouchers_came_with_the_create_is_not_read_again(env, sandbox_config, sandbox_server):
