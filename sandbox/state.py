@@ -71,6 +71,10 @@ class Sandbox:
         self.webhook_listeners: list = []      # called as f(webhook, token) on creation
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        # One pass at a time, its sends included: a pass asked for (a test's advance(), POST /sandbox/run-due)
+        # while the background thread is sending the batch it took returns after that batch is sent, so "run
+        # everything then due" holds when it returns (the API's own lock is not held while sending).
+        self._pass_lock = threading.Lock()
         now = self.clock.now()
         for client, balances in seed.clients():
             self.clients[client.key] = client
@@ -143,12 +147,13 @@ class Sandbox:
     # ---- background work -------------------------------------------------------------
     def run_due(self) -> dict:
         """Do everything due at clock.now(): settle, fulfil, then send due webhooks."""
-        with self.lock:
-            now = self.clock.now()
-            settled = recharges.settle_due(self, now)
-            advanced = orders.advance_due(self, now)
-            batch = webhooks.take_due(self, now)
-        sent = webhooks.send_batch(self, batch)   # HTTP outside the lock
+        with self._pass_lock:
+            with self.lock:
+                now = self.clock.now()
+                settled = recharges.settle_due(self, now)
+                advanced = orders.advance_due(self, now)
+                batch = webhooks.take_due(self, now)
+            sent = webhooks.send_batch(self, batch)   # HTTP outside the API's lock
         return {"settled": settled, "orders_advanced": advanced, "deliveries_attempted": sent}
 
     def start_background(self, interval_s: float = 0.2) -> None:

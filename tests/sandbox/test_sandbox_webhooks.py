@@ -311,3 +311,47 @@ def test_background_thread_delivers_without_run_due(receiver):
         while not receiver.requests and time.monotonic() < deadline:
             time.sleep(0.05)
     assert len(receiver.requests) == 1
+
+
+def test_a_pass_asked_for_while_another_is_sending_returns_after_that_send(alpha, server, sb):
+    """advance() or POST /sandbox/run-due racing the background pass: the background pass has taken the due
+    deliveries and is sending them; the pass asked for must not return (finding nothing due) before they are
+    recorded, or a test reading the deliveries right after advance() sees them still pending."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Held(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            entered.set()
+            release.wait(5)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Held)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        register(alpha, f"http://127.0.0.1:{httpd.server_port}/hook", ["order.created"])
+        alpha.order(product_id=7, denomination=10)
+        background = threading.Thread(target=server.run_due)  # plays the background thread's pass
+        background.start()
+        assert entered.wait(5)
+        asked_done = threading.Event()
+        asked = threading.Thread(target=lambda: (server.run_due(), asked_done.set()))
+        asked.start()
+        assert not asked_done.wait(0.3)  # waits for the pass that is sending
+        release.set()
+        background.join(5)
+        asked.join(5)
+        assert asked_done.is_set()
+        assert [d.status for d in sb.deliveries.values()] == ["delivered"]
+    finally:
+        release.set()
+        httpd.shutdown()
+        httpd.server_close()
