@@ -33,14 +33,19 @@ ENVELOPES = ("standard", "order_id", "timestamp")
                    "event_id), as a real provider may; `-d '{\"chaos\": true}'` switches a registered one.")
 @click.option("--no-http-webhooks", is_flag=True,
               help="Refuse plain-http webhook URLs, loopback included, as the provider does (https only).")
-def sandbox_command(port: int, host: str, speed: float, envelope: str, chaos: bool, no_http_webhooks: bool) -> None:
+@click.option("--fixed-ids", is_flag=True,
+              help="Number records from the documented first ids (recharge 100001, order 5001, ...) at every "
+                   "start, as tests pin them; by default each start numbers from its start time, so a "
+                   "database kept across a sandbox restart never meets an id twice.")
+def sandbox_command(port: int, host: str, speed: float, envelope: str, chaos: bool, no_http_webhooks: bool,
+                    fixed_ids: bool) -> None:
     """Run the provider simulator; prints its base URL, API key, secret and any webhook token it issues."""
     import sandbox  # imported here so that the rest of the CLI never loads the simulator
 
     check_listen(host, port)
     try:
         sandbox.serve(port=port, speed=speed, host=host, allow_http_webhooks=not no_http_webhooks, echo=click.echo,
-                      webhook_envelope=envelope, webhook_chaos=chaos)
+                      webhook_envelope=envelope, webhook_chaos=chaos, fixed_ids=fixed_ids)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     except KeyboardInterrupt:

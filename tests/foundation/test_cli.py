@@ -86,9 +86,11 @@ def test_sandbox_speed_0_freezes_the_clock_as_docs_sandbox_md_says():
 @pytest.mark.parametrize("command", [["-m", "partnerkit", "sandbox"], ["-m", "sandbox"]],
                          ids=["partnerkit sandbox", "python -m sandbox"])
 def test_sandbox_webhook_options_reach_its_settings(command):
-    """--envelope, --chaos and --no-http-webhooks (docs/sandbox.md, "Running it"), on both entry points."""
+    """--envelope, --chaos, --no-http-webhooks and --fixed-ids (docs/sandbox.md, "Running it"), on both entry
+    points."""
     process = subprocess.Popen([sys.executable, *command, "--port", "0", "--envelope", "timestamp", "--chaos",
-                                "--no-http-webhooks"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--no-http-webhooks", "--fixed-ids"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     try:
         first = process.stdout.readline()
         assert first.startswith("sandbox listening on "), process.stderr.read()
@@ -97,8 +99,8 @@ def test_sandbox_webhook_options_reach_its_settings(command):
     finally:
         process.terminate()
         process.communicate(timeout=10)
-    assert (settings["webhook_envelope"], settings["webhook_chaos"], settings["allow_http_webhooks"]) == (
-        "timestamp", True, False)
+    assert (settings["webhook_envelope"], settings["webhook_chaos"], settings["allow_http_webhooks"],
+            settings["id_block"]) == ("timestamp", True, False, 0)
     assert banner.strip() == ("webhooks registered now: envelope timestamp, chaos on, plain http to loopback "
                               "refused (PATCH /sandbox/webhooks/ID switches a registered one)")
 
