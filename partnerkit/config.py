@@ -402,7 +402,10 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
 
 
 def config_as_env(config: Config) -> dict[str, str]:
-    """The environment that reproduces `config` (for child processes such as gunicorn)."""
+    """The PARTNERKIT_* variables that `load_config(environ=...)` reads back as `config`, secrets in the clear
+    (never log it). partnerkit's own processes do not use it (`partnerkit serve` hands gunicorn its own
+    environment and PARTNERKIT_CONFIG); tests do, to run a command or a child process under a Config
+    built in Python, and so may a fork."""
     env: dict[str, str] = {}
     for f in fields(config):
         value = getattr(config, f.name)

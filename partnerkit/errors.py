@@ -47,6 +47,16 @@
     │                                            local row holds, and it is not the same recharge
     │                                            (another key, other fields): nothing merged or
     │                                            written, the intent stays open
+    ├── partnerkit.crypto.DecryptionError        a stored value (a voucher's card_number, pin_code or
+    │                                            claim_url, a sealed inbox body, a saved webhook
+    │                                            token) opens with none of the voucher keys: another
+    │                                            key, or damaged data (`partnerkit.vouchers.unseal`)
+    ├── partnerkit.store.drifts.UnknownDrift     no drift has this id (`drifts resolve`, `escalate`)
+    ├── reconcile.scheduler.WorkerBusy           another worker holds this database's lease (it names
+    │                                            the holder), or the worker stopped waiting for it
+    ├── reconcile.scheduler.WorkerRefused        the worker must not start here (inside gunicorn)
+    ├── reconcile.worker_jobs.JobUnavailable     a job's function cannot be imported (its part is
+    │                                            missing or broken); the other jobs still run
     ├── AccountMismatch               the API key is not the provider account's this database serves
     │                                 (`reason`: other_account, cannot_tell): nothing but the wallet
     │                                 read that told it was sent, nothing stored
@@ -56,7 +66,7 @@
         └── DatabaseBusy              another process held the write lock past the busy timeout:
                                       a transient; nothing was written by the transaction
 
-The five classes named with their module live beside the code that raises them, which owns their
+The classes named with their module live beside the code that raises them, which owns their
 checks (partnerkit never imports reconcile).
 `is_ambiguous(exc)` says whether a write that raised `exc` may still have taken effect.
 

@@ -64,10 +64,6 @@ class MappedPage:
         """How many rows the page stores."""
         return sum(len(rows) for _, rows in self.runs)
 
-    def table_rows(self) -> list[tuple]:
-        """Every row as (the 9 column values, raw, shape), in page order (for tests and plain inserts)."""
-        return [(*row[:9], row[9] if with_raw else None, shape) for (shape, with_raw), rows in self.runs for row in rows]
-
 
 def _timestamp(value: str) -> str | None:
     """created_at as stored text, parsed once per distinct string; None = take the slow path."""
@@ -283,14 +279,6 @@ def _plan_for(raw: dict) -> Callable | None:
             SHAPE_TEXTS.clear()
         plan = _PLANS[shape] = _compile(shape)
         return plan
-
-
-def fast_row(raw: Any) -> tuple | None:
-    """(run key, row) for a readable record on its common forms, else None (the plain path decides)."""
-    if type(raw) is not dict:
-        return None
-    plan = _plan_for(raw)
-    return None if plan is None else plan(raw)
 
 
 def map_page(records: Any) -> MappedPage:

@@ -29,7 +29,7 @@ from partnerkit.store import recharges as store
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.recharges import (RechargeInputError, SubmitOutcome, SubmitRequest, answer_held_elsewhere,
                                  answer_not_stored, describe, merged_answer, status_from_answer, stored_status,
-                                 validate_amount, validate_mobile)
+                                 validate_amount, validate_key, validate_mobile)
 
 log = logging.getLogger("reconcile.locate")
 
@@ -94,6 +94,7 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
     if row["provider_id"] is not None:
         return SubmitOutcome(row["local_id"], row["status"], row["idempotency_key"], row["client_reference"],
                              located_by="already_known", message=describe(row), row=row)
+    _close_if_never_sent(db, row)
     search = _Search()
     found = _search(db, client, row, now, search)
     if found is not None:
@@ -119,6 +120,38 @@ def _merged_before(db: Database, local_id: int) -> SubmitOutcome:
                f"its key is recorded there. " + describe(row))
     return SubmitOutcome(row["local_id"], row["status"], row["idempotency_key"], row["client_reference"],
                          located_by="already_known", message=message, row=row, merged_from=local_id)
+
+
+def _close_if_never_sent(db: Database, row: dict) -> None:
+    """An intent whose stored Idempotency-Key the client refuses to send was never sent: close it as a
+    refused submit's intent is closed (removed), and raise RechargeInputError saying so.
+
+    Such a row was left by a submit from before `submit` checked its key as the client does: the
+    intent was recorded, then the client refused the key. The client has checked every key before
+    sending since its first version, so no request carrying this one can have reached the provider,
+    and there is nothing to search for or replay (the replay could not be sent either)."""
+    key = row["idempotency_key"]
+    if key is None:
+        return
+    try:
+        validate_key(key)
+        return
+    except RechargeInputError as exc:
+        refused = exc
+    local = row["local_id"]
+    head = (f"local recharge #{local} ({row['mobile_number']}, {from_cents(row['amount_cents'])}) was never sent: "
+            f"its Idempotency-Key {key!r} is one the client refuses to send ({refused}), so no request carrying it "
+            "can have reached the provider")
+    try:
+        store.discard_refused(db, local)
+    except errors.StorageError as exc:
+        raise RechargeInputError(f"{head}; its intent could not be removed now ({exc}): run this again once the "
+                                 "database takes writes") from None
+    log.info("local recharge #%s was never sent (its Idempotency-Key is one the client refuses): intent removed",
+             local, extra={"local_id": local})
+    raise RechargeInputError(f"{head}. Its intent is removed, as a refused submit's is: no recharge exists for it. "
+                             "If the customer still wants it, submit it again without --idempotency-key (a new key "
+                             "is safe here, since the first was never sent).")
 
 
 def locate_after_submit(config: Config, db: Database, client: Any, local_id: int, lost: Exception) -> SubmitOutcome:

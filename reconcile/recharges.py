@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from partnerkit import errors
+from partnerkit.client import check_idempotency_key
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
@@ -36,7 +37,8 @@ NICKNAME_MAX = 40  # Limits: alphanumeric, max 40 characters
 
 
 class RechargeInputError(errors.PartnerKitError, ValueError):
-    """A submit field is refused locally, before anything is recorded or sent."""
+    """A submit field is refused locally, before anything is recorded or sent. `locate` raises it too for
+    an intent whose stored Idempotency-Key the client refuses: never sent, and removed."""
 
 
 class DuplicateSubmit(errors.DuplicateRecharge):
@@ -134,8 +136,17 @@ def validate_submit(*, mobile_number: Any, operator_id: Any, amount: Any, circle
 
 
 def new_idempotency_key() -> str:
-    """A fresh Idempotency-Key (8 to 256 characters)."""
+    """A fresh Idempotency-Key (35 visible ASCII characters)."""
     return f"pk-{uuid.uuid4().hex}"
+
+
+def validate_key(key: Any) -> str:
+    """An Idempotency-Key as the client will send it: the client's one check (Limits: 8 to 256 characters;
+    visible ASCII without spaces, since it is a header), refused as a RechargeInputError."""
+    try:
+        return check_idempotency_key(key)
+    except ValueError as exc:
+        raise RechargeInputError(str(exc)) from None
 
 
 def new_client_reference() -> str:
@@ -170,14 +181,14 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
     request = validate_submit(mobile_number=mobile_number, operator_id=operator_id, amount=amount,
                               circle_id=circle_id, is_postpaid=is_postpaid, is_special=is_special,
                               nickname=nickname, force=force)
-    key = idempotency_key or new_idempotency_key()
-    if not 8 <= len(key) <= 256:
-        raise RechargeInputError("Idempotency-Key must be 8 to 256 characters")
+    # The client checks a key only when it sends it, after the intent is recorded: checked here first,
+    # a key it refuses is refused with nothing recorded, never an intent that can never be sent.
+    key = new_idempotency_key() if idempotency_key is None else validate_key(idempotency_key)
     if hasattr(client, "check_account"):  # the PartnerClient (stand-ins in tests have no account)
         # Before the intent: a key of another account is refused with nothing recorded, and an error of
         # the wallet read that tells a new key's account is never taken for the submit's own.
         client.check_account()
-    known = store.by_idempotency_key(db, key) if idempotency_key else None
+    known = store.by_idempotency_key(db, key) if idempotency_key is not None else None
     if known is not None:
         return _resume(config, db, client, known, request, client_reference)
     reference = client_reference or new_client_reference()

@@ -37,6 +37,8 @@ class JobSpec:
     target: str
     every_s: float
     misfire_grace_s: int
+    # The label the budget counts the job's calls under (`budget show`, `status`: used_by_purpose): the one its
+    # code spends under when it re-labels the client (`with_budget`), as the voucher jobs and the poller do.
     purpose: str
     # Result keys that describe the pass rather than count work done (a page read that held nothing).
     not_work: tuple[str, ...] = ()
@@ -78,8 +80,8 @@ def _empty(value: Any) -> bool:
 JOBS: tuple[JobSpec, ...] = (
     # `candidates` counts the PROCESSING recharges looked at, not work: a pass with none due did nothing.
     JobSpec("poll-recharges", "reconcile.poller:poll_once", 5, 4, "poller", not_work=("candidates",)),
-    JobSpec("fetch-vouchers", "partnerkit.vouchers:run_voucher_fetches", 3, 3, "vouchers"),
-    JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "catch-up",
+    JobSpec("fetch-vouchers", "partnerkit.vouchers:run_voucher_fetches", 3, 3, "voucher_fetch"),
+    JobSpec("catch-up-orders", "partnerkit.vouchers:catch_up_orders", 300, 120, "order_sync",
             not_work=("pages", "stopped", "since")),
     JobSpec("sync-recent", "reconcile.jobs:sync_recent", 900, 300, "sync"),
     # The nightly check runs hourly: a night is due once a day, and each attempt syncs the night in full

@@ -101,7 +101,7 @@ def _status(slot: int) -> str:
 
 
 def worker_rows(n: int, *, index: int = 0) -> Iterator[tuple]:
-    """Rows partnerkit's submits left (partnerkit.store.matching.BULK_RECHARGE_COLUMNS order)."""
+    """Rows partnerkit's submits left (partnerkit.store.bulk.BULK_RECHARGE_COLUMNS order)."""
     times = _times(n, index)
     first = _starts(n, index)[0]
     for i in range(n):

@@ -32,7 +32,7 @@ from typing import Iterator
 from bench.reconcile import day as synthetic
 from partnerkit.config import load_config
 from partnerkit.money import loads
-from partnerkit.store import matching, open_db, transaction
+from partnerkit.store import bulk, open_db, transaction
 from reconcile import sync
 from reconcile.jobs import report_day
 from reconcile.matcher import match_day
@@ -46,8 +46,8 @@ def setup(db, n: int, pages_file: Path, *, index: int = 0, analyze: bool = True)
     `index`: the day of a history (bench.reconcile.day); `analyze`: refresh the planner's statistics."""
     orders, vouchers = synthetic.orders(n, index=index)
     with transaction(db) as conn:
-        matching.bulk_load_recharges(conn, synthetic.worker_rows(n, index=index))
-        matching.bulk_load_orders(conn, orders, vouchers)
+        bulk.bulk_load_recharges(conn, synthetic.worker_rows(n, index=index))
+        bulk.bulk_load_orders(conn, orders, vouchers)
     if analyze:
         db.execute("ANALYZE")
     write_pages(pages_file, n, index)

@@ -44,7 +44,8 @@ def say(line):
 
 
 def thread_db():
-    """This thread's database handle: one open_db() per thread, never one shared between threads."""
+    """This thread's database handle. One open_db() per thread is the fast way; a shared handle is safe too,
+    but its threads wait for each other's transactions (docs/internals.md, "A handle and threads")."""
     if not hasattr(local, "db"):
         local.db = open_db(config.db_path)
     return local.db

@@ -80,7 +80,10 @@ def recharges_group() -> None:
 @click.option("--special", "is_special", is_flag=True, default=None, help="Special recharge (operators that support it).")
 @click.option("--nickname", help="Label for the vendor: letters and digits, at most 40.")
 @click.option("--force", is_flag=True, help="Bypass the provider's duplicate guard: a deliberate repeat.")
-@click.option("--idempotency-key", help="Reuse a key (8-256 characters) to replay an earlier submit.")
+@click.option("--idempotency-key",
+              help="Your own key for this submit (generated when omitted), or an earlier submit's key to locate that "
+                   "one instead: 8-256 visible ASCII characters, no spaces (it is sent as a header). A key refused "
+                   "is an error with nothing recorded or sent.")
 @format_option
 @pass_app
 def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
@@ -161,7 +164,8 @@ def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_numbe
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN still (the message says why and what to do). --mobile without a
     local intent only lists what the provider has, with exit code 0 (1 if the provider could not be
-    read in full).
+    read in full). An intent whose stored key the client refuses to send (left by a submit from
+    before keys were checked first) was never sent: it is removed, and the error says so (exit 1).
     """
     from reconcile.locate import locate
 

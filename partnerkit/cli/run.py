@@ -13,12 +13,10 @@ signal): an orphaned gunicorn would keep the port, and the restarted pair could 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
-import sys
 import threading
-from typing import Any, Callable
+from typing import Any
 
 import click
 

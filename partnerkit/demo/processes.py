@@ -69,9 +69,6 @@ class PidsFile:
         known.extend(p for p in pids if p not in known)
         self.path.write_text(json.dumps(self.groups, indent=1) + "\n", encoding="utf-8")
 
-    def all_pids(self) -> list[int]:
-        return sorted({p for pids in self.groups.values() for p in pids})
-
     @staticmethod
     def kill_stale(path: Path) -> list[int]:
         """Kill what a previous, killed demo left running (only processes that are still ours)."""

@@ -431,11 +431,6 @@ def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, A
     }
 
 
-BULK_RECHARGE_COLUMNS = ("local_id", "idempotency_key", "provider_id", "reference_number", "origin", "mobile_number",
-                         "status", "face_cents", "discount_cents", "payable_cents", "currency", "submitted_at",
-                         "provider_created_at", "updated_at")
-
-
 def days_with_late_entries(db: Any, first: str, last: str, *, since: str) -> list[str]:
     """Days in [since, first) whose recharges or orders have a wallet transaction dated in [first, last].
 
@@ -464,17 +459,3 @@ def days_with_late_entries(db: Any, first: str, last: str, *, since: str) -> lis
 
 def _day_after(day: str) -> str:
     return (date.fromisoformat(day) + timedelta(days=1)).isoformat()
-
-
-def bulk_load_recharges(conn: sqlite3.Connection, rows: Any) -> None:
-    """Insert synthetic recharges as the worker's submits left them (benchmarks only; production rows come from
-    reconcile.recharges one submit at a time)."""
-    conn.executemany(f"INSERT INTO recharges ({', '.join(BULK_RECHARGE_COLUMNS)})"
-                     f" VALUES ({', '.join('?' * len(BULK_RECHARGE_COLUMNS))})", rows)
-
-
-def bulk_load_orders(conn: sqlite3.Connection, orders: Any, vouchers: Any) -> None:
-    """Insert synthetic orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at, now) and vouchers."""
-    conn.executemany("INSERT INTO orders (id, status, currency, quantity, amount_cents, transaction_id, placed_at,"
-                     " source, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'bench', ?8, ?8)", orders)
-    conn.executemany("INSERT INTO vouchers (order_id, fingerprint, stored_at) VALUES (?, ?, ?)", vouchers)

@@ -176,16 +176,6 @@ def held_entry(db: Database, kind: str, ident: str) -> dict | None:
     return None if row is None else dict(zip([c[0] for c in cursor.description], row))
 
 
-def held_ids(db: Database, kind: str) -> set[int]:
-    """The ids of the records of one kind held now under `kind:<id>` (usually none)."""
-    ids = set()
-    for (key,) in db.execute(f"SELECT key FROM transaction_quarantine WHERE {_PREFIXED}", _prefix(kind)):
-        ident = id_in_key(kind, key) or ""
-        if ident.lstrip("-").isdecimal():
-            ids.add(int(ident))
-    return ids
-
-
 def held_transaction_ids(db: Database) -> dict[str, bool]:
     """The ids (as stored) of the transactions held under `transaction:<id>` now (usually none), each
     with whether it was withdrawn (listed no more) rather than unreadable."""

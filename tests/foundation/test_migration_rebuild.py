@@ -24,7 +24,7 @@ def _rebuild_drifts(db, *, copy: str = "INSERT INTO drifts_new SELECT * FROM dri
     create = create.replace("'balance_discontinuity')", f"'balance_discontinuity', '{NEW_KIND}')")
     indexes = [sql for (sql,) in db.execute(
         "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'drifts' AND sql IS NOT NULL")]
-    assert indexes  # drifts_day: rebuilt after the rename
+    assert indexes  # drifts_day (m0005) and drifts_open (m0013), as the schema has them: recreated after the rename
     return (re.sub(r"^CREATE TABLE drifts\b", "CREATE TABLE drifts_new", create), copy, "DROP TABLE drifts",
             "ALTER TABLE drifts_new RENAME TO drifts", *indexes)
 
@@ -56,13 +56,15 @@ def _snapshot(db) -> tuple[list, list]:
 def test_a_rebuild_keeps_every_row_and_the_foreign_keys_pointing_at_the_new_table(held):
     before = _snapshot(held)
     assert len(before[1]) == 4
+    schema = "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'drifts' AND name != 'drifts' ORDER BY name"
+    indexes = held.execute(schema).fetchall()
     migrations = _migrations(held)
     assert migrate(held, migrations) == migrations[-1].version == current_version(held)
     assert _snapshot(held) == before
     assert held.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert [row[2] for row in held.execute("PRAGMA foreign_key_list(drift_audit)")] == ["drifts"]
-    assert {name for (name,) in held.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'drifts'")} >= {
-        "drifts", "drifts_day"}
+    assert held.execute(schema).fetchall() == indexes  # every index again, drifts_open (m0013) too
+    assert {name for (_, name, _) in indexes} >= {"drifts_day", "drifts_open"}
     held.execute("INSERT INTO drifts (id, kind, subject, reference, report_date, detected_at, last_detected_at)"
                  f" VALUES ('d_new', '{NEW_KIND}', 'order', '5004', '2026-11-22', '{AT}', '{AT}')")
     with pytest.raises(Exception, match="FOREIGN KEY constraint failed"):  # enforced, against the new table

@@ -79,3 +79,13 @@ def test_the_checkouts_commit_is_what_git_says():
         pytest.skip(f"git cannot read this checkout: {said.stderr.strip()}")
     assert re.fullmatch(r"[0-9a-f]{40}", said.stdout.strip())
     assert git_head(CHECKOUT) == said.stdout.strip()
+
+
+def test_the_upgrade_and_internals_pages_name_the_newest_migration():
+    """docs/upgrade.md's sample `--version` said schema 13 and docs/internals.md's list of migrations stopped at
+    13 while m0014 shipped: a developer adding m0015 updates both."""
+    newest = discover()[-1]
+    upgrade = (CHECKOUT / "docs" / "upgrade.md").read_text()
+    assert f"(schema {newest.version}, commit" in upgrade and f"m{newest.version:04d} " in upgrade
+    internals = (CHECKOUT / "docs" / "internals.md").read_text()
+    assert re.search(rf"\b{newest.version} {newest.name.replace('_', ' ')} \(", internals)

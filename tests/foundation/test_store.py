@@ -50,6 +50,33 @@ def test_newer_schema_is_refused(tmp_path):
         migrate(db)
 
 
+@pytest.mark.parametrize("after, problem", [
+    (0, "migration number {v} is used more than once ({name}, extra): each module needs its own, a new one the "
+        "newest module's VERSION + 1"),  # a developer who numbered a new module as the newest one
+    (2, "migration numbers must run 1..N without gaps: {missing} is missing"),
+])
+def test_a_migration_number_used_twice_or_skipped_is_named_as_such(tmp_path, monkeypatch, after, problem):
+    """A module of the package's own kind, found beside it (the package's search path extended for the test)."""
+    import importlib
+    import re
+
+    from partnerkit.store import migrations as package
+
+    newest = discover()[-1]
+    (tmp_path / "m9999_extra.py").write_text(f'VERSION = {newest.version + after}\nNAME = "extra"\n'
+                                             'STATEMENTS = ("SELECT 1",)\n')
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+    importlib.invalidate_caches()
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            discover()
+    finally:
+        sys.modules.pop(f"{package.__name__}.m9999_extra", None)
+    expected = problem.format(v=newest.version, name=newest.name, missing=newest.version + 1)
+    assert str(refused.value).startswith(expected)
+    assert re.search(r"; found \[1, 2, .*\]$", str(refused.value))
+
+
 def test_transaction_rolls_back_and_converts_sqlite_errors(tmp_path):
     db = open_db(tmp_path / "x.db")
     with transaction(db) as conn:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from bench.reconcile import day as synthetic
 from partnerkit.cli import cli
 from partnerkit.errors import StorageError
-from partnerkit.store import matching, open_db, transaction
+from partnerkit.store import bulk, open_db, transaction
 from partnerkit.store.backup import backup
 
 RECHARGES = 20_000  # a few MB: ~1,800 pages, hundreds of steps at 4 pages a step
@@ -28,8 +28,8 @@ def store(db):
     """A store holding a day of recharges and orders as the worker and the order sync leave them."""
     orders, vouchers = synthetic.orders(RECHARGES)
     with transaction(db) as conn:
-        matching.bulk_load_recharges(conn, synthetic.worker_rows(RECHARGES))
-        matching.bulk_load_orders(conn, orders, vouchers)
+        bulk.bulk_load_recharges(conn, synthetic.worker_rows(RECHARGES))
+        bulk.bulk_load_orders(conn, orders, vouchers)
     return db
 
 

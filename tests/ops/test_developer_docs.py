@@ -1,5 +1,5 @@
-"""The developer's entry points answer: `make help`, `python -m bench --help`, and CONTRIBUTING.md naming every
-test area (linked from the README's Layout)."""
+"""The developer's entry points answer: `make help`, `python -m bench --help`, CONTRIBUTING.md naming every
+test area (linked from the README's Layout), and partnerkit.errors' docstring drawing every exception."""
 
 from __future__ import annotations
 
@@ -50,3 +50,33 @@ def test_contributing_names_every_test_area_and_the_readme_links_it():
     assert [a for a in areas if f"`tests/{a}`" not in text] == []
     layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1]
     assert "[CONTRIBUTING.md](CONTRIBUTING.md)" in layout
+
+
+def test_the_exception_tree_draws_every_partnerkit_error():
+    """STYLE rule 1: one exception tree, drawn in partnerkit.errors' docstring; five subclasses raised outside
+    it (DecryptionError among them) were missing (findings-dev F2). Those outside errors.py go by module."""
+    import importlib
+    import itertools
+    import pkgutil
+
+    from partnerkit import errors
+
+    for package in ("partnerkit", "receiver", "reconcile"):
+        for module in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+            if module.name.rpartition(".")[2] != "__main__":
+                importlib.import_module(module.name)
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    def drawn_as(cls) -> str:
+        """How the tree names a class: bare in partnerkit.errors, else by its public module (no _private part)."""
+        public = ".".join(itertools.takewhile(lambda part: not part.startswith("_"), cls.__module__.split(".")))
+        return cls.__name__ if public == "partnerkit.errors" else f"{public}.{cls.__name__}"
+
+    ours = [c for c in subclasses(errors.PartnerKitError) if c.__module__.split(".")[0] in ("partnerkit", "receiver",
+                                                                                         "reconcile")]
+    missing = sorted({drawn_as(c) for c in ours if not re.search(rf"── {re.escape(drawn_as(c))}\b", errors.__doc__)})
+    assert len(ours) > 30 and missing == [], f"not drawn in partnerkit.errors' docstring: {missing}"

@@ -180,6 +180,23 @@ def test_locked_database_answers_503_and_stores_nothing(app, client, config, db)
     assert client.get("/readyz").status_code == 200
 
 
+def test_readyz_names_the_status_first_as_documented(app, client, config):
+    """docs/receiver.md: `503 {"status":"unavailable","reason":...}`. Flask 3 sorts a JSON body's keys unless
+    `app.json.sort_keys` says not to (the JSON_SORT_KEYS setting it replaced is ignored): reason came first."""
+    rx = app.extensions["partnerkit_receiver"]
+    rx.busy_timeout_ms = 100
+    rx.tokens()
+    blocker = sqlite3.connect(config.db_path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        response = client.get("/readyz")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert response.status_code == 503
+    assert response.get_data(as_text=True).strip() == '{"status":"unavailable","reason":"database not writable"}'
+
+
 def test_read_only_database_answers_503(app, config):
     rx = app.extensions["partnerkit_receiver"]
     rx.tokens()

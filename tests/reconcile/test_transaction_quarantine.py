@@ -178,4 +178,4 @@ def test_other_kinds_keep_their_keys_and_never_list_transactions(tmp_path):
     quarantine.hold(db, "recharge", [("Recharge.status: missing", {"id": 5})], now=SYNC_1)
     assert [q["key"] for q in quarantine.held(db, "recharge")] == ["recharge:5"]
     assert list(_held(db)) == ["transaction:5"]
-    assert quarantine.held_ids(db, "transaction") == {5}
+    assert quarantine.held_transaction_ids(db) == {"5": False}  # held as unreadable, not withdrawn

@@ -202,3 +202,21 @@ def test_a_worker_on_a_database_that_does_not_exist_creates_it_and_says_so_once(
     assert said == [[f"database {str(fresh)!r} does not exist: the worker creates it (a first start); if partnerkit "
                      "already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker "
                      "and the commands must all use the same one"], []]
+
+
+@pytest.mark.parametrize("key", ["my key 0001", "ключ-0001-abc"])
+def test_a_key_the_client_would_refuse_is_one_line_with_nothing_recorded_or_sent(run, server, key):
+    """The client refuses such a key when sending it; submit recorded the intent first, so it printed a
+    traceback and left an UNKNOWN recharge that was never sent (findings-dev F1)."""
+    result = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", mobile(0), "--operator-id", "1",
+                                      "--amount", "10", "--idempotency-key", key])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "Error: Idempotency-Key must be visible ASCII without spaces (it is sent as a header)"]
+    assert json.loads(run("recharges", "list", "--format", "json").stdout) == []
+    assert server.sandbox.calls["POST /api/v1/recharges"] == 0
+
+
+def test_submit_help_states_the_key_rule_the_client_checks(run):
+    text = " ".join(run("recharges", "submit", "--help").output.split())
+    assert "8-256 visible ASCII characters, no spaces" in text

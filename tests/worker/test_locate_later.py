@@ -22,7 +22,7 @@ from partnerkit.store import recharges as store
 from partnerkit.timeutil import iso
 from reconcile.poller import poll_once
 from reconcile.locate import locate
-from reconcile.recharges import submit
+from reconcile.recharges import RechargeInputError, submit
 from tests.worker.worker_helpers import START, SUBMIT, frozen, later, mobile  # noqa: F401 (fixtures)
 
 
@@ -149,3 +149,48 @@ def test_the_command_replays_only_when_told_and_exits_as_documented(server, conf
     assert again.exit_code == 0 and stats.calls(SUBMIT) == 1 and provider_count(server, number) == 1
     refused = run("recharges", "locate", "--mobile", number, "--amount", "149", "--replay")
     assert refused.exit_code == 2 and "--replay needs --local-id N" in refused.output
+
+
+def left_by_an_unchecked_key(wdb, number: str, key: str) -> int:
+    """The row a submit left before it checked its key as the client does: the intent recorded, then the
+    client refused the key before sending, and the row marked UNKNOWN (findings-dev F1)."""
+    local_id = store.record_intent(wdb, idempotency_key=key, mobile_number=number, operator_id=1, amount=149,
+                                   client_reference="pk-left-behind-0001", submitted_at=START)
+    store.mark_unknown(wdb, local_id, "interrupted while sending", START)
+    return local_id
+
+
+@pytest.mark.parametrize("after_s, args", [
+    (60, ()),                 # within the window: locate would search, then send the key again by itself
+    (30 * 60, ("--replay",)),  # later, the operator asks for the replay
+])
+def test_an_intent_whose_key_the_client_refuses_is_closed_as_never_sent(server, config, wdb, stats, later, run,
+                                                                       after_s, args):
+    """No request carrying such a key can have gone out (the client checks every key before sending), so
+    locate neither searches nor replays: it removes the intent as a refused submit's, and says so in one line."""
+    number = mobile(0)
+    local_id = left_by_an_unchecked_key(wdb, number, "my key 0001")
+    assert collect(config, wdb)["recharges_unknown"] == 1
+    later(after_s)
+    stats.mark()
+    closed = run("recharges", "locate", "--local-id", str(local_id), *args)
+    assert closed.exit_code == 1 and "Traceback" not in closed.output
+    [line] = closed.output.splitlines()
+    assert line.startswith(f"Error: local recharge #{local_id} ({number}, 149.00) was never sent: its "
+                           "Idempotency-Key 'my key 0001' is one the client refuses to send (Idempotency-Key must be "
+                           "visible ASCII without spaces (it is sent as a header)), so no request carrying it can have "
+                           "reached the provider. Its intent is removed")
+    assert line.endswith("submit it again without --idempotency-key (a new key is safe here, since the first was "
+                         "never sent).")
+    assert stats.calls() == 0 and provider_count(server, number) == 0
+    assert store.get(wdb, local_id) is None and collect(config, wdb)["recharges_unknown"] == 0
+    again = run("recharges", "locate", "--local-id", str(local_id))
+    assert again.exit_code == 1 and again.output.strip() == f"Error: no local recharge #{local_id}"
+
+
+def test_a_locate_by_number_closes_such_an_intent_too(server, config, wdb, client, stats):
+    number = mobile(0)
+    local_id = left_by_an_unchecked_key(wdb, number, "clé-0001-order")
+    with pytest.raises(RechargeInputError, match=rf"local recharge #{local_id} .* was never sent"):
+        locate(config, wdb, client, mobile_number=number, amount="149")
+    assert store.list_rows(wdb) == [] and stats.calls() == 0

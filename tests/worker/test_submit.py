@@ -62,6 +62,12 @@ def test_http_status_is_read_before_the_body(http_status, body_status, stored):
     ({"nickname": "my phone!"}, "nickname"),
     ({"nickname": "a" * 41}, "nickname"),
     ({"idempotency_key": "short"}, "8 to 256"),
+    ({"idempotency_key": ""}, "8 to 256"),  # given, so checked: never swapped for a generated one
+    ({"idempotency_key": "x" * 257}, "8 to 256"),
+    # The client's one check, before the intent: a key it would refuse to send never leaves a row behind.
+    ({"idempotency_key": "my key 0001"}, "visible ASCII without spaces"),
+    ({"idempotency_key": "clé-0001-order"}, "visible ASCII without spaces"),
+    ({"idempotency_key": "tab\tkey-0001"}, "visible ASCII without spaces"),
 ])
 def test_local_validation_refuses_before_recording_or_sending(config, wdb, client, stats, fields, message):
     base = {"mobile_number": mobile(0), "operator_id": 1, "amount": "199"}

@@ -89,6 +89,21 @@ def test_run_once_runs_each_job_once_and_logs_one_line_each(config, server, wdb,
 
 
 FETCH = next(s for s in JOBS if s.id == "fetch-vouchers")
+CATCH_UP = next(s for s in JOBS if s.id == "catch-up-orders")
+
+
+def test_each_job_is_labelled_as_the_budget_counts_its_calls(config, server, wdb, client):
+    """The job table's purpose is the label `budget show` and `status` give the job's calls under
+    (`used_by_purpose`): the voucher jobs spend under `voucher_fetch` and `order_sync`, and the table said
+    `vouchers` and `catch-up`, labels no budget ever showed."""
+    client.create_order(product_id=7, denomination=10, quantity=1)  # delivered at once, no voucher stored here
+    before = client.budget.usage()["general"]["by_purpose"]
+    with freeze_time(server.clock.now(), tick=True):
+        results = run_once(config, jobs=(CATCH_UP, FETCH))  # the catch-up lists it and queues its fetch
+    assert [(r["job"], r["outcome"]) for r in results] == [("catch-up-orders", "ok"), ("fetch-vouchers", "ok")]
+    after = client.budget.usage()["general"]["by_purpose"]
+    spent = {purpose for purpose, used in after.items() if used > before.get(purpose, 0)}
+    assert spent == {CATCH_UP.purpose, FETCH.purpose} == {"order_sync", "voucher_fetch"}
 
 
 def job_levels(caplog) -> dict[str, str]:

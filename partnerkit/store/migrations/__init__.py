@@ -54,7 +54,12 @@ def discover() -> list[Migration]:
     found.sort(key=lambda m: m.version)
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
-            raise RuntimeError(f"migration numbers must run 1..N without gaps; found {[m.version for m in found]}")
+            numbers = [m.version for m in found]
+            if migration.version < expected:  # sorted: a number met a second time
+                named = ", ".join(m.name for m in found if m.version == migration.version)
+                raise RuntimeError(f"migration number {migration.version} is used more than once ({named}): each module needs "
+                                   f"its own, a new one the newest module's VERSION + 1; found {numbers}")
+            raise RuntimeError(f"migration numbers must run 1..N without gaps: {expected} is missing; found {numbers}")
     return found
 
 
