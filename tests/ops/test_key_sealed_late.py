@@ -70,6 +70,15 @@ def finished(proc: subprocess.Popen) -> str:
     return out
 
 
+
+def tokens_saved(config) -> list[tuple[str, str]]:
+    """(webhook id, token) of every saved webhook token, opened with the key file as it is now."""
+    db = open_db(config.db_path)
+    try:
+        return [(t.webhook_id, t.token) for t in saved_tokens(db, load_cipher(config))]
+    finally:
+        db.conn.close()
+
 def test_orders_create_seals_the_vouchers_of_a_slow_answer_with_the_key_file_as_it_is_then(
         sandbox_server, sandbox_config, tmp_path):
     env = environment(tmp_path, **config_as_env(sandbox_config))
@@ -156,11 +165,7 @@ def test_webhooks_token_set_seals_a_token_typed_after_a_rotation_with_the_key_fi
                                 input=TypedLate(new_token + "\n", rotate_rewrap_retire))
     assert result.exit_code == 0, result.stderr
     assert keys.status()["values_unreadable"] == 0
-    db = open_db(config.db_path)
-    try:
-        assert [(t.webhook_id, t.token) for t in saved_tokens(db, load_cipher(config))] == [("77", new_token)]
-    finally:
-        db.conn.close()
+    assert tokens_saved(config) == [("77", new_token)]
 
 
 def test_a_token_whose_save_waits_for_the_write_lock_is_sealed_again_if_the_key_was_retired_meanwhile(tmp_path):
@@ -196,8 +201,4 @@ def test_a_token_whose_save_waits_for_the_write_lock_is_sealed_again_if_the_key_
     assert result.exit_code == 0, result.stderr
     assert retired.is_set() and len(read_key_file(config.key_file)) == 1
     assert keys.status()["values_unreadable"] == 0
-    db = open_db(config.db_path)
-    try:
-        assert [(t.webhook_id, t.token) for t in saved_tokens(db, load_cipher(config))] == [("77", new_token)]
-    finally:
-        db.conn.close()
+    assert tokens_saved(config) == [("77", new_token)]
