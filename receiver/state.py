@@ -11,21 +11,19 @@ import time
 from typing import Callable
 
 from partnerkit.config import Config, WebhookToken
-from partnerkit.crypto import Cipher, KeyFollower
+from partnerkit.crypto import TOKEN_REFRESH_S, Cipher, KeyFollower
 from partnerkit.errors import PartnerKitError
 from partnerkit.store import Database
-from partnerkit.store.db import connect
+from partnerkit.store.db import RECEIVER_BUSY_TIMEOUT_MS, connect
 from partnerkit.timeutil import utcnow
 
 from receiver.metrics import Metrics
 from receiver.refusals import REFUSALS_SAVE_S, RefusalCounts
 from receiver.tokens import accepted_tokens
 
-# The provider may give up after 5 s (docs/receiver.md): a locked database must become a 503
-# well before that, so the provider retries, rather than a timeout.
-RECEIVER_BUSY_TIMEOUT_MS = 2000
-TOKEN_REFRESH_S = 5.0  # tokens saved by `webhooks register`, and a rotated key file, are picked up within this time
-TOKEN_RETRY_S = 0.2    # ... or at once on a failed signature, at most this often
+# RECEIVER_BUSY_TIMEOUT_MS (the request connections' busy timeout: partnerkit.store.db) and TOKEN_REFRESH_S (how
+# often tokens and the key file are re-read: partnerkit.crypto) are partnerkit's, since key rotation waits them out.
+TOKEN_RETRY_S = 0.2    # tokens are re-read at once on a failed signature, at most this often
 # WAL checkpoints copy the log back into the database file and fsync both: tens of ms on a
 # real disk. SQLite runs them inside whichever commit crosses `wal_autocheckpoint` pages, i.e.
 # inside a webhook request. The receiver's request connections raise that threshold to a

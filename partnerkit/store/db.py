@@ -53,6 +53,10 @@ COMMAND_BUSY_TIMEOUT_MS = 30_000
 # again at its next turn. The lease is renewed every 10 s and lasts 30 s (reconcile.scheduler), so a
 # renewal that waits 15 s still lands 5 s before the lease would lapse (a test holds this).
 WORKER_BUSY_TIMEOUT_MS = 15_000
+# The receiver's request connections (`short_lock_waits`). The provider may give up after 5 s
+# (docs/receiver.md): a locked database must become a 503 well before that, so the provider retries,
+# rather than a timeout. Key rotation waits it out too (partnerkit.rotation.KEY_PICKUP_S).
+RECEIVER_BUSY_TIMEOUT_MS = 2000
 LOCK_NOTICE_AFTER_S = 1.0
 # BEGIN IMMEDIATE waits for the write lock in steps from _FIRST_PAUSE_S, doubling up to
 # _LONGEST_PAUSE_S (the receiver's) or _LONGEST_WAITED_PAUSE_S (a command's), until the connection's
