@@ -16,8 +16,8 @@ from partnerkit.store.recharges._intents import (
     record_response,
 )
 from partnerkit.store.recharges._provider import (
-    FINAL, LEGACY_SUCCESS, OPEN_INTENT, PERFORMED_BY_REPLAY, UNREADABLE, check_provider_columns, normalise_status,
-    provider_fields,
+    FINAL, LEGACY_SUCCESS, OPEN_INTENT, OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX, PERFORMED_BY_REPLAY, UNREADABLE,
+    check_provider_columns, normalise_status, provider_fields,
 )
 from partnerkit.store.recharges._queries import (
     by_idempotency_key, by_provider_id, count_status, day_counts, find, get, list_rows, mark_escalated, mark_polled,
@@ -29,6 +29,8 @@ __all__ = [
     "FINAL",
     "LEGACY_SUCCESS",
     "OPEN_INTENT",
+    "OWN_REFERENCE_DIGITS",
+    "OWN_REFERENCE_PREFIX",
     "PERFORMED_BY_REPLAY",
     "RechargeHeldElsewhere",
     "UNREADABLE",
