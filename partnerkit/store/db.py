@@ -34,13 +34,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import sqlite_utils
 from sqlite_utils import Database
 
 from partnerkit.errors import DatabaseBusy, StorageError
 from partnerkit.files import make_private_dirs
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
 # A command run by hand (finance's `drifts resolve`, a cashier's `recharges submit`) waits this long for
@@ -321,6 +323,15 @@ def in_transaction(db: Database) -> bool:
         return False
     owner = getattr(db, "_pk_owner", None)
     return owner is None or owner == threading.get_ident()  # None: a BEGIN issued by hand, the caller's
+
+
+def run_in_transaction(db: Database, work: Callable[[sqlite3.Connection], T]) -> T:
+    """`work(conn)` in the calling thread's open transaction on the handle (`in_transaction`), else in one of
+    its own (`transaction(db)`); its result. How a store function joins its caller's transaction."""
+    if in_transaction(db):
+        return work(db.conn)
+    with transaction(db) as conn:
+        return work(conn)
 
 
 @contextmanager

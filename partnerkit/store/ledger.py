@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from partnerkit.errors import StorageError
-from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, in_transaction, transaction
+from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, run_in_transaction
 from partnerkit.store.matching import linked_transactions
 
 ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
@@ -22,13 +22,6 @@ ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "re
 # read's withdrawal check (`unlisted_transactions`) take it for unlisted.
 _REFRESH = ", ".join([f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "shape")]
                      + ["synced_at = max(transactions.synced_at, excluded.synced_at)"])
-
-
-def _in_transaction(db: Database, work) -> Any:
-    if in_transaction(db):  # this thread's own transaction (not another thread's on a shared handle)
-        return work(db.conn)
-    with transaction(db) as conn:
-        return work(conn)
 
 
 @lru_cache(maxsize=64)
@@ -55,7 +48,7 @@ def store_transactions(db: Database, runs: Iterable[tuple[tuple[int | None, bool
         for (shape, with_raw), rows in runs:
             conn.executemany(_upsert(shape, with_raw, synced_at), rows)
         return conn.total_changes - before
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 class Stage:
@@ -236,7 +229,7 @@ def withdraw_transactions(db: Database, items: Iterable[tuple[str, str, str, str
                                  (ident, listed_since)).rowcount]
         quarantine(db, [(f"transaction:{ident}", reason, raw, day) for ident, reason, raw, day in taken], seen_at)
         return [(ident, reason) for ident, reason, _, _ in taken]
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], seen_at: str) -> int:
@@ -250,7 +243,7 @@ def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], 
             " last_seen_at = excluded.last_seen_at, day = COALESCE(excluded.day, transaction_quarantine.day)",
             ((k, reason, raw, day, seen_at, seen_at) for k, reason, raw, day in items))
         return conn.total_changes - before
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 def quarantined(db: Database, day: str | None = None) -> list[dict]:
@@ -271,7 +264,7 @@ def record_wallet_snapshots(db: Database, snapshots: Iterable[tuple[str, str, st
         conn.executemany("INSERT OR IGNORE INTO wallet_snapshots (taken_at, wallet_id, currency, balance_cents, raw)"
                          " VALUES (?, ?, ?, ?, ?)", snapshots)
         return conn.total_changes - before
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 def wallet_snapshots(db: Database) -> list[dict]:
@@ -343,7 +336,7 @@ def record_sync(db: Database, entity: str, *, from_day: str, to_day: str, starte
                          " last_run_at = excluded.last_run_at, last_count = excluded.last_count",
                          (entity, advance_to, started_at, count))
         return 0
-    _in_transaction(db, work)
+    run_in_transaction(db, work)
 
 
 def coverage(db: Database, entity: str, day: str) -> str | None:
@@ -376,7 +369,7 @@ def keep_walk_position(db: Database, entity: str, from_day: str, to_day: str, *,
                      " stopped_at = excluded.stopped_at, reason = excluded.reason",
                      (entity, from_day, to_day, next_page, started_at, stopped_at, reason[:300]))
         return 0
-    _in_transaction(db, work)
+    run_in_transaction(db, work)
 
 
 def forget_walk(db: Database, entity: str, from_day: str, to_day: str, *, older_than: str) -> None:
@@ -386,7 +379,7 @@ def forget_walk(db: Database, entity: str, from_day: str, to_day: str, *, older_
         conn.execute("DELETE FROM sync_walks WHERE entity = ? AND ((from_day = ? AND to_day = ?) OR stopped_at < ?)",
                      (entity, from_day, to_day, older_than))
         return 0
-    _in_transaction(db, work)
+    run_in_transaction(db, work)
 
 
 def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str) -> None:
@@ -398,7 +391,7 @@ def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str)
         conn.execute("INSERT INTO recharge_seen (provider_id, seen_at) SELECT value, ? FROM json_each(?) WHERE true"
                      " ON CONFLICT(provider_id) DO UPDATE SET seen_at = excluded.seen_at", (seen_at, ids))
         return 0
-    _in_transaction(db, work)
+    run_in_transaction(db, work)
 
 
 def known_recharge_states(db: Database, provider_ids: list[int]) -> dict[int, tuple[str, str | None]]:
