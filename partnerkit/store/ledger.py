@@ -6,7 +6,6 @@ Rows arrive as tuples from `reconcile.ledger_fast.map_page` (integer paise, ISO 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from functools import lru_cache
 from typing import Iterable, Mapping
@@ -380,33 +379,3 @@ def forget_walk(db: Database, entity: str, from_day: str, to_day: str, *, older_
                      (entity, from_day, to_day, older_than))
         return 0
     run_in_transaction(db, work)
-
-
-def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str) -> None:
-    """Note that a sync found these recharges in the provider's list at `seen_at`."""
-    # One statement over a JSON array per page: no Python call per id (a day can list a million).
-    ids = json.dumps(list(provider_ids))
-
-    def work(conn: sqlite3.Connection) -> int:
-        conn.execute("INSERT INTO recharge_seen (provider_id, seen_at) SELECT value, ? FROM json_each(?) WHERE true"
-                     " ON CONFLICT(provider_id) DO UPDATE SET seen_at = excluded.seen_at", (seen_at, ids))
-        return 0
-    run_in_transaction(db, work)
-
-
-def known_recharge_states(db: Database, provider_ids: list[int]) -> dict[int, tuple[str, str | None]]:
-    """(status, updated_at) of the stored recharges linked to these provider ids: one query per page.
-
-    A page of the provider's list usually holds consecutive ids: then one index range is read (extra
-    ids in it are harmless to the caller's lookups), else the ids are joined one by one.
-    """
-    if not provider_ids:
-        return {}
-    low, high = min(provider_ids), max(provider_ids)
-    if high - low < 2 * len(provider_ids):
-        rows = db.execute("SELECT provider_id, status, updated_at FROM recharges WHERE provider_id BETWEEN ? AND ?",
-                          (low, high))
-    else:
-        rows = db.execute("SELECT r.provider_id, r.status, r.updated_at FROM json_each(?) j"
-                          " JOIN recharges r ON r.provider_id = j.value", (json.dumps(list(provider_ids)),))
-    return {pid: (status, updated) for pid, status, updated in rows}

@@ -13,7 +13,7 @@ from partnerkit.store import orders as order_store
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store import transaction
 from partnerkit.store import vouchers as voucher_store
-from partnerkit.store.ledger import mark_recharges_seen, quarantine, record_sync, store_transactions
+from partnerkit.store.ledger import quarantine, record_sync, store_transactions
 from partnerkit.timeutil import iso
 from reconcile.ledger_fast import map_page
 
@@ -102,7 +102,7 @@ class Ledger:
         """Record a complete recharge sync of `day` that listed `seen`."""
         when = when or datetime(day.year, day.month, day.day + 1, 1, tzinfo=timezone.utc)
         stamp = when.isoformat().replace("+00:00", "Z")
-        mark_recharges_seen(self.db, [r["id"] for r in seen], stamp)
+        recharge_store.mark_recharges_seen(self.db, [r["id"] for r in seen], stamp)
         record_sync(self.db, "recharges", from_day=day.isoformat(), to_day=day.isoformat(), started_at=stamp,
                     count=len(seen), days=[day.isoformat()], advance_to=day.isoformat())
 
