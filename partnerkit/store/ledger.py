@@ -120,13 +120,6 @@ def database_file(db: Database) -> str | None:
     return path or None
 
 
-def stored_transaction(db: Database, ident: str) -> tuple[tuple, str | None, str | None] | None:
-    """(ROW_COLUMNS values, shape text or None, raw) of a stored transaction, to rebuild the provider's record."""
-    row = db.execute(f"SELECT {', '.join('t.' + c for c in ROW_COLUMNS)}, s.keys, t.raw FROM transactions t"
-                     " LEFT JOIN transaction_shapes s ON s.id = t.shape WHERE t.id = ?", (ident,)).fetchone()
-    return None if row is None else (tuple(row[:len(ROW_COLUMNS)]), row[-2], row[-1])
-
-
 # What `partnerkit transactions` shows of a stored transaction: its columns, and when the read that last
 # listed it began (each read stamps the rows it stores; see _REFRESH).
 LISTED_COLUMNS = ROW_COLUMNS + ("synced_at",)
@@ -194,8 +187,9 @@ def count_transactions(db: Database, start: str, end: str) -> int:
 
 def unlisted_transactions(db: Database, start: str, end: str, *, listed_since: str, stored_upto: int,
                           limit: int = -1) -> list[tuple[tuple, str | None, str | None]]:
-    """Stored transactions created in [start, end) that no read listed since `listed_since`, as
-    `stored_transaction` gives them: what a complete read of those days begun then did not list.
+    """Stored transactions created in [start, end) that no read listed since `listed_since`, each as
+    (ROW_COLUMNS values, shape text or None, raw), what `reconcile.ledger_fast.record_json` takes: what a
+    complete read of those days begun then did not list.
 
     One range of `transactions_created` per read. Rows inserted after the read began (rowid above
     `stored_upto`, read from the index entry itself) are passed over without reading the row, so a
