@@ -197,6 +197,12 @@ def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     return db
 
 
+def database_file(db: Database) -> str | None:
+    """The file behind a store handle, or None for an in-memory one."""
+    path = next((f for _, name, f in db.conn.execute("PRAGMA database_list") if name == "main"), "")
+    return path or None
+
+
 def _begin_immediate(db: Database) -> None:
     """BEGIN IMMEDIATE; on a `short_lock_waits` or `lock_wait` connection, waiting for the lock in short steps.
 

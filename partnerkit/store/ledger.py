@@ -114,12 +114,6 @@ def copy_stage(stage: Stage, path: str, synced_at: str) -> int:
     return written
 
 
-def database_file(db: Database) -> str | None:
-    """The file behind a store connection, or None for an in-memory one."""
-    path = next((f for _, name, f in db.conn.execute("PRAGMA database_list") if name == "main"), "")
-    return path or None
-
-
 # What `partnerkit transactions` shows of a stored transaction: its columns, and when the read that last
 # listed it began (each read stamps the rows it stores; see _REFRESH).
 LISTED_COLUMNS = ROW_COLUMNS + ("synced_at",)
