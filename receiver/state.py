@@ -14,7 +14,7 @@ from partnerkit.config import Config, WebhookToken
 from partnerkit.crypto import TOKEN_REFRESH_S, Cipher, KeyFollower
 from partnerkit.errors import PartnerKitError
 from partnerkit.store import Database
-from partnerkit.store.db import RECEIVER_BUSY_TIMEOUT_MS, connect
+from partnerkit.store.db import RECEIVER_BUSY_TIMEOUT_MS, connect, wal_checkpoint
 from partnerkit.timeutil import utcnow
 
 from receiver.metrics import Metrics
@@ -105,8 +105,8 @@ class Housekeeper:
 
     def checkpoint(self) -> tuple[int, int, int]:
         """One PASSIVE checkpoint: (busy, frames in the WAL, frames checkpointed)."""
-        self.last = tuple(self._db().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())  # type: ignore[assignment]
-        return self.last  # type: ignore[return-value]
+        self.last = wal_checkpoint(self._db())
+        return self.last
 
     def save_refusals(self) -> int:
         """Save the refusal tally in one transaction; return how many refusals were saved. A failure keeps
@@ -175,8 +175,8 @@ class Receiver:
         """This thread's connection, opened on first use (and this process's housekeeping thread)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            db = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms)
-            db.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
+            db = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms,
+                         wal_autocheckpoint=WAL_BACKSTOP_PAGES)
             self._ensure_housekeeper()
             local.db, local.writer = db, None
             local.pid = os.getpid()
@@ -189,9 +189,8 @@ class Receiver:
         self.db()
         local = self._local
         if local.writer is None:
-            writer = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms, short_lock_waits=True)
-            writer.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
-            local.writer = writer
+            local.writer = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms, short_lock_waits=True,
+                                   wal_autocheckpoint=WAL_BACKSTOP_PAGES)
         return local.writer
 
     def reopen_later(self) -> None:

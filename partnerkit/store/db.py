@@ -152,14 +152,18 @@ def _open_failure(file: Path, exc: Exception) -> str:
 
 
 def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-            short_lock_waits: bool = False, lock_wait: LockWait | None = None) -> Database:
+            short_lock_waits: bool = False, lock_wait: LockWait | None = None,
+            wal_autocheckpoint: int | None = None) -> Database:
     """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated.
 
     `short_lock_waits`: a connection for write transactions only (the receiver's). Its BEGIN waits for
     the write lock in short steps up to `busy_timeout_ms` (see _begin_immediate), and SQLite's own
     busy handler is off, so any other statement meeting a lock fails at once: read elsewhere.
     `lock_wait`: a command's connection. Its BEGIN waits in steps too, and says so once a wait (LockWait);
-    its other statements keep SQLite's handler with the same timeout."""
+    its other statements keep SQLite's handler with the same timeout.
+    `wal_autocheckpoint`: the WAL size, in pages, at which a commit on this connection checkpoints (SQLite's
+    default is 1000); the receiver's request connections raise it to a backstop and checkpoint in a thread
+    of their own instead (`wal_checkpoint`; receiver.state.Housekeeper)."""
     file = Path(path)
     try:
         if str(file) != ":memory:":
@@ -171,6 +175,8 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         _enable_wal(conn, busy_timeout_ms)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        if wal_autocheckpoint is not None:
+            conn.execute(f"PRAGMA wal_autocheckpoint = {int(wal_autocheckpoint)}")
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot open database {str(file)!r}: {_open_failure(file, exc)}") from exc
     db = sqlite_utils.Database(conn)
@@ -195,6 +201,13 @@ def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     db = connect(path, busy_timeout_ms=busy_timeout_ms, short_lock_waits=short_lock_waits, lock_wait=lock_wait)
     migrate(db)
     return db
+
+
+def wal_checkpoint(db: Database) -> tuple[int, int, int]:
+    """One PASSIVE WAL checkpoint, which never waits for or blocks a writer: (busy, frames in the WAL,
+    frames checkpointed)."""
+    busy, frames, done = db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return busy, frames, done
 
 
 def database_file(db: Database) -> str | None:

@@ -65,3 +65,20 @@ def test_every_partnerkit_module_imports_without_receiver_reconcile_or_sandbox()
     assert done.returncode == 0, done.stderr[-2000:]
     imported, loaded = done.stdout.splitlines()
     assert int(imported) > 80 and loaded == "[]"
+
+
+def test_no_sql_is_run_outside_the_store():
+    """All SQL lives in partnerkit/store/ (README, "Layout"), transaction handling included (BEGIN, ROLLBACK, a
+    snapshot's first read, PRAGMAs): no `execute` call anywhere else in the three packages."""
+    import ast
+
+    calls = []
+    for package in ("partnerkit", "receiver", "reconcile"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.is_relative_to(ROOT / "partnerkit" / "store"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("execute", "executemany", "executescript")):
+                    calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert calls == []
