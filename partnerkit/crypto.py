@@ -37,6 +37,10 @@ from partnerkit.store.vouchers import KeyedSample, keyed_samples, keyed_values
 log = logging.getLogger(__name__)
 VERSION = b"v1"
 NONCE_BYTES = 12
+# How often a running receiver re-reads the accepted webhook tokens and follows the key file (`KeyFollower`,
+# at receiver.state.Receiver.tokens): tokens saved by `webhooks register`, and a rotated key file, are picked up
+# within this time; `keys rewrap` and `keys retire` wait it out (partnerkit.rotation.KEY_PICKUP_S).
+TOKEN_REFRESH_S = 5.0
 
 
 class DecryptionError(PartnerKitError):

@@ -32,14 +32,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from partnerkit.config import ConfigError
-from partnerkit.crypto import Cipher, cipher_from_keys, new_key_text, read_key_file, token_context, write_key_file
+from partnerkit.crypto import (TOKEN_REFRESH_S, Cipher, cipher_from_keys, new_key_text, read_key_file, token_context,
+                               write_key_file)
 from partnerkit.store import Database, transaction
+from partnerkit.store.db import RECEIVER_BUSY_TIMEOUT_MS
 from partnerkit.store import inbox
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.store import webhook_tokens
 from partnerkit.store.vouchers import SEALED_COLUMNS, KeyedSample
 from partnerkit.vouchers import voucher_context, voucher_identity
-from receiver.state import RECEIVER_BUSY_TIMEOUT_MS, TOKEN_REFRESH_S
 
 DEFAULT_BATCH = 500
 # How long after the key file changed a running process may still store a value sealed with the key it

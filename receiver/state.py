@@ -11,21 +11,19 @@ import time
 from typing import Callable
 
 from partnerkit.config import Config, WebhookToken
-from partnerkit.crypto import Cipher, KeyFollower
+from partnerkit.crypto import TOKEN_REFRESH_S, Cipher, KeyFollower
 from partnerkit.errors import PartnerKitError
 from partnerkit.store import Database
-from partnerkit.store.db import connect
+from partnerkit.store.db import RECEIVER_BUSY_TIMEOUT_MS, connect, wal_checkpoint
 from partnerkit.timeutil import utcnow
 
 from receiver.metrics import Metrics
 from receiver.refusals import REFUSALS_SAVE_S, RefusalCounts
 from receiver.tokens import accepted_tokens
 
-# The provider may give up after 5 s (docs/receiver.md): a locked database must become a 503
-# well before that, so the provider retries, rather than a timeout.
-RECEIVER_BUSY_TIMEOUT_MS = 2000
-TOKEN_REFRESH_S = 5.0  # tokens saved by `webhooks register`, and a rotated key file, are picked up within this time
-TOKEN_RETRY_S = 0.2    # ... or at once on a failed signature, at most this often
+# RECEIVER_BUSY_TIMEOUT_MS (the request connections' busy timeout: partnerkit.store.db) and TOKEN_REFRESH_S (how
+# often tokens and the key file are re-read: partnerkit.crypto) are partnerkit's, since key rotation waits them out.
+TOKEN_RETRY_S = 0.2    # tokens are re-read at once on a failed signature, at most this often
 # WAL checkpoints copy the log back into the database file and fsync both: tens of ms on a
 # real disk. SQLite runs them inside whichever commit crosses `wal_autocheckpoint` pages, i.e.
 # inside a webhook request. The receiver's request connections raise that threshold to a
@@ -107,8 +105,8 @@ class Housekeeper:
 
     def checkpoint(self) -> tuple[int, int, int]:
         """One PASSIVE checkpoint: (busy, frames in the WAL, frames checkpointed)."""
-        self.last = tuple(self._db().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())  # type: ignore[assignment]
-        return self.last  # type: ignore[return-value]
+        self.last = wal_checkpoint(self._db())
+        return self.last
 
     def save_refusals(self) -> int:
         """Save the refusal tally in one transaction; return how many refusals were saved. A failure keeps
@@ -177,8 +175,8 @@ class Receiver:
         """This thread's connection, opened on first use (and this process's housekeeping thread)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            db = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms)
-            db.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
+            db = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms,
+                         wal_autocheckpoint=WAL_BACKSTOP_PAGES)
             self._ensure_housekeeper()
             local.db, local.writer = db, None
             local.pid = os.getpid()
@@ -191,9 +189,8 @@ class Receiver:
         self.db()
         local = self._local
         if local.writer is None:
-            writer = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms, short_lock_waits=True)
-            writer.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
-            local.writer = writer
+            local.writer = connect(self.config.db_path, busy_timeout_ms=self.busy_timeout_ms, short_lock_waits=True,
+                                   wal_autocheckpoint=WAL_BACKSTOP_PAGES)
         return local.writer
 
     def reopen_later(self) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from partnerkit.money import fmt, from_cents
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
+from partnerkit.store.db import database_file
 from reconcile.ledger import canonical_json
 from reconcile.ledger_fast import map_page, record_json
 
@@ -100,7 +101,7 @@ class TransactionPages:
 
     def __init__(self, db: Any, stamp: str, *, held: Iterable[str] = ()) -> None:
         self.db, self.stamp = db, stamp
-        self.path = ledger_store.database_file(db)
+        self.path = database_file(db)
         self.stage: Any = None
         self.writer: _Writer | None = None
         self.stored = self.quarantined = 0

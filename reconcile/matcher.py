@@ -28,8 +28,9 @@ from typing import Any
 
 from partnerkit.money import from_cents
 from partnerkit.store import Database, ledger as ledger_store, matching, matching_ledger, transaction
-from partnerkit.store.db import connect
+from partnerkit.store.db import connect, database_file
 from partnerkit.store.matching_ledger import LedgerFindings
+from partnerkit.store.snapshots import end_read, pin_same_snapshot, pin_snapshot
 from partnerkit.timeutil import iso, utcnow
 
 # Transaction types that move the wallet without a recharge or order behind them; never orphans.
@@ -163,8 +164,8 @@ class _LedgerSide:
 
     On a day of PARALLEL_FROM transactions or more (in a database file), they run in a thread on a
     connection of their own, whose read transaction starts on the matcher's snapshot: both begin while a
-    third connection holds the write lock for those few milliseconds (_same_snapshot), so no commit can
-    land between them and both read the same data. sqlite3 releases the GIL while a statement runs, so
+    third connection holds the write lock for those few milliseconds (partnerkit.store.snapshots), so no
+    commit can land between them and both read the same data. sqlite3 releases the GIL while a statement runs, so
     the two sides use both cores. On a smaller day the matcher's connection runs them.
     """
 
@@ -176,11 +177,11 @@ class _LedgerSide:
 
     def __enter__(self) -> "_LedgerSide":
         if not self.path:
-            _begin_snapshot(self.conn)
+            pin_snapshot(self.conn)
             return self
         side = connect(self.path).conn
         try:
-            _same_snapshot(self.path, self.conn, side)
+            pin_same_snapshot(self.path, self.conn, side)
         except BaseException:
             side.close()
             raise
@@ -193,7 +194,7 @@ class _LedgerSide:
             try:
                 return matching_ledger.ledger_findings(side, self.params, self.wallet_types)
             finally:
-                side.execute("ROLLBACK")
+                end_read(side)
         finally:
             side.close()
 
@@ -206,30 +207,6 @@ class _LedgerSide:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
-
-
-def _begin_snapshot(conn: sqlite3.Connection) -> None:
-    """Start the read transaction of a connection in a deferred BEGIN: its first read fixes the snapshot."""
-    conn.execute("SELECT COUNT(*) FROM main.sqlite_master").fetchone()
-
-
-def _same_snapshot(path: str, *conns: sqlite3.Connection) -> None:
-    """Start every connection's read transaction on one snapshot: no other connection can commit while a
-    connection of ours holds the write lock (BEGIN IMMEDIATE, nothing written, rolled back at once)."""
-    lock = connect(path)
-    try:
-        with transaction(lock):
-            for conn in conns:
-                if not conn.in_transaction:
-                    conn.execute("BEGIN")
-                _begin_snapshot(conn)
-    finally:
-        lock.conn.close()
-
-
-def _database_file(conn: sqlite3.Connection) -> str:
-    """The main database's file ("" for one in memory)."""
-    return next((f for _, name, f in conn.execute("PRAGMA database_list") if name == "main"), "")
 
 
 def match_day(db: Database, day: date, *, now: datetime | None = None,
@@ -272,5 +249,5 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
 def _parallel_path(db: Database, params: dict[str, Any]) -> str:
     """The database file when the day is big enough for the wallet's side in a thread (_LedgerSide), else ""."""
     with transaction(db, immediate=False) as conn:
-        path = _database_file(conn)
+        path = database_file(db)
         return path if path and matching.day_transactions(conn, params) >= PARALLEL_FROM else ""

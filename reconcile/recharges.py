@@ -150,8 +150,9 @@ def validate_key(key: Any) -> str:
 
 
 def new_client_reference() -> str:
-    """A client_reference unique enough for locate step 2 to match on."""
-    return f"pk-{uuid.uuid4().hex[:20]}"
+    """A client_reference unique enough for locate step 2 to match on, in the form the matcher recognises as
+    partnerkit's own (partnerkit.store.recharges.OWN_REFERENCE_PREFIX)."""
+    return store.OWN_REFERENCE_PREFIX + uuid.uuid4().hex[:store.OWN_REFERENCE_DIGITS]
 
 
 def status_from_answer(http_status: int, body_status: str) -> str:

@@ -40,7 +40,7 @@ from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, check_account
 
 log = logging.getLogger("reconcile.worker")
 
-LEASE_NAME = "worker"
+LEASE_NAME = locks.WORKER_LEASE  # named once in partnerkit, which `partnerkit status` reads it by
 LEASE_TTL_S = 30.0
 LEASE_RENEW_S = 10.0
 LEASE_POLL_S = 5.0  # how often a standby worker retries the lease

@@ -24,7 +24,7 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
 from partnerkit.store.budget import walk_reserve
 from partnerkit.client._records import Recharge
-from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, upsert_from_provider
+from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, known_recharge_states, mark_recharges_seen, upsert_from_provider
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.ledger import canonical_json
 from reconcile.ledger_writer import TransactionPages, withdraw_unlisted
@@ -108,7 +108,7 @@ def _partition(db: Any, batch: list[Any]) -> tuple[list[int], list[Any]]:
     final row (the worker's upsert skips both). The stored states come with one query per page.
     """
     typed = [r.id for r in batch if type(r) is Recharge]
-    known = ledger_store.known_recharge_states(db, typed) if typed else {}
+    known = known_recharge_states(db, typed) if typed else {}
     seen: list[int] = []
     rest = []
     for record in batch:
@@ -203,7 +203,7 @@ class RechargePages:
     def _note_seen(self, ids: Iterable[int], *, now: bool = False) -> None:
         self.seen.extend(ids)
         if self.seen and (now or len(self.seen) >= SEEN_GROUP):
-            ledger_store.mark_recharges_seen(self.db, sorted(self.seen), self.stamp)
+            mark_recharges_seen(self.db, sorted(self.seen), self.stamp)
             self.seen = []
 
     def close(self) -> tuple[int, int]:

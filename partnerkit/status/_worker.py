@@ -1,8 +1,9 @@
 """The worker's facts for `partnerkit status` and /metrics: the lease it holds, and when it last ran a job.
 
-The worker (reconcile.scheduler) holds the lease WORKER_LEASE in the `locks` table and renews it every few
-seconds; a clean stop deletes it. Every job run is noted in `meta` (`note_worker_ran`, at most once a
-minute), so a worker stopped cleanly, or `worker --once` from a cron line that stopped, is seen too.
+The worker (reconcile.scheduler) holds the lease WORKER_LEASE (named in partnerkit.store.locks) in the
+`locks` table and renews it every few seconds; a clean stop deletes it. Every job run is noted in `meta`
+(`note_worker_ran`, at most once a minute), so a worker stopped cleanly, or `worker --once` from a cron line
+that stopped, is seen too.
 A lease taken over from a holder on another host (`locks.taken_over`) is a sign of two hosts on one
 database file, or of a move to a new host under way (`taken_from_another_host`).
 """
@@ -15,9 +16,9 @@ from partnerkit.processes import holder_alive, holder_is_gone, other_host
 from partnerkit.store import Database, locks, meta
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
+from partnerkit.store.locks import WORKER_LEASE
 from partnerkit.timeutil import parse_ts, utcnow
 
-WORKER_LEASE = "worker"  # reconcile.scheduler.LEASE_NAME (partnerkit does not import reconcile)
 # When a worker last ran a job, long-running or `worker --once` from cron alike (the lease alone cannot
 # say: a clean stop deletes it). Written at most once a minute; `status` names a worker silent for longer
 # than PARTNERKIT_WORKER_STALE_S.

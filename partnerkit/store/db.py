@@ -34,13 +34,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import sqlite_utils
 from sqlite_utils import Database
 
 from partnerkit.errors import DatabaseBusy, StorageError
 from partnerkit.files import make_private_dirs
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
 # A command run by hand (finance's `drifts resolve`, a cashier's `recharges submit`) waits this long for
@@ -53,6 +55,10 @@ COMMAND_BUSY_TIMEOUT_MS = 30_000
 # again at its next turn. The lease is renewed every 10 s and lasts 30 s (reconcile.scheduler), so a
 # renewal that waits 15 s still lands 5 s before the lease would lapse (a test holds this).
 WORKER_BUSY_TIMEOUT_MS = 15_000
+# The receiver's request connections (`short_lock_waits`). The provider may give up after 5 s
+# (docs/receiver.md): a locked database must become a 503 well before that, so the provider retries,
+# rather than a timeout. Key rotation waits it out too (partnerkit.rotation.KEY_PICKUP_S).
+RECEIVER_BUSY_TIMEOUT_MS = 2000
 LOCK_NOTICE_AFTER_S = 1.0
 # BEGIN IMMEDIATE waits for the write lock in steps from _FIRST_PAUSE_S, doubling up to
 # _LONGEST_PAUSE_S (the receiver's) or _LONGEST_WAITED_PAUSE_S (a command's), until the connection's
@@ -146,14 +152,18 @@ def _open_failure(file: Path, exc: Exception) -> str:
 
 
 def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-            short_lock_waits: bool = False, lock_wait: LockWait | None = None) -> Database:
+            short_lock_waits: bool = False, lock_wait: LockWait | None = None,
+            wal_autocheckpoint: int | None = None) -> Database:
     """Open (creating with mode 0600 if needed) the SQLite file with partnerkit's pragmas, unmigrated.
 
     `short_lock_waits`: a connection for write transactions only (the receiver's). Its BEGIN waits for
     the write lock in short steps up to `busy_timeout_ms` (see _begin_immediate), and SQLite's own
     busy handler is off, so any other statement meeting a lock fails at once: read elsewhere.
     `lock_wait`: a command's connection. Its BEGIN waits in steps too, and says so once a wait (LockWait);
-    its other statements keep SQLite's handler with the same timeout."""
+    its other statements keep SQLite's handler with the same timeout.
+    `wal_autocheckpoint`: the WAL size, in pages, at which a commit on this connection checkpoints (SQLite's
+    default is 1000); the receiver's request connections raise it to a backstop and checkpoint in a thread
+    of their own instead (`wal_checkpoint`; receiver.state.Housekeeper)."""
     file = Path(path)
     try:
         if str(file) != ":memory:":
@@ -165,6 +175,8 @@ def connect(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         _enable_wal(conn, busy_timeout_ms)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        if wal_autocheckpoint is not None:
+            conn.execute(f"PRAGMA wal_autocheckpoint = {int(wal_autocheckpoint)}")
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot open database {str(file)!r}: {_open_failure(file, exc)}") from exc
     db = sqlite_utils.Database(conn)
@@ -189,6 +201,19 @@ def open_db(path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     db = connect(path, busy_timeout_ms=busy_timeout_ms, short_lock_waits=short_lock_waits, lock_wait=lock_wait)
     migrate(db)
     return db
+
+
+def wal_checkpoint(db: Database) -> tuple[int, int, int]:
+    """One PASSIVE WAL checkpoint, which never waits for or blocks a writer: (busy, frames in the WAL,
+    frames checkpointed)."""
+    busy, frames, done = db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return busy, frames, done
+
+
+def database_file(db: Database) -> str | None:
+    """The file behind a store handle, or None for an in-memory one."""
+    path = next((f for _, name, f in db.conn.execute("PRAGMA database_list") if name == "main"), "")
+    return path or None
 
 
 def _begin_immediate(db: Database) -> None:
@@ -317,6 +342,15 @@ def in_transaction(db: Database) -> bool:
         return False
     owner = getattr(db, "_pk_owner", None)
     return owner is None or owner == threading.get_ident()  # None: a BEGIN issued by hand, the caller's
+
+
+def run_in_transaction(db: Database, work: Callable[[sqlite3.Connection], T]) -> T:
+    """`work(conn)` in the calling thread's open transaction on the handle (`in_transaction`), else in one of
+    its own (`transaction(db)`); its result. How a store function joins its caller's transaction."""
+    if in_transaction(db):
+        return work(db.conn)
+    with transaction(db) as conn:
+        return work(conn)
 
 
 @contextmanager

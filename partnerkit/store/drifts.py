@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from partnerkit.errors import PartnerKitError
 from partnerkit.money import cents, fmt, from_cents, to_decimal
-from partnerkit.store.db import Database, in_transaction, transaction
+from partnerkit.store.db import Database, run_in_transaction, transaction
 from partnerkit.timeutil import iso
 
 # A new drift kind (docs/internals.md, "Extending"): its name here (and in COUNT_KINDS when its figures
@@ -338,11 +338,7 @@ def open_drift(db: Database, *, kind: str, subject: str, reference: str, expecte
             _audit(conn, ident, "reopened", resolution, "detected again"
                    + ("; escalation restored" if resolution == "escalated" else ""), SYSTEM_ACTOR, at)
 
-    if in_transaction(db):  # this thread's own transaction (not another thread's on a shared handle)
-        write(db.conn)
-    else:
-        with transaction(db) as conn:
-            write(conn)
+    run_in_transaction(db, write)
     return ident
 
 

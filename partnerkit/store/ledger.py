@@ -6,13 +6,12 @@ Rows arrive as tuples from `reconcile.ledger_fast.map_page` (integer paise, ISO 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from partnerkit.errors import StorageError
-from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, in_transaction, transaction
+from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, run_in_transaction
 from partnerkit.store.matching import linked_transactions
 
 ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "recharge_id", "currency",
@@ -22,13 +21,6 @@ ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "re
 # read's withdrawal check (`unlisted_transactions`) take it for unlisted.
 _REFRESH = ", ".join([f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "shape")]
                      + ["synced_at = max(transactions.synced_at, excluded.synced_at)"])
-
-
-def _in_transaction(db: Database, work) -> Any:
-    if in_transaction(db):  # this thread's own transaction (not another thread's on a shared handle)
-        return work(db.conn)
-    with transaction(db) as conn:
-        return work(conn)
 
 
 @lru_cache(maxsize=64)
@@ -55,7 +47,7 @@ def store_transactions(db: Database, runs: Iterable[tuple[tuple[int | None, bool
         for (shape, with_raw), rows in runs:
             conn.executemany(_upsert(shape, with_raw, synced_at), rows)
         return conn.total_changes - before
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 class Stage:
@@ -120,19 +112,6 @@ def copy_stage(stage: Stage, path: str, synced_at: str) -> int:
     finally:
         conn.execute("DETACH DATABASE store")
     return written
-
-
-def database_file(db: Database) -> str | None:
-    """The file behind a store connection, or None for an in-memory one."""
-    path = next((f for _, name, f in db.conn.execute("PRAGMA database_list") if name == "main"), "")
-    return path or None
-
-
-def stored_transaction(db: Database, ident: str) -> tuple[tuple, str | None, str | None] | None:
-    """(ROW_COLUMNS values, shape text or None, raw) of a stored transaction, to rebuild the provider's record."""
-    row = db.execute(f"SELECT {', '.join('t.' + c for c in ROW_COLUMNS)}, s.keys, t.raw FROM transactions t"
-                     " LEFT JOIN transaction_shapes s ON s.id = t.shape WHERE t.id = ?", (ident,)).fetchone()
-    return None if row is None else (tuple(row[:len(ROW_COLUMNS)]), row[-2], row[-1])
 
 
 # What `partnerkit transactions` shows of a stored transaction: its columns, and when the read that last
@@ -202,8 +181,9 @@ def count_transactions(db: Database, start: str, end: str) -> int:
 
 def unlisted_transactions(db: Database, start: str, end: str, *, listed_since: str, stored_upto: int,
                           limit: int = -1) -> list[tuple[tuple, str | None, str | None]]:
-    """Stored transactions created in [start, end) that no read listed since `listed_since`, as
-    `stored_transaction` gives them: what a complete read of those days begun then did not list.
+    """Stored transactions created in [start, end) that no read listed since `listed_since`, each as
+    (ROW_COLUMNS values, shape text or None, raw), what `reconcile.ledger_fast.record_json` takes: what a
+    complete read of those days begun then did not list.
 
     One range of `transactions_created` per read. Rows inserted after the read began (rowid above
     `stored_upto`, read from the index entry itself) are passed over without reading the row, so a
@@ -236,7 +216,7 @@ def withdraw_transactions(db: Database, items: Iterable[tuple[str, str, str, str
                                  (ident, listed_since)).rowcount]
         quarantine(db, [(f"transaction:{ident}", reason, raw, day) for ident, reason, raw, day in taken], seen_at)
         return [(ident, reason) for ident, reason, _, _ in taken]
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], seen_at: str) -> int:
@@ -250,7 +230,7 @@ def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], 
             " last_seen_at = excluded.last_seen_at, day = COALESCE(excluded.day, transaction_quarantine.day)",
             ((k, reason, raw, day, seen_at, seen_at) for k, reason, raw, day in items))
         return conn.total_changes - before
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 def quarantined(db: Database, day: str | None = None) -> list[dict]:
@@ -271,7 +251,7 @@ def record_wallet_snapshots(db: Database, snapshots: Iterable[tuple[str, str, st
         conn.executemany("INSERT OR IGNORE INTO wallet_snapshots (taken_at, wallet_id, currency, balance_cents, raw)"
                          " VALUES (?, ?, ?, ?, ?)", snapshots)
         return conn.total_changes - before
-    return _in_transaction(db, work)
+    return run_in_transaction(db, work)
 
 
 def wallet_snapshots(db: Database) -> list[dict]:
@@ -343,7 +323,7 @@ def record_sync(db: Database, entity: str, *, from_day: str, to_day: str, starte
                          " last_run_at = excluded.last_run_at, last_count = excluded.last_count",
                          (entity, advance_to, started_at, count))
         return 0
-    _in_transaction(db, work)
+    run_in_transaction(db, work)
 
 
 def coverage(db: Database, entity: str, day: str) -> str | None:
@@ -376,7 +356,7 @@ def keep_walk_position(db: Database, entity: str, from_day: str, to_day: str, *,
                      " stopped_at = excluded.stopped_at, reason = excluded.reason",
                      (entity, from_day, to_day, next_page, started_at, stopped_at, reason[:300]))
         return 0
-    _in_transaction(db, work)
+    run_in_transaction(db, work)
 
 
 def forget_walk(db: Database, entity: str, from_day: str, to_day: str, *, older_than: str) -> None:
@@ -386,34 +366,4 @@ def forget_walk(db: Database, entity: str, from_day: str, to_day: str, *, older_
         conn.execute("DELETE FROM sync_walks WHERE entity = ? AND ((from_day = ? AND to_day = ?) OR stopped_at < ?)",
                      (entity, from_day, to_day, older_than))
         return 0
-    _in_transaction(db, work)
-
-
-def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str) -> None:
-    """Note that a sync found these recharges in the provider's list at `seen_at`."""
-    # One statement over a JSON array per page: no Python call per id (a day can list a million).
-    ids = json.dumps(list(provider_ids))
-
-    def work(conn: sqlite3.Connection) -> int:
-        conn.execute("INSERT INTO recharge_seen (provider_id, seen_at) SELECT value, ? FROM json_each(?) WHERE true"
-                     " ON CONFLICT(provider_id) DO UPDATE SET seen_at = excluded.seen_at", (seen_at, ids))
-        return 0
-    _in_transaction(db, work)
-
-
-def known_recharge_states(db: Database, provider_ids: list[int]) -> dict[int, tuple[str, str | None]]:
-    """(status, updated_at) of the stored recharges linked to these provider ids: one query per page.
-
-    A page of the provider's list usually holds consecutive ids: then one index range is read (extra
-    ids in it are harmless to the caller's lookups), else the ids are joined one by one.
-    """
-    if not provider_ids:
-        return {}
-    low, high = min(provider_ids), max(provider_ids)
-    if high - low < 2 * len(provider_ids):
-        rows = db.execute("SELECT provider_id, status, updated_at FROM recharges WHERE provider_id BETWEEN ? AND ?",
-                          (low, high))
-    else:
-        rows = db.execute("SELECT r.provider_id, r.status, r.updated_at FROM json_each(?) j"
-                          " JOIN recharges r ON r.provider_id = j.value", (json.dumps(list(provider_ids)),))
-    return {pid: (status, updated) for pid, status, updated in rows}
+    run_in_transaction(db, work)

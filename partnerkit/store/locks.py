@@ -11,7 +11,7 @@ holder that took it still holds it: `partnerkit status` names a worker lease tak
 another host. A lease taken free (released, or never held) drops the record.
 
 The voucher fetch jobs carry leases of their own (`jobs.lease_owner`, `lease_expires_at`), taken
-only by the worker that holds the "worker" lease. `release_job_leases` hands back the ones a
+only by the worker that holds WORKER_LEASE ("worker"). `release_job_leases` hands back the ones a
 previous worker left behind, so a worker killed mid-fetch does not hold its jobs until they expire.
 """
 
@@ -24,6 +24,10 @@ from datetime import datetime, timedelta
 from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso, parse_ts, utcnow
+
+# The lease the worker holds while it runs jobs (reconcile.scheduler), which `partnerkit status` reads
+# (partnerkit.status) and `partnerkit restore` forgets: named once, here.
+WORKER_LEASE = "worker"
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ def release(db: Database, name: str, holder: str) -> bool:
 def release_job_leases(db: Database, *, keep_prefix: str) -> int:
     """Hand back every pending job's lease whose owner does not start with `keep_prefix`; return how many.
 
-    Only the holder of the "worker" lease claims jobs, so the caller (which has just acquired it)
+    Only the holder of WORKER_LEASE claims jobs, so the caller (which has just acquired it)
     knows any other job lease belongs to a worker that died or lost the lease; a job it was running
     is re-run from its last committed state (vouchers are stored once by fingerprint).
     """

@@ -29,6 +29,7 @@ from datetime import date, timedelta
 from typing import Any, Iterable
 
 from partnerkit.store.drifts import SEEN_COLUMNS, merge_found, merge_scope, register_functions
+from partnerkit.store.recharges import OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX
 
 # Recharge states (States and transitions > Recharge); legacy values are stored as SUCCESS by the
 # worker, listed here too so that a legacy row can never escape the spend rules.
@@ -44,8 +45,8 @@ CONVERSION_TYPES = ("CONVERSION", "FX", "FOREX", "FX_CONVERSION", "FX_FEE", "CON
 CHARGE_TYPES = ("FX_FEE", "CONVERSION_FEE")
 
 # The client_reference partnerkit generates for each submit, as a GLOB: `pk-` and 20 lowercase hex digits
-# (reconcile.recharges.new_client_reference; docs/worker.md, "Submit"). The provider echoes it on every read.
-OWN_CLIENT_REFERENCE = "pk-" + "[0-9a-f]" * 20
+# (partnerkit.store.recharges.OWN_REFERENCE_PREFIX; docs/worker.md, "Submit"). The provider echoes it on every read.
+OWN_CLIENT_REFERENCE = OWN_REFERENCE_PREFIX + "[0-9a-f]" * OWN_REFERENCE_DIGITS
 
 TEMP_TABLES = ("m_found", "m_seen", "m_state", "m_restore", "m_gone", "m_moved", "m_rdrift", "m_order", "m_oagg",
                "m_candidate")

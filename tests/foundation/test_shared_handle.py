@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from partnerkit.errors import StorageError
-from partnerkit.store import drifts, open_db, transaction
+from partnerkit.store import drifts, ledger, open_db, transaction
 from partnerkit.store.db import in_transaction
 
 THREADS, ROUNDS = 8, 25
@@ -109,3 +109,22 @@ def test_a_handle_made_elsewhere_gets_its_lock_once(tmp_path):
 
     assert run_threads(increment, 4) == []
     assert fork.execute("SELECT value FROM counters WHERE name = 'shared'").fetchone() == (4 * ROUNDS,)
+
+
+def test_store_writes_join_the_callers_transaction_and_roll_back_with_it(db):
+    """The ledger's and the drifts' writes go through one helper (`store.db.run_in_transaction`): inside the
+    caller's transaction they are part of it, rolled back with it; outside one, each commits on its own."""
+    def write(key: str) -> str:
+        ledger.quarantine(db, [(f"transaction:{key}", "unreadable", "{}", None)], "2026-01-02T00:00:00Z")
+        return drifts.open_drift(db, kind="orphan_transaction", subject="transaction", reference=key, expected=None,
+                                 actual="10.00", currency="INR", detected_at=datetime(2026, 1, 2, tzinfo=timezone.utc))
+
+    with pytest.raises(RuntimeError), transaction(db):
+        write("700002")
+        assert len(drifts.list_drifts(db)) == 1 and len(ledger.quarantined(db)) == 1  # seen inside it
+        raise RuntimeError("the caller gives up")
+    assert drifts.list_drifts(db) == [] and ledger.quarantined(db) == []
+    kept = write("700003")
+    db.conn.rollback()  # nothing open: each write committed on its own
+    assert [d.id for d in drifts.list_drifts(db)] == [kept]
+    assert [q["key"] for q in ledger.quarantined(db)] == ["transaction:700003"]

@@ -155,3 +155,34 @@ def test_updating_a_saved_webhook_keeps_its_token_and_every_detail_not_given(tmp
     webhook_tokens.update_details(db, "7", events=["order.delivered"])
     assert webhook_tokens.listing(db)[0]["events"] == ["order.delivered"]
     assert webhook_tokens.sealed(db) == [("7", b"sealed")]
+
+
+def test_database_file_names_the_file_behind_a_handle(tmp_path):
+    from partnerkit.store.db import connect, database_file
+
+    db = open_db(tmp_path / "partnerkit.db")
+    assert database_file(db) == str(tmp_path / "partnerkit.db")
+    assert database_file(connect(":memory:")) is None
+    db.conn.close()
+
+
+def test_connections_pinned_on_one_snapshot_read_the_same_data_whatever_commits_meanwhile(db_path):
+    """partnerkit.store.snapshots: what the day's match reads on, its wallet side on a second connection."""
+    from partnerkit.store.db import connect
+    from partnerkit.store.snapshots import end_read, pin_same_snapshot
+
+    db, writer = open_db(db_path), open_db(db_path)
+    db.execute("INSERT INTO counters (name, value) VALUES ('pinned', 1)")
+    first, second = connect(db_path).conn, connect(db_path).conn
+    first.execute("BEGIN")
+    pin_same_snapshot(db_path, first, second)  # `second` had no transaction open: it is begun too
+    with transaction(writer) as conn:  # another connection commits while both read
+        conn.execute("UPDATE counters SET value = 2 WHERE name = 'pinned'")
+    read = "SELECT value FROM counters WHERE name = 'pinned'"
+    assert first.execute(read).fetchone() == second.execute(read).fetchone() == (1,)
+    for conn in (first, second):
+        end_read(conn)
+        assert not conn.in_transaction and conn.execute(read).fetchone() == (2,)
+        conn.close()
+    db.conn.close()
+    writer.conn.close()

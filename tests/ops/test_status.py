@@ -69,7 +69,7 @@ def test_status_names_a_worker_that_died_holding_its_lease(sandbox_config, db):
     from partnerkit.store import locks
     from reconcile.scheduler import LEASE_NAME, WorkerLease
 
-    assert LEASE_NAME == "worker"
+    assert LEASE_NAME == locks.WORKER_LEASE == "worker"  # one name, and the one stored databases hold
     lease = WorkerLease(db, holder="box:4242:1:feedf00d", ttl_s=30)
     lease.acquire(wait=False)
     running = collect(sandbox_config, db)

@@ -12,7 +12,16 @@ def test_request_connection_checkpoints_only_as_a_backstop(app, client):
     assert post(client, envelope("evt_ck_1")).status_code == 200
     rx = app.extensions["partnerkit_receiver"]
     assert rx.db().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_BACKSTOP_PAGES
+    assert rx.writer().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_BACKSTOP_PAGES
     assert rx.db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # Set once when a connection opens (store.db.connect), never per request: the next delivery runs no PRAGMA.
+    ran: list[str] = []
+    for db in (rx.db(), rx.writer()):
+        db.conn.set_trace_callback(ran.append)
+    assert post(client, envelope("evt_ck_2", order_id=2)).status_code == 200
+    for db in (rx.db(), rx.writer()):
+        db.conn.set_trace_callback(None)
+    assert any(s.startswith("INSERT") for s in ran) and not [s for s in ran if "PRAGMA" in s.upper()], ran
     housekeeper = rx.housekeeper
     assert housekeeper is not None and housekeeper.alive()
     rx.close()

@@ -13,11 +13,20 @@ from partnerkit.store import orders as order_store
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store import transaction
 from partnerkit.store import vouchers as voucher_store
-from partnerkit.store.ledger import mark_recharges_seen, quarantine, record_sync, store_transactions
+from partnerkit.store.ledger import ROW_COLUMNS, quarantine, record_sync, store_transactions
+from partnerkit.store.ledger import get_transaction as ledger_get_transaction
 from partnerkit.timeutil import iso
 from reconcile.ledger_fast import map_page
 
 DAY = date(2025, 3, 14)
+
+
+def stored_record(db, ident: str) -> tuple[tuple, str | None, str | None]:
+    """(ROW_COLUMNS values, shape, raw) of a stored transaction, from the store's one reader of it
+    (partnerkit.store.ledger.get_transaction): what reconcile.ledger_fast.record_json takes."""
+    stored = ledger_get_transaction(db, ident)
+    assert stored is not None, f"transaction {ident} is not stored"
+    return tuple(stored[c] for c in ROW_COLUMNS), stored["shape"], stored["raw"]
 
 
 def at(hour: int, minute: int = 0, day: date = DAY) -> datetime:
@@ -102,7 +111,7 @@ class Ledger:
         """Record a complete recharge sync of `day` that listed `seen`."""
         when = when or datetime(day.year, day.month, day.day + 1, 1, tzinfo=timezone.utc)
         stamp = when.isoformat().replace("+00:00", "Z")
-        mark_recharges_seen(self.db, [r["id"] for r in seen], stamp)
+        recharge_store.mark_recharges_seen(self.db, [r["id"] for r in seen], stamp)
         record_sync(self.db, "recharges", from_day=day.isoformat(), to_day=day.isoformat(), started_at=stamp,
                     count=len(seen), days=[day.isoformat()], advance_to=day.isoformat())
 

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from partnerkit.store.ledger import store_transactions, stored_transaction
+from partnerkit.store.ledger import store_transactions
 from reconcile.ledger import ALIASES, Quarantined, canonical_json, map_transaction, to_row
 from reconcile.ledger_fast import SHAPE_TEXTS, _json_writer, _plan_for, map_page, record_json
+from tests.reconcile.reconcile_helpers import stored_record
 
 STAMP = "2025-03-15T00:00:00Z"
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -160,7 +161,7 @@ def test_the_fast_path_takes_the_common_forms():
 def test_the_provider_record_is_kept_exactly(db, raw, stored_whole):
     page = map_page([raw])
     store_transactions(db, page.runs, page.shapes, STAMP)
-    row, shape, kept = stored_transaction(db, str(raw.get("id")))
+    row, shape, kept = stored_record(db, str(raw.get("id")))
     assert (shape is None) == stored_whole
     assert record_json(row, shape, kept) == canonical_json(raw)
     if not stored_whole:
@@ -172,4 +173,4 @@ def test_a_record_listed_twice_ends_as_its_last_copy(db):
     page = map_page([first, last])
     assert len(page.runs) == 2  # stored two ways, written in page order
     store_transactions(db, page.runs, page.shapes, STAMP)
-    assert stored_transaction(db, "41")[0][2] == -9900
+    assert stored_record(db, "41")[0][2] == -9900

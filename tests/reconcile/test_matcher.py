@@ -252,6 +252,20 @@ def test_a_provider_only_recharge_with_partnerkits_own_client_reference_says_so(
         assert d.detail == "the provider has a recharge partnerkit never submitted"
 
 
+def test_the_client_reference_partnerkit_generates_is_the_one_the_matcher_knows_as_its_own(db, ledger):
+    """One form, named once (partnerkit.store.recharges.OWN_REFERENCE_PREFIX): the submit's generator and the
+    matcher's GLOB cannot drift apart."""
+    from reconcile.recharges import new_client_reference, new_idempotency_key
+
+    ours, key = new_client_reference(), new_idempotency_key()
+    for reference in (ours, key):
+        ledger.debit_recharge(ledger.recharge(origin="provider", client_reference=reference))
+    run(db)
+    details = {d.detail for d in list_drifts(db, kind="unknown_to_partner")}
+    assert details == {f"{OWN}: a restored or copied database (client_reference {ours})",
+                       "the provider has a recharge partnerkit never submitted"}
+
+
 def test_recharge_missing_from_the_days_complete_sync_is_unknown_to_provider(db, ledger):
     listed, missing = ledger.recharge(), ledger.recharge()
     for rc in (listed, missing):

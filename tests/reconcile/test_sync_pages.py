@@ -54,7 +54,7 @@ def _seen(db) -> list[tuple]:
 
 def test_grouped_pages_store_what_page_by_page_stores(tmp_path, monkeypatch):
     """RechargePages defers the upserts, yet ends with the same rows, seen marks and counts."""
-    from partnerkit.store.ledger import mark_recharges_seen
+    from partnerkit.store.recharges import mark_recharges_seen
     from reconcile import sync
 
     monkeypatch.setattr(sync, "UPSERT_GROUP", 3)

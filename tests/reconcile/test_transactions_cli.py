@@ -27,7 +27,7 @@ from reconcile.ledger import canonical_json
 from reconcile.ledger_fast import map_page, record_json
 from reconcile.ledger_writer import withdrawn_reason
 from reconcile.matcher import match_day
-from tests.reconcile.reconcile_helpers import DAY, at
+from tests.reconcile.reconcile_helpers import DAY, at, stored_record
 
 NEXT_DAY = DAY + timedelta(days=1)
 
@@ -184,7 +184,7 @@ def test_a_list_cut_at_the_limit_says_so_in_every_format(invoke, day, fmt):
 @pytest.fixture
 def held(db, day):
     """The orphan withdrawn by a later full read, and a record of the day the mapping refused."""
-    row = ledger_store.stored_transaction(db, day["orphan"])
+    row = stored_record(db, day["orphan"])
     withdraw_transactions(db, [(day["orphan"], withdrawn_reason(row[0]), record_json(*row), DAY.isoformat())],
                           listed_since=iso(at(4, day=NEXT_DAY)), seen_at=iso(at(4, day=NEXT_DAY)))
     unreadable = {"id": 990001, "amount": "-1.005", "created_at": "2025-03-14T15:00:00Z"}

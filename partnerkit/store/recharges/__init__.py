@@ -8,7 +8,8 @@ both are read through `provider_fields`. Money is stored as integer paise, times
 The store is one module a concern, all re-exported here (import from `partnerkit.store.recharges`):
 `_provider` (the statuses, the fields of a provider record and the columns they set, checked at
 import), `_intents` (the submit side, and an answer naming a recharge another row holds), `_upsert`
-(provider reads) and `_queries` (reads for the poller, locate and the CLI).
+(provider reads, and what the sync notes of its list: `known_recharge_states`, `mark_recharges_seen`)
+and `_queries` (reads for the poller, locate and the CLI).
 """
 
 from partnerkit.store.recharges._intents import (
@@ -16,19 +17,23 @@ from partnerkit.store.recharges._intents import (
     record_response,
 )
 from partnerkit.store.recharges._provider import (
-    FINAL, LEGACY_SUCCESS, OPEN_INTENT, PERFORMED_BY_REPLAY, UNREADABLE, check_provider_columns, normalise_status,
-    provider_fields,
+    FINAL, LEGACY_SUCCESS, OPEN_INTENT, OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX, PERFORMED_BY_REPLAY, UNREADABLE,
+    check_provider_columns, normalise_status, provider_fields,
 )
 from partnerkit.store.recharges._queries import (
     by_idempotency_key, by_provider_id, count_status, day_counts, find, get, list_rows, mark_escalated, mark_polled,
     merged_into, merged_key, open_intents, poll_candidates,
 )
-from partnerkit.store.recharges._upsert import UpsertResult, note_unreadable, reject, upsert_from_provider
+from partnerkit.store.recharges._upsert import (
+    UpsertResult, known_recharge_states, mark_recharges_seen, note_unreadable, reject, upsert_from_provider,
+)
 
 __all__ = [
     "FINAL",
     "LEGACY_SUCCESS",
     "OPEN_INTENT",
+    "OWN_REFERENCE_DIGITS",
+    "OWN_REFERENCE_PREFIX",
     "PERFORMED_BY_REPLAY",
     "RechargeHeldElsewhere",
     "UNREADABLE",
@@ -41,9 +46,11 @@ __all__ = [
     "discard_refused",
     "find",
     "get",
+    "known_recharge_states",
     "list_rows",
     "mark_escalated",
     "mark_polled",
+    "mark_recharges_seen",
     "mark_unknown",
     "merged_into",
     "merged_key",

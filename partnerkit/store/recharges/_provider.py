@@ -34,6 +34,12 @@ UNREADABLE = "recharge record unreadable:"  # the prefix of a quarantine reason 
 # The prefix of the one note kept in last_error for good: a later replay of the row's Idempotency-Key
 # made the recharge (its first send never arrived). Provider reads clear last_error; not this.
 PERFORMED_BY_REPLAY = "performed by a later replay:"
+# The client_reference partnerkit generates for each submit (reconcile.recharges.new_client_reference): this
+# prefix and OWN_REFERENCE_DIGITS lowercase hex digits (docs/worker.md, "Submit"). The provider echoes it on
+# every read, so a recharge that carries one was submitted by partnerkit (partnerkit.store.matching matches it
+# as a GLOB built from these: OWN_CLIENT_REFERENCE).
+OWN_REFERENCE_PREFIX = "pk-"
+OWN_REFERENCE_DIGITS = 20
 
 
 def _get(record: Any, name: str) -> Any:

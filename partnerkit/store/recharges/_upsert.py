@@ -2,11 +2,14 @@
 
 `upsert_from_provider` links each record to its row (by provider id, else the open intent it
 answers), inserts the ones partnerkit never submitted, and quarantines the ones it cannot read
-(`reject`), all in one transaction per batch.
+(`reject`), all in one transaction per batch. The sync also asks which of a page's recharges it
+already holds in that state (`known_recharge_states`: those are not mapped again), and notes every
+recharge its list showed (`mark_recharges_seen`: what `unknown_to_provider` trusts).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from partnerkit.errors import StorageError
 from partnerkit.store import quarantine
-from partnerkit.store.db import Database, transaction
+from partnerkit.store.db import Database, run_in_transaction, transaction
 from partnerkit.store.recharges._provider import (
     FINAL, OPEN_INTENT_SQL, PERFORMED_BY_REPLAY, UNREADABLE, _ROW, _get, _insert, _write, normalise_status,
     provider_fields,
@@ -154,3 +157,33 @@ def _match_open_intent(conn: sqlite3.Connection, f: dict) -> dict | None:
         f"AND mobile_number = ? AND provider_id IS NULL AND {OPEN_INTENT_SQL}",
         (f["client_reference"], f["mobile_number"])))
     return rows[0] if len(rows) == 1 else None
+
+
+def mark_recharges_seen(db: Database, provider_ids: Iterable[int], seen_at: str) -> None:
+    """Note that a sync found these recharges in the provider's list at `seen_at`."""
+    # One statement over a JSON array per page: no Python call per id (a day can list a million).
+    ids = json.dumps(list(provider_ids))
+
+    def work(conn: sqlite3.Connection) -> int:
+        conn.execute("INSERT INTO recharge_seen (provider_id, seen_at) SELECT value, ? FROM json_each(?) WHERE true"
+                     " ON CONFLICT(provider_id) DO UPDATE SET seen_at = excluded.seen_at", (seen_at, ids))
+        return 0
+    run_in_transaction(db, work)
+
+
+def known_recharge_states(db: Database, provider_ids: list[int]) -> dict[int, tuple[str, str | None]]:
+    """(status, updated_at) of the stored recharges linked to these provider ids: one query per page.
+
+    A page of the provider's list usually holds consecutive ids: then one index range is read (extra
+    ids in it are harmless to the caller's lookups), else the ids are joined one by one.
+    """
+    if not provider_ids:
+        return {}
+    low, high = min(provider_ids), max(provider_ids)
+    if high - low < 2 * len(provider_ids):
+        rows = db.execute("SELECT provider_id, status, updated_at FROM recharges WHERE provider_id BETWEEN ? AND ?",
+                          (low, high))
+    else:
+        rows = db.execute("SELECT r.provider_id, r.status, r.updated_at FROM json_each(?) j"
+                          " JOIN recharges r ON r.provider_id = j.value", (json.dumps(list(provider_ids)),))
+    return {pid: (status, updated) for pid, status, updated in rows}
