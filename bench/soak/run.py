@@ -33,7 +33,7 @@ from partnerkit.demo.processes import group_members
 from partnerkit.demo.stack import Stack, prepare_workdir
 
 LOAD_TOKEN = "soak-load-token-7c1e2b9d4a"
-RECEIVER_BUSY_S = 2.0       # receiver/state.py RECEIVER_BUSY_TIMEOUT_MS: the lock must outlast it
+RECEIVER_BUSY_S = 2.0       # partnerkit/store/db.py RECEIVER_BUSY_TIMEOUT_MS: the lock must outlast it
 DRAIN_TIMEOUT_S = 150.0
 DELIVERED = ("DELIVERED", "PARTIALLY_DELIVERED")
 
