@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from partnerkit import errors
-from partnerkit.client import check_idempotency_key
+from partnerkit.client import PartnerApi, check_idempotency_key
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
@@ -173,7 +173,7 @@ def stored_status(status: Any) -> str:
         return "PROCESSING"
 
 
-def submit(config: Config, db: Database, client: Any, *, mobile_number: str, operator_id: int, amount: Any,
+def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: str, operator_id: int, amount: Any,
            client_reference: str | None = None, circle_id: int | None = None, is_postpaid: bool | None = None,
            is_special: bool | None = None, nickname: str | None = None, force: bool = False,
            idempotency_key: str | None = None, now: datetime | None = None) -> SubmitOutcome:
@@ -184,10 +184,9 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
     # The client checks a key only when it sends it, after the intent is recorded: checked here first,
     # a key it refuses is refused with nothing recorded, never an intent that can never be sent.
     key = new_idempotency_key() if idempotency_key is None else validate_key(idempotency_key)
-    if hasattr(client, "check_account"):  # the PartnerClient (stand-ins in tests have no account)
-        # Before the intent: a key of another account is refused with nothing recorded, and an error of
-        # the wallet read that tells a new key's account is never taken for the submit's own.
-        client.check_account()
+    # Before the intent: a key of another account is refused with nothing recorded, and an error of
+    # the wallet read that tells a new key's account is never taken for the submit's own.
+    client.check_account()
     known = store.by_idempotency_key(db, key) if idempotency_key is not None else None
     if known is not None:
         return _resume(config, db, client, known, request, client_reference)
@@ -334,7 +333,7 @@ def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: st
                          row.get("client_reference"), http_status, recharge, message=message, row=row)
 
 
-def _resume(config: Config, db: Database, client: Any, row: dict, request: SubmitRequest,
+def _resume(config: Config, db: Database, client: PartnerApi, row: dict, request: SubmitRequest,
             client_reference: str | None) -> SubmitOutcome:
     """`--idempotency-key K` of a local recharge: the same request is that recharge's `locate` (as
     `recharges locate` runs it: search first); another request under K is refused, nothing sent."""

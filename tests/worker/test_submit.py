@@ -12,6 +12,7 @@ from partnerkit.errors import BadRequest
 from partnerkit.store import open_db
 from partnerkit.store import recharges as store
 from reconcile.recharges import DuplicateSubmit, RechargeInputError, status_from_answer, submit
+from tests.standin import StandIn
 from tests.worker.worker_helpers import config_for, mobile
 from tests.conftest import account_of
 
@@ -113,7 +114,7 @@ def test_intent_is_committed_before_the_request_arrives(httpserver, tmp_path):
 
 
 def test_an_interrupted_send_leaves_the_intent_unknown_not_lost(config, wdb):
-    class Killed:
+    class Killed(StandIn):
         def submit_recharge(self, **_):
             raise KeyboardInterrupt
 
