@@ -32,7 +32,7 @@ from partnerkit.timeutil import utcnow
 
 log = logging.getLogger("reconcile.recharges")
 
-MOBILE = re.compile(r"^[0-9]{10}$")  # Limits: digits only, 10 digits for India
+MOBILE = re.compile(r"[0-9]{10}")  # Limits: digits only, 10 digits for India (fullmatch: no trailing newline)
 NICKNAME_MAX = 40  # Limits: alphanumeric, max 40 characters
 
 
@@ -99,7 +99,7 @@ class SubmitOutcome:
 def validate_mobile(value: Any) -> str:
     """10 digits, no country prefix, spaces or dashes."""
     text = "" if value is None else str(value)
-    if not MOBILE.match(text):
+    if not MOBILE.fullmatch(text):
         raise RechargeInputError(f"mobile number must be exactly 10 digits with no +91, spaces or dashes, got {text!r}")
     return text
 
@@ -326,9 +326,9 @@ def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: st
                f"merged: local recharge #{local_id} stays {row.get('status') or 'open'}. Compare both with the "
                f"provider (`partnerkit recharges show {exc.holder}`; support knows this one as "
                f"{recharge.reference_number}): from a real provider an id given twice is its fault, to report to "
-               "support with both. The sandbox gives its ids again when it is started again while this database is "
-               "kept: with the sandbox, start a fresh database (a new PARTNERKIT_DB). Do NOT submit it again with a "
-               "new key.")
+               "support with both. A sandbox run with --fixed-ids gives the same ids at every start: with one kept "
+               "across its restarts, start a fresh database (a new PARTNERKIT_DB) or run it without --fixed-ids. Do "
+               "NOT submit it again with a new key.")
     return SubmitOutcome(local_id, row.get("status") or "INTENT", row.get("idempotency_key"),
                          row.get("client_reference"), http_status, recharge, message=message, row=row)
 

@@ -53,6 +53,7 @@ def test_http_status_is_read_before_the_body(http_status, body_status, stored):
     ({"mobile_number": "+919876543210"}, "10 digits"),
     ({"mobile_number": "98765 43210"}, "10 digits"),
     ({"mobile_number": "987654321"}, "10 digits"),
+    ({"mobile_number": "9876543210\n"}, "10 digits"),  # `$` matched before a trailing newline: now refused
     ({"amount": "199.50"}, "whole number of rupees"),
     ({"amount": "0"}, "greater than zero"),
     ({"amount": "-5"}, "greater than zero"),
