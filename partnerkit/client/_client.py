@@ -284,7 +284,7 @@ class PartnerClient:
                 raise
             return page_from_headers([], {}, page=params["page"], limit=params["limit"])
 
-    def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[OrderSummary]:
+    def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Walk[OrderSummary]:
         """Every order matching the filters (no status filter: see _walk_filters), walking all pages."""
         _walk_filters(filters, "iter_orders")
         return iterate(lambda n: self.list_orders(page=n, limit=limit, **filters), on_malformed=on_malformed)
@@ -401,7 +401,7 @@ class PartnerClient:
                   "webhook_url_id": _optional_id(webhook_url_id, "webhook_url_id")}
         return self._page("/webhooks/deliveries", WebhookDelivery.from_payload, params, "deliveries")
 
-    def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[WebhookDelivery]:
+    def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Walk[WebhookDelivery]:
         """Every delivery matching the filters (no status filter: see _walk_filters), walking all pages."""
         _walk_filters(filters, "iter_deliveries")
         return iterate(lambda n: self.list_deliveries(page=n, limit=limit, **filters), on_malformed=on_malformed)

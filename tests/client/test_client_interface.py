@@ -131,3 +131,11 @@ def test_an_adapter_for_another_accounts_key_is_refused_before_its_intent(kind, 
     assert calls == ["check_account"] and _stored(db) == {"recharges": 0, "order_intents": 0}
     assert sandbox_server.sandbox.calls == {"GET /api/v1/wallets": 2}  # alpha's read, then beta's: nothing else
     db.conn.close()
+
+
+def test_every_walk_is_annotated_as_the_walk_it_returns():
+    """docs/client.md, "Reading on after a stop": an iterator is a `Walk` (its `next_page`)."""
+    walks = sorted(name for name in vars(PartnerClient) if name.startswith("iter_"))
+    assert walks == ["iter_deliveries", "iter_orders", "iter_recharges", "iter_transactions"]
+    assert {name: str(inspect.signature(getattr(PartnerClient, name)).return_annotation).split("[")[0]
+            for name in walks} == dict.fromkeys(walks, "Walk")
