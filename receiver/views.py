@@ -36,7 +36,7 @@ from receiver.signature import verify
 from receiver.state import Receiver
 
 if TYPE_CHECKING:
-    from flask import Blueprint, Response
+    from flask import Blueprint
 
 MAX_BODY = 1024 * 1024  # 1 MiB
 # Headers the receiver reads; WSGI hands them over as latin-1, they must be UTF-8.
@@ -107,6 +107,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
     """Verify, normalise, deduplicate, persist, acknowledge; never call the provider from here."""
     started = time.perf_counter()
     request_id = _request_id(environ)
+    # Steps as DESIGN.md, "Receiver (contract)", numbers them (docs/receiver.md, "The request, step by step").
     # 1. Size first, both declared and actually read (chunked bodies have no Content-Length).
     declared = get_content_length(environ)
     if declared is not None and declared > MAX_BODY:
@@ -118,7 +119,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
         headers = _decoded_headers(environ)
     except UnicodeError:
         return _reject(rx, environ, 400, "header_not_utf8", request_id, started)
-    # 2-3. Timestamp window and signature, before anything is parsed.
+    # 1 (the headers present), 2. the timestamp window, 3. the signature: before anything is parsed.
     now = utcnow()
     try:
         try:
@@ -134,7 +135,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
     except (PartnerKitError, sqlite3.Error):  # the saved tokens cannot be read: Receiver.tokens logged why, once
         rx.metrics.outcome("unavailable").inc()
         return _UNAVAILABLE
-    # 4. Normalise; 5. one transaction: inbox row under a unique key, order state, fetch job.
+    # 4. Parse and normalise; 5. one transaction: inbox row under a unique key, order state, fetch job.
     event = None
     try:
         event = normalise(body, headers)

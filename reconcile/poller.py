@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partnerkit.config import Config
 from partnerkit.errors import ApiError, BudgetExhausted, MalformedResponse, NotFound, PartnerKitError, RateLimited
@@ -24,7 +24,10 @@ from partnerkit.store import recharges as store
 from partnerkit.store.budget import background_reserve, poller_cap
 from partnerkit.store.db import transaction
 from partnerkit.timeutil import iso, parse_ts, utcnow
-from reconcile.polling import DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, SingleRead, plan
+from reconcile.polling import DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, plan
+
+if TYPE_CHECKING:
+    from partnerkit.client import PartnerApi
 
 log = logging.getLogger("reconcile.poller")
 
@@ -70,18 +73,15 @@ def poller_spend(config: Config) -> tuple[int, int]:
     return background_reserve(config.hourly_budget), poller_cap(config.hourly_budget, config.poller_budget_share)
 
 
-def _room(client: Any, keep_free: int, own_cap: int, cap: int) -> int:
+def _room(client: PartnerApi, keep_free: int, own_cap: int, cap: int) -> int:
     """Calls this pass may plan for: at most `cap`, the shared remaining above the reserve, and what
     is left of the poller's own cap this hour."""
-    usage = getattr(getattr(client, "budget", None), "usage", None)
-    if usage is None:
-        return cap  # a client without a readable budget: BudgetExhausted still ends the pass
     try:
-        general = usage()["general"]
+        general = client.budget.usage()["general"]
         remaining = int(general["remaining"])
         own_used = int(general["by_purpose"].get(PURPOSE, 0))
-    except (KeyError, TypeError, ValueError, AttributeError, PartnerKitError):
-        return cap
+    except (KeyError, TypeError, ValueError, PartnerKitError):
+        return cap  # the budget could not be read now (the database busy): BudgetExhausted still ends the pass
     return max(0, min(cap, remaining - keep_free, own_cap - own_used))
 
 
@@ -90,7 +90,7 @@ def _items(rows: list[dict]) -> list[PollItem]:
                      parse_ts(r["last_polled_at"]), parse_ts(r["escalated_at"])) for r in rows]
 
 
-def poll_once(config: Config, db: Database, client: Any, now: datetime | None = None, *,
+def poll_once(config: Config, db: Database, client: PartnerApi, now: datetime | None = None, *,
               schedule: PollSchedule = DEFAULT_SCHEDULE, max_calls: int = MAX_CALLS_PER_PASS) -> PollSummary:
     """Read the due PROCESSING recharges (list endpoint first), store changes, escalate stuck ones."""
     now = now or utcnow()
@@ -157,7 +157,7 @@ def _set_backoff(db: Database, failures: int, until: datetime | None, now: datet
         meta.put(conn, BACKOFF_KEY, f"{failures}|{iso(until) if until else ''}", now=now)
 
 
-def _walk_list(db: Database, client: Any, step: ListRead, now: datetime, summary: PollSummary,
+def _walk_list(db: Database, client: PartnerApi, step: ListRead, now: datetime, summary: PollSummary,
                read: set[int], known: dict[int, int], limit: int) -> list[PollItem]:
     """Page through the list (newest first) until every item of `step` is seen; return the unseen."""
     wanted = {i.provider_id: i for i in step.items}
@@ -191,7 +191,7 @@ def _walk_list(db: Database, client: Any, step: ListRead, now: datetime, summary
     return list(wanted.values())
 
 
-def _read_single(db: Database, client: Any, item: PollItem, now: datetime, summary: PollSummary,
+def _read_single(db: Database, client: PartnerApi, item: PollItem, now: datetime, summary: PollSummary,
                  read: set[int]) -> None:
     summary.calls += 1
     summary.single_calls += 1

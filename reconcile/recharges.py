@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from partnerkit import errors
-from partnerkit.client import check_idempotency_key
+from partnerkit.client import PartnerApi, check_idempotency_key
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
@@ -32,7 +32,7 @@ from partnerkit.timeutil import utcnow
 
 log = logging.getLogger("reconcile.recharges")
 
-MOBILE = re.compile(r"^[0-9]{10}$")  # Limits: digits only, 10 digits for India
+MOBILE = re.compile(r"[0-9]{10}")  # Limits: digits only, 10 digits for India (fullmatch: no trailing newline)
 NICKNAME_MAX = 40  # Limits: alphanumeric, max 40 characters
 
 
@@ -99,7 +99,7 @@ class SubmitOutcome:
 def validate_mobile(value: Any) -> str:
     """10 digits, no country prefix, spaces or dashes."""
     text = "" if value is None else str(value)
-    if not MOBILE.match(text):
+    if not MOBILE.fullmatch(text):
         raise RechargeInputError(f"mobile number must be exactly 10 digits with no +91, spaces or dashes, got {text!r}")
     return text
 
@@ -174,7 +174,7 @@ def stored_status(status: Any) -> str:
         return "PROCESSING"
 
 
-def submit(config: Config, db: Database, client: Any, *, mobile_number: str, operator_id: int, amount: Any,
+def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: str, operator_id: int, amount: Any,
            client_reference: str | None = None, circle_id: int | None = None, is_postpaid: bool | None = None,
            is_special: bool | None = None, nickname: str | None = None, force: bool = False,
            idempotency_key: str | None = None, now: datetime | None = None) -> SubmitOutcome:
@@ -185,10 +185,9 @@ def submit(config: Config, db: Database, client: Any, *, mobile_number: str, ope
     # The client checks a key only when it sends it, after the intent is recorded: checked here first,
     # a key it refuses is refused with nothing recorded, never an intent that can never be sent.
     key = new_idempotency_key() if idempotency_key is None else validate_key(idempotency_key)
-    if hasattr(client, "check_account"):  # the PartnerClient (stand-ins in tests have no account)
-        # Before the intent: a key of another account is refused with nothing recorded, and an error of
-        # the wallet read that tells a new key's account is never taken for the submit's own.
-        client.check_account()
+    # Before the intent: a key of another account is refused with nothing recorded, and an error of
+    # the wallet read that tells a new key's account is never taken for the submit's own.
+    client.check_account()
     known = store.by_idempotency_key(db, key) if idempotency_key is not None else None
     if known is not None:
         return _resume(config, db, client, known, request, client_reference)
@@ -328,14 +327,14 @@ def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: st
                f"merged: local recharge #{local_id} stays {row.get('status') or 'open'}. Compare both with the "
                f"provider (`partnerkit recharges show {exc.holder}`; support knows this one as "
                f"{recharge.reference_number}): from a real provider an id given twice is its fault, to report to "
-               "support with both. The sandbox gives its ids again when it is started again while this database is "
-               "kept: with the sandbox, start a fresh database (a new PARTNERKIT_DB). Do NOT submit it again with a "
-               "new key.")
+               "support with both. A sandbox run with --fixed-ids gives the same ids at every start: with one kept "
+               "across its restarts, start a fresh database (a new PARTNERKIT_DB) or run it without --fixed-ids. Do "
+               "NOT submit it again with a new key.")
     return SubmitOutcome(local_id, row.get("status") or "INTENT", row.get("idempotency_key"),
                          row.get("client_reference"), http_status, recharge, message=message, row=row)
 
 
-def _resume(config: Config, db: Database, client: Any, row: dict, request: SubmitRequest,
+def _resume(config: Config, db: Database, client: PartnerApi, row: dict, request: SubmitRequest,
             client_reference: str | None) -> SubmitOutcome:
     """`--idempotency-key K` of a local recharge: the same request is that recharge's `locate` (as
     `recharges locate` runs it: search first); another request under K is refused, nothing sent."""

@@ -426,8 +426,7 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     as a `provider_difference` the ledger does not explain (`summary.wallets_at` gives the stamp)."""
     now = (now or utcnow()).replace(microsecond=0)
     began = monotonic()
-    if hasattr(client, "leaving"):  # the PartnerClient; stand-ins in tests and the benchmark have no budget
-        client = client.leaving(walk_reserve(config.hourly_budget, config.poller_budget_share))
+    client = client.leaving(walk_reserve(config.hourly_budget, config.poller_budget_share))
     summary = SyncSummary(first.isoformat(), last.isoformat())
     summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress,
                                                               claim_through=claim_through)

@@ -73,7 +73,7 @@ def night_of(index: int) -> datetime:
     return datetime.combine(synthetic.day_of(index + 1), NIGHT, tzinfo=timezone.utc)
 
 
-class Provider:
+class Provider(single.StandIn):
     """The provider's lists of the days built so far, as the client yields them (a stand-in client).
 
     Recharge and transaction pages are bench.reconcile.run's Provider's (the recharge generation counted

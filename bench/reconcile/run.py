@@ -60,7 +60,25 @@ def write_pages(pages_file: Path, n: int, index: int = 0) -> None:
             out.write(page + b"\n")
 
 
-class Provider:
+class StandIn:
+    """What the jobs ask of a client beside the endpoints (`partnerkit.client.PartnerApi`), as a stand-in has it:
+    no provider account to check, and its views (`with_budget`, `leaving`, `once`) are itself: it spends no budget."""
+
+    def check_account(self) -> None:
+        """Nothing to check: a stand-in serves no provider account."""
+
+    def with_budget(self, purpose: str, *, wait: bool, keep_free: int = 0, own_cap: int | None = None,
+                    max_wait: float | None = None) -> "StandIn":
+        return self
+
+    def leaving(self, keep_free: int) -> "StandIn":
+        return self
+
+    def once(self) -> "StandIn":
+        return self
+
+
+class Provider(StandIn):
     """The provider's lists of the day as the client yields them (see the module docstring for what is timed)."""
 
     def __init__(self, n: int, pages_file: Path, *, index: int = 0) -> None:

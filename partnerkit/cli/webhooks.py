@@ -4,6 +4,7 @@ group the other subcommands join: `webhooks token set|forget` (the signing token
 
 from __future__ import annotations
 
+import importlib
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -256,6 +257,8 @@ def _saved_details(sent: dict, answer: Any) -> dict:
 
 
 def register(group: click.Group) -> None:
-    from partnerkit.cli import _webhook_deliveries, _webhook_tokens  # noqa: F401  (their commands join webhooks_group)
+    # Their commands join webhooks_group as they are imported (imported here: each imports this module).
+    for module in ("partnerkit.cli._webhook_deliveries", "partnerkit.cli._webhook_tokens"):
+        importlib.import_module(module)
 
     group.add_command(webhooks_group)

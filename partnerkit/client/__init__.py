@@ -11,13 +11,14 @@
 reconcile go through `reconcile.recharges.submit(config, db, client, ...)`, orders through
 `partnerkit.ordering.place_order(config, db, client, ...)`: both record an intent first and
 resolve a lost answer with the same key. See docs/client.md for the budget, retries, idempotency
-and signing decisions.
+and signing decisions. `PartnerApi` names the interface those jobs use, for a fork that wraps the client.
 """
 
 from partnerkit.client._arguments import check_idempotency_key, new_idempotency_key
 from partnerkit.client._client import PartnerClient
 from partnerkit.client._errors import error_from_response, parse_error_body, parse_retry_after
 from partnerkit.client._http import RetryPolicy, Spend
+from partnerkit.client._interface import PartnerApi
 from partnerkit.client._pagination import Walk, iterate, page_from_headers
 from partnerkit.client._records import (
     MISSING,
@@ -46,6 +47,7 @@ __all__ = [
     "OrderDetail",
     "OrderSummary",
     "Page",
+    "PartnerApi",
     "PartnerClient",
     "Recharge",
     "RetryPolicy",

@@ -6,6 +6,7 @@ envelopes in `_envelope`, and every request goes through `_http.Transport` (budg
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import date
@@ -84,25 +85,24 @@ class PartnerClient:
                     max_wait: float | None = None) -> "PartnerClient":
         """A client sharing session and budget that spends under another purpose, wait mode, reserve
         and cap (`own_cap`: at most that many of a window's requests under this purpose)."""
-        view = object.__new__(PartnerClient)
-        view._transport = self._transport
-        view._spend = Spend(purpose, wait, self._spend.max_wait if max_wait is None else max_wait, keep_free, own_cap)
-        return view
+        return self._view(Spend(purpose, wait, self._spend.max_wait if max_wait is None else max_wait, keep_free,
+                                own_cap))
 
     def leaving(self, keep_free: int) -> "PartnerClient":
         """This client, spending and waiting as it does, but stopping while `keep_free` requests of the hour
         remain (for other callers: see partnerkit.store.budget.background_reserve)."""
-        view = object.__new__(PartnerClient)
-        view._transport = self._transport
-        view._spend = replace(self._spend, keep_free=keep_free)
-        return view
+        return self._view(replace(self._spend, keep_free=keep_free))
 
     def once(self) -> "PartnerClient":
         """This client, spending as it does, but sending each call once (no retries) and never waiting
         for budget: for a caller that bounds its own time (the locate inside `recharges submit`)."""
-        view = object.__new__(PartnerClient)
-        view._transport = self._transport
-        view._spend = replace(self._spend, wait=False, attempts=1)
+        return self._view(replace(self._spend, wait=False, attempts=1))
+
+    def _view(self, spend: Spend) -> "PartnerClient":
+        """A shallow copy spending as `spend`: the transport (session, budget) is shared, and a subclass's
+        view is of that subclass, its own attributes kept (a fork's overrides apply to every job's view)."""
+        view = copy.copy(self)
+        view._spend = spend
         return view
 
     def close(self) -> None:
@@ -284,7 +284,7 @@ class PartnerClient:
                 raise
             return page_from_headers([], {}, page=params["page"], limit=params["limit"])
 
-    def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[OrderSummary]:
+    def iter_orders(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Walk[OrderSummary]:
         """Every order matching the filters (no status filter: see _walk_filters), walking all pages."""
         _walk_filters(filters, "iter_orders")
         return iterate(lambda n: self.list_orders(page=n, limit=limit, **filters), on_malformed=on_malformed)
@@ -401,7 +401,7 @@ class PartnerClient:
                   "webhook_url_id": _optional_id(webhook_url_id, "webhook_url_id")}
         return self._page("/webhooks/deliveries", WebhookDelivery.from_payload, params, "deliveries")
 
-    def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Iterator[WebhookDelivery]:
+    def iter_deliveries(self, *, limit: int = 100, on_malformed=None, **filters: Any) -> Walk[WebhookDelivery]:
         """Every delivery matching the filters (no status filter: see _walk_filters), walking all pages."""
         _walk_filters(filters, "iter_deliveries")
         return iterate(lambda n: self.list_deliveries(page=n, limit=limit, **filters), on_malformed=on_malformed)

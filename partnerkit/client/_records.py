@@ -5,6 +5,16 @@ Money is Decimal (JSON numbers parsed with parse_float=Decimal, or 2-decimal str
 aware UTC datetimes. An optional field the provider omitted is `MISSING`; one it sent as null is
 None. A field of the wrong type raises MalformedResponse naming `Record.field`, so callers can
 quarantine that one record. `raw` is excluded from repr: it may hold voucher codes and tokens.
+
+Each record's `from_payload(raw)` is where a wire record becomes a typed one, by one set of readers
+(`_fields.Reader`): `raw` is the object inside the answer's envelope (`_envelope._unwrap`), parsed with
+`money.loads`. An integer is a JSON integer or a string of one, never a boolean; money is a number or a
+string with at most 2 decimals, never a float (`money.to_decimal(strict=True)`); a time is an ISO 8601 /
+RFC 3339 string (a naive one read as UTC); a recharge's or an order's status is upper-cased. Anything
+else, a required field missing, a null where the record allows none, or a payload that is not a JSON
+object, raises `MalformedResponse` with `.field` (the field's name; the record's, for a payload that is
+not an object), `.body` (the payload) and `status=None`; nothing is guessed or rounded. Unknown fields
+are kept in `.raw`.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ class ChargeQuote:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "ChargeQuote":
+        """The charge quote: `face`, `discount_pct`, `discount` and `payable` are all required money (the
+        document gives each with 2 decimals; a third decimal, even on `discount_pct`, is refused)."""
         r = Reader(raw, cls.__name__)
         return cls(r.money("face"), r.money("discount_pct"), r.money("discount"), r.money("payable"), raw)
 
@@ -72,6 +84,12 @@ class Recharge:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "Recharge":
+        """A recharge detail, list item or submit answer. Required: `id`, `reference_number`, `status`,
+        `mobile_number`, `face`, `discount`, `payable` (money) and `created_at`. Every other field of the
+        three tables is optional, MISSING when omitted (the document omits unset strings) and None when
+        null: the strings, `operator_id` (an integer: the submit answer's only), `is_prepaid` (true or false
+        only) and `updated_at` (a time). A status the document does not name is read as sent, upper-cased:
+        what to do with it is the caller's (`reconcile.recharges.stored_status`)."""
         r = Reader(raw, cls.__name__)
         optional = {name: r.str(name, required=False, nullable=True) for name in (
             "sub_status", "country_code", "operator", "circle", "currency", "vendor_recharge_id",
@@ -130,6 +148,9 @@ class Voucher:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "Voucher":
+        """One voucher of an order. `card_number` and `expires_at` must be present (the document: "Always"),
+        either may be null; `pin_code` (code_with_pin only), `claim_url` and `voucher_reference_number` may
+        be omitted (MISSING) or null. The strings are taken as sent: a code is never trimmed."""
         r = Reader(raw, cls.__name__)
         return cls(
             card_number=r.str("card_number", nullable=True),
@@ -167,6 +188,12 @@ class OrderCreated:
 
     @classmethod
     def from_payload(cls, raw: Any, idempotency_key: str | None = None) -> "OrderCreated":
+        """The order create answer (money as JSON numbers or strings alike). Required: `id`, `ref`,
+        `transaction_id`, `amount`, `product_id`, `denomination`, `quantity`, `discount`, `status`,
+        `placed_at`. `vouchers` may be omitted or null (a PENDING order: none); otherwise it must be an
+        array of vouchers, each of which must be readable: one that is not refuses the whole answer
+        (OrderDetail keeps them apart instead). `idempotency_key` is the key the request was sent with,
+        kept on the record."""
         r = Reader(raw, cls.__name__)
         return cls(
             id=r.int("id"), ref=r.str("ref"), transaction_id=r.int("transaction_id"), amount=r.money("amount"),
@@ -205,6 +232,11 @@ class OrderSummary:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "OrderSummary":
+        """An order list item. Required: `id`, `reference_code`, `transaction_id`, `product_id`,
+        `denomination` and `amount` (2-decimal strings on the wire; numbers pass too), `quantity`, `status`
+        (the list's lower-case value, upper-cased here; `.raw` keeps it) and `placed_at`. Optional, MISSING
+        or None: `product_name`, `currency`, `email` (the document: "may be null"), and `mobile`, which must
+        be an object when present and becomes a `Mobile` whose two strings are each optional."""
         r = Reader(raw, cls.__name__)
         mobile = r.obj("mobile", required=False, nullable=True)
         if isinstance(mobile, dict):
@@ -246,6 +278,12 @@ class OrderDetail:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "OrderDetail":
+        """An order detail. Required: `id`, `reference_code`, `transaction_id`, `amount`, `product_id`,
+        `denomination`, `quantity`, `status` (upper-cased) and `placed_at`; `discount` may be omitted or
+        null. `vouchers` may be omitted or null (none yet) and must otherwise be an array; a voucher in it
+        that cannot be read is not raised but kept in `.malformed` (its error names
+        `OrderDetail.vouchers[i]`), and the readable ones are returned: a voucher fetch stores those and
+        reads the order again for the rest."""
         r = Reader(raw, cls.__name__)
         vouchers, bad = r.records_apart("vouchers", Voucher.from_payload)
         return cls(
@@ -270,6 +308,10 @@ class Webhook:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "Webhook":
+        """A webhook as listed, read or updated (the document shows no fields for these beyond the create
+        answer's): only `id` is required. `name`, `url`, `is_active` (true or false) and `created_at` may
+        be omitted or null; `events`, when present, must be an array of strings. No token: only the create
+        answer carries one."""
         r = Reader(raw, cls.__name__)
         return cls(
             id=r.int("id"), name=r.str("name", required=False, nullable=True),
@@ -294,6 +336,9 @@ class WebhookCreated:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "WebhookCreated":
+        """The webhook create answer. Required: `id`, `name`, `url`, `token` (the signing secret, returned
+        only here: kept out of repr) and `events` (an array of strings); `is_active` and `created_at` may
+        be omitted or null."""
         r = Reader(raw, cls.__name__)
         return cls(
             id=r.int("id"), name=r.str("name"), url=r.str("url"), token=r.str("token"),
@@ -329,6 +374,11 @@ class WebhookDelivery:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "WebhookDelivery":
+        """A webhook delivery record, from the list or the detail. Required: `id` and `status` (kept as sent:
+        the document's values are lower-case). Optional, MISSING or None: the integers `webhook_url_id`,
+        `order_id`, `attempt_count`, `max_attempts`, `response_status` and `response_time_ms`; `event_type`
+        and `event_id` (strings); `payload` (an object); `delivered_at` and `created_at` (times). The
+        detail's further fields (its response body) stay in `.raw`."""
         r = Reader(raw, cls.__name__)
         ints = {n: r.int(n, required=False, nullable=True) for n in (
             "webhook_url_id", "order_id", "attempt_count", "max_attempts", "response_status", "response_time_ms")}
@@ -356,6 +406,9 @@ class DeliveryStats:
 
     @classmethod
     def from_payload(cls, raw: Any) -> "DeliveryStats":
+        """The stats answer's `data` object: the seven counts (`total_count`, `pending_count`,
+        `delivered_count`, `failed_count`, `last_24h_total`, `last_24h_delivered`, `last_24h_failed`) are all
+        required integers."""
         r = Reader(raw, cls.__name__)
         names = ("total_count", "pending_count", "delivered_count", "failed_count",
                  "last_24h_total", "last_24h_delivered", "last_24h_failed")

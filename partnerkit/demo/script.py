@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from partnerkit.demo.output import Progress
 from partnerkit.demo.stack import DemoError, Stack
@@ -35,6 +35,27 @@ BULK_ORDERS = ((1, 100, 25, None, "Amazon Pay Gift Card"),
 OUTAGE_ORDER = (3, 100, 20, None, "Google Play Recharge Code")
 PLANTED_ORDER = (1, 250, 2, "fail-demo-2", "Amazon Pay Gift Card")
 PIPELINE_TIMEOUT_S = 90.0
+ORDER_POLL_S = 10.0  # Limits: "Order polling: no faster than every 10 seconds"
+
+T = TypeVar("T")
+
+
+def paced(read: Callable[[], T], clock: Callable[[], datetime],
+          every_s: float = ORDER_POLL_S) -> Callable[[], T | None]:
+    """`read`, called at most once per `every_s` of `clock`; None when asked again sooner.
+
+    The demo reads an order's detail this way, on the provider's clock (the sandbox's, `--speed` times
+    faster than ours): a partner's code does the same on the real clock."""
+    last: list[datetime] = []
+
+    def call() -> T | None:
+        now = clock()
+        if last and (now - last[0]).total_seconds() < every_s:
+            return None
+        last[:] = [now]
+        return read()
+
+    return call
 
 
 @dataclass
@@ -138,10 +159,16 @@ class ScriptedDay:
         self.p.step("receiver stopped (a simulated outage): the provider's deliveries now fail, and it retries "
                     "each after 1, 2, 4 and 8 minutes of its clock")
         order_id = self.order(*OUTAGE_ORDER, kind="bulk")
+        detail = paced(lambda: self.client.get_order(order_id), self.stack.sandbox_now)
+        delivered = False
 
         def retried() -> list[Any] | None:
-            if self.client.get_order(order_id).status.upper() != "DELIVERED":
-                return None  # read first: once DELIVERED, its order.delivered delivery exists
+            nonlocal delivered
+            if not delivered:  # read first: once DELIVERED, its order.delivered delivery exists
+                order = detail()  # None between reads: at most one every 10 s of the provider's clock
+                delivered = order is not None and order.status.upper() == "DELIVERED"
+                if not delivered:
+                    return None
             deliveries = self._deliveries(order_id)
             ok = (any(d.event_type == "order.delivered" for d in deliveries)
                   and all((d.attempt_count or 0) >= 2 for d in deliveries))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partnerkit import errors
 from partnerkit.config import Config
@@ -24,10 +24,13 @@ from partnerkit.store import Database, order_intents, orders
 from partnerkit.store.db import transaction
 from partnerkit.timeutil import parse_ts, utcnow
 
+if TYPE_CHECKING:
+    from partnerkit.client import PartnerApi
+
 log = logging.getLogger("partnerkit.ordering")
 
 
-def place_order(config: Config, db: Database, client: Any, *, product_id: int, denomination: Any, quantity: int,
+def place_order(config: Config, db: Database, client: PartnerApi, *, product_id: int, denomination: Any, quantity: int,
                 ref: str | None = None, email: str | None = None, wallet_id: int | None = None,
                 idempotency_key: str | None = None, force: bool = False, cipher: Cipher | None = None) -> OrderOutcome:
     """Place one order (or resume the intent of `idempotency_key`): intent first, at most one order.
@@ -40,10 +43,9 @@ def place_order(config: Config, db: Database, client: Any, *, product_id: int, d
     if ref is not None and (not isinstance(ref, str) or not ref.strip()):
         raise OrderInputError("ref must be a non-empty text")
     key = _key(idempotency_key)
-    if hasattr(client, "check_account"):  # the PartnerClient (stand-ins in tests have no account)
-        # Before anything is recorded (a generated voucher key file included): a key of another account is
-        # refused here, and an error of the wallet read that tells a new key's account is not the order's.
-        client.check_account()
+    # Before anything is recorded (a generated voucher key file included): a key of another account is
+    # refused here, and an error of the wallet read that tells a new key's account is not the order's.
+    client.check_account()
     # The voucher key is opened before anything is recorded or sent: vouchers delivered with the
     # answer must be stored, and a key error after the wallet is debited invites a second, paid, attempt.
     # They are sealed with the key file as it is when the answer is stored (`_placed`), not as it is now:
@@ -106,7 +108,7 @@ def _held(intent: dict, now: datetime) -> HeldIntent:
                       replay_command(intent))
 
 
-def _send(db: Database, client: Any, intent: dict) -> Any:
+def _send(db: Database, client: PartnerApi, intent: dict) -> Any:
     request = _intent_request(intent)
     # The create body carries money as a JSON number (the document's create table): whole as an integer.
     value = int(request.denomination) if request.denomination == request.denomination.to_integral_value() \

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from partnerkit.errors import StorageError
-from partnerkit.files import make_private_dirs
+from partnerkit.files import make_private_dirs, sync_directory
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store.db import Database
 from partnerkit.store.restore import BackupTimes, Restored, backup_times, check_copy, in_use, restore, stored_lease
@@ -55,8 +55,9 @@ def backup(db: Database, destination: str | os.PathLike, *, pages_per_step: int 
     `pages_per_step` pages (PAGES_PER_STEP by default).
 
     The copy is made beside it as `.NAME.backup-PID` (locked while it is written) and renamed over
-    `destination` once it has passed `PRAGMA integrity_check`. Copies of killed backups found in that
-    directory are removed first (`BackedUp.leftovers`)."""
+    `destination` once it has passed `PRAGMA integrity_check`, and the directory is synced after the rename
+    (partnerkit.files.sync_directory). Copies of killed backups found in that directory are removed first
+    (`BackedUp.leftovers`)."""
     target = Path(destination)
     if target.exists():
         raise StorageError(f"{target} already exists; choose a new file name (backups are never overwritten)")
@@ -78,6 +79,7 @@ def backup(db: Database, destination: str | os.PathLike, *, pages_per_step: int 
         if target.exists():  # made meanwhile by another process: still never overwritten
             raise StorageError(f"{target} already exists; choose a new file name (backups are never overwritten)")
         os.replace(partial, target)
+        sync_directory(target.parent)  # before it is reported done: the rename, too, must survive a power cut
         size = target.stat().st_size
     except StorageError:
         with contextlib.suppress(OSError):

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import sqlite_utils
 
 from partnerkit.errors import StorageError
-from partnerkit.files import make_private_dirs
+from partnerkit.files import make_private_dirs, sync_directory
 from partnerkit.store import locks
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store.drifts import SYSTEM_ACTOR
@@ -175,14 +175,6 @@ def _free_name(base: Path) -> Path:
     return candidate
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _copy_private(source: Path, destination: Path, *, owned_like: Path | None = None) -> None:
     """Copy `source` to the new file `destination` (mode 0600), flushed to disk; run as root, owned like
     `owned_like`."""
@@ -306,7 +298,7 @@ def restore(source: str | os.PathLike, target: str | os.PathLike, *, latest_sche
                 os.replace(companion, kept)  # a -wal SQLite did not fold goes over its copy: the same bytes
                 moved += [] if kept in moved else [kept]
         os.replace(temp, target)
-        _fsync_directory(target.parent)
+        sync_directory(target.parent)
     except StorageError:
         _remove_copy(temp)
         raise

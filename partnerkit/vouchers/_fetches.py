@@ -12,7 +12,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partnerkit import errors
 from partnerkit.config import Config
@@ -24,6 +24,9 @@ from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
 from partnerkit.timeutil import utcnow
 from partnerkit.vouchers._sealing import seal
+
+if TYPE_CHECKING:
+    from partnerkit.client import PartnerApi
 
 log = logging.getLogger("partnerkit.vouchers")
 
@@ -162,7 +165,7 @@ def _in_hand(db: Database, job: Job) -> int | None:
     return stored if want and stored >= want else None
 
 
-def _fetch_one(db: Database, api: Any, keys: KeyFollower, job: Job, policy: FetchPolicy, now: datetime,
+def _fetch_one(db: Database, api: PartnerApi, keys: KeyFollower, job: Job, policy: FetchPolicy, now: datetime,
                summary: FetchSummary) -> str:
     stored = _in_hand(db, job)
     if stored is not None:
@@ -230,11 +233,11 @@ def _fetch_one(db: Database, api: Any, keys: KeyFollower, job: Job, policy: Fetc
     return "done"
 
 
-def run_voucher_fetches(config: Config, db: Database, client: Any, *, now: datetime | None = None, limit: int = 20,
+def run_voucher_fetches(config: Config, db: Database, client: PartnerApi, *, now: datetime | None = None, limit: int = 20,
                         policy: FetchPolicy = FetchPolicy(), cipher: Cipher | None = None) -> FetchSummary:
     """Run the due voucher fetch jobs once (the worker calls this every few seconds)."""
     keys = KeyFollower(config, cipher)
-    api = client.with_budget("voucher_fetch", wait=False) if hasattr(client, "with_budget") else client
+    api = client.with_budget("voucher_fetch", wait=False)
     started = now or utcnow()
     claimed = jobs.claim(db, owner=_owner(), now=started, lease_until=started + timedelta(seconds=policy.lease_s),
                          limit=limit)

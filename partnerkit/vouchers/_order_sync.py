@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from partnerkit import errors
 from partnerkit.config import Config
@@ -19,6 +19,9 @@ from partnerkit.store.jobs import stamp
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from partnerkit.vouchers._fetches import FetchPolicy, rearm_parked_fetches, revive_parked_fetches
 from partnerkit.vouchers._sealing import _text
+
+if TYPE_CHECKING:
+    from partnerkit.client import PartnerApi
 
 log = logging.getLogger("partnerkit.vouchers")
 SYNC_WATERMARK = "orders.catch_up.since"
@@ -62,7 +65,7 @@ def _listing_order(items: list[Any]) -> str | None:
     return "unsorted"
 
 
-def catch_up_orders(config: Config, db: Database, client: Any, since: datetime | None = None, *,
+def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: datetime | None = None, *,
                     now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
                     max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy(),
                     progress: Callable[[str, int], None] | None = None, rearm_listed: bool = False) -> SyncSummary:
@@ -104,7 +107,7 @@ def catch_up_orders(config: Config, db: Database, client: Any, since: datetime |
     else:
         # An unbounded walk: it leaves the voucher fetches their tenth and the poller its slice (see there).
         keep_free = walk_reserve(config.hourly_budget, config.poller_budget_share)
-    api = client.with_budget("order_sync", wait=False, keep_free=keep_free) if hasattr(client, "with_budget") else client
+    api = client.with_budget("order_sync", wait=False, keep_free=keep_free)
     summary = SyncSummary(since=iso(since))
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))
     oldest_open: datetime | None = None

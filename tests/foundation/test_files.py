@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -13,7 +14,7 @@ import pytest
 from partnerkit.config import load_config
 from partnerkit.crypto import load_cipher
 from partnerkit.errors import StorageError
-from partnerkit.files import make_private_dirs
+from partnerkit.files import make_private_dirs, sync_directory
 from partnerkit.store import open_db
 from partnerkit.store.db import connect
 from reconcile.jobs import write_atomic
@@ -119,3 +120,32 @@ def test_a_writable_database_in_an_unwritable_directory_names_the_directory(tmp_
         message = str(info.value)
     assert f"its directory {str(state)!r} cannot be written by this user" in message
     assert "-wal and -shm" in message and "readonly database" not in message
+
+
+def _failing_directory_fsync(monkeypatch, code: int) -> None:
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(code, os.strerror(code))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_a_filesystem_that_cannot_sync_a_directory_keeps_its_renames(tmp_path, monkeypatch):
+    from partnerkit.store.backup import backup
+
+    _failing_directory_fsync(monkeypatch, errno.EINVAL)  # as some network and FUSE filesystems answer
+    sync_directory(tmp_path)
+    database = open_db(tmp_path / "live.db")
+    try:
+        assert backup(database, tmp_path / "copy.db").path.exists()
+    finally:
+        database.conn.close()
+
+
+def test_a_directory_sync_that_fails_otherwise_is_an_error(tmp_path, monkeypatch):
+    _failing_directory_fsync(monkeypatch, errno.EIO)
+    with pytest.raises(OSError, match="Input/output error"):
+        sync_directory(tmp_path)

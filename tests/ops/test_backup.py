@@ -218,6 +218,45 @@ def test_backup_leaves_only_the_backup_file(db, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["copy.db"], "no -wal or -shm of the partial copy is left"
 
 
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """Every os.fsync the kit asks for, as (inode, is a directory, names in it then): the real call still runs."""
+    seen: list[tuple[int, bool, set[str]]] = []
+    real = os.fsync
+
+    def watched(fd: int) -> None:
+        info = os.fstat(fd)
+        directory = stat.S_ISDIR(info.st_mode)
+        seen.append((info.st_ino, directory, set(os.listdir(fd)) if directory else set()))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", watched)
+    return seen
+
+
+def test_a_backup_syncs_its_directory_after_the_rename_before_it_is_reported_done(db, tmp_path, fsyncs):
+    """A rename is an entry of the directory: a backup reported done must survive a power cut, rename included."""
+    out = tmp_path / "out"
+    done = backup(db, out / "copy.db")
+    assert fsyncs == [(out.stat().st_ino, True, {"copy.db"})]  # once, after the rename, the copy's name gone
+    assert done.path == out / "copy.db"
+
+
+def test_a_restore_syncs_its_directory_with_the_same_helper(tmp_path, fsyncs):
+    from partnerkit.store.backup import restore
+
+    live = tmp_path / "lib" / "partnerkit.db"
+    open_db(live).conn.close()
+    source = open_db(tmp_path / "source.db")
+    backup(source, tmp_path / "saved.db")
+    source.conn.close()
+    fsyncs.clear()
+    restore(tmp_path / "saved.db", live, latest_schema=99)
+    synced_dirs = [(inode, names) for inode, directory, names in fsyncs if directory]
+    assert synced_dirs[-1][0] == live.parent.stat().st_ino and "partnerkit.db" in synced_dirs[-1][1]
+    assert not [n for n in synced_dirs[-1][1] if ".restoring-" in n]  # after the rename of the copy
+
+
 def test_backup_help_names_its_argument():
     help_text = CliRunner().invoke(cli, ["backup", "--help"]).output
     assert "backup [OPTIONS] DESTINATION" in help_text

@@ -14,7 +14,7 @@ from partnerkit.cli import cli
 from partnerkit.client import PartnerClient
 from partnerkit.config import config_as_env
 from partnerkit.status import collect
-from partnerkit.store import drifts, inbox, jobs, meta, transaction
+from partnerkit.store import drifts, inbox, meta, transaction
 from partnerkit.timeutil import utcnow
 from receiver.envelope import normalise
 from tests.receiver.conftest import CIPHER

@@ -17,9 +17,10 @@ from partnerkit.store import reports as report_store
 from partnerkit.store.drifts import list_drifts
 from partnerkit.errors import BudgetExhausted
 from reconcile.jobs import day_synced, nightly, nightly_job, reconcile_day, report_day, sync_recent, sync_window
+from tests.standin import StandIn
 
 
-class FakeProvider:
+class FakeProvider(StandIn):
     """An in-memory provider: recharges and transactions filtered by day, read page by page."""
 
     def __init__(self):

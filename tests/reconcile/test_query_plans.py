@@ -24,6 +24,7 @@ from partnerkit.store import drifts, inbox, jobs, open_db, orders, plans, transa
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store.ledger import list_transactions, quarantine as hold_transactions, record_wallet_snapshots
 from tests.reconcile.reconcile_helpers import Ledger, at
+from tests.standin import StandIn
 
 DAYS = (date(2025, 3, 11), date(2025, 3, 12), date(2025, 3, 13))
 NEW_DAY = date(2025, 3, 14)  # synced and reported by the nightly run under test
@@ -40,7 +41,7 @@ BOUNDED = {
 }
 
 
-class Provider:
+class Provider(StandIn):
     """A stand-in client: the new day's recharges and transactions, the order list, the wallets."""
 
     def __init__(self, recharges: list[dict], transactions: list[dict], order_list: list[dict]) -> None:
@@ -66,9 +67,6 @@ class Provider:
         return {"data": [{"id": 1, "currency": "INR", "balance": "1000.00"}]}
 
     # the poller's reads
-    def with_budget(self, *args, **kwargs):
-        return self
-
     def list_recharges(self, *, page: int = 1, limit: int = 50, from_date=None, to_date=None, **_):
         from partnerkit.client._records import Recharge
 

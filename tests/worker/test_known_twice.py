@@ -161,6 +161,7 @@ def test_a_restarted_sandbox_reusing_an_id_leaves_the_intent_unknown_and_says_wh
                f"local #{first.local_id} 2026-03-10T10:00:00Z)" in message
         assert "client_reference differs" in message
         assert "not a database fault" in message and "start a fresh database (a new PARTNERKIT_DB)" in message
+        assert "A sandbox run with --fixed-ids gives the same ids at every start" in message
         assert "takes writes" not in message and "could not be stored" not in message
     assert looked.status == "UNKNOWN" and looked.message.startswith("Located by client reference: ")
     assert store.get(wdb, first.local_id) == held  # the row that held the id is untouched

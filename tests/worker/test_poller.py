@@ -14,6 +14,7 @@ from partnerkit.store import recharges as store
 from partnerkit.timeutil import parse_ts, utcnow
 from reconcile.poller import poll_once, poller_spend
 from reconcile.recharges import submit
+from tests.standin import StandIn
 from tests.worker.worker_helpers import LIST, SINGLE, SUBMIT, make_config, mobile
 from tests.conftest import account_of
 
@@ -186,7 +187,7 @@ def stats_total(server) -> int:
     return sum(server.sandbox.calls.values())
 
 
-class FakeProvider:
+class FakeProvider(StandIn):
     """An in-memory provider for pure-logic checks of the pass (not the HTTP path)."""
 
     def __init__(self, records):

@@ -12,6 +12,7 @@ from partnerkit.errors import BadRequest
 from partnerkit.store import open_db
 from partnerkit.store import recharges as store
 from reconcile.recharges import DuplicateSubmit, RechargeInputError, status_from_answer, submit
+from tests.standin import StandIn
 from tests.worker.worker_helpers import config_for, mobile
 from tests.conftest import account_of
 
@@ -52,6 +53,7 @@ def test_http_status_is_read_before_the_body(http_status, body_status, stored):
     ({"mobile_number": "+919876543210"}, "10 digits"),
     ({"mobile_number": "98765 43210"}, "10 digits"),
     ({"mobile_number": "987654321"}, "10 digits"),
+    ({"mobile_number": "9876543210\n"}, "10 digits"),  # `$` matched before a trailing newline: now refused
     ({"amount": "199.50"}, "whole number of rupees"),
     ({"amount": "0"}, "greater than zero"),
     ({"amount": "-5"}, "greater than zero"),
@@ -113,7 +115,7 @@ def test_intent_is_committed_before_the_request_arrives(httpserver, tmp_path):
 
 
 def test_an_interrupted_send_leaves_the_intent_unknown_not_lost(config, wdb):
-    class Killed:
+    class Killed(StandIn):
         def submit_recharge(self, **_):
             raise KeyboardInterrupt
 
