@@ -180,7 +180,7 @@ def test_report_of_a_day_no_sync_read_in_full_is_refused_and_writes_nothing(invo
 
 def test_a_stored_report_is_shown_whatever_the_days_coverage(invoke, db, ledger, tmp_path):
     ledger.tx("-5.00", type="RECHARGE")  # an orphan
-    report = report_day(SimpleNamespace(report_dir=tmp_path / "kept"), db, DAY, now=at(2, day=DAY + timedelta(days=1)))
+    report_day(SimpleNamespace(report_dir=tmp_path / "kept"), db, DAY, now=at(2, day=DAY + timedelta(days=1)))
     assert report_store.get_report(db, DAY.isoformat()) is not None
     result = invoke("report", "--date", DAY.isoformat(), "--format", "json", "--output", str(tmp_path / "out.json"))
     assert result.exit_code == 0 and json.loads((tmp_path / "out.json").read_text())["summary"]["unmatched"] == 1

@@ -28,7 +28,7 @@ from receiver.signature import sign
 from tests.receiver.conftest import VOUCHER_KEY
 from tests.receiver.servers import ServedReceiver
 from tests.reliability.hostile_http import alive, build, send, worker_pids
-from tests.reliability.hostile_inputs import FORMS, WRONG_VALUES, _Raw, dumps, random_mutation
+from tests.reliability.hostile_inputs import FORMS, WRONG_VALUES, dumps, random_mutation
 
 TOKEN = "whsec_fuzz_token_3f9a1c"
 TOLERANCE_S = 5  # short, so that a request captured early is outside the window by the end

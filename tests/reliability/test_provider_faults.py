@@ -10,7 +10,6 @@ burst past the budget would show as a real 429 from the sandbox (`rate_limited`)
 
 from __future__ import annotations
 
-from datetime import timedelta
 
 import pytest
 from freezegun import freeze_time

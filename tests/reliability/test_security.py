@@ -28,7 +28,6 @@ import requests
 from freezegun import freeze_time
 
 from partnerkit.config import Config, WebhookToken
-from partnerkit.errors import VerificationError
 from receiver.app import create_app
 from receiver.signature import sign, verify
 from tests.receiver.conftest import VOUCHER_KEY
