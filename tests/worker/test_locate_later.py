@@ -101,11 +101,12 @@ def test_within_five_minutes_locate_sends_the_key_again_by_itself_and_says_it_pe
 
 def test_a_customer_served_by_another_submit_is_never_recharged_again_by_locate(server, config, wdb, client, stats,
                                                                               later):
-    """The reviewer's case (F1): the first submit never arrived, the customer was served by a second one, and
-    the operator follows the advice to locate the first. Within the window too, nothing is sent."""
+    """The reviewer's case (F1): the first submit never arrived, the customer was served by a second one (forced:
+    the first is still open), and the operator follows the advice to locate the first. Within the window too,
+    nothing is sent."""
     number = mobile(0)
     lost = never_arrived(server, config, wdb, client, number)
-    served = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=149)
+    served = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=149, force=True)
     assert served.status == "SUCCESS" and provider_count(server, number) == 1
     later(2 * 60 + 5)
     stats.mark()
