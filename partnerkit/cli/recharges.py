@@ -161,12 +161,13 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 @pass_app
 def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_number: str | None,
                    amount: str | None, client_reference: str | None, replay: bool) -> None:
-    """Find out what became of a submit whose answer was lost: search the provider first, read only.
+    """Find out what became of a submit whose answer was lost: search the provider first.
 
     Searches by number and client_reference, then by face and time, and links what it finds. Only if
     the provider shows no such recharge does it send the same Idempotency-Key again: by itself within
-    5 minutes of the submit (the customer is still waiting), later only with --replay, because if the
-    first send never arrived that performs the recharge now. The same key never makes a second one.
+    5 minutes of the submit (the customer is still waiting: the document's locate procedure starts with
+    that send), later only with --replay, because if the first send never arrived that performs the
+    recharge now. The same key never makes a second one.
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN still (the message says why and what to do). --mobile without a

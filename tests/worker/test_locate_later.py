@@ -134,9 +134,11 @@ def test_the_command_replays_only_when_told_and_exits_as_documented(server, conf
     assert first.exit_code == 3 and "Until 2026-03-10T10:05:00Z (5 minutes after the submit)" in first.stderr
     attention = collect(config, wdb)["attention"]
     assert ("1 recharge(s) with an unknown outcome (local id 1): `partnerkit recharges locate --local-id N` searches "
-            "the provider for each, read only; if it shows none, sending it again is a decision (`--replay` performs "
-            "it now), never a new key") in attention
+            "the provider for each and links what it finds; if the provider shows none, it sends one submitted under "
+            "5 minutes ago again under its own Idempotency-Key by itself (#1 until 2026-03-10T10:05:00Z)") in attention[0]
     later(30 * 60)
+    assert ("if the provider shows none, sending it again under its own Idempotency-Key is a decision (`--replay` "
+            "performs it now if its first send never arrived)") in collect(config, wdb)["attention"][0]
     stats.mark()
     looked = run("recharges", "locate", "--local-id", "1")
     assert looked.exit_code == 3 and "30 min after it was asked for" in looked.stderr
