@@ -128,7 +128,8 @@ def _worker_line(status: dict[str, Any]) -> str:
                 f"it cannot write the database: {cause}; it carries on by itself once it can write, and starting "
                 "another worker would not help")
     line = (f"the worker {holder} stopped without releasing its lease ({verb} {iso(expiry)}): it crashed or was "
-            "killed; start `partnerkit worker`")
+            "killed; start it again (`systemctl start partnerkit-worker`, or `partnerkit worker`), or, where cron "
+            "runs `partnerkit worker --once`, its next run takes over (or run one now)")
     if status["worker_lease_holder_alive"] is None and room.low:
         line += ("; or, if it still runs where this command cannot see it (another container or host), it cannot "
                  "write the database (PARTNERKIT_DB's filesystem: its own line says what to do)")
