@@ -36,6 +36,10 @@
     │               └── RechargeUnavailable    kill switch or account paused; retry with backoff
     ├── reconcile.recharges.RechargeInputError   (also a ValueError) a submit field refused locally,
     │                                            before anything is recorded or sent
+    ├── reconcile.recharge_hold.UnresolvedRecharge   a new recharge refused locally, nothing recorded
+    │                                            or sent: an earlier one of the same number and amount
+    │                                            is still INTENT or UNKNOWN; `held` names each (settle
+    │                                            it with `recharges locate`, or force=True / --force)
     ├── partnerkit.ordering.OrderInputError      (also a ValueError) an order refused locally, before
     │                                            anything is sent (a bad field, a key reused with
     │                                            other fields)

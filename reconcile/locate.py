@@ -44,7 +44,10 @@ LOCATE_WINDOW = timedelta(minutes=10)  # step 3: created_at within this of our s
 # its first 5 minutes (every 5 s, then 15 s) before it slows to once a minute: that is how long a
 # customer is expected to wait for an answer. Within it, a replay completes the request they are
 # waiting on; after it they may have been told it failed, or paid another way, and a replay that
-# performs it is the operator's decision (`recharges locate --replay`).
+# performs it is the operator's decision (`recharges locate --replay`). The document's procedure itself
+# begins with that send ("retry with the same Idempotency-Key"): inside this window locate keeps to it,
+# only searching first. `partnerkit status` names the recharges locate would send again by its own copy,
+# partnerkit.status._facts.LOCATE_REPLAY_WINDOW (a test holds the two equal).
 REPLAY_WINDOW = timedelta(minutes=5)
 # How far the provider's clock can be from ours: a signed request's X-Timestamp must be "within 5
 # minutes of server time" (Authentication 4), and the submit is signed.
@@ -73,11 +76,13 @@ class _Search:
 def locate(config: Config, db: Database, client: Any, *, local_id: int | None = None,
            mobile_number: str | None = None, amount: Any = None, client_reference: str | None = None,
            replay: bool = False, now: datetime | None = None) -> SubmitOutcome:
-    """Find out what became of a local recharge (or a number and amount): search first, read only.
+    """Find out what became of a local recharge (or a number and amount): search first, send its key only after.
 
     The same Idempotency-Key is sent again only when the search shows no such recharge and the intent
     is younger than REPLAY_WINDOW, or with `replay` (never past the key's replay window, and never
-    with a new key): if its first send never arrived, that performs the recharge now.
+    with a new key): if its first send never arrived, that performs the recharge now. So locate is no
+    read-only command within REPLAY_WINDOW of a submit, and whatever tells an operator to run it says
+    so (`partnerkit status`, the submit hold's message).
     """
     now = now or utcnow()
     if local_id is not None:

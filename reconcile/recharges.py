@@ -28,7 +28,9 @@ from partnerkit.errors import is_ambiguous  # the one notion of a lost write's a
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
+from partnerkit.store.db import transaction
 from partnerkit.timeutil import utcnow
+from reconcile.recharge_hold import UnresolvedRecharge, open_ones_named, refuse_if_held  # noqa: F401 (submit raises it)
 
 log = logging.getLogger("reconcile.recharges")
 
@@ -178,7 +180,11 @@ def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: s
            client_reference: str | None = None, circle_id: int | None = None, is_postpaid: bool | None = None,
            is_special: bool | None = None, nickname: str | None = None, force: bool = False,
            idempotency_key: str | None = None, now: datetime | None = None) -> SubmitOutcome:
-    """Submit one recharge: validate, record the intent, send once, store the answer or locate it."""
+    """Submit one recharge: validate, record the intent, send once, store the answer or locate it.
+
+    A new recharge of a mobile number and amount whose earlier one is unresolved (INTENT or UNKNOWN, from the
+    last 24 hours) raises `UnresolvedRecharge`, nothing recorded or sent, unless `force` (deliberately another
+    one: the provider's duplicate guard is passed too). The key of a local recharge locates that one."""
     request = validate_submit(mobile_number=mobile_number, operator_id=operator_id, amount=amount,
                               circle_id=circle_id, is_postpaid=is_postpaid, is_special=is_special,
                               nickname=nickname, force=force)
@@ -194,11 +200,7 @@ def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: s
     reference = client_reference or new_client_reference()
     submitted_at = now or utcnow()
     try:
-        local_id = store.record_intent(db, idempotency_key=key, mobile_number=request.mobile_number,
-                                       operator_id=request.operator_id, amount=request.amount,
-                                       client_reference=reference, submitted_at=submitted_at,
-                                       circle_id=request.circle_id, is_postpaid=request.is_postpaid,
-                                       is_special=request.is_special, nickname=request.nickname, force=request.force)
+        local_id = _record_intent(db, key, request, reference, submitted_at)
     except errors.StorageError:
         known = store.by_idempotency_key(db, key)  # another process recorded this key a moment ago
         if known is None:
@@ -209,9 +211,12 @@ def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: s
         status = status_from_answer(result.http_status, result.recharge.status)
     except errors.DuplicateRecharge as exc:
         _discard(db, local_id, exc)
+        # An open intent of the number and amount comes before --force: it may be the recharge the guard saw.
+        open_ones = open_ones_named(db, mobile_number=request.mobile_number, amount=request.amount,
+                                    besides=local_id, now=utcnow())
         raise DuplicateSubmit(
-            f"a recharge of {request.amount} to {request.mobile_number} was submitted recently; "
-            f"if this second recharge is intended, submit again with --force (force=True)",
+            f"a recharge of {request.amount} to {request.mobile_number} was submitted recently. {open_ones}"
+            f"If this second recharge is intended, submit again with --force (force=True)",
             status=409, code=exc.code, trace_id=exc.trace_id, body=exc.body, method=exc.method, path=exc.path) from exc
     except errors.PartnerKitError as exc:
         if not is_ambiguous(exc):
@@ -239,6 +244,21 @@ def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: s
         return merged_answer(local_id, row, result.recharge, http_status=result.http_status)
     return SubmitOutcome(local_id, status, key, reference, result.http_status, result.recharge,
                          message=describe(row), row=row)
+
+
+def _record_intent(db: Database, key: str, request: SubmitRequest, reference: str, submitted_at: datetime) -> int:
+    """Commit the INTENT row of a new recharge; its local id. Unless `force`, an open intent of the same number
+    and amount holds it back first (`UnresolvedRecharge`, nothing recorded): the look-up and the insert are one
+    IMMEDIATE transaction, so two submits of one recharge at once cannot both pass. A key recorded a moment
+    ago by another process is not held: its insert fails, and the caller resumes that recharge."""
+    with transaction(db):
+        if not request.force and store.by_idempotency_key(db, key) is None:
+            refuse_if_held(db, mobile_number=request.mobile_number, amount=request.amount, now=submitted_at)
+        return store.record_intent(db, idempotency_key=key, mobile_number=request.mobile_number,
+                                   operator_id=request.operator_id, amount=request.amount,
+                                   client_reference=reference, submitted_at=submitted_at,
+                                   circle_id=request.circle_id, is_postpaid=request.is_postpaid,
+                                   is_special=request.is_special, nickname=request.nickname, force=request.force)
 
 
 def _discard(db: Database, local_id: int, refusal: Exception) -> None:

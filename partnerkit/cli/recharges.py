@@ -79,7 +79,9 @@ def recharges_group() -> None:
 @click.option("--postpaid", "is_postpaid", is_flag=True, default=None, help="Pay a postpaid bill (default: prepaid).")
 @click.option("--special", "is_special", is_flag=True, default=None, help="Special recharge (operators that support it).")
 @click.option("--nickname", help="Label for the vendor: letters and digits, at most 40.")
-@click.option("--force", is_flag=True, help="Bypass the provider's duplicate guard: a deliberate repeat.")
+@click.option("--force", is_flag=True,
+              help="Deliberately another recharge of this number and amount: sent even while an earlier one is "
+                   "unresolved here (INTENT or UNKNOWN), and past the provider's duplicate guard (force=true).")
 @click.option("--idempotency-key",
               help="Your own key for this submit (generated when omitted), or an earlier submit's key to locate that "
                    "one instead: 8-256 visible ASCII characters, no spaces (it is sent as a header). A key refused "
@@ -88,6 +90,11 @@ def recharges_group() -> None:
 @pass_app
 def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     """Submit a recharge: the intent is recorded before anything is sent.
+
+    A recharge of a number and amount whose earlier submit is unresolved here (INTENT or UNKNOWN from the
+    last 24 hours: its process was killed while sending, or its answer was lost) may already have been
+    made: it is refused before anything is recorded or sent (exit 1), naming that one and `partnerkit
+    recharges locate --local-id N`, which settles it. --force submits another one deliberately.
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN (the provider's answer was lost and locating it found nothing: the
@@ -154,12 +161,13 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 @pass_app
 def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_number: str | None,
                    amount: str | None, client_reference: str | None, replay: bool) -> None:
-    """Find out what became of a submit whose answer was lost: search the provider first, read only.
+    """Find out what became of a submit whose answer was lost: search the provider first.
 
     Searches by number and client_reference, then by face and time, and links what it finds. Only if
     the provider shows no such recharge does it send the same Idempotency-Key again: by itself within
-    5 minutes of the submit (the customer is still waiting), later only with --replay, because if the
-    first send never arrived that performs the recharge now. The same key never makes a second one.
+    5 minutes of the submit (the customer is still waiting: the document's locate procedure starts with
+    that send), later only with --replay, because if the first send never arrived that performs the
+    recharge now. The same key never makes a second one.
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN still (the message says why and what to do). --mobile without a

@@ -128,7 +128,8 @@ def _worker_line(status: dict[str, Any]) -> str:
                 f"it cannot write the database: {cause}; it carries on by itself once it can write, and starting "
                 "another worker would not help")
     line = (f"the worker {holder} stopped without releasing its lease ({verb} {iso(expiry)}): it crashed or was "
-            "killed; start `partnerkit worker`")
+            "killed; start it again (`systemctl start partnerkit-worker`, or `partnerkit worker`), or, where cron "
+            "runs `partnerkit worker --once`, its next run takes over (or run one now)")
     if status["worker_lease_holder_alive"] is None and room.low:
         line += ("; or, if it still runs where this command cannot see it (another container or host), it cannot "
                  "write the database (PARTNERKIT_DB's filesystem: its own line says what to do)")
@@ -147,6 +148,29 @@ def _takeover_line(status: dict[str, Any]) -> str:
             f"{host} while the worker on {previous} still ran or had crashed (stop and disable its units there: "
             "README 'Move to a new host'); a container recreated after its worker was killed gets a new host name "
             "too, and then nothing is wrong. This line clears an hour after the takeover")
+
+
+def _unknown_recharges_line(status: dict[str, Any]) -> str:
+    """Submits whose answer was lost, and what `recharges locate` does with each: it searches, and within 5
+    minutes of the submit it also sends the key again by itself if the provider shows none (reconcile.locate),
+    which performs the recharge if the first send never arrived. Said per recharge, never "read only"."""
+    ids = ", ".join(str(i) for i in status["recharges_unknown_local_ids"])
+    more = ", ..." if status["recharges_unknown"] > len(status["recharges_unknown_local_ids"]) else ""
+    line = (f"{status['recharges_unknown']} recharge(s) with an unknown outcome (local id {ids}{more}): `partnerkit "
+            "recharges locate --local-id N` searches the provider for each and links what it finds; if the provider "
+            "shows none, ")
+    replays = status["recharges_unknown_locate_replays"]
+    if replays:
+        line += (f"it sends one submitted under 5 minutes ago again under its own Idempotency-Key by itself "
+                 f"({', '.join(replays)}): if its first send never arrived, that performs the recharge then (once: "
+                 "the same key never makes a second), for a customer who may still be waiting; for an older one "
+                 "sending it again is a decision "
+                 "(`--replay` performs it now)")
+    else:
+        line += ("sending it again under its own Idempotency-Key is a decision (`--replay` performs it now if its "
+                 "first send never arrived)")
+    return line + ("; never a new key: a new `recharges submit` of the same number and amount is refused while one "
+                   "is open, unless `--force`")
 
 
 def _processing_lines(status: dict[str, Any]) -> list[str]:
@@ -199,11 +223,7 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      "re-arms those the provider's failure parked at its next answer, the others hourly")
     lines += _processing_lines(status)
     if status["recharges_unknown"]:
-        ids = ", ".join(str(i) for i in status["recharges_unknown_local_ids"])
-        more = ", ..." if status["recharges_unknown"] > len(status["recharges_unknown_local_ids"]) else ""
-        lines.append(f"{status['recharges_unknown']} recharge(s) with an unknown outcome (local id {ids}{more}): "
-                     "`partnerkit recharges locate --local-id N` searches the provider for each, read only; if it "
-                     "shows none, sending it again is a decision (`--replay` performs it now), never a new key")
+        lines.append(_unknown_recharges_line(status))
     if status["order_intents_unknown"]:
         lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "

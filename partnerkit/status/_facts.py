@@ -31,7 +31,13 @@ INTENT_ABANDONED_AFTER = timedelta(minutes=15)
 # A submit keeps its recharge INTENT while it waits for the budget (the client waits up to a minute) and
 # for the provider's answer; one INTENT much older than that was killed mid-send (its answer is lost).
 SUBMIT_BUDGET_WAIT_S = 60
+# Not sooner: a younger INTENT may be a submit still waiting for its answer, and nothing on the row tells a live
+# submit from a killed one. Meanwhile a rerun of the same submit is refused, naming it (reconcile.recharge_hold).
 INTENT_STALE_FLOOR_S = 120
+# How long after its submit `recharges locate` sends an intent's Idempotency-Key again by itself when the provider
+# shows no such recharge: reconcile.locate.REPLAY_WINDOW (partnerkit does not import reconcile; a test holds the
+# two equal). The attention line says so for each listed recharge still inside it.
+LOCATE_REPLAY_WINDOW = timedelta(minutes=5)
 SHOWN_IDS = 10  # local ids named in an attention line
 # The provider failing every call (partnerkit.store.provider_failures) is named once it has failed at least
 # PROVIDER_FAILING_CALLS calls over PROVIDER_FAILING_AFTER with no answer between: one failed call, or a blip
@@ -92,13 +98,24 @@ def intent_stale_after_s(config: Config) -> float:
     return max(INTENT_STALE_FLOOR_S, SUBMIT_BUDGET_WAIT_S + 2 * config.http_timeout_s)
 
 
-def lost_answers(config: Config, db: Database, now: datetime) -> list[int]:
-    """Local ids of recharges whose submit's answer was lost: UNKNOWN, and INTENT past
-    `intent_stale_after_s` (a submit killed mid-send, which never got to mark it UNKNOWN); oldest first."""
+def lost_answers(config: Config, db: Database, now: datetime) -> list[dict]:
+    """Recharges whose submit's answer was lost: UNKNOWN, and INTENT past `intent_stale_after_s` (a submit
+    killed mid-send, which never got to mark it UNKNOWN); oldest first (by local id)."""
     cutoff = now - timedelta(seconds=intent_stale_after_s(config))
     stale = [r for r in recharges.list_rows(db, status="INTENT")
              if (parse_ts(r["submitted_at"]) or now) <= cutoff]
-    return sorted(r["local_id"] for r in stale + recharges.list_rows(db, status="UNKNOWN"))
+    return sorted(stale + recharges.list_rows(db, status="UNKNOWN"), key=lambda r: r["local_id"])
+
+
+def locate_replays(lost: list[dict], now: datetime) -> list[str]:
+    """Of the recharges `lost` names, those `recharges locate` would still send again under their own key by
+    itself (submitted less than LOCATE_REPLAY_WINDOW ago), as `#N until TIME`."""
+    replays = []
+    for row in lost[:SHOWN_IDS]:
+        submitted = parse_ts(row["submitted_at"])
+        if submitted is not None and now < submitted + LOCATE_REPLAY_WINDOW:
+            replays.append(f"#{row['local_id']} until {iso(submitted + LOCATE_REPLAY_WINDOW)}")
+    return replays
 
 
 def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
@@ -165,7 +182,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         # Of those, the ones the poller has not read since the provider began failing every call: unknown yet.
         "recharges_past_30_min_unread": unread,
         "recharges_unknown": len(lost),
-        "recharges_unknown_local_ids": lost[:SHOWN_IDS],
+        "recharges_unknown_local_ids": [r["local_id"] for r in lost[:SHOWN_IDS]],
+        # Of those, the ones `recharges locate` sends again under their own key by itself if the provider shows
+        # none (submitted under 5 minutes ago), and until when: the attention line says which.
+        "recharges_unknown_locate_replays": locate_replays(lost, now),
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
         "order_intents_unknown": [f"#{i['id']} key {i['idempotency_key']} ref {i['ref']} (product {i['product_id']}, "
                                   f"{i['quantity']} x {from_cents(i['denomination_cents'])}, {i['state']} since "

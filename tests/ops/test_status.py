@@ -15,7 +15,7 @@ from partnerkit.client import PartnerClient
 from partnerkit.config import config_as_env
 from partnerkit.status import collect
 from partnerkit.store import drifts, inbox, meta, transaction
-from partnerkit.timeutil import utcnow
+from partnerkit.timeutil import iso, utcnow
 from receiver.envelope import normalise
 from tests.receiver.conftest import CIPHER
 from tests.conftest import account_of
@@ -387,9 +387,29 @@ def test_a_submit_killed_mid_send_counts_as_an_answer_lost(sandbox_config, db):
         status = collect(sandbox_config, db)
     assert status["recharges_unknown"] == 2 and status["recharges_unknown_local_ids"] == [killed, unknown]
     assert fresh not in status["recharges_unknown_local_ids"]  # 30 s old: its submit may still be running
-    assert f"2 recharge(s) with an unknown outcome (local id {killed}, {unknown}): `partnerkit recharges locate " \
-           "--local-id N` searches the provider for each, read only; if it shows none, sending it again is a " \
-           "decision (`--replay` performs it now), never a new key" in status["attention"]
+    # Within 5 minutes of their submit `recharges locate` sends both again by itself if the provider shows none:
+    # the line says so, never "read only" (the kill -9 review's finding 2).
+    until = iso(start + timedelta(minutes=5))
+    assert status["recharges_unknown_locate_replays"] == [f"#{killed} until {until}", f"#{unknown} until {until}"]
+    assert (f"2 recharge(s) with an unknown outcome (local id {killed}, {unknown}): `partnerkit recharges locate "
+            "--local-id N` searches the provider for each and links what it finds; if the provider shows none, it "
+            "sends one submitted under 5 minutes ago again under its own Idempotency-Key by itself "
+            f"(#{killed} until {until}, #{unknown} until {until}): if its first send never arrived, that performs "
+            "the recharge then (once: the same key never makes a second), for a customer who may still be waiting; "
+            "for an older one sending it again is a decision (`--replay` performs it now); never a new key: a new "
+            "`recharges submit` of the same number "
+            "and amount is refused while one is open, unless `--force`") in status["attention"]
+    assert not any("read only" in line for line in status["attention"])
+    with freeze_time(start + timedelta(minutes=5)):  # the one submitted 150 s after them is 150 s old
+        assert collect(sandbox_config, db)["recharges_unknown_locate_replays"] == [
+            f"#{fresh} until {iso(start + timedelta(seconds=150, minutes=5))}"]
+    with freeze_time(start + timedelta(minutes=8)):
+        later = collect(sandbox_config, db)
+    assert later["recharges_unknown_locate_replays"] == []
+    assert (f"3 recharge(s) with an unknown outcome (local id {killed}, {fresh}, {unknown}): `partnerkit recharges "
+            "locate --local-id N` searches the provider for each and links what it finds; if the provider shows none, "
+            "sending it again under its own Idempotency-Key is a decision (`--replay` performs it now if its first "
+            "send never arrived); never a new key") in " ".join(later["attention"])
 
     listed = CliRunner().invoke(cli, ["recharges", "list", "--format", "json"], env=config_as_env(sandbox_config))
     assert [r["local_id"] for r in json.loads(listed.output)] == [fresh, unknown, killed]  # newest first
@@ -408,3 +428,11 @@ def test_recharges_are_listed_newest_first_by_our_clock_when_the_providers_runs_
     killed = recharges.record_intent(db, idempotency_key="idem-newest-0001", mobile_number="9876543213", operator_id=1,
                                      amount=Decimal("100"), client_reference="ref-newest", submitted_at=utcnow())
     assert [r["local_id"] for r in recharges.list_rows(db)] == [killed, later.local_id, sent.local_id]
+
+
+def test_status_names_the_recharges_locate_sends_again_by_locates_own_window():
+    """partnerkit does not import reconcile: `status` keeps locate's REPLAY_WINDOW as its own constant."""
+    from partnerkit.status._facts import LOCATE_REPLAY_WINDOW
+    from reconcile.locate import REPLAY_WINDOW
+
+    assert LOCATE_REPLAY_WINDOW == REPLAY_WINDOW

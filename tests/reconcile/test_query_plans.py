@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
@@ -72,6 +73,15 @@ class Provider(StandIn):
 
         found = [Recharge.from_payload(r) for r in self.recharges if r["status"] == "PROCESSING"]
         return page_from_headers(found, {"X-Total-Count": str(len(found))}, page=page, limit=limit)
+
+    # a submit (the hold, the intent, the answer stored)
+    def submit_recharge(self, *, mobile_number, operator_id, amount, idempotency_key, client_reference=None, **_):
+        from partnerkit.client._records import Recharge, SubmitResult
+
+        record = {"id": 990_001, "reference_number": "RCH990001", "status": "SUCCESS", "mobile_number": mobile_number,
+                  "operator_id": operator_id, "face": Decimal(amount), "discount": Decimal(0), "payable": Decimal(amount),
+                  "currency": "INR", "created_at": MORNING.isoformat(), "client_reference": client_reference}
+        return SubmitResult(200, Recharge.from_payload(record), idempotency_key)
 
     def get_recharge(self, recharge_id: int):
         from partnerkit.client._records import Recharge
@@ -199,6 +209,14 @@ def _metrics(config, db, provider):
     assert list(DatabaseCollector(lambda: db, lambda _: None, lambda d: gauges(config, d, now=MORNING)).collect())
 
 
+def _submit(config, db, provider):
+    from reconcile.recharges import submit
+
+    # The number and face of every recharge the store's days hold: the hold must not read them all.
+    assert submit(config, db, provider, mobile_number="9800000000", operator_id=1, amount=100,
+                  now=MORNING).status == "SUCCESS"
+
+
 def _webhook(config, db, provider):
     _deliver(db, 7001, at(10, day=NEW_DAY))
 
@@ -216,6 +234,7 @@ PATHS = {
     "partnerkit status": _status,
     "a /metrics scrape": _metrics,
     "a webhook stored": _webhook,
+    "recharges submit": _submit,
     "prune-events": _prune,
     "drifts list --resolution pending": lambda c, db, p: _cli(c, "drifts", "list", "--resolution", "pending"),
     "drifts list --date": lambda c, db, p: _cli(c, "drifts", "list", "--date", DAYS[-1].isoformat()),
@@ -295,6 +314,31 @@ def test_recharges_list_of_one_status_is_read_newest_first_from_an_index(store):
     assert plan == ["SEARCH recharges USING INDEX recharges_status_newest (status=?)"]
     newest = sorted(every, key=lambda row: (row[1], row[0]), reverse=True)[:2]
     assert [r["local_id"] for r in rows] == [local_id for local_id, _ in newest]
+
+
+def test_the_submit_hold_reads_the_open_intents_of_the_last_day_not_every_recharge_of_the_number(store):
+    """reconcile.recharge_hold asks before every submit: a range of open intents, never the number's history
+    (every recharge of the store's days is 9800000000 / 100.00, which `recharges_mobile` would read whole)."""
+    config, _ = store
+    db = open_db(config.db_path)
+    try:
+        every = db.execute("SELECT COUNT(*) FROM recharges WHERE mobile_number = '9800000000' AND amount_cents = 10000"
+                           ).fetchone()[0]
+        open_now = recharge_store.record_intent(db, idempotency_key="key-open-now-0001", mobile_number="9800000000",
+                                                operator_id=1, amount=Decimal(100), client_reference="cr-open-now",
+                                                submitted_at=MORNING)
+    finally:
+        db.conn.close()
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        try:
+            held = recharge_store.held(db, mobile_number="9800000000", amount=Decimal("100.00"),
+                                       since=MORNING - timedelta(hours=24))
+        finally:
+            db.conn.close()
+    [(sql, plan)] = [(s, p) for s, p in recorded.plans.items() if "+mobile_number" in s]
+    assert plan[0] == "SEARCH recharges USING INDEX recharges_status_newest (status=? AND <expr>>?)", plan
+    assert [r["local_id"] for r in held] == [open_now] and every > 3 * len(DAYS)
 
 
 def test_orders_list_reads_the_newest_dated_orders_from_an_index_and_sorts_only_what_it_shows(store):

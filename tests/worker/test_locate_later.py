@@ -101,11 +101,12 @@ def test_within_five_minutes_locate_sends_the_key_again_by_itself_and_says_it_pe
 
 def test_a_customer_served_by_another_submit_is_never_recharged_again_by_locate(server, config, wdb, client, stats,
                                                                               later):
-    """The reviewer's case (F1): the first submit never arrived, the customer was served by a second one, and
-    the operator follows the advice to locate the first. Within the window too, nothing is sent."""
+    """The reviewer's case (F1): the first submit never arrived, the customer was served by a second one (forced:
+    the first is still open), and the operator follows the advice to locate the first. Within the window too,
+    nothing is sent."""
     number = mobile(0)
     lost = never_arrived(server, config, wdb, client, number)
-    served = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=149)
+    served = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=149, force=True)
     assert served.status == "SUCCESS" and provider_count(server, number) == 1
     later(2 * 60 + 5)
     stats.mark()
@@ -133,9 +134,11 @@ def test_the_command_replays_only_when_told_and_exits_as_documented(server, conf
     assert first.exit_code == 3 and "Until 2026-03-10T10:05:00Z (5 minutes after the submit)" in first.stderr
     attention = collect(config, wdb)["attention"]
     assert ("1 recharge(s) with an unknown outcome (local id 1): `partnerkit recharges locate --local-id N` searches "
-            "the provider for each, read only; if it shows none, sending it again is a decision (`--replay` performs "
-            "it now), never a new key") in attention
+            "the provider for each and links what it finds; if the provider shows none, it sends one submitted under "
+            "5 minutes ago again under its own Idempotency-Key by itself (#1 until 2026-03-10T10:05:00Z)") in attention[0]
     later(30 * 60)
+    assert ("if the provider shows none, sending it again under its own Idempotency-Key is a decision (`--replay` "
+            "performs it now if its first send never arrived)") in collect(config, wdb)["attention"][0]
     stats.mark()
     looked = run("recharges", "locate", "--local-id", "1")
     assert looked.exit_code == 3 and "30 min after it was asked for" in looked.stderr

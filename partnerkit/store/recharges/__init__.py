@@ -8,10 +8,12 @@ both are read through `provider_fields`. Money is stored as integer paise, times
 The store is one module a concern, all re-exported here (import from `partnerkit.store.recharges`):
 `_provider` (the statuses, the fields of a provider record and the columns they set, checked at
 import), `_intents` (the submit side, and an answer naming a recharge another row holds), `_upsert`
-(provider reads, and what the sync notes of its list: `known_recharge_states`, `mark_recharges_seen`)
-and `_queries` (reads for the poller, locate and the CLI).
+(provider reads, and what the sync notes of its list: `known_recharge_states`, `mark_recharges_seen`),
+`_queries` (reads for the poller, locate and the CLI) and `_held` (the submit guard's read: open intents
+of the same number and amount).
 """
 
+from partnerkit.store.recharges._held import held
 from partnerkit.store.recharges._intents import (
     RechargeHeldElsewhere, discard_refused, mark_unknown, note_error, note_performed_by_replay, record_intent,
     record_response,
@@ -46,6 +48,7 @@ __all__ = [
     "discard_refused",
     "find",
     "get",
+    "held",
     "known_recharge_states",
     "list_rows",
     "mark_escalated",

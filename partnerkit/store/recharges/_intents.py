@@ -22,7 +22,7 @@ from typing import Any
 from partnerkit.errors import PartnerKitError, StorageError
 from partnerkit.money import cents, fmt, from_cents, to_decimal
 from partnerkit.store import meta
-from partnerkit.store.db import Database, transaction
+from partnerkit.store.db import Database, in_transaction, transaction
 from partnerkit.store.recharges._provider import (
     OPEN_INTENT_SQL, PERFORMED_BY_REPLAY, _ROW, _write, normalise_status, provider_fields,
 )
@@ -46,8 +46,10 @@ def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, ope
                   client_reference: str, submitted_at: datetime, circle_id: int | None = None,
                   is_postpaid: bool | None = None, is_special: bool | None = None, nickname: str | None = None,
                   force: bool = False) -> int:
-    """Commit an INTENT row before the submit is sent; return its local id."""
-    with transaction(db) as conn:
+    """Commit an INTENT row before the submit is sent; return its local id. Inside this thread's own
+    transaction (the submit guard's, which looks for an open intent of the same recharge first) the row is
+    written in it, and committed with it."""
+    def insert(conn: sqlite3.Connection) -> int:
         cursor = conn.execute(
             """INSERT INTO recharges (idempotency_key, origin, mobile_number, operator_id, amount_cents,
                    client_reference, circle_id, is_postpaid, is_special, nickname, force, status,
@@ -58,6 +60,11 @@ def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, ope
              nickname, int(force), iso(submitted_at), iso(submitted_at)),
         )
         return int(cursor.lastrowid)
+
+    if in_transaction(db):  # this thread's own transaction (not another thread's on a shared handle)
+        return insert(db.conn)
+    with transaction(db) as conn:
+        return insert(conn)
 
 
 def record_response(db: Database, local_id: int, recharge: Any, *, status: str, seen_at: datetime,

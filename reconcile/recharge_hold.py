@@ -1,0 +1,135 @@
+"""The hold on a new recharge while an earlier one of the same mobile number and amount is unresolved.
+
+A submit killed while its request was in flight leaves its intent INTENT (UNKNOWN when its answer was
+lost): the provider may have made the recharge. Whoever ran it saw no answer and runs the same command
+again. A new Idempotency-Key is a new request: inside the provider's duplicate-guard window it meets a
+409, and once the window has passed (its length is "not shown") it goes through, and the customer is
+charged twice, each recharge matched to its own debit, so no report shows it. The document: "Resubmit
+only after confirming that no matching recharge exists".
+
+So `reconcile.recharges.submit` refuses a new recharge of the same mobile number and amount (the
+scope of the provider's own guard, whatever the operator) while an intent of this store is INTENT or
+UNKNOWN and was submitted within HOLD_WINDOW: `UnresolvedRecharge`, before anything is recorded or
+sent, naming each such intent and the command that settles it, as `orders create` refuses a second
+order (`partnerkit.ordering.UnresolvedOrder`). `force=True` (`--force`) submits another recharge
+deliberately: one flag for both guards, the local one and the provider's (force=true), since a
+deliberate second recharge of the number and amount has to pass both.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from partnerkit import errors
+from partnerkit.money import fmt
+from partnerkit.ordering import HOLD_WINDOW as ORDER_HOLD_WINDOW
+from partnerkit.store import Database
+from partnerkit.store import recharges as store
+from partnerkit.timeutil import iso, parse_ts
+
+# How long an open intent holds back a new submit of its number and amount, from its submit: the hold of an
+# order intent, for the same reason. The provider replays a key for 24 hours: within them `recharges locate`
+# settles the intent for sure (its search, or its key sent again), and the worker's recharge sync (every 15
+# minutes) links a recharge it made long before. One still open past them was most likely never made;
+# `partnerkit status` keeps naming it.
+HOLD_WINDOW = ORDER_HOLD_WINDOW
+
+
+@dataclass(frozen=True)
+class HeldRecharge:
+    """An open intent that holds back a new submit of the same mobile number and amount."""
+
+    local_id: int
+    idempotency_key: str | None
+    client_reference: str | None
+    state: str  # UNKNOWN (its answer was lost) or INTENT (being sent, or its process died while sending)
+    age: timedelta  # since its submit
+    # Until when `recharges locate` sends its key again by itself if the provider shows no such recharge
+    # (reconcile.locate.REPLAY_WINDOW after the submit); None once that is over.
+    replays_until: datetime | None
+
+    @property
+    def locate_command(self) -> str:
+        """The command that settles it."""
+        return f"partnerkit recharges locate --local-id {self.local_id}"
+
+    def describe(self) -> str:
+        how = ("its answer was lost" if self.state == "UNKNOWN" else
+               "not answered yet: another `recharges submit` may still be sending it, or its process died")
+        if self.replays_until is not None:
+            then = (f"if the provider shows none, until {iso(self.replays_until)} it also sends it again under its "
+                    "own key, which completes that request and never makes a second recharge")
+        else:
+            then = ("if the provider shows none, sending it again under its own key is a decision (`--replay`: the "
+                    "same key never makes a second recharge)")
+        return (f"local recharge #{self.local_id} is {self.state}, submitted {_age(self.age)} ago and {how} "
+                f"(Idempotency-Key {self.idempotency_key}, client_reference {self.client_reference}); settle it "
+                f"with `{self.locate_command}`: it searches the provider and links what it finds; {then}")
+
+
+class UnresolvedRecharge(errors.PartnerKitError):
+    """A new recharge refused before anything is recorded or sent: an earlier one of the same mobile
+    number and amount has an unresolved outcome (INTENT or UNKNOWN) from the last `HOLD_WINDOW`, and
+    may already have been made.
+
+    `held` names each such intent (oldest first: local id, key, client_reference, state, age). Settle it
+    (`reconcile.locate.locate(..., local_id=exc.held[0].local_id)`, `partnerkit recharges locate --local-id
+    N`), let the recharge sync link it, or pass `force=True` (`--force`) when this is deliberately another
+    recharge of the number and amount."""
+
+    SHOWN = 3  # intents named in the message; `held` has them all
+
+    def __init__(self, mobile_number: str, amount: Decimal, held: list[HeldRecharge]) -> None:
+        self.mobile_number, self.amount, self.held = mobile_number, amount, held
+        more = f"; and {len(held) - self.SHOWN} more (`partnerkit status`)" if len(held) > self.SHOWN else ""
+        super().__init__(
+            f"not sent: a recharge of {fmt(amount)} to {mobile_number} may already have been made: "
+            f"{'; '.join(h.describe() for h in held[:self.SHOWN])}{more}. If this is deliberately another "
+            "recharge of the number and amount, add --force (force=True), which also passes the provider's "
+            "duplicate guard")
+
+
+def refuse_if_held(db: Database | sqlite3.Connection, *, mobile_number: str, amount: Decimal,
+                   now: datetime) -> None:
+    """Raise UnresolvedRecharge when an open intent of `mobile_number` and `amount` was submitted within
+    HOLD_WINDOW of `now`. Asked inside the transaction that records the new intent."""
+    held = store.held(db, mobile_number=mobile_number, amount=amount, since=now - HOLD_WINDOW)
+    if held:
+        raise UnresolvedRecharge(mobile_number, amount, [held_recharge(row, now) for row in held])
+
+
+def held_recharge(row: dict, now: datetime) -> HeldRecharge:
+    """An open intent's row as a HeldRecharge, its age and replay window as of `now`."""
+    from reconcile.locate import REPLAY_WINDOW  # locate builds on reconcile.recharges, which builds on this
+
+    submitted = parse_ts(row["submitted_at"]) or now
+    until = submitted + REPLAY_WINDOW
+    return HeldRecharge(row["local_id"], row["idempotency_key"], row["client_reference"], row["status"],
+                        now - submitted, until if now < until else None)
+
+
+def open_ones_named(db: Database, *, mobile_number: str, amount: Decimal, besides: int, now: datetime) -> str:
+    """For a 409 of the provider's duplicate guard: the open intents of the number and amount (any age, newest
+    first; not `besides`, the refused submit's own) as a sentence ending in '. ', or '' (none, or the store
+    could not be read: the 409 is what the caller must hear)."""
+    try:
+        rows = [r for r in store.open_intents(db, mobile_number=mobile_number, amount=amount)
+                if r["local_id"] != besides]
+    except (errors.StorageError, sqlite3.Error):
+        return ""
+    if not rows:
+        return ""
+    shown = "; ".join(held_recharge(row, now).describe() for row in rows[:UnresolvedRecharge.SHOWN])
+    more = f"; and {len(rows) - UnresolvedRecharge.SHOWN} more" if len(rows) > UnresolvedRecharge.SHOWN else ""
+    return (f"It may be one of this store's whose outcome is not known: {shown}{more}. Settle "
+            f"{'it' if len(rows) == 1 else 'them'} first. ")
+
+
+def _age(age: timedelta) -> str:
+    seconds = max(0, int(age.total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s"
+    return f"{seconds // 60} min" if seconds < 7200 else f"{seconds // 3600} h {seconds % 3600 // 60} min"
