@@ -232,9 +232,12 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     if not status["worker_running"] and status["worker_lease_holder"] is not None:
         lines.append(_worker_line(status))
-    elif not status["worker_running"] and (status["voucher_fetch_backlog"] or status["recharges_processing"]):
-        lines.append("no worker is running, yet voucher fetches or PROCESSING recharges are waiting: "
-                     "start `partnerkit worker`")
+    elif (not status["worker_running"] and status["worker_last_job_at"] is None
+          and (status["voucher_fetch_backlog"] or status["recharges_processing"])):
+        # Only where no worker ever ran: under cron (`worker --once`) no worker runs between two runs, and
+        # work waiting for the next is normal; a cron line that stopped is the silent-worker line below.
+        lines.append("no worker has run on this database, yet voucher fetches or PROCESSING recharges are waiting: "
+                     "start `partnerkit worker` (or the cron line that runs `partnerkit worker --once`)")
     elif (silent_s := _silent_for(status, worker_stale_s)) is not None:
         silent = (f"no worker has run a job for {silent_s // 60} minutes (last at {iso(status['worker_last_job_at'])}; "
                   f"PARTNERKIT_WORKER_STALE_S allows {worker_stale_s} s)")

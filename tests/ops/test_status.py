@@ -91,7 +91,23 @@ def test_status_says_when_work_waits_and_no_worker_runs(sandbox_config, db):
     inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=utcnow())
     status = collect(sandbox_config, db)
     assert status["voucher_fetch_backlog"] == 1 and status["worker_running"] is False
-    assert any("no worker is running" in line for line in status["attention"])
+    assert any("no worker has run on this database" in line for line in status["attention"])
+
+
+def test_work_waiting_between_two_cron_runs_of_the_worker_needs_no_attention(sandbox_config, db):
+    """`worker --once` from cron: no worker runs between two runs, and a fetch queued meanwhile waits for the
+    next one; only a worker silent past PARTNERKIT_WORKER_STALE_S is worth a line (and `status --check`)."""
+    from partnerkit.status._worker import note_worker_ran
+
+    note_worker_ran(db, utcnow())  # the last cron run, a moment ago
+    body = b'{"event_id":"evt_s3","event_type":"order.delivered","created_at":"2026-11-21T10:00:00Z","data":{"id":79,"status":"DELIVERED","quantity":1}}'
+    inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=utcnow())
+    status = collect(sandbox_config, db)
+    assert status["voucher_fetch_backlog"] == 1 and status["worker_running"] is False
+    assert status["attention"] == []
+    with freeze_time(utcnow() + timedelta(seconds=sandbox_config.worker_stale_s + 60)):  # the cron line stopped
+        stale = collect(sandbox_config, db)
+    assert any("no worker has run a job for" in line for line in stale["attention"])
 
 
 def test_status_knows_at_once_when_the_worker_of_this_host_was_killed(sandbox_config, db):
