@@ -194,9 +194,28 @@ class WorkerLease:
             log.info("worker lease released by %s", self.holder)
 
 
+class _Reschedules:
+    """Whether a job may still move its own next run (`_retrying_sooner`): not once the worker stops.
+
+    `scheduler.shutdown(wait=True)` holds the scheduler's job-store lock while it waits for the running
+    jobs, and moving a job takes that lock: a job that failed during the wait (the provider failing,
+    a report directory full) and asked for its next run would wait on the shutdown, and the shutdown
+    on it, until systemd's SIGKILL. `close()` comes before the shutdown, under the same lock as each move."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open = True
+
+    def close(self) -> None:
+        with self.lock:
+            self.open = False
+
+
 def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: Sequence[JobSpec] = JOBS,
-                    client_factory: Callable[[Config, Database, str], Any] | None = None) -> BackgroundScheduler:
-    """A configured, not yet started scheduler: every job of the table, plus the lease renewal."""
+                    client_factory: Callable[[Config, Database, str], Any] | None = None,
+                    reschedules: _Reschedules | None = None) -> BackgroundScheduler:
+    """A configured, not yet started scheduler: every job of the table, plus the lease renewal.
+    `reschedules`: closed before the scheduler is shut down (see _Reschedules)."""
     # coalesce=True: runs missed while the process was paused or a job was slow collapse into one
     # run, not a burst (every job reads current state, so one run catches up all of them).
     # max_instances=1: a job never overlaps itself (twice the API calls, the same rows contended).
@@ -208,11 +227,12 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
         job_defaults={"coalesce": True, "max_instances": 1},
     )
     may_run = (lambda: lease.held) if lease is not None else (lambda: True)
+    reschedules = reschedules or _Reschedules()
     start = utcnow()
     for offset, spec in enumerate(jobs):
         runner = JobRunner(config, spec, may_run=may_run, client_factory=client_factory)
         if spec.retry_after_error_s is not None:
-            runner = _retrying_sooner(scheduler, runner)
+            runner = _retrying_sooner(scheduler, runner, reschedules)
         scheduler.add_job(runner, IntervalTrigger(seconds=spec.every_s, timezone=timezone.utc), id=spec.id,
                           name=spec.id, misfire_grace_time=spec.misfire_grace_s, coalesce=True, max_instances=1,
                           next_run_time=start + timedelta(milliseconds=200 * offset), replace_existing=True)
@@ -223,19 +243,23 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
     return scheduler
 
 
-def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner) -> Callable[[], dict[str, Any]]:
+def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner,
+                     reschedules: _Reschedules) -> Callable[[], dict[str, Any]]:
     """The runner, followed after a run that ended in an error by a next run sooner than the job's turn
-    (JobSpec.retry_in); the interval then counts on from that run."""
+    (JobSpec.retry_in); the interval then counts on from that run. Not once the worker stops (_Reschedules)."""
     def run() -> dict[str, Any]:
         record = runner()
         delay = runner.spec.retry_in(runner.errors_in_row)
-        job = scheduler.get_job(runner.spec.id) if delay is not None else None
-        if job is not None and job.next_run_time is not None:
-            sooner, turn = utcnow() + timedelta(seconds=delay), job.next_run_time
-            if sooner < turn:
-                job.modify(next_run_time=sooner)
-                log.info("job %s failed; trying again at %s, not at its turn (%s)", runner.spec.id, iso(sooner),
-                         iso(turn), extra={"job": runner.spec.id, "errors_in_row": runner.errors_in_row})
+        if delay is None:
+            return record
+        with reschedules.lock:
+            job = scheduler.get_job(runner.spec.id) if reschedules.open else None
+            if job is not None and job.next_run_time is not None:
+                sooner, turn = utcnow() + timedelta(seconds=delay), job.next_run_time
+                if sooner < turn:
+                    job.modify(next_run_time=sooner)
+                    log.info("job %s failed; trying again at %s, not at its turn (%s)", runner.spec.id, iso(sooner),
+                             iso(turn), extra={"job": runner.spec.id, "errors_in_row": runner.errors_in_row})
         return record
 
     return run
@@ -285,12 +309,15 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
             # SIGTERM to a standby worker is a clean stop (systemd's `stop`), not a failure.
             log.info("worker stopped while standing by for the lease")
             return 0
-        scheduler = build_scheduler(config, lease=lease, jobs=jobs, client_factory=client_factory)
+        reschedules = _Reschedules()
+        scheduler = build_scheduler(config, lease=lease, jobs=jobs, client_factory=client_factory,
+                                    reschedules=reschedules)
         scheduler.start()
         log.info("worker started with jobs %s", ", ".join(s.id for s in jobs), extra={"holder": lease.holder})
         while not stop.is_set() and not lease.lost.is_set():
             stop.wait(1.0)
         log.info("worker stopping: waiting for running jobs")
+        reschedules.close()
         scheduler.shutdown(wait=True)  # let a running job finish its transaction
         return 1 if lease.lost.is_set() else 0
     finally:
