@@ -36,6 +36,7 @@ from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS
 from partnerkit.timeutil import iso, utcnow
+from reconcile.sync import allow_walks, stop_walks
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, check_account
 
 log = logging.getLogger("reconcile.worker")
@@ -267,14 +268,24 @@ def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner,
 
 def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
              client_factory: Callable[[Config, Database, str], Any] | None = None) -> list[dict[str, Any]]:
-    """One pass of every job, in table order, ignoring intervals, under the lease (for cron and tests)."""
+    """One pass of every job, in table order, ignoring intervals, under the lease (for cron and tests).
+
+    SIGTERM or SIGINT stops it as it stops the worker: a running sync walk ends at its next batch with its
+    place kept (reconcile.sync.WalkStopped), and the jobs after it are not run; both have the outcome
+    `stopped`."""
+    stop = threading.Event()
     db = open_db(config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
     lease = WorkerLease(db)
+    restore = _install_signal_handlers(stop, stop_walks_too=True)
     try:
         check_account(config, db, client_factory)  # another account's key: refused before any job runs
         lease.acquire(wait=False)
         results = []
         for spec in jobs:
+            if stop.is_set():
+                results.append({"job": spec.id, "outcome": "stopped", "duration_ms": 0,
+                                "result": "not run: the worker was asked to stop (SIGTERM or SIGINT)"})
+                continue
             runner = JobRunner(config, spec, may_run=lambda: lease.held, client_factory=client_factory)
             try:
                 results.append(runner())
@@ -283,6 +294,8 @@ def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
             lease.renew()
         return results
     finally:
+        restore()
+        allow_walks()
         lease.release()
         db.conn.close()
 
@@ -316,11 +329,15 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
         log.info("worker started with jobs %s", ", ".join(s.id for s in jobs), extra={"holder": lease.holder})
         while not stop.is_set() and not lease.lost.is_set():
             stop.wait(1.0)
-        log.info("worker stopping: waiting for running jobs")
+        log.info("worker stopping: waiting for running jobs (a sync walk ends at its next batch, its place kept)")
+        # A running walk ends at its next batch (systemd sends SIGKILL 60 s after SIGTERM); any other job finishes
+        # its pass.
+        stop_walks()
         reschedules.close()
         scheduler.shutdown(wait=True)  # let a running job finish its transaction
         return 1 if lease.lost.is_set() else 0
     finally:
+        allow_walks()
         lease.release()
         db.conn.close()
 
@@ -341,13 +358,22 @@ def _open_waiting(config: Config, *, wait: bool, stop: threading.Event, poll_s: 
                 return None
 
 
-def _install_signal_handlers(stop: threading.Event) -> None:
+def _install_signal_handlers(stop: threading.Event, *, stop_walks_too: bool = False) -> Callable[[], None]:
+    """SIGTERM and SIGINT set `stop` (and, with `stop_walks_too`, end the running walk at its next batch);
+    returns what puts the previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
-        return  # only the main thread may install handlers; the caller owns `stop` then
+        return lambda: None  # only the main thread may install handlers; the caller owns `stop` then
 
     def handle(signum: int, _frame: Any) -> None:
         log.info("worker received %s", signal.Signals(signum).name)
         stop.set()
+        if stop_walks_too:
+            stop_walks()
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    return restore

@@ -1,5 +1,5 @@
-"""Stopping the worker (SIGTERM, `stop`) while a job runs: a job that fails during the stop does not hold the
-process up (systemd's SIGKILL comes 60 s after its SIGTERM)."""
+"""Stopping the worker (SIGTERM, `stop`) while a job runs: the running sync walk is told to end, and a job that
+fails during the stop does not hold the process up (systemd's SIGKILL comes 60 s after its SIGTERM)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ import sys
 import threading
 import time
 
+from reconcile import sync
 from reconcile.scheduler import run_worker
 from reconcile.worker_jobs import JobSpec
 
 STARTED, FAIL = threading.Event(), threading.Event()
+WALKS_STOPPED: list[bool] = []
 
 
 def fails_while_the_worker_stops(config, db, client):
     """A job still running when the worker stops, which then fails (the provider failing, a full disk)."""
     STARTED.set()
     FAIL.wait(10)
+    WALKS_STOPPED.append(sync._STOPPING.is_set())  # a sync walk running now would end at its next batch
     raise OSError(28, "No space left on device")
 
 
@@ -26,6 +29,7 @@ def test_a_job_that_fails_while_the_worker_stops_does_not_hold_the_stop_up(confi
     monkeypatch.delitem(sys.modules, "gunicorn", raising=False)  # the receiver's tests import it
     STARTED.clear()
     FAIL.clear()
+    WALKS_STOPPED.clear()
     spec = JobSpec("flaky", f"{__name__}:fails_while_the_worker_stops", 3600, 3600, "test", retry_after_error_s=300)
     stop = threading.Event()
     codes: list[object] = []
@@ -47,3 +51,5 @@ def test_a_job_that_fails_while_the_worker_stops_does_not_hold_the_stop_up(confi
     assert not thread.is_alive(), "the worker did not stop: the failed job and the shutdown wait for each other"
     assert codes == [0]
     assert time.monotonic() - stopped < 5
+    assert WALKS_STOPPED == [True]
+    assert not sync._STOPPING.is_set(), "walks run to their end again once the worker has stopped"
