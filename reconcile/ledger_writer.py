@@ -149,17 +149,27 @@ class TransactionPages:
         stage, self.stage = self.stage, None
         self.writer.put(stage)
 
-    def settle(self, page: int) -> int | None:
-        """A walk reads `page` now, every record it handed out before that added here: the page whose rows
-        are all written, to note as the walk's place (`reconcile.sync._Walk.between_batches`), without
-        waiting for the writer. What is staged goes to the writer now, `page` marked after it; until the
-        writer has copied it, the answer is the page marked before (None before the first)."""
+    def settle(self, page: int | None) -> int | None:
+        """The last page a walk read whose rows before it are all written, to note as the walk's place
+        (`reconcile.sync._Walk.between_batches`), without waiting for the writer; None before the first.
+        Given `page` (the walk reads it now, every record it handed out before that added here: its place is
+        due), what is staged goes to the writer now with `page` marked after it, to be answered once the
+        writer has passed the mark (a batch or two later); before the writer is started (fewer than STAGE_ROWS
+        rows so far), it is copied here and `page` answered at once. Without one, only the answer."""
+        if page is None:
+            return self.writer.written if self.writer is not None else None
         if self.path is None:
             return page  # an in-memory store: each page is stored as it is added
+        if self.writer is None:  # fewer than STAGE_ROWS rows so far: copied here, as close() copies them
+            stage, self.stage = self.stage, None
+            if stage is not None:
+                try:
+                    ledger_store.copy_stage(stage, self.path, self.stamp)
+                finally:
+                    stage.close()
+            return page
         if self.stage is not None:
             self._hand_over()
-        if self.writer is None:
-            return page  # nothing staged yet, nothing handed over: nothing unwritten
         self.writer.mark(page)
         return self.writer.written
 

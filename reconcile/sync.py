@@ -36,7 +36,7 @@ BATCH = 1000
 LOOKBACK = timedelta(days=1)
 SETTLED_AFTER = timedelta(hours=1)  # see transactions_from
 RESUME_WITHIN = timedelta(hours=6)  # an interrupted walk older than this starts over (see _Walk)
-PLACE_EVERY_S = 10.0  # how often a running walk notes the page it has stored up to (see _Walk.between_batches)
+PLACE_EVERY_S = 5.0  # how often a running walk notes the page it has stored up to (see _Walk.between_batches)
 # Every page is a request of the hourly budget (docs/reconcile.md, "Budget"): 5000 takes a fifth of
 # the requests 1000-record pages took. The list allows 10000 (Limits); half of that keeps a page's
 # answer near 3 MB and its parsed records near 7 MB, from a provider whose speed with its largest
@@ -214,9 +214,11 @@ class RechargePages:
         self._note_seen((), now=True)
         return self.records, self.inserted
 
-    def settle(self, page: int) -> int:
-        """Write everything added so far (the pending upserts and seen marks); return `page`: a walk that reads
-        it now may note it as its place (`_Walk.between_batches`)."""
+    def settle(self, page: int | None) -> int | None:
+        """Given a page (`_Walk.between_batches`: its place is due), write everything added so far (the pending
+        upserts and seen marks) and return it: the walk reads it now and may note it as its place. None: None."""
+        if page is None:
+            return None
         self.flush()
         self._note_seen((), now=True)
         return page
@@ -284,30 +286,34 @@ class _Walk:
         return {"start_page": self.start_page} if self.start_page > 1 else {}
 
     def records(self, walk: Any) -> Iterator[Any]:
-        """The walk's records until it ends, or until the provider or the budget stops it."""
+        """The walk's records until it ends, or until the provider or the budget stops it; none when this
+        process is stopping already (a sync that waited for another to end), before a page is asked for."""
         self.walk = walk
+        if _STOPPING.is_set():
+            self.stopped = WalkStopped("the worker is stopping (SIGTERM or SIGINT)")
+            return
         try:
             yield from walk
         except ApiError as exc:
             self.stopped = exc
 
-    def between_batches(self, settle: Callable[[int], int | None]) -> bool:
+    def between_batches(self, settle: Callable[[int | None], int | None]) -> bool:
         """After each batch the sync hands to the store: False when the walk must end here (this process is
         stopping: `stop_walks`). Every PLACE_EVERY_S, `settle(page)` is given the page the client's walk reads
-        now (`next_page`: every record of the pages before it has been handed out) and answers the place whose
-        records are all written (that page, or one a writer thread has not caught up to yet); it is noted."""
+        now (`next_page`: every record of the pages before it has been handed out); between those, `settle(None)`.
+        Either way it answers the last page whose records before it are all written (a writer thread may catch
+        up to one a batch or two later), or None; a page past the one noted last is noted."""
         if _STOPPING.is_set():
             self.stopped = WalkStopped("the worker is stopping (SIGTERM or SIGINT)")
             return False
+        page = None
         now = monotonic()
-        if now < self.place_due:
-            return True
-        self.place_due = now + PLACE_EVERY_S
-        page = getattr(self.walk, "next_page", None)  # None: a stand-in's walk, which cannot read on
-        if page is not None:
-            written = settle(page)
-            if written is not None and written > self.kept:
-                self._keep(written, "noted while reading: a walk killed after this reads on from here")
+        if now >= self.place_due:
+            self.place_due = now + PLACE_EVERY_S
+            page = getattr(self.walk, "next_page", None)  # None: a stand-in's walk, which cannot read on
+        written = settle(page)
+        if written is not None and written > self.kept:
+            self._keep(written, "noted while reading: a walk killed after this reads on from here")
         return True
 
     def _keep(self, page: int, reason: str) -> None:
@@ -322,11 +328,13 @@ class _Walk:
         if self.stopped is not None:
             next_page = getattr(self.walk, "next_page", None)
             if next_page is not None:
-                self._keep(next_page, str(self.stopped))
-                log.info("%s sync of %s..%s stopped before page %d: %s", self.entity, *self.days, next_page,
-                         self.stopped)
+                if next_page > self.kept:  # not where it began: that place is kept already, or page 1
+                    self._keep(next_page, str(self.stopped))
+                log.info("%s sync of %s..%s stopped before %s: %s", self.entity, *self.days,
+                         "its first page" if next_page == 1 else f"page {next_page}", self.stopped)
             if isinstance(self.stopped, WalkStopped):
-                where = f"before page {next_page}, which its next run reads on from" if next_page else "part-way"
+                where = ("part-way" if next_page is None else "before its first page" if next_page == 1 else
+                         f"before page {next_page}, which its next run reads on from")
                 raise WalkStopped(f"the {self.entity} sync of {self.days[0]}..{self.days[1]} stopped {where}: "
                                   f"{self.stopped}")
             raise self.stopped

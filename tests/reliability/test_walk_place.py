@@ -15,7 +15,7 @@ import pytest
 from freezegun import freeze_time
 
 from partnerkit.store import ledger as ledger_store
-from reconcile import sync
+from reconcile import ledger_writer, sync
 from reconcile.scheduler import run_once
 from reconcile.worker_jobs import JOBS
 from sandbox import recharges as sb_recharges
@@ -89,10 +89,12 @@ def walks_allowed():
     sync.allow_walks()  # a test that stopped the walks leaves none stopped for the next
 
 
-@pytest.mark.parametrize("entity", ["recharges", "transactions"])
-def test_a_walk_killed_part_way_reads_on_from_the_place_it_noted(tmp_path, monkeypatch, entity):
+@pytest.mark.parametrize("entity, writer", [("recharges", False), ("transactions", False), ("transactions", True)])
+def test_a_walk_killed_part_way_reads_on_from_the_place_it_noted(tmp_path, monkeypatch, entity, writer):
     monkeypatch.setattr(sync, "RECHARGE_PAGE", PAGE)
     monkeypatch.setattr(sync, "PLACE_EVERY_S", 0.0)  # note the place after every batch (two pages)
+    if writer:  # the transaction rows go through the writer thread from the first batch on, as on a busy day
+        monkeypatch.setattr(ledger_writer, "STAGE_ROWS", 2 * PAGE)
     with freeze_time(START) as frozen, World(tmp_path, frozen) as world:
         _plant(world)
         pages = _pages(world, entity)
@@ -109,8 +111,8 @@ def test_a_walk_killed_part_way_reads_on_from_the_place_it_noted(tmp_path, monke
         assert position is not None, "the killed walk noted no place"
         place = position[0]
         # Noted after the batch of pages 5-6 (the kill came after pages 7-8, before their turn), once the rows
-        # before it were written: the transactions' writer thread may not have copied the last batch or two yet.
-        assert place in (2, 4, 6) if entity == "transactions" else place == 6
+        # before it were written: the writer thread may not have passed the last mark or two yet.
+        assert place in (2, 4, 6) if writer else place == 6
         assert _listed(world, entity, place - 1) <= _stored(world, entity), "a place past rows not yet written"
 
         world.advance(60)
@@ -148,6 +150,19 @@ def test_a_walk_asked_to_stop_ends_at_its_next_batch_with_its_place_kept(tmp_pat
         _walk(entity)(world.db, world.client("sync"), DAY, DAY, now=world.now())
         assert _calls(world, entity) - before == pages - 3
         assert _stored(world, entity) == _listed(world, entity, pages)
+
+
+def test_a_sync_that_begins_while_the_worker_stops_asks_for_no_page(tmp_path, walks_allowed):
+    """The nightly run waits for a running sync-recent to end (one sync at a time); once the stop has ended that
+    one, its own walk must not begin: it would read a page to keep "page 1" as its place."""
+    with freeze_time(START) as frozen, World(tmp_path, frozen) as world:
+        sync.stop_walks()
+        before = world.calls()
+        with pytest.raises(sync.WalkStopped, match=rf"the recharges sync of {DAY}..{DAY} stopped before its first "
+                                                   r"page: the worker is stopping \(SIGTERM or SIGINT\)"):
+            sync.sync_range(world.config, world.db, world.client("sync"), DAY, DAY, now=world.now())
+        assert world.calls() == before
+        assert ledger_store.walk_positions(world.db) == []
 
 
 def test_sigterm_to_worker_once_ends_its_walk_keeps_the_place_and_runs_no_later_job(tmp_path):
