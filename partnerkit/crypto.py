@@ -16,10 +16,13 @@ to the current key.
 from __future__ import annotations
 
 import base64
+import errno
+import glob
 import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Callable, Sequence
@@ -32,6 +35,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
 from partnerkit.store import webhook_tokens
+from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store.vouchers import KeyedSample, keyed_samples, keyed_values
 
 log = logging.getLogger(__name__)
@@ -160,19 +164,56 @@ def read_key_file(path: Path) -> list[str]:
     return keys
 
 
-def _private_temp(path: Path, keys: Sequence[str]) -> Path:
-    """A new 0600 file beside `path` holding `keys`, one per line, flushed to disk."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write("".join(f"{key}\n" for key in keys))
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return temp
+_TEMP_TAIL = re.compile(r"\d+\.[0-9a-f]{8}")  # `.NAME.PID.XXXXXXXX`: what _private_temp names
+
+
+def _private_temp(path: Path, keys: Sequence[str]) -> tuple[Path, int]:
+    """A new 0600 file beside `path` holding `keys`, one per line, flushed to disk; and the descriptor that
+    holds its lock (partnerkit.store.copies.hold, as a backup holds its copy) from the moment it has a name:
+    close it once the file is renamed, linked or removed. A killed write's copy is then told from a running
+    one's (`_remove_killed_temps`). A cleanup that took the file in the instant before the lock leaves its
+    name gone: made again."""
+    for _ in range(5):  # bounded: it takes a cleanup in that instant each time to go round again
+        temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        lock = hold(temp, create=True)
+        try:
+            fd = os.open(temp, os.O_WRONLY)
+        except FileNotFoundError:
+            os.close(lock)
+            continue
+        try:
+            if os.fstat(fd).st_ino != os.fstat(lock).st_ino:
+                os.close(fd)
+                os.close(lock)
+                continue
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write("".join(f"{key}\n" for key in keys))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            os.close(lock)
+            raise
+        return temp, lock
+    raise OSError(errno.EAGAIN, "another process removed each temp file made for it", str(path))
+
+
+def _remove_killed_temps(path: Path) -> None:
+    """Remove the temp copies of the key file beside it (`.NAME.PID.XXXXXXXX`) that writes killed before their
+    rename or link left: each holds keys, and a secret must not linger in a second file. One a running write
+    holds (`_private_temp`) is left alone. One this user cannot remove is named in a WARNING, never a failure."""
+    prefix = f".{path.name}."
+    for leftover in sorted(path.parent.glob(glob.escape(prefix) + "*")):
+        if not _TEMP_TAIL.fullmatch(leftover.name[len(prefix):]):
+            continue
+        try:
+            removed = remove_unless_held(leftover, lambda copy: copy.unlink(missing_ok=True))
+        except OSError as exc:
+            log.warning("%s, a copy of the voucher key file that a killed key write left, could not be removed "
+                        "(%s): remove it, it holds a key", leftover, exc.strerror or exc)
+            continue
+        if removed:
+            log.warning("removed %s, a copy of the voucher key file that a killed key write left", leftover)
 
 
 def _keep_owner(temp: Path, path: Path) -> None:
@@ -201,14 +242,19 @@ def write_key_file(path: Path, keys: Sequence[str]) -> None:
     """Replace the key file with `keys` (current first) atomically: a 0600 temp file, fsynced, given the
     replaced file's owner and group, renamed.
 
-    Killed at any point, the file holds either the old keys or the new ones, never a part."""
-    temp = _private_temp(path, keys)
+    Killed at any point, the file holds either the old keys or the new ones, never a part. A write killed
+    before its rename leaves its temp file, a copy of the keys: the next write removes it first
+    (`_remove_killed_temps`)."""
+    _remove_killed_temps(path)
+    temp, lock = _private_temp(path, keys)
     try:
         _keep_owner(temp, path)
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(lock)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)  # the rename itself survives a power cut
@@ -235,7 +281,8 @@ def _read_or_create_key_file(path: Path, db_path: Path) -> list[str]:
     from partnerkit.files import make_private_dirs
 
     make_private_dirs(path.parent)  # a new directory: private to the owner, at every level
-    temp = _private_temp(path, [new_key_text()])
+    _remove_killed_temps(path)
+    temp, lock = _private_temp(path, [new_key_text()])
     try:
         os.link(temp, path)  # fails if another process created it first: then theirs wins
         log.warning("PARTNERKIT_VOUCHER_KEY is not set: generated a voucher key in %s (mode 0600); "
@@ -244,6 +291,7 @@ def _read_or_create_key_file(path: Path, db_path: Path) -> list[str]:
         pass
     finally:
         os.unlink(temp)
+        os.close(lock)
     return read_key_file(path)
 
 

@@ -7,6 +7,7 @@ idempotent, so a missed, doubled or crashed run is repaired by the next one.
 from __future__ import annotations
 
 import errno
+import glob
 import logging
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from partnerkit.store import drifts as drift_store
+from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store import matching as matching_store
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import reports as report_store
@@ -46,10 +48,40 @@ def report_filename(day: str, fmt_name: str) -> str:
     return f"partnerkit-report-{day}.{fmt_name}"
 
 
-def _write_temp(path: Path, text: str) -> str:
-    """`text` in a new private temp file beside `path` (0600, flushed to disk); its name. Removed on failure.
+# A write's temp files: `.NAME.XXXXXXXX.tmp` beside NAME (tempfile.mkstemp), held under a lock until renamed.
+_TEMP = ".{name}.????????.tmp"
+REPORT_TEMPS = _TEMP.format(name="partnerkit-report-*")
+
+
+def _new_temp(path: Path) -> tuple[int, str, int]:
+    """A new private temp file beside `path` (0600): (descriptor to write, name, descriptor holding its lock).
+
+    Held from the moment it has a name (partnerkit.store.copies.hold, as a backup holds its copy), so that
+    the next write can tell what a killed one left from what a running one writes (`_clear_killed_temps`).
+    A cleanup that took the file in the instant before the lock (it was not held yet) leaves this write's
+    name unlinked or its inode gone: checked, and made again."""
+    for _ in range(5):  # bounded: it takes a cleanup in that instant each time to go round again
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            lock = hold(Path(tmp))
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        try:
+            if os.stat(tmp).st_ino == os.fstat(fd).st_ino == os.fstat(lock).st_ino:
+                return fd, tmp, lock
+        except FileNotFoundError:
+            pass
+        os.close(lock)
+        os.close(fd)
+    raise OSError(errno.EAGAIN, "another process removed each temp file made for it", str(path))
+
+
+def _write_temp(path: Path, text: str) -> tuple[str, int]:
+    """`text` in a new private temp file beside `path` (0600, flushed to disk): its name and the descriptor
+    that holds its lock (`_new_temp`; close it once the file is renamed or removed). Removed on failure.
     An error names the file: ENOSPC from write() or fsync() carries no file name of its own."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp, lock = _new_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -57,13 +89,29 @@ def _write_temp(path: Path, text: str) -> str:
             os.fsync(handle.fileno())
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
+        os.close(lock)
         if exc.filename is None:
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        os.close(lock)
         raise
-    return tmp
+    return tmp, lock
+
+
+def _clear_killed_temps(directory: Path, pattern: str) -> list[Path]:
+    """Remove the temp files matching `pattern` that writes killed before their renames left in `directory`
+    (whole copies of a report, hidden names); return them. A running write holds a lock on each of its own
+    (`_new_temp`): left alone, whichever process it is (the worker's nightly run, a `partnerkit report`)."""
+    removed = []
+    for leftover in sorted(directory.glob(pattern)):
+        if leftover.is_file() and remove_unless_held(leftover, lambda path: path.unlink(missing_ok=True)):
+            removed.append(leftover)
+    if removed:
+        log.info("removed %d temp file(s) that writes killed before their rename left in %s: %s", len(removed),
+                 directory, ", ".join(p.name for p in removed))
+    return removed
 
 
 def _sync_directory(directory: Path) -> None:
@@ -89,15 +137,17 @@ def write_together(files: Sequence[tuple[Path, str]]) -> list[Path]:
     place, one right after the other, in the order given. A failure before the renames (a full disk, a
     target name taken by a directory) leaves every previous file as it was and no temp file behind; only
     a process killed between two renames leaves a mixed set (see `write_report_files` for how a reader
-    tells). Returns the paths written."""
+    tells). The temp files a killed write of the same names left are removed first (`_clear_killed_temps`).
+    Returns the paths written."""
     return _write_set(files)[0]
 
 
-def _write_set(files: Sequence[tuple[Path, str]], *, set_aside: str | None = None
+def _write_set(files: Sequence[tuple[Path, str]], *, set_aside: str | None = None, clear: str | None = None
                ) -> tuple[list[Path], list[tuple[Path, Path]]]:
     """`write_together`; with `set_aside`, each target that exists gets that suffix added to its name first
     (a hard link, once every temp file is written: the old file stays readable under both names until the
-    new one is renamed over it). Returns the paths written and (old file's new name, path) pairs."""
+    new one is renamed over it). `clear`: the pattern of killed writes' temp files to remove first (default:
+    those of the targets' own names). Returns the paths written and (old file's new name, path) pairs."""
     from partnerkit.files import make_private_dirs
 
     paths = [Path(path) for path, _ in files]
@@ -106,7 +156,9 @@ def _write_set(files: Sequence[tuple[Path, str]], *, set_aside: str | None = Non
     if not paths:
         return [], []
     make_private_dirs(paths[0].parent)  # reports hold finance's figures, at every level 0700
-    temps: list[str] = []
+    for pattern in [clear] if clear else [_TEMP.format(name=glob.escape(path.name)) for path in paths]:
+        _clear_killed_temps(paths[0].parent, pattern)
+    temps: list[tuple[str, int]] = []
     kept: list[tuple[Path, Path]] = []
     renamed = 0
     try:
@@ -120,12 +172,14 @@ def _write_set(files: Sequence[tuple[Path, str]], *, set_aside: str | None = Non
             for path in paths:
                 if path.is_file():
                     kept.append((_link_aside(path, set_aside), path))
-        for tmp, path in zip(temps, paths):
+        for (tmp, _), path in zip(temps, paths):
             os.replace(tmp, path)
             renamed += 1
     finally:
-        for tmp in temps[renamed:]:  # written but not renamed into place
+        for tmp, _ in temps[renamed:]:  # written but not renamed into place
             Path(tmp).unlink(missing_ok=True)
+        for _, lock in temps:  # held until renamed or removed
+            os.close(lock)
     _sync_directory(paths[0].parent)
     return paths, kept
 
@@ -158,7 +212,9 @@ def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: 
     """Write the report as JSON, CSV and HTML into report_dir, as one set (`write_together`).
 
     All three are rendered, then written to temp files, then renamed into place: HTML, CSV, JSON. A
-    failure up to the renames leaves the previous files of the day untouched. A process killed between
+    failure up to the renames leaves the previous files of the day untouched. The temp files that a
+    report write killed before its renames left (`.partnerkit-report-D.FORMAT.XXXXXXXX.tmp`, any day D)
+    are removed first, except those a running write (another process's) holds (`_clear_killed_temps`). A process killed between
     two renames leaves the first ones new and the rest old: the JSON and the HTML each carry generated_at
     (the HTML's "Generated ..." line), and since the CSV is renamed between them, a JSON and an HTML
     that show the same generated_at have that run's CSV beside them (docs/reconcile.md, "The report").
@@ -180,7 +236,8 @@ def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: 
         unrecorded = False
     try:
         written, kept = _write_set([(folder / report_filename(day, f), texts[f]) for f in REPORT_FORMATS],
-                                   set_aside=f".replaced-{stamp}-not-in-database" if unrecorded else None)
+                                   set_aside=f".replaced-{stamp}-not-in-database" if unrecorded else None,
+                                   clear=REPORT_TEMPS)
     except OSError as exc:
         raise OSError(exc.errno, f"{exc.strerror or exc} (writing the report of {day} into PARTNERKIT_REPORT_DIR "
                       f"{report_dir})", exc.filename) from exc

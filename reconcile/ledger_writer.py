@@ -50,16 +50,22 @@ def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, 
 
 
 class _Writer(threading.Thread):
-    """Copies stages into the store, in the order they come, until told to stop."""
+    """Copies stages into the store, in the order they come, until told to stop. A walk's page put between
+    them (`mark`) becomes `written` once every stage before it is copied."""
 
     def __init__(self, path: str, stamp: str) -> None:
         super().__init__(name="transaction-writer", daemon=True)
         self.path, self.stamp = path, stamp
         self.stages: queue.Queue = queue.Queue(maxsize=2)  # at most ~3 stages in memory
         self.error: BaseException | None = None
+        self.written: int | None = None  # the last page marked whose stages before it are all copied
 
     def run(self) -> None:
         while (stage := self.stages.get()) is not None:
+            if isinstance(stage, int):  # a page marked after the stages before it
+                if self.error is None:
+                    self.written = stage
+                continue
             try:
                 if self.error is None:
                     ledger_store.copy_stage(stage, self.path, self.stamp)
@@ -71,6 +77,10 @@ class _Writer(threading.Thread):
     def put(self, stage: Any) -> None:
         self._raise()
         self.stages.put(stage)
+
+    def mark(self, page: int) -> None:
+        """`written` becomes `page` once the stages put before it are copied."""
+        self.put(page)
 
     def finish(self) -> None:
         """Copy what is queued, stop, and raise what the copies raised."""
@@ -93,6 +103,9 @@ class TransactionPages:
     batch costs less than binding every row into the indexed table. Stages are copied in page order,
     so a record listed twice ends as its last copy. A sync of fewer rows (or of an in-memory store)
     never starts the thread: it copies its one stage itself. Use as a context manager.
+
+    A walk's place is noted only once the rows before it are written: `settle(page)` hands what is staged
+    to the writer with the page marked after it, and answers the last marked page the writer has passed.
 
     `held`: the ids (as stored) of the transactions quarantined under `transaction:<id>` when the sync
     started. One this sync stores correctly (its last copy readable) is released by `close()`, once
@@ -127,11 +140,39 @@ class TransactionPages:
             self.stage = ledger_store.Stage()
         self.stage.add(page.runs, page.shapes)
         if self.stage.rows >= STAGE_ROWS:
-            if self.writer is None:
-                self.writer = _Writer(self.path, self.stamp)
-                self.writer.start()
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The stage to the writer thread (started with the first)."""
+        if self.writer is None:
+            self.writer = _Writer(self.path, self.stamp)  # type: ignore[arg-type]
+            self.writer.start()
+        stage, self.stage = self.stage, None
+        self.writer.put(stage)
+
+    def settle(self, page: int | None) -> int | None:
+        """The last page a walk read whose rows before it are all written, to note as the walk's place
+        (`reconcile.sync._Walk.between_batches`), without waiting for the writer; None before the first.
+        Given `page` (the walk reads it now, every record it handed out before that added here: its place is
+        due), what is staged goes to the writer now with `page` marked after it, to be answered once the
+        writer has passed the mark (a batch or two later); before the writer is started (fewer than STAGE_ROWS
+        rows so far), it is copied here and `page` answered at once. Without one, only the answer."""
+        if page is None:
+            return self.writer.written if self.writer is not None else None
+        if self.path is None:
+            return page  # an in-memory store: each page is stored as it is added
+        if self.writer is None:  # fewer than STAGE_ROWS rows so far: copied here, as close() copies them
             stage, self.stage = self.stage, None
-            self.writer.put(stage)
+            if stage is not None:
+                try:
+                    ledger_store.copy_stage(stage, self.path, self.stamp)
+                finally:
+                    stage.close()
+            return page
+        if self.stage is not None:
+            self._hand_over()
+        self.writer.mark(page)
+        return self.writer.written
 
     def close(self) -> tuple[int, int]:
         """Write what is staged and wait for the writer; return (stored, quarantined)."""

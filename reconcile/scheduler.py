@@ -36,6 +36,7 @@ from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS
 from partnerkit.timeutil import iso, utcnow
+from reconcile.sync import allow_walks, stop_walks
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, check_account
 
 log = logging.getLogger("reconcile.worker")
@@ -194,9 +195,28 @@ class WorkerLease:
             log.info("worker lease released by %s", self.holder)
 
 
+class _Reschedules:
+    """Whether a job may still move its own next run (`_retrying_sooner`): not once the worker stops.
+
+    `scheduler.shutdown(wait=True)` holds the scheduler's job-store lock while it waits for the running
+    jobs, and moving a job takes that lock: a job that failed during the wait (the provider failing,
+    a report directory full) and asked for its next run would wait on the shutdown, and the shutdown
+    on it, until systemd's SIGKILL. `close()` comes before the shutdown, under the same lock as each move."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open = True
+
+    def close(self) -> None:
+        with self.lock:
+            self.open = False
+
+
 def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: Sequence[JobSpec] = JOBS,
-                    client_factory: Callable[[Config, Database, str], Any] | None = None) -> BackgroundScheduler:
-    """A configured, not yet started scheduler: every job of the table, plus the lease renewal."""
+                    client_factory: Callable[[Config, Database, str], Any] | None = None,
+                    reschedules: _Reschedules | None = None) -> BackgroundScheduler:
+    """A configured, not yet started scheduler: every job of the table, plus the lease renewal.
+    `reschedules`: closed before the scheduler is shut down (see _Reschedules)."""
     # coalesce=True: runs missed while the process was paused or a job was slow collapse into one
     # run, not a burst (every job reads current state, so one run catches up all of them).
     # max_instances=1: a job never overlaps itself (twice the API calls, the same rows contended).
@@ -208,11 +228,12 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
         job_defaults={"coalesce": True, "max_instances": 1},
     )
     may_run = (lambda: lease.held) if lease is not None else (lambda: True)
+    reschedules = reschedules or _Reschedules()
     start = utcnow()
     for offset, spec in enumerate(jobs):
         runner = JobRunner(config, spec, may_run=may_run, client_factory=client_factory)
         if spec.retry_after_error_s is not None:
-            runner = _retrying_sooner(scheduler, runner)
+            runner = _retrying_sooner(scheduler, runner, reschedules)
         scheduler.add_job(runner, IntervalTrigger(seconds=spec.every_s, timezone=timezone.utc), id=spec.id,
                           name=spec.id, misfire_grace_time=spec.misfire_grace_s, coalesce=True, max_instances=1,
                           next_run_time=start + timedelta(milliseconds=200 * offset), replace_existing=True)
@@ -223,19 +244,23 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
     return scheduler
 
 
-def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner) -> Callable[[], dict[str, Any]]:
+def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner,
+                     reschedules: _Reschedules) -> Callable[[], dict[str, Any]]:
     """The runner, followed after a run that ended in an error by a next run sooner than the job's turn
-    (JobSpec.retry_in); the interval then counts on from that run."""
+    (JobSpec.retry_in); the interval then counts on from that run. Not once the worker stops (_Reschedules)."""
     def run() -> dict[str, Any]:
         record = runner()
         delay = runner.spec.retry_in(runner.errors_in_row)
-        job = scheduler.get_job(runner.spec.id) if delay is not None else None
-        if job is not None and job.next_run_time is not None:
-            sooner, turn = utcnow() + timedelta(seconds=delay), job.next_run_time
-            if sooner < turn:
-                job.modify(next_run_time=sooner)
-                log.info("job %s failed; trying again at %s, not at its turn (%s)", runner.spec.id, iso(sooner),
-                         iso(turn), extra={"job": runner.spec.id, "errors_in_row": runner.errors_in_row})
+        if delay is None:
+            return record
+        with reschedules.lock:
+            job = scheduler.get_job(runner.spec.id) if reschedules.open else None
+            if job is not None and job.next_run_time is not None:
+                sooner, turn = utcnow() + timedelta(seconds=delay), job.next_run_time
+                if sooner < turn:
+                    job.modify(next_run_time=sooner)
+                    log.info("job %s failed; trying again at %s, not at its turn (%s)", runner.spec.id, iso(sooner),
+                             iso(turn), extra={"job": runner.spec.id, "errors_in_row": runner.errors_in_row})
         return record
 
     return run
@@ -243,14 +268,24 @@ def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner) -> Calla
 
 def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
              client_factory: Callable[[Config, Database, str], Any] | None = None) -> list[dict[str, Any]]:
-    """One pass of every job, in table order, ignoring intervals, under the lease (for cron and tests)."""
+    """One pass of every job, in table order, ignoring intervals, under the lease (for cron and tests).
+
+    SIGTERM or SIGINT stops it as it stops the worker: a running sync walk ends at its next batch with its
+    place kept (reconcile.sync.WalkStopped), and the jobs after it are not run; both have the outcome
+    `stopped`."""
+    stop = threading.Event()
     db = open_db(config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
     lease = WorkerLease(db)
+    restore = _install_signal_handlers(stop, stop_walks_too=True)
     try:
         check_account(config, db, client_factory)  # another account's key: refused before any job runs
         lease.acquire(wait=False)
         results = []
         for spec in jobs:
+            if stop.is_set():
+                results.append({"job": spec.id, "outcome": "stopped", "duration_ms": 0,
+                                "result": "not run: the worker was asked to stop (SIGTERM or SIGINT)"})
+                continue
             runner = JobRunner(config, spec, may_run=lambda: lease.held, client_factory=client_factory)
             try:
                 results.append(runner())
@@ -259,6 +294,8 @@ def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
             lease.renew()
         return results
     finally:
+        restore()
+        allow_walks()
         lease.release()
         db.conn.close()
 
@@ -285,15 +322,22 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
             # SIGTERM to a standby worker is a clean stop (systemd's `stop`), not a failure.
             log.info("worker stopped while standing by for the lease")
             return 0
-        scheduler = build_scheduler(config, lease=lease, jobs=jobs, client_factory=client_factory)
+        reschedules = _Reschedules()
+        scheduler = build_scheduler(config, lease=lease, jobs=jobs, client_factory=client_factory,
+                                    reschedules=reschedules)
         scheduler.start()
         log.info("worker started with jobs %s", ", ".join(s.id for s in jobs), extra={"holder": lease.holder})
         while not stop.is_set() and not lease.lost.is_set():
             stop.wait(1.0)
-        log.info("worker stopping: waiting for running jobs")
+        log.info("worker stopping: waiting for running jobs (a sync walk ends at its next batch, its place kept)")
+        # A running walk ends at its next batch (systemd sends SIGKILL 60 s after SIGTERM); any other job finishes
+        # its pass.
+        stop_walks()
+        reschedules.close()
         scheduler.shutdown(wait=True)  # let a running job finish its transaction
         return 1 if lease.lost.is_set() else 0
     finally:
+        allow_walks()
         lease.release()
         db.conn.close()
 
@@ -314,13 +358,22 @@ def _open_waiting(config: Config, *, wait: bool, stop: threading.Event, poll_s: 
                 return None
 
 
-def _install_signal_handlers(stop: threading.Event) -> None:
+def _install_signal_handlers(stop: threading.Event, *, stop_walks_too: bool = False) -> Callable[[], None]:
+    """SIGTERM and SIGINT set `stop` (and, with `stop_walks_too`, end the running walk at its next batch);
+    returns what puts the previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
-        return  # only the main thread may install handlers; the caller owns `stop` then
+        return lambda: None  # only the main thread may install handlers; the caller owns `stop` then
 
     def handle(signum: int, _frame: Any) -> None:
         log.info("worker received %s", signal.Signals(signum).name)
         stop.set()
+        if stop_walks_too:
+            stop_walks()
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    return restore

@@ -25,6 +25,7 @@ from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
 from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
 from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS, is_busy
+from reconcile.sync import WalkStopped
 
 log = logging.getLogger("reconcile.worker")
 
@@ -167,6 +168,8 @@ class JobRunner:
                 outcome, result = "unavailable", str(exc)
             except (BudgetExhausted, RateLimited) as exc:
                 outcome, result = "budget_exhausted", str(exc)
+            except WalkStopped as exc:  # the worker is stopping: its sync ended at a batch, its place kept
+                outcome, result = "stopped", str(exc)
             except Exception as exc:  # a job must never kill the scheduler; the log line says what broke
                 outcome = "busy" if is_busy(exc) else "error"
                 result = f"{type(exc).__name__}: {exc}"
@@ -193,7 +196,7 @@ class JobRunner:
         if (outcome == "ok" and self.spec.is_idle(result)) or outcome == "paused":
             level = logging.DEBUG
         else:
-            level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted") else logging.ERROR
+            level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted", "stopped") else logging.ERROR
         log.log(level, "job %s %s", self.spec.id, outcome, extra=record)
         return record
 

@@ -63,15 +63,18 @@ def _say_what_is_lost(times: BackupTimes) -> None:
     decision = times.decision_at or "none"
     say(f"the backup's newest drift decision: {decision}; newest report: {report}; newest webhook token saved: "
         f"{times.token_at or 'none'}")
-    say("lost for good with the restore (the provider cannot give them back): drift resolutions and escalations "
-        "made after that decision, with their history; webhook tokens saved after that token (the provider shows "
-        "a token only once); the submit records (Idempotency-Key, client_reference) of recharges and orders "
-        "placed since the backup; voucher key rotations since")
+    decisions = "made after that decision" if times.decision_at else "made since the backup, which holds none"
+    tokens = "saved after that token" if times.token_at else "saved since the backup, which holds none"
+    say(f"lost for good with the restore (the provider cannot give them back): drift resolutions and escalations "
+        f"{decisions}, with their history; webhook tokens {tokens} (the provider shows a token only once); the "
+        "submit records (Idempotency-Key, client_reference) of recharges and orders placed since the backup; "
+        "voucher key rotations since")
     say("start the receiver, the worker and partnerkit-status.timer again: the syncs refill from the provider "
         "the recharges, orders, vouchers and transactions since the backup, and the nightly run reports again "
         "the nights after the newest report. Then:")
-    say(f"  - finance re-applies the drift decisions made after {decision} "
-        "(`partnerkit drifts list --resolution pending`)")
+    again = f"the drift decisions made after {decision}" if times.decision_at else \
+        "every drift decision made since the backup, which holds none"
+    say(f"  - finance re-applies {again} (`partnerkit drifts list --resolution pending`)")
     say("  - `partnerkit webhooks list`: a webhook with TOKEN_SAVED no was registered after the backup and its "
         "token is gone: `partnerkit webhooks register` a new one, then `partnerkit webhooks delete` the old one; "
         "a token saved for a webhook the provider no longer lists: `partnerkit webhooks token forget ID`")

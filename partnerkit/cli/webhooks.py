@@ -104,7 +104,12 @@ def webhooks_group() -> None:
 @pass_app
 def register_command(app: AppContext, url: str, name: str, events: tuple[str, ...], credential_id: int | None,
                      fmt: str) -> None:
-    """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver."""
+    """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver.
+
+    Then it reads the provider's webhooks and warns about every other one delivering to the same URL: one
+    whose token is saved here doubles each event (stored once); one whose token is not (a register stopped
+    after the provider created it: the token is shown only once) has its deliveries refused. `partnerkit
+    webhooks delete N` removes either."""
     from receiver.tokens import save_sealed
 
     client = _client(app)
@@ -117,9 +122,6 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
     created = client.create_webhook(name=name, url=url, events=list(events or ORDER_EVENTS),
                                     credential_id=credential_id)
     webhook_id = str(created.id)
-    # Saved before this one: a second webhook to the same receiver doubles every delivery.
-    same_url = [row["webhook_id"] for row in webhook_tokens.listing(app.db)
-                if row["url"] == url and row["webhook_id"] != webhook_id]
     save_sealed(app.db, keys, webhook_id, created.token,
                 lambda sealed: webhook_tokens.save(app.db, webhook_id, sealed, now=utcnow(), name=created.name,
                                                    url=created.url, events=list(created.events)))
@@ -128,9 +130,48 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
                "within seconds)", err=True)
     _warn_off_path(app, url)
-    for other in same_url:
-        click.echo(f"warning: webhook {other} already delivers to this URL: each event now arrives twice (stored "
-                   f"once); `partnerkit webhooks delete {other}` removes the old one", err=True)
+    for line in _same_url(app, client, {url, created.url}, webhook_id):
+        click.echo(line, err=True)
+
+
+def _same_url(app: AppContext, client: Any, urls: set[str], new_id: str) -> list[str]:
+    """A warning for each other webhook at the provider that delivers to this URL (after the new one's token is
+    saved: a failure here loses nothing). A second webhook to the same receiver doubles every delivery; one whose
+    token is not saved here is what a register stopped after the provider created it leaves (the token is shown
+    only once), and its deliveries are refused. Read from the provider's list, not from the saved tokens alone,
+    which never hold such a webhook; when the list cannot be read, from the saved tokens, saying so."""
+    from partnerkit.errors import ApiError
+
+    saved = {row["webhook_id"]: row for row in webhook_tokens.listing(app.db)}
+    bound = {t.webhook_id for t in app.config.webhook_tokens if t.webhook_id is not None}
+    lines = []
+    saved_here = [i for i, row in saved.items() if row["url"] in urls and i != new_id]
+    try:
+        listed = client.list_webhooks()
+    except ApiError as exc:
+        others = saved_here
+        lines.append(f"warning: the provider's webhooks could not be listed ({exc}) to look for another webhook "
+                     "delivering to this URL; `partnerkit webhooks list` shows them, and whether each one's token "
+                     "is saved")
+    else:
+        others = [str(w.id) for w in listed if w.url in urls and str(w.id) != new_id]
+        gone = [i for i in saved_here if i not in {str(w.id) for w in listed}]
+        lines += [f"warning: a token is still saved for webhook {i}, which delivered to this URL but which the "
+                  f"provider no longer lists; `partnerkit webhooks delete {i}` forgets it" for i in gone]
+    for other in others:
+        if other in saved or other in bound:
+            lines.append(f"warning: webhook {other} already delivers to this URL: each event now arrives twice "
+                         f"(stored once); `partnerkit webhooks delete {other}` removes the old one")
+            continue
+        unbound = any(t.webhook_id is None for t in app.config.webhook_tokens)
+        refused = ("the receiver checks its deliveries only against the unbound tokens of PARTNERKIT_WEBHOOK_TOKENS "
+                   "and refuses them unless one of those signs them" if unbound else
+                   "the receiver refuses each of its deliveries (401, reason no_token) and the provider marks them "
+                   "failed after its retries")
+        lines.append(f"warning: webhook {other} also delivers to this URL, and its token is not saved here (a "
+                     "`webhooks register` stopped after the provider created it leaves such a webhook: the token "
+                     f"is shown only once): {refused}; `partnerkit webhooks delete {other}` removes it")
+    return lines
 
 
 @webhooks_group.command("list")

@@ -17,7 +17,9 @@ log = logging.getLogger("partnerkit.worker")
 @click.command("worker")
 @click.option("--once", is_flag=True, help="Run one pass of every job, ignoring intervals, and exit (for cron): "
               "exit 1 when a job failed, could not be loaded, was paused because the provider refused the API "
-              "key, or was busy (another process held the database's write lock past the worker's 15 s wait).")
+              "key, or was busy (another process held the database's write lock past the worker's 15 s wait), "
+              "or when SIGTERM or SIGINT stopped the pass (a running sync ends at its next batch, its place kept; "
+              "the jobs after it are not run).")
 @click.option("--no-wait", is_flag=True, help="Exit instead of standing by when another worker holds the lease.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="With --once (refused without it), the format of its table of job results; json and csv go to "
@@ -45,7 +47,8 @@ def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no
         emit(results, ["job", "outcome", "duration_ms", "result"], fmt)
         # paused: the provider refused the API key moments ago, so the jobs that call it did nothing; busy:
         # another process held the database's write lock past the worker's wait, so that job did nothing.
-        if any(r["outcome"] in ("error", "unavailable", "paused", "busy") for r in results):
+        # stopped: SIGTERM or SIGINT came during the pass, and the jobs after it did not run.
+        if any(r["outcome"] in ("error", "unavailable", "paused", "busy", "stopped") for r in results):
             sys.exit(1)
         return
     sys.exit(run_worker(config, wait_for_lease=not no_wait))

@@ -129,3 +129,56 @@ def test_a_key_file_of_several_lines_is_current_first_then_previous(tmp_path):
     config.key_file.write_text(f"{old_key}\nshort\n")
     with pytest.raises(ConfigError, match="is empty or damaged"):
         load_cipher(config)
+
+
+# `keys rotate` killed between writing its temp key file and the rename, as far as the disk can tell.
+KILLED_KEY_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from partnerkit.crypto import _private_temp
+temp, lock = _private_temp(Path(sys.argv[1]), ["a2lsbGVkLXJvdGF0aW9uLW5ldy1rZXktMzItYnl0ZXMh", "b2xkLWtleQ"])
+print(temp, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+# A key write under way in another process (it holds its temp file until it renames it).
+RUNNING_KEY_WRITE = """
+import sys
+from pathlib import Path
+from partnerkit.crypto import _private_temp
+temp, lock = _private_temp(Path(sys.argv[1]), ["cnVubmluZy13cml0ZS1uZXcta2V5LTMyLWJ5dGVzISE"])
+print(temp, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_next_key_file_write_removes_the_key_copy_a_killed_one_left_but_not_one_being_written(tmp_path, caplog):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = Config(db_path=tmp_path / "pk.db")
+    load_cipher(config)
+    [key] = read_key_file(config.key_file)
+    killed = subprocess.run([sys.executable, "-c", KILLED_KEY_WRITE, str(config.key_file)], capture_output=True,
+                            text=True, timeout=60)
+    assert killed.returncode == -9
+    left = Path(killed.stdout.strip())
+    assert left.parent == config.key_file.parent and "a2lsbGVk" in left.read_text()  # a second copy of a key
+    running = subprocess.Popen([sys.executable, "-c", RUNNING_KEY_WRITE, str(config.key_file)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        held = Path(running.stdout.readline().strip())
+        assert held.exists()
+        with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
+            write_key_file(config.key_file, ["bmV4dC1rZXktYWZ0ZXItdGhlLWtpbGxlZC1vbmUtMzI", key])  # the next rotate
+        assert not left.exists(), "a copy of a key lingers beside the key file"
+        assert held.exists(), "the temp file a running key write holds was removed"
+        assert f"removed {left}, a copy of the voucher key file that a killed key write left" in caplog.text
+        assert "a2lsbGVk" not in caplog.text and "bmV4dC1r" not in caplog.text  # names, never keys
+    finally:
+        running.stdin.close()
+        running.wait(timeout=30)
+    assert read_key_file(config.key_file) == ["bmV4dC1rZXktYWZ0ZXItdGhlLWtpbGxlZC1vbmUtMzI", key]
+    write_key_file(config.key_file, [key])  # the other writer ended without its rename: now a leftover too
+    assert sorted(p.name for p in config.key_file.parent.iterdir() if p.name.startswith(f".{config.key_file.name}")) == []

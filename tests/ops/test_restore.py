@@ -360,6 +360,20 @@ def test_restore_clears_the_backups_worker_lease_and_names_what_it_holds_last(tm
     assert "`unknown_to_partner` drifts whose detail says they carry partnerkit's own client_reference" in done.stderr
 
 
+def test_restore_of_a_backup_without_a_decision_or_a_token_says_so_in_words(crashed):
+    """It printed "finance re-applies the drift decisions made after none"."""
+    live, saved = crashed
+    done = partnerkit("restore", str(saved), db=live)
+    assert done.returncode == 0, done.stderr
+    assert ("the backup's newest drift decision: none; newest report: none; newest webhook token saved: none"
+            in done.stderr.splitlines())
+    assert ("drift resolutions and escalations made since the backup, which holds none, with their history; webhook "
+            "tokens saved since the backup, which holds none (the provider shows a token only once)") in done.stderr
+    assert ("  - finance re-applies every drift decision made since the backup, which holds none (`partnerkit drifts "
+            "list --resolution pending`)") in done.stderr.splitlines()
+    assert "after none" not in done.stderr
+
+
 def test_a_restore_refuses_while_another_restore_of_the_database_runs(crashed):
     """Its copy is locked while it runs: a second restore leaves it alone instead of taking it for a leftover."""
     import fcntl

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import requests
 from click.testing import CliRunner
 
 from partnerkit.cli import cli
@@ -225,6 +226,54 @@ def test_registering_the_same_url_twice_is_warned_about(env):
     second = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
     assert ("warning: webhook 1 already delivers to this URL: each event now arrives twice (stored once); "
             "`partnerkit webhooks delete 1` removes the old one") in second.stderr
+
+
+def test_registering_again_names_the_webhook_a_stopped_register_left_without_its_token(env, sandbox_config,
+                                                                                       sandbox_server):
+    """A register killed after the provider created the webhook loses its token (shown only once). Running it
+    again warned about nothing (the check read only the saved tokens), and from then on every event also went to
+    the first webhook, whose deliveries the receiver refuses."""
+    url = "https://127.0.0.1:9/webhooks/partner"
+    db = open_db(sandbox_config.db_path)
+    with PartnerClient(sandbox_config, db) as client:
+        lost = client.create_webhook(name="partnerkit", url=url, events=["order.created"])  # what the kill left
+    db.conn.close()
+    no_unbound = {k: v for k, v in env.items() if k != "PARTNERKIT_WEBHOOK_TOKENS"}
+    second = run(no_unbound, "webhooks", "register", "--url", url)
+    assert (f"warning: webhook {lost.id} also delivers to this URL, and its token is not saved here (a `webhooks "
+            "register` stopped after the provider created it leaves such a webhook: the token is shown only once): "
+            "the receiver refuses each of its deliveries (401, reason no_token) and the provider marks them failed "
+            f"after its retries; `partnerkit webhooks delete {lost.id}` removes it") in second.stderr
+
+    third = run(env, "webhooks", "register", "--url", url)  # PARTNERKIT_WEBHOOK_TOKENS holds an unbound token
+    warnings = [line for line in third.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, third.stderr
+    assert warnings[0].startswith(f"warning: webhook {lost.id} also delivers to this URL, and its token is not "
+                                  "saved here")
+    assert ("the receiver checks its deliveries only against the unbound tokens of PARTNERKIT_WEBHOOK_TOKENS and "
+            "refuses them unless one of those signs them") in warnings[0]
+    assert warnings[1] == ("warning: webhook 2 already delivers to this URL: each event now arrives twice (stored "
+                           "once); `partnerkit webhooks delete 2` removes the old one")
+
+    # A saved token of a webhook the provider no longer has (deleted at the provider, or a sandbox restarted).
+    with sandbox_server.sandbox.lock:
+        del sandbox_server.sandbox.webhooks[2]
+    fourth = run(env, "webhooks", "register", "--url", url)
+    assert ("warning: a token is still saved for webhook 2, which delivered to this URL but which the provider no "
+            "longer lists; `partnerkit webhooks delete 2` forgets it") in fourth.stderr
+    assert "webhook 2 already" not in fourth.stderr and "warning: webhook 3 already delivers" in fourth.stderr
+
+    # The provider's list cannot be read: the new webhook is registered all the same, and the check says so.
+    faults = f"{sandbox_server.base_url}/sandbox/faults/http_500"
+    assert requests.put(faults, json={"scope": "GET /api/v1/webhooks"}, timeout=5).status_code < 300
+    try:
+        fifth = run(env, "webhooks", "register", "--url", url)
+    finally:
+        requests.delete(faults, timeout=5)
+    assert "webhook 5 registered" in fifth.stderr
+    assert "warning: the provider's webhooks could not be listed (" in fifth.stderr
+    assert "warning: webhook 4 already delivers to this URL" in fifth.stderr  # its token is saved: known here
+    assert f"webhook {lost.id} also" not in fifth.stderr
 
 
 def test_a_token_or_secret_in_an_answer_whose_shape_is_not_shown_is_masked():

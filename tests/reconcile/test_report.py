@@ -315,3 +315,49 @@ def test_docs_name_every_report_field(report):
     section = docs[docs.index("## The report"):docs.index("## Commands")]
     fields = {*report, *report["summary"], *report["unsettled"], *next(iter(report["wallets"].values()))}
     assert sorted(f for f in fields if f"`{f}`" not in section and f"`summary.{f}`" not in section) == []
+
+
+def test_the_next_report_write_removes_the_temp_files_a_killed_one_left_but_not_one_being_written(config, report,
+                                                                                                  later):
+    """A write killed between its temp files and their renames leaves whole copies of the report under hidden
+    names; the next write removes them. One that another process is writing now is held (its lock) and stays."""
+    import subprocess
+    import sys
+
+    folder = config.report_dir
+    killed = folder / ".partnerkit-report-2025-03-10.json.k1ll3dx8.tmp"  # any day's: created, its writer gone
+    killed.write_text('{"date": "2025-03-10", "summ')
+    other_output = folder / ".notes.txt.k1ll3dx8.tmp"  # not a report's: left alone
+    other_output.write_text("finance's own")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from reconcile.jobs import _new_temp; "
+         "fd, tmp, lock = _new_temp(Path(sys.argv[1])); print(tmp, flush=True); sys.stdin.read()",
+         str(folder / report_filename("2025-03-16", "json"))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        held = Path(holder.stdout.readline().strip())  # another process writing the report of another day
+        assert held.name.startswith(".partnerkit-report-2025-03-16.json.") and held.exists()
+
+        write_report_files(folder, later)
+        assert not killed.exists()
+        assert held.exists(), "a temp file another process is writing was removed"
+        assert other_output.exists()
+    finally:
+        holder.stdin.close()  # the writer ends without renaming it: now it is a killed write's leftover
+        holder.wait(timeout=30)
+    write_report_files(folder, later)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [other_output.name] + [report_filename("2025-03-14", f) for f in ("csv", "html", "json")])
+
+
+def test_an_output_file_write_removes_the_temp_files_a_killed_write_of_it_left(tmp_path):
+    from reconcile.jobs import write_atomic
+
+    output = tmp_path / "out" / "day.json"
+    output.parent.mkdir()
+    left = output.parent / ".day.json.a1b2c3d4.tmp"
+    left.write_text("half")
+    other = output.parent / ".other.json.a1b2c3d4.tmp"  # another file's: not this write's to judge
+    other.write_text("half")
+    write_atomic(output, "{}")
+    assert sorted(p.name for p in output.parent.iterdir()) == [other.name, "day.json"]
