@@ -10,6 +10,7 @@ import time
 from reconcile import sync
 from reconcile.scheduler import run_worker
 from reconcile.worker_jobs import JobSpec
+from tests.standin import StandIn
 
 STARTED, FAIL = threading.Event(), threading.Event()
 WALKS_STOPPED: list[bool] = []
@@ -36,7 +37,7 @@ def test_a_job_that_fails_while_the_worker_stops_does_not_hold_the_stop_up(confi
 
     def worker() -> None:
         try:
-            codes.append(run_worker(config, stop=stop, jobs=(spec,), client_factory=lambda *a: None))
+            codes.append(run_worker(config, stop=stop, jobs=(spec,), client_factory=lambda *a: StandIn()))
         except Exception as exc:  # noqa: BLE001 - shown by the assertion below
             codes.append(exc)
 
