@@ -216,6 +216,16 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      f"{REFUSAL_HINTS.get(top, 'see the receiver log')}; the receiver's `webhook rejected` log lines "
                      "name each sender (remote, forwarded_for); the next accepted delivery clears this "
                      "(`partnerkit webhooks test ID` asks the provider for one)")
+    elif no_token := status["webhooks_refused_last_hour"].get("no_token"):
+        # Others are accepted: a second webhook of this receiver whose token was never saved here (a `webhooks
+        # register` killed between the provider's answer and the save, one registered from elsewhere). Each of
+        # its events is refused 5 times and ends failed at the provider; nothing else would say so.
+        lines.append(f"{no_token} webhook deliver{'y' if no_token == 1 else 'ies'} refused in the last hour for an "
+                     "X-Webhook-ID with no accepted token, while other deliveries are accepted: a webhook whose token "
+                     "is not saved here (a `webhooks register` stopped before it saved it, or one registered "
+                     "elsewhere); `partnerkit webhooks list` shows it (TOKEN_SAVED no): `partnerkit webhooks delete "
+                     "ID` if it is a second webhook of this receiver, else `partnerkit webhooks token set ID` with its "
+                     "signing secret")
     if status["voucher_fetch_parked"]:
         lines.append(f"{status['voucher_fetch_parked']} voucher fetch job(s) parked after their retries (`partnerkit "
                      "events list` says why): once the provider answers again, `partnerkit orders sync` re-arms now the "

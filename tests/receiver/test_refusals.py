@@ -307,3 +307,24 @@ def test_deliveries_of_a_webhook_whose_token_nobody_has_say_to_register_again(tm
     assert "(no_token 1)" in line
     assert ("a token nobody has (registered after the backup a restore put back: the provider shows it only once) "
             "means `partnerkit webhooks register` again, then `partnerkit webhooks delete` the old one") in line
+
+
+def test_deliveries_of_a_webhook_without_a_saved_token_are_named_even_while_others_are_accepted(app, client, db,
+                                                                                            config):
+    """A `webhooks register` killed after the provider created the webhook: its token is lost, registering again
+    makes a second webhook whose deliveries are accepted, and every event of the first is refused (no_token)."""
+    from partnerkit.store import webhook_refusals
+    from partnerkit.store.webhook_refusals import Tally, minute_of
+
+    with freeze_time(T):
+        assert post(client, _processing("evt_of_the_second_webhook")).status_code == 200
+    first = T + timedelta(seconds=30)
+    stamp = first.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    webhook_refusals.add(db, [Tally(minute_of(stamp), "no_token", 5, stamp, stamp)])
+    with freeze_time(T + timedelta(minutes=2)):
+        assert post(client, _processing("evt_of_the_second_webhook_again")).status_code == 200
+        status = collect(config, db)
+    [line] = status["attention"]
+    assert line.startswith("5 webhook deliveries refused in the last hour for an X-Webhook-ID with no accepted "
+                           "token, while other deliveries are accepted")
+    assert "`partnerkit webhooks delete ID`" in line
