@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
+from partnerkit.files import sync_directory
 from partnerkit.store import webhook_tokens
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store.vouchers import KeyedSample, keyed_samples, keyed_values
@@ -255,11 +256,7 @@ def write_key_file(path: Path, keys: Sequence[str]) -> None:
         raise
     finally:
         os.close(lock)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself survives a power cut
-    finally:
-        os.close(directory)
+    sync_directory(path.parent)  # the rename itself survives a power cut
 
 
 def _read_or_create_key_file(path: Path, db_path: Path) -> list[str]:

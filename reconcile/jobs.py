@@ -18,6 +18,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from partnerkit.files import sync_directory
 from partnerkit.store import drifts as drift_store
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store import matching as matching_store
@@ -114,18 +115,6 @@ def _clear_killed_temps(directory: Path, pattern: str) -> list[Path]:
     return removed
 
 
-def _sync_directory(directory: Path) -> None:
-    """Make the renames into `directory` durable (a rename lives in the directory, not in the file)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # a filesystem that cannot sync a directory: the renames stand, as before
-        if exc.errno != errno.EINVAL:
-            raise
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, text: str) -> Path:
     """Write a file so readers see the old or the new content, never half (temp file + rename)."""
     return write_together([(path, text)])[0]
@@ -180,7 +169,7 @@ def _write_set(files: Sequence[tuple[Path, str]], *, set_aside: str | None = Non
             Path(tmp).unlink(missing_ok=True)
         for _, lock in temps:  # held until renamed or removed
             os.close(lock)
-    _sync_directory(paths[0].parent)
+    sync_directory(paths[0].parent)
     return paths, kept
 
 
