@@ -28,18 +28,9 @@ from reconcile.jobs import reconcile_day, sync_recent
 from reconcile.locate import locate
 from reconcile.recharges import submit
 from tests.sandbox_serving import serve_sandbox
-from tests.worker.worker_helpers import START, SUBMIT, config_for, frozen, later, mobile  # noqa: F401 (fixtures)
+from tests.worker.worker_helpers import START, SUBMIT, config_for, frozen, later, mobile, run  # noqa: F401 (fixtures)
 
 KEY, REFERENCE = "raw-key-0001", "raw-1"
-
-
-
-@pytest.fixture
-def run(config, monkeypatch):
-    for name, value in config_as_env(config).items():
-        monkeypatch.setenv(name, value)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(cli, list(args))
 
 
 def provider_count(server, number: str) -> int:

@@ -13,19 +13,14 @@ import json
 from datetime import timedelta
 
 import pytest
-from click.testing import CliRunner
 
-from partnerkit.cli import cli
-from partnerkit.config import config_as_env
 from partnerkit.status import collect
 from partnerkit.store import recharges as store
 from partnerkit.timeutil import iso
 from reconcile.poller import poll_once
 from reconcile.locate import locate
 from reconcile.recharges import RechargeInputError, submit
-from tests.worker.worker_helpers import START, SUBMIT, frozen, later, mobile  # noqa: F401 (fixtures)
-
-
+from tests.worker.worker_helpers import START, SUBMIT, frozen, later, mobile, run  # noqa: F401 (fixtures)
 
 
 def provider_count(server, number: str) -> int:
@@ -116,14 +111,6 @@ def test_a_customer_served_by_another_submit_is_never_recharged_again_by_locate(
             f"({served.recharge.id} SUCCESS created {iso(served.recharge.created_at)}): the customer was probably "
             "served by it.") in outcome.message
     assert "was not served by the recharge above, run `partnerkit recharges locate" in outcome.message
-
-
-@pytest.fixture
-def run(config, monkeypatch):
-    for name, value in config_as_env(config).items():
-        monkeypatch.setenv(name, value)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(cli, list(args))
 
 
 def test_the_command_replays_only_when_told_and_exits_as_documented(server, config, wdb, client, stats, later, run):

@@ -7,9 +7,11 @@ from datetime import datetime, timezone
 
 import pytest
 import requests
+from click.testing import CliRunner
 from freezegun import freeze_time
 
-from partnerkit.config import load_config
+from partnerkit.cli import cli
+from partnerkit.config import config_as_env, load_config
 
 _numbers = itertools.count(1)
 
@@ -32,6 +34,15 @@ def later(frozen, server):
         frozen.tick(seconds)
         server.advance(seconds)
     return move
+
+
+@pytest.fixture
+def run(config, monkeypatch):
+    """`partnerkit ARGS...` in this process with `config`'s environment: `run("recharges", "list")`."""
+    for name, value in config_as_env(config).items():
+        monkeypatch.setenv(name, value)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(cli, list(args))
 
 
 def mobile(last_digit: int) -> str:
