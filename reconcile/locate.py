@@ -20,12 +20,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from partnerkit import errors
+from partnerkit import errors, senders
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous
 from partnerkit.money import from_cents
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
+from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.recharges import (RechargeInputError, SubmitOutcome, SubmitRequest, answer_held_elsewhere,
                                  answer_not_stored, describe, merged_answer, status_from_answer, stored_status,
@@ -66,6 +67,9 @@ class _Search:
     served: list = field(default_factory=list)  # other recharges of the number and face since the submit
     replay_error: str | None = None  # what sending the key again met
     replay_ambiguous: bool = False  # ... and whether that send may have performed it (errors.is_ambiguous)
+    # An INTENT's submit: still running (True), no longer (False), not known (None: partnerkit.senders); and who.
+    sender: bool | None = None
+    sender_who: str | None = None
 
     @property
     def shows_none(self) -> bool:
@@ -100,13 +104,16 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         return SubmitOutcome(row["local_id"], row["status"], row["idempotency_key"], row["client_reference"],
                              located_by="already_known", message=describe(row), row=row)
     _close_if_never_sent(db, row)
-    search = _Search()
+    # An INTENT's submit still running (partnerkit.senders) may be waiting for the budget or for the answer: the
+    # search may not show its recharge yet, and it stores the answer itself. Its key is sent again only if asked.
+    search = _Search(sender=senders.row_running(database_file(db), row), sender_who=row["sender"])
     found = _search(db, client, row, now, search)
     if found is not None:
         return found
     submitted = parse_ts(row["submitted_at"]) or now
     young = now - submitted < REPLAY_WINDOW
-    if _replayable(row, now) and (replay or (young and search.shows_none and not search.served)):
+    if _replayable(row, now) and (replay or (young and search.shows_none and not search.served
+                                             and search.sender is not True)):
         sent = _replay_same_key(config, db, client, row, now, search, searched=True, asked=replay)
         if sent is not None:
             return sent
@@ -368,6 +375,8 @@ def _unknown(db: Database, row: dict, now: datetime, search: _Search, *, young: 
         seen = "the provider shows no such recharge"
     text = f"Local recharge #{local} ({row['mobile_number']}, {face}) is UNKNOWN: {seen}"
     text += f" ({'; '.join(search.notes)})." if search.notes and not search.unchecked else "."
+    if search.sender is not None:  # an INTENT whose submit can be seen (partnerkit.senders)
+        text += f" Its row is still INTENT: {senders.sending('recharges submit', search.sender, search.sender_who)}."
     if search.served:
         text += (f" It does show {len(search.served)} other recharge(s) of {row['mobile_number']} for {face} made "
                  f"since this one was asked for ({_listed(search.served)}): the customer was probably served by it.")
@@ -391,6 +400,10 @@ def _unknown(db: Database, row: dict, now: datetime, search: _Search, *, young: 
     elif asked:
         text += (f" Run `partnerkit recharges locate --local-id {local} --replay` again when the provider answers "
                  "(the same key never makes a second recharge).")
+    elif search.sender is True:
+        text += (" Its key was not sent again: that submit stores the answer when it comes, and locates the recharge "
+                 f"itself if the answer is lost. Once it has ended, if #{local} is still open, run `partnerkit "
+                 f"recharges locate --local-id {local}` again.")
     elif search.unchecked or search.replay_error:
         text += (f" Run `partnerkit recharges locate --local-id {local}` again when the provider answers"
                  + (f" (until {until} it also sends the key again if the provider shows no such recharge)."

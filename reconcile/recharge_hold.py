@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from partnerkit import errors
+from partnerkit import errors, senders
 from partnerkit.money import fmt
 from partnerkit.ordering import HOLD_WINDOW as ORDER_HOLD_WINDOW
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
+from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts
 
 # How long an open intent holds back a new submit of its number and amount, from its submit: the hold of an
@@ -50,6 +51,10 @@ class HeldRecharge:
     # Until when `recharges locate` sends its key again by itself if the provider shows no such recharge
     # (reconcile.locate.REPLAY_WINDOW after the submit); None once that is over.
     replays_until: datetime | None
+    # An INTENT's submit (partnerkit.senders): still running (True), gone (False: killed while sending), or not
+    # known (None: a row of an older release, another host's lock not visible, an UNKNOWN row); and who it was.
+    sender_running: bool | None = None
+    sender: str | None = None
 
     @property
     def locate_command(self) -> str:
@@ -58,16 +63,17 @@ class HeldRecharge:
 
     def describe(self) -> str:
         how = ("its answer was lost" if self.state == "UNKNOWN" else
-               "not answered yet: another `recharges submit` may still be sending it, or its process died")
+               senders.sending("recharges submit", self.sender_running, self.sender))
         if self.replays_until is not None:
             then = (f"if the provider shows none, until {iso(self.replays_until)} it also sends it again under its "
                     "own key, which completes that request and never makes a second recharge")
         else:
             then = ("if the provider shows none, sending it again under its own key is a decision (`--replay`: the "
                     "same key never makes a second recharge)")
+        wait = "once that command has ended, if it is still open, " if self.sender_running else ""
         return (f"local recharge #{self.local_id} is {self.state}, submitted {_age(self.age)} ago and {how} "
-                f"(Idempotency-Key {self.idempotency_key}, client_reference {self.client_reference}); settle it "
-                f"with `{self.locate_command}`: it searches the provider and links what it finds; {then}")
+                f"(Idempotency-Key {self.idempotency_key}, client_reference {self.client_reference}); {wait}settle "
+                f"it with `{self.locate_command}`: it searches the provider and links what it finds; {then}")
 
 
 class UnresolvedRecharge(errors.PartnerKitError):
@@ -98,17 +104,22 @@ def refuse_if_held(db: Database | sqlite3.Connection, *, mobile_number: str, amo
     HOLD_WINDOW of `now`. Asked inside the transaction that records the new intent."""
     held = store.held(db, mobile_number=mobile_number, amount=amount, since=now - HOLD_WINDOW)
     if held:
-        raise UnresolvedRecharge(mobile_number, amount, [held_recharge(row, now) for row in held])
+        # Asked inside the transaction that holds the write lock: no held row changes meanwhile, so a sender
+        # whose lock is free has not stored its answer and never will.
+        database = database_file(db)
+        raise UnresolvedRecharge(mobile_number, amount, [held_recharge(row, now, database) for row in held])
 
 
-def held_recharge(row: dict, now: datetime) -> HeldRecharge:
-    """An open intent's row as a HeldRecharge, its age and replay window as of `now`."""
+def held_recharge(row: dict, now: datetime, database: str | None = None) -> HeldRecharge:
+    """An open intent's row as a HeldRecharge, its age and replay window as of `now`, and whether its submit
+    still runs (the lock it holds on `database`'s senders file: partnerkit.senders)."""
     from reconcile.locate import REPLAY_WINDOW  # locate builds on reconcile.recharges, which builds on this
 
     submitted = parse_ts(row["submitted_at"]) or now
     until = submitted + REPLAY_WINDOW
     return HeldRecharge(row["local_id"], row["idempotency_key"], row["client_reference"], row["status"],
-                        now - submitted, until if now < until else None)
+                        now - submitted, until if now < until else None, senders.row_running(database, row),
+                        row.get("sender"))
 
 
 def open_ones_named(db: Database, *, mobile_number: str, amount: Decimal, besides: int, now: datetime) -> str:
@@ -118,14 +129,20 @@ def open_ones_named(db: Database, *, mobile_number: str, amount: Decimal, beside
     try:
         rows = [r for r in store.open_intents(db, mobile_number=mobile_number, amount=amount)
                 if r["local_id"] != besides]
+        database = database_file(db)
+        held = [held_recharge(row, now, database) for row in rows]
+        # Read outside a transaction: a submit whose lock is free now may have stored its answer since the rows
+        # were read (it frees its lock after): such a row is asked again, and left out once it is answered.
+        held = [h for h in held if h.sender_running is not False
+                or (store.get(db, h.local_id) or {}).get("status") == "INTENT"]
     except (errors.StorageError, sqlite3.Error):
         return ""
-    if not rows:
+    if not held:
         return ""
-    shown = "; ".join(held_recharge(row, now).describe() for row in rows[:UnresolvedRecharge.SHOWN])
-    more = f"; and {len(rows) - UnresolvedRecharge.SHOWN} more" if len(rows) > UnresolvedRecharge.SHOWN else ""
+    shown = "; ".join(h.describe() for h in held[:UnresolvedRecharge.SHOWN])
+    more = f"; and {len(held) - UnresolvedRecharge.SHOWN} more" if len(held) > UnresolvedRecharge.SHOWN else ""
     return (f"It may be one of this store's whose outcome is not known: {shown}{more}. Settle "
-            f"{'it' if len(rows) == 1 else 'them'} first. ")
+            f"{'it' if len(held) == 1 else 'them'} first. ")
 
 
 def _age(age: timedelta) -> str:

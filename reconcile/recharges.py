@@ -21,14 +21,14 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from partnerkit import errors
+from partnerkit import errors, senders
 from partnerkit.client import PartnerApi, check_idempotency_key
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
-from partnerkit.store.db import transaction
+from partnerkit.store.db import database_file, transaction
 from partnerkit.timeutil import utcnow
 from reconcile.recharge_hold import UnresolvedRecharge, open_ones_named, refuse_if_held  # noqa: F401 (submit raises it)
 
@@ -199,8 +199,19 @@ def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: s
         return _resume(config, db, client, known, request, client_reference)
     reference = client_reference or new_client_reference()
     submitted_at = now or utcnow()
+    # The lock this submit holds until it returns (partnerkit.senders), so that `status`, `recharges locate` and the
+    # hold can tell its INTENT from one a killed submit left: taken before the intent is committed (no reader sees
+    # the row without it) and freed after the answer is stored or the row is left open for locate.
+    with senders.holding(database_file(db)) as sending:
+        return _record_and_send(config, db, client, key, request, reference, submitted_at, client_reference, sending)
+
+
+def _record_and_send(config: Config, db: Database, client: PartnerApi, key: str, request: SubmitRequest,
+                     reference: str, submitted_at: datetime, client_reference: str | None,
+                     sending: senders.Held | None) -> SubmitOutcome:
+    """`submit` once its request is validated and its sender's lock taken: the intent, the send, the answer."""
     try:
-        local_id = _record_intent(db, key, request, reference, submitted_at)
+        local_id = _record_intent(db, key, request, reference, submitted_at, sending)
     except errors.StorageError:
         known = store.by_idempotency_key(db, key)  # another process recorded this key a moment ago
         if known is None:
@@ -246,7 +257,8 @@ def submit(config: Config, db: Database, client: PartnerApi, *, mobile_number: s
                          message=describe(row), row=row)
 
 
-def _record_intent(db: Database, key: str, request: SubmitRequest, reference: str, submitted_at: datetime) -> int:
+def _record_intent(db: Database, key: str, request: SubmitRequest, reference: str, submitted_at: datetime,
+                   sending: senders.Held | None = None) -> int:
     """Commit the INTENT row of a new recharge; its local id. Unless `force`, an open intent of the same number
     and amount holds it back first (`UnresolvedRecharge`, nothing recorded): the look-up and the insert are one
     IMMEDIATE transaction, so two submits of one recharge at once cannot both pass. A key recorded a moment
@@ -258,7 +270,9 @@ def _record_intent(db: Database, key: str, request: SubmitRequest, reference: st
                                    operator_id=request.operator_id, amount=request.amount,
                                    client_reference=reference, submitted_at=submitted_at,
                                    circle_id=request.circle_id, is_postpaid=request.is_postpaid,
-                                   is_special=request.is_special, nickname=request.nickname, force=request.force)
+                                   is_special=request.is_special, nickname=request.nickname, force=request.force,
+                                   sender_lock=sending.offset if sending else None,
+                                   sender=sending.who if sending else None)
 
 
 def _discard(db: Database, local_id: int, refusal: Exception) -> None:

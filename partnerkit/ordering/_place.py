@@ -11,7 +11,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from partnerkit import errors
+from partnerkit import errors, senders
 from partnerkit.config import Config
 from partnerkit.crypto import Cipher, KeyFollower
 from partnerkit.errors import is_ambiguous
@@ -21,7 +21,7 @@ from partnerkit.ordering._request import (
     _resume_check, new_ref, replay_command, validate_order,
 )
 from partnerkit.store import Database, order_intents, orders
-from partnerkit.store.db import transaction
+from partnerkit.store.db import database_file, transaction
 from partnerkit.timeutil import parse_ts, utcnow
 
 if TYPE_CHECKING:
@@ -51,14 +51,25 @@ def place_order(config: Config, db: Database, client: PartnerApi, *, product_id:
     # They are sealed with the key file as it is when the answer is stored (`_placed`), not as it is now:
     # the answer can take up to the HTTP timeout, and a replay as long again.
     keys = KeyFollower(config, cipher)
-    intent, resumed = _open_intent(db, key, request, ref, force=force)
+    # The lock this run holds until it returns (partnerkit.senders), so that `status` and the hold can tell its
+    # INTENT from one a killed run left: taken before the intent is committed or marked sending, freed after the
+    # answer is stored or the intent is left open.
+    with senders.holding(database_file(db)) as sending:
+        return _place(db, client, keys, key, request, ref, force=force, sending=sending)
+
+
+def _place(db: Database, client: PartnerApi, keys: KeyFollower, key: str, request: OrderRequest, ref: str | None, *,
+           force: bool, sending: senders.Held | None) -> OrderOutcome:
+    """`place_order` once its request is validated and its sender's lock taken: the intent, the sends, the answer."""
+    intent, resumed = _open_intent(db, key, request, ref, force=force, sending=sending)
     if intent["state"] == "PLACED" and intent["order_id"] is not None and orders.get(db, intent["order_id"]):
         # Nothing to learn from the provider: the order is stored, at least as new as the answer was.
         return _from_local(db, intent, request, note=f"Idempotency-Key {key} already placed order "
                            f"{intent['order_id']} ({_name(intent)}): nothing was sent, nothing ordered twice.")
     # A send of an intent sent before (and not refused) may meet the order its earlier send placed.
     may_exist = resumed and intent["state"] != "REFUSED"
-    order_intents.mark_sending(db, intent["id"], utcnow())
+    order_intents.mark_sending(db, intent["id"], utcnow(), sender_lock=sending.offset if sending else None,
+                               sender=sending.who if sending else None)
     try:
         created = _send(db, client, intent)
     except errors.PartnerKitError as exc:
@@ -78,7 +89,8 @@ def place_order(config: Config, db: Database, client: PartnerApi, *, product_id:
     return _placed(db, keys, intent, request, created, resumed=resumed)
 
 
-def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None, *, force: bool) -> tuple[dict, bool]:
+def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None, *, force: bool,
+                 sending: senders.Held | None = None) -> tuple[dict, bool]:
     """(the intent to send, whether it existed already): the key's known intent, checked against the
     request, or a new one committed now, before the request exists. A new order (a new intent, or a
     REFUSED one sent again: nothing was placed for it) is refused while one of the same fields is
@@ -93,19 +105,24 @@ def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None,
             held = order_intents.held(conn, product_id=request.product_id, denomination=request.denomination,
                                       quantity=request.quantity, wallet_id=request.wallet_id, since=now - HOLD_WINDOW)
             if held:
-                raise UnresolvedOrder(request, [_held(intent, now) for intent in held])
+                # Inside the transaction that holds the write lock: no held intent changes meanwhile, so a sender
+                # whose lock is free has not stored its answer and never will.
+                database = database_file(conn)
+                raise UnresolvedOrder(request, [_held(intent, now, database) for intent in held])
         if known is not None:
             return known, True
         intent_id = order_intents.record(conn, idempotency_key=key, ref=ref or new_ref(), product_id=request.product_id,
                                          denomination=request.denomination, quantity=request.quantity,
-                                         wallet_id=request.wallet_id, email=request.email, now=now)
+                                         wallet_id=request.wallet_id, email=request.email, now=now,
+                                         sender_lock=sending.offset if sending else None,
+                                         sender=sending.who if sending else None)
         return order_intents.get(conn, intent_id) or {}, False
 
 
-def _held(intent: dict, now: datetime) -> HeldIntent:
+def _held(intent: dict, now: datetime, database: str | None) -> HeldIntent:
     since = parse_ts(intent["sent_at"] or intent["created_at"]) or now
     return HeldIntent(intent["id"], intent["idempotency_key"], intent["ref"], intent["state"], now - since,
-                      replay_command(intent))
+                      replay_command(intent), senders.row_running(database, intent), intent["sender"])
 
 
 def _send(db: Database, client: PartnerApi, intent: dict) -> Any:

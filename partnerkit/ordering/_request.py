@@ -15,7 +15,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from partnerkit import errors
+from partnerkit import errors, senders
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
 
 # How long an unresolved intent holds back a new order of the same fields, from its last send. The
@@ -40,12 +40,18 @@ class HeldIntent:
     state: str  # UNKNOWN (its answer was lost) or INTENT (being sent, or its process died while sending)
     age: timedelta  # since its last send (or its recording, if never sent)
     replay_command: str
+    # An INTENT's sender (partnerkit.senders): still running (True), gone (False: killed while sending), or not
+    # known (None: a row of an older release, another host's lock not visible, an UNKNOWN intent); and who it was.
+    sender_running: bool | None = None
+    sender: str | None = None
 
     def describe(self) -> str:
         how = ("its answer was lost" if self.state == "UNKNOWN" else
-               "not answered yet: another `orders create` may still be sending it, or its process died")
+               senders.sending("orders create", self.sender_running, self.sender))
+        wait = "once that command has ended, if it is still open, " if self.sender_running else ""
         return (f"order intent #{self.intent_id} is {self.state}, sent {_age(self.age)} ago and {how} "
-                f"(Idempotency-Key {self.idempotency_key}, ref {self.ref}); replay it with `{self.replay_command}`")
+                f"(Idempotency-Key {self.idempotency_key}, ref {self.ref}); {wait}replay it with "
+                f"`{self.replay_command}`")
 
 
 class UnresolvedOrder(errors.PartnerKitError):

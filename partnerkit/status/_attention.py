@@ -156,9 +156,17 @@ def _unknown_recharges_line(status: dict[str, Any]) -> str:
     which performs the recharge if the first send never arrived. Said per recharge, never "read only"."""
     ids = ", ".join(str(i) for i in status["recharges_unknown_local_ids"])
     more = ", ..." if status["recharges_unknown"] > len(status["recharges_unknown_local_ids"]) else ""
-    line = (f"{status['recharges_unknown']} recharge(s) with an unknown outcome (local id {ids}{more}): `partnerkit "
-            "recharges locate --local-id N` searches the provider for each and links what it finds; if the provider "
-            "shows none, ")
+    line = f"{status['recharges_unknown']} recharge(s) with an unknown outcome (local id {ids}{more}): "
+    gone = status["recharges_unknown_senders_gone"]
+    if len(gone) == 1:
+        # An INTENT named at once (partnerkit.senders), not minutes on: the command to run comes first.
+        line += (f"the submit that recorded {gone[0]} is no longer running (killed while sending: its answer will "
+                 f"never come): `partnerkit recharges locate --local-id {gone[0].split()[0].lstrip('#')}`; ")
+    elif gone:
+        line += (f"the submits that recorded {', '.join(gone)} are no longer running (killed while sending: their "
+                 "answers will never come): `partnerkit recharges locate --local-id N` for each; ")
+    line += ("`partnerkit recharges locate --local-id N` searches the provider for each and links what it finds; if "
+             "the provider shows none, ")
     replays = status["recharges_unknown_locate_replays"]
     if replays:
         line += (f"it sends one submitted under 5 minutes ago again under its own Idempotency-Key by itself "

@@ -7,9 +7,9 @@ worker without talking to either (or to the provider: it spends no API budget).
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 
-from partnerkit import disk
+from partnerkit import disk, senders
 from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
@@ -19,20 +19,25 @@ from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_hold
 from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, provider_failures,
                               recharges, reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap
+from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
 ESCALATE_AFTER_S = 30 * 60  # the document: beyond 30 minutes, escalate to support with reference_number
 # The nightly job checks hourly whether a report is due (sooner after a failed run), and a busy day's sync
 # takes a while: a report not there two hours past PARTNERKIT_DUE_HOUR_UTC is late, not merely in progress.
 REPORT_GRACE = timedelta(hours=2)
+# An INTENT whose sender's lock is free (partnerkit.senders: its `recharges submit` or `orders create` died while
+# sending) is named at once. The time rules below are for the others: a row that carries no lock (written by an
+# older release, or by a sender that could not take one) or whose lock cannot be seen from here, and a sender
+# still holding its lock past the longest send (hung, or a network filesystem keeping a dead client's lock).
 # An order intent still INTENT this long after its send began was left by a process that died while
 # sending (a send lasts at most a few client timeouts): its outcome is as unknown as an UNKNOWN one's.
 INTENT_ABANDONED_AFTER = timedelta(minutes=15)
 # A submit keeps its recharge INTENT while it waits for the budget (the client waits up to a minute) and
 # for the provider's answer; one INTENT much older than that was killed mid-send (its answer is lost).
 SUBMIT_BUDGET_WAIT_S = 60
-# Not sooner: a younger INTENT may be a submit still waiting for its answer, and nothing on the row tells a live
-# submit from a killed one. Meanwhile a rerun of the same submit is refused, naming it (reconcile.recharge_hold).
+# Not sooner, for an INTENT whose sender cannot be seen: it may be a submit still waiting for its answer.
+# Meanwhile a rerun of the same submit is refused, naming it (reconcile.recharge_hold).
 INTENT_STALE_FLOOR_S = 120
 # How long after its submit `recharges locate` sends an intent's Idempotency-Key again by itself when the provider
 # shows no such recharge: reconcile.locate.REPLAY_WINDOW (partnerkit does not import reconcile; a test holds the
@@ -98,13 +103,56 @@ def intent_stale_after_s(config: Config) -> float:
     return max(INTENT_STALE_FLOOR_S, SUBMIT_BUDGET_WAIT_S + 2 * config.http_timeout_s)
 
 
+def senders_gone(db: Database, rows: list[dict], read_again: Callable[[dict], dict | None]) -> set[int]:
+    """The ids of the INTENT `rows` whose sender no longer holds its lock (partnerkit.senders): its process died
+    while sending, or its send ended without resolving the row; nobody will store its answer. `read_again` reads
+    a row anew: a sender frees its lock only after storing its answer, so a row read before that and judged
+    after is asked again, and counts only if it is still the same INTENT."""
+    database = database_file(db)
+    gone = set()
+    for row in rows:
+        if senders.row_running(database, row) is False:
+            fresh = read_again(row) or {}
+            if fresh.get("sender_lock") == row["sender_lock"] and senders.row_running(database, fresh) is False:
+                gone.add(_row_id(row))
+    return gone
+
+
+def _row_id(row: dict) -> int:
+    return row["local_id"] if "local_id" in row else row["id"]
+
+
 def lost_answers(config: Config, db: Database, now: datetime) -> list[dict]:
-    """Recharges whose submit's answer was lost: UNKNOWN, and INTENT past `intent_stale_after_s` (a submit
-    killed mid-send, which never got to mark it UNKNOWN); oldest first (by local id)."""
+    """Recharges whose submit's answer was lost: UNKNOWN, INTENT whose submit is no longer running (it died while
+    sending, and never got to mark it UNKNOWN), and INTENT past `intent_stale_after_s` (a submit whose lock
+    cannot be seen, or that is still running so long); oldest first (by local id). An INTENT whose submit is gone
+    carries `sender_gone`."""
     cutoff = now - timedelta(seconds=intent_stale_after_s(config))
-    stale = [r for r in recharges.list_rows(db, status="INTENT")
-             if (parse_ts(r["submitted_at"]) or now) <= cutoff]
+    intents = recharges.list_rows(db, status="INTENT")
+    gone = senders_gone(db, intents, lambda r: recharges.get(db, r["local_id"]))
+    stale = [{**r, "sender_gone": r["local_id"] in gone} for r in intents
+             if r["local_id"] in gone or (parse_ts(r["submitted_at"]) or now) <= cutoff]
     return sorted(stale + recharges.list_rows(db, status="UNKNOWN"), key=lambda r: r["local_id"])
+
+
+def lost_orders(db: Database, now: datetime) -> list[dict]:
+    """Order intents whose outcome nobody knows: UNKNOWN, INTENT whose `orders create` is no longer running, and
+    INTENT since before INTENT_ABANDONED_AFTER (a send never takes that long); oldest first. An INTENT whose
+    sender is gone carries `sender_gone`."""
+    open_ones = order_intents.open_ones(db)
+    gone = senders_gone(db, [i for i in open_ones if i["state"] == "INTENT"], lambda i: order_intents.get(db, i["id"]))
+    abandoned = now - INTENT_ABANDONED_AFTER
+    return [{**i, "sender_gone": i["id"] in gone} for i in open_ones
+            if i["state"] == "UNKNOWN" or i["id"] in gone or (parse_ts(i["updated_at"]) or now) < abandoned]
+
+
+def _order_named(intent: dict) -> str:
+    """An order intent of `order_intents_unknown`: what replays it, and why it is named."""
+    who = f" ({intent['sender']})" if intent["sender"] else ""
+    gone = f"; the `orders create` that recorded it{who} is no longer running" if intent["sender_gone"] else ""
+    return (f"#{intent['id']} key {intent['idempotency_key']} ref {intent['ref']} (product {intent['product_id']}, "
+            f"{intent['quantity']} x {from_cents(intent['denomination_cents'])}, {intent['state']} since "
+            f"{intent['updated_at']}{gone})")
 
 
 def locate_replays(lost: list[dict], now: datetime) -> list[str]:
@@ -183,14 +231,15 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "recharges_past_30_min_unread": unread,
         "recharges_unknown": len(lost),
         "recharges_unknown_local_ids": [r["local_id"] for r in lost[:SHOWN_IDS]],
+        # Of those, the INTENT ones whose `recharges submit` is no longer running (killed while sending), as
+        # `#N (pid P on HOST)`: named at once, not after the time rule (partnerkit.senders).
+        "recharges_unknown_senders_gone": [f"#{r['local_id']}" + (f" ({r['sender']})" if r["sender"] else "")
+                                           for r in lost[:SHOWN_IDS] if r.get("sender_gone")],
         # Of those, the ones `recharges locate` sends again under their own key by itself if the provider shows
         # none (submitted under 5 minutes ago), and until when: the attention line says which.
         "recharges_unknown_locate_replays": locate_replays(lost, now),
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
-        "order_intents_unknown": [f"#{i['id']} key {i['idempotency_key']} ref {i['ref']} (product {i['product_id']}, "
-                                  f"{i['quantity']} x {from_cents(i['denomination_cents'])}, {i['state']} since "
-                                  f"{i['updated_at']})"
-                                  for i in order_intents.unresolved(db, open_before=now - INTENT_ABANDONED_AFTER)],
+        "order_intents_unknown": [_order_named(i) for i in lost_orders(db, now)],
         "budget_used_this_hour": budget.get("general", {}).get("used"),
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).

@@ -210,9 +210,10 @@ def wal_checkpoint(db: Database) -> tuple[int, int, int]:
     return busy, frames, done
 
 
-def database_file(db: Database) -> str | None:
-    """The file behind a store handle, or None for an in-memory one."""
-    path = next((f for _, name, f in db.conn.execute("PRAGMA database_list") if name == "main"), "")
+def database_file(db: Database | sqlite3.Connection) -> str | None:
+    """The file behind a store handle (or its connection), or None for an in-memory one."""
+    conn = db.conn if isinstance(db, Database) else db
+    path = next((f for _, name, f in conn.execute("PRAGMA database_list") if name == "main"), "")
     return path or None
 
 

@@ -31,13 +31,16 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict]:
 
 
 def record(conn: sqlite3.Connection, *, idempotency_key: str, ref: str, product_id: int, denomination: Decimal,
-           quantity: int, wallet_id: int | None, email: str | None, now: datetime) -> int:
-    """Insert an INTENT (inside the caller's transaction, committed before the order is sent); its id."""
+           quantity: int, wallet_id: int | None, email: str | None, now: datetime, sender_lock: int | None = None,
+           sender: str | None = None) -> int:
+    """Insert an INTENT (inside the caller's transaction, committed before the order is sent); its id.
+    `sender_lock` and `sender`: the lock the sending process holds, and who it is (`partnerkit.senders`)."""
     cursor = conn.execute(
         """INSERT INTO order_intents (idempotency_key, ref, product_id, denomination_cents, quantity, wallet_id,
-               email, state, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?)""",
-        (idempotency_key, ref, product_id, cents(denomination), quantity, wallet_id, email, stamp(now), stamp(now)))
+               email, state, created_at, updated_at, sender_lock, sender)
+           VALUES (?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?, ?, ?)""",
+        (idempotency_key, ref, product_id, cents(denomination), quantity, wallet_id, email, stamp(now), stamp(now),
+         sender_lock, sender))
     return int(cursor.lastrowid)
 
 
@@ -65,11 +68,14 @@ def get(db: Database, intent_id: int) -> dict | None:
     return rows[0] if rows else None
 
 
-def mark_sending(db: Database, intent_id: int, now: datetime) -> None:
-    """Committed before each send: a REFUSED intent sent again is open (INTENT) until answered."""
+def mark_sending(db: Database, intent_id: int, now: datetime, *, sender_lock: int | None = None,
+                 sender: str | None = None) -> None:
+    """Committed before each send: a REFUSED intent sent again is open (INTENT) until answered. The sender is
+    this send's (NULL when it holds no lock), never an earlier one's, whose lock may be long free."""
     with transaction(db) as conn:
         conn.execute("UPDATE order_intents SET state = CASE state WHEN 'REFUSED' THEN 'INTENT' ELSE state END, "
-                     "sent_at = ?, updated_at = ? WHERE id = ?", (stamp(now), stamp(now), intent_id))
+                     "sent_at = ?, updated_at = ?, sender_lock = ?, sender = ? WHERE id = ?",
+                     (stamp(now), stamp(now), sender_lock, sender, intent_id))
 
 
 def mark_unknown(db: Database, intent_id: int, error: str, now: datetime) -> None:
@@ -122,9 +128,7 @@ def link_by_ref(conn: sqlite3.Connection, listed: Iterable[tuple[Any, int, Any, 
     return linked
 
 
-def unresolved(db: Database, *, open_before: datetime) -> list[dict]:
-    """Intents whose outcome nobody knows: UNKNOWN, or INTENT since before `open_before` (its process
-    died while sending: a send never takes that long), oldest first."""
-    return _rows(db.execute(
-        "SELECT * FROM order_intents WHERE state = 'UNKNOWN' OR (state = 'INTENT' AND updated_at < ?) ORDER BY id",
-        (stamp(open_before),)))
+def open_ones(db: Database) -> list[dict]:
+    """Every open intent (INTENT or UNKNOWN), oldest first: `partnerkit status` judges which nobody will
+    answer (UNKNOWN; INTENT whose sender is gone, or open too long for a send)."""
+    return _rows(db.execute(f"SELECT * FROM order_intents WHERE {OPEN_SQL} ORDER BY id"))

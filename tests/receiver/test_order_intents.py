@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import threading
@@ -247,21 +248,36 @@ def test_a_process_killed_while_sending_leaves_an_intent_whose_key_places_one_or
         if child.poll() is None:
             child.kill()
             child.wait(10)
-    [intent] = [dict(zip(("id", "state", "key"), row)) for row in
-                db.execute("SELECT id, state, idempotency_key FROM order_intents").fetchall()]
+    [intent] = [dict(zip(("id", "state", "key", "sender"), row)) for row in
+                db.execute("SELECT id, state, idempotency_key, sender FROM order_intents").fetchall()]
     assert intent["state"] == "INTENT"  # committed before the request existed; nobody answered it
+    gone = f"the `orders create` that recorded it (pid {child.pid} on {socket.gethostname()}) is no longer running"
+    assert intent["sender"] == f"pid {child.pid} on {socket.gethostname()}"
     # Run again without its key, the same order is refused before anything is sent: it may be placed.
     rerun = run(env, *ORDER, code=1)
     assert f"order intent #{intent['id']} is INTENT" in rerun.output and intent["key"] in rerun.output
+    assert f"{gone}: its answer will never come" in rerun.output
     assert server.sandbox.calls[CREATE] == 1 and db.execute("SELECT count(*) FROM order_intents").fetchone() == (1,)
     hold.drop = not arrived
     hold.release.set()
-    # A quarter of an hour on, `status` names it (a send never lasts that long).
-    later = status_mod.collect(config, db, now=utcnow() + timedelta(minutes=16))
-    assert [line.split()[:3] for line in later["order_intents_unknown"]] == [[f"#{intent['id']}", "key", intent["key"]]]
+    # `status` names it at once: the process that held its sender's lock is gone (partnerkit.senders).
+    [named] = status_mod.collect(config, db)["order_intents_unknown"]
+    assert named.split()[:3] == [f"#{intent['id']}", "key", intent["key"]] and named.endswith(f"; {gone})")
     replayed = json.loads(run(env, *ORDER, "--idempotency-key", intent["key"], "--format", "json").stdout)
     [order] = provider_orders(server)
     assert replayed["id"] == order.id and order_intents.get(db, intent["id"])["state"] == "PLACED"
+
+
+def test_an_intent_without_its_senders_lock_keeps_the_quarter_hour_rule(config, db):
+    """A row of an older release (or of a sender that could not take a lock) says nothing of its sender: `status`
+    names it only once a send could not last that long, as before."""
+    start = utcnow()
+    with transaction(db) as conn:
+        intent_id = order_intents.record(conn, idempotency_key="older-release-0001", ref="older-ref", product_id=8,
+                                         denomination=Decimal("100"), quantity=1, wallet_id=None, email=None, now=start)
+    assert status_mod.collect(config, db, now=start + timedelta(minutes=14))["order_intents_unknown"] == []
+    [named] = status_mod.collect(config, db, now=start + timedelta(minutes=16))["order_intents_unknown"]
+    assert named.startswith(f"#{intent_id} key older-release-0001 ref older-ref") and "no longer running" not in named
 
 
 def test_a_replay_refused_before_it_was_read_leaves_the_intent_open(server, env, db):
@@ -376,7 +392,12 @@ def test_an_intent_still_being_sent_holds_back_the_same_order(server, config, en
         assert intent[1] == "INTENT"
         second = run(env, *ORDER, code=1)
         assert f"order intent #{intent[0]} is INTENT, sent " in second.output
-        assert "another `orders create` may still be sending it, or its process died" in second.output
+        # The first holds its sender's lock (partnerkit.senders): named as running, even from this process.
+        assert (f"its `orders create` (pid {os.getpid()} on {socket.gethostname()}) is still running, waiting for "
+                "the provider's answer") in second.output
+        assert "once that command has ended, if it is still open, replay it with `partnerkit orders create" \
+            in second.output
+        assert status_mod.collect(config, db)["order_intents_unknown"] == []  # its answer may still come
     finally:
         hold.release.set()
         sender.join(30)

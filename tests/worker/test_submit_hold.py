@@ -11,6 +11,8 @@ say how many exist. Our clock is frozen and the sandbox's (speed 0) moved with i
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 from dataclasses import replace
 from datetime import timedelta
@@ -23,13 +25,14 @@ from partnerkit import errors
 from partnerkit.cli import cli
 from partnerkit.client import PartnerClient
 from partnerkit.config import config_as_env
+from partnerkit.status import collect
 from partnerkit.store import open_db
 from partnerkit.store import recharges as store
 from partnerkit.timeutil import utcnow
 from reconcile.locate import REPLAY_WINDOW
 from reconcile.recharge_hold import HOLD_WINDOW
 from reconcile.recharges import DuplicateSubmit, UnresolvedRecharge, submit
-from tests.worker.worker_helpers import SUBMIT, frozen, later, mobile  # noqa: F401 (fixtures)
+from tests.worker.worker_helpers import SUBMIT, Hold, frozen, later, mobile  # noqa: F401 (fixtures)
 
 KEY, REFERENCE = "pk-killed-while-sending-0001", "pk-killed-ref-0001"
 
@@ -181,22 +184,6 @@ def test_an_intent_past_the_hold_no_longer_holds_and_the_409_names_it_before_for
     assert [r[1] for r in rows(wdb)] == ["UNKNOWN", "SUCCESS"]  # the 409's own intent removed, as before
 
 
-class Hold:
-    """Holds the first POST /api/v1/recharges at the sandbox until released."""
-
-    def __init__(self, app) -> None:
-        self.held, self.release = threading.Event(), threading.Event()
-        app.before_request(self._before)
-
-    def _before(self):
-        from flask import request
-
-        if request.method == "POST" and request.path == "/api/v1/recharges" and not self.held.is_set():
-            self.held.set()
-            self.release.wait(30)
-        return None
-
-
 def test_a_submit_still_sending_holds_back_the_same_one(server, config, wdb, run):
     """Two `recharges submit` of one recharge at once (a double click, two terminals): the second sends nothing."""
     number = mobile(0)
@@ -219,7 +206,14 @@ def test_a_submit_still_sending_holds_back_the_same_one(server, config, wdb, run
         [(local_id, state, _)] = rows(wdb)
         assert state == "INTENT"
         second = run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "199", code=1)
-        assert f"local recharge #{local_id} is INTENT, submitted 0 s ago and not answered yet" in second.stderr
+        # The first submit holds its sender's lock (partnerkit.senders): named as running, even from this thread.
+        assert (f"local recharge #{local_id} is INTENT, submitted 0 s ago and its `recharges submit` (pid "
+                f"{os.getpid()} on {socket.gethostname()}) is still running, waiting for the provider's answer "
+                f"(Idempotency-Key ") in second.stderr
+        assert ("; once that command has ended, if it is still open, settle it with `partnerkit recharges locate "
+                f"--local-id {local_id}`") in second.stderr
+        # `status` does not name it yet: its answer may still come.
+        assert collect(config, wdb)["recharges_unknown"] == 0
     finally:
         hold.release.set()
         thread.join(30)

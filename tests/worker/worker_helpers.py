@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from datetime import datetime, timezone
 
 import pytest
@@ -95,3 +96,19 @@ class Stats:
 LIST = "GET /api/v1/recharges"
 SINGLE = "GET /api/v1/recharges/:id"
 SUBMIT = "POST /api/v1/recharges"
+
+
+class Hold:
+    """Holds the first POST /api/v1/recharges at the sandbox (received, not yet done) until released."""
+
+    def __init__(self, app) -> None:
+        self.held, self.release = threading.Event(), threading.Event()
+        app.before_request(self._before)
+
+    def _before(self):
+        from flask import request
+
+        if request.method == "POST" and request.path == "/api/v1/recharges" and not self.held.is_set():
+            self.held.set()
+            self.release.wait(30)
+        return None

@@ -45,19 +45,20 @@ class RechargeHeldElsewhere(PartnerKitError):
 def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, operator_id: int, amount: Decimal,
                   client_reference: str, submitted_at: datetime, circle_id: int | None = None,
                   is_postpaid: bool | None = None, is_special: bool | None = None, nickname: str | None = None,
-                  force: bool = False) -> int:
+                  force: bool = False, sender_lock: int | None = None, sender: str | None = None) -> int:
     """Commit an INTENT row before the submit is sent; return its local id. Inside this thread's own
     transaction (the submit guard's, which looks for an open intent of the same recharge first) the row is
-    written in it, and committed with it."""
+    written in it, and committed with it. `sender_lock` and `sender`: the lock the submit holds while it sends,
+    and who it is (`partnerkit.senders`; None: not known)."""
     def insert(conn: sqlite3.Connection) -> int:
         cursor = conn.execute(
             """INSERT INTO recharges (idempotency_key, origin, mobile_number, operator_id, amount_cents,
                    client_reference, circle_id, is_postpaid, is_special, nickname, force, status,
-                   submitted_at, row_updated_at)
-               VALUES (?, 'partner', ?, ?, ?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?)""",
+                   submitted_at, row_updated_at, sender_lock, sender)
+               VALUES (?, 'partner', ?, ?, ?, ?, ?, ?, ?, ?, ?, 'INTENT', ?, ?, ?, ?)""",
             (idempotency_key, mobile_number, operator_id, cents(to_decimal(amount)), client_reference, circle_id,
              None if is_postpaid is None else int(is_postpaid), None if is_special is None else int(is_special),
-             nickname, int(force), iso(submitted_at), iso(submitted_at)),
+             nickname, int(force), iso(submitted_at), iso(submitted_at), sender_lock, sender),
         )
         return int(cursor.lastrowid)
 
