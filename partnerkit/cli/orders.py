@@ -108,7 +108,9 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
     order is placed, 1 on a refusal or an error (nothing ordered), 3 when its outcome is UNKNOWN still
     (its answer lost, or placed but not storable while the database is locked): the command to run
     then is printed (the same key with --idempotency-key, never a new one), and `partnerkit orders
-    sync` links the order carrying its ref.
+    sync` links the order carrying its ref. Exit code 3 too, nothing stored, when the answer names an
+    order id this database holds for another order (a provider giving one id twice, or a --fixed-ids
+    sandbox started again beside a kept database): the message names the intent that holds it.
 
     Run again without the key, the same order is refused (exit 1, nothing sent) while an earlier one of
     the same product, denomination and quantity from the last 24 hours is unresolved (UNKNOWN, or still

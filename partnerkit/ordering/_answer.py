@@ -1,7 +1,8 @@
 """What an order's answer settles: PLACED with the order and its vouchers stored, REFUSED, or UNKNOWN.
 
 `_placed` stores the answer (the order, its vouchers sealed, a fetch for any still missing) with the
-intent PLACED in one transaction; `_not_placed` reads a definite refusal (REFUSED, unless an earlier
+intent PLACED in one transaction, unless its order id is one the store holds for another order
+(`_held_elsewhere`: nothing stored, the intent open); `_not_placed` reads a definite refusal (REFUSED, unless an earlier
 send may have placed the order); `_keep_open` and `_unknown` leave an intent open with the command
 that replays it. A database that cannot take a mark never replaces what the caller is told.
 """
@@ -56,7 +57,8 @@ def _placed(db: Database, keys: KeyFollower, intent: dict, request: OrderRequest
     (`KeyFollower`): the key read before the send may have been rotated and retired while the provider
     answered, or while another process held the lock. An order that is not the request's is stored too
     (it is the account's, paid for), but the intent is refused: its key belonged to that other order, and
-    nothing was placed for this request."""
+    nothing was placed for this request. An order id the store holds for another order is not written over
+    (`_held_elsewhere`)."""
     answered = OrderRequest(created.product_id, created.denomination, created.quantity)
     differ = [name for name in ("product_id", "denomination", "quantity")
               if getattr(answered, name) != getattr(request, name)]
@@ -64,25 +66,17 @@ def _placed(db: Database, keys: KeyFollower, intent: dict, request: OrderRequest
     status = created.status.upper()
     try:
         with transaction(db) as conn:
-            cipher = keys.current()
-            sealed = [seal(cipher, created.id, v) for v in created.vouchers]
-            orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
-                         transaction_id=created.transaction_id, product_id=created.product_id,
-                         quantity=created.quantity, amount_cents=cents(created.amount),
-                         denomination_cents=cents(created.denomination), discount_cents=cents(created.discount),
-                         email=request.email if not differ else None,
-                         placed_at=stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None,
-                         delivered_quantity=len(sealed) if status in orders.DELIVERING else None)
-            voucher_store.add(conn, created.id, sealed, now=now)
-            stored = voucher_store.count(conn, created.id)
-            if status in orders.DELIVERING and stored < created.quantity:
-                jobs.queue(conn, created.id, now=now, expected_status=status, expected_count=created.quantity)
-            if not differ:
-                order_intents.mark_placed(conn, intent["id"], created.id, now)
+            # Before anything is written, in the transaction that would write it: an order id this store already
+            # holds for another order is not this answer's to overwrite (`_held_elsewhere`).
+            clash = _clash(conn, intent, created)
+            if clash is None:
+                stored = _store(conn, keys, intent, request, created, status, now, mine=not differ)
     except errors.StorageError as exc:
         if differ:
             raise  # another order's answer: nothing was placed for this request (ReplayMismatch below)
         return _unstored(db, intent, request, created, exc, resumed=resumed)
+    if clash is not None:  # nothing written: checked first, in the transaction that would have written it
+        return _held_elsewhere(db, intent, request, created, clash, resumed=resumed)
     if differ:
         message = (f"Idempotency-Key {intent['idempotency_key']} belongs to order {created.id} "
                    f"({answered.describe()}), not to this request ({request.describe()}: {', '.join(differ)} differ): "
@@ -95,6 +89,69 @@ def _placed(db: Database, keys: KeyFollower, intent: dict, request: OrderRequest
     return OrderOutcome(intent["id"], "PLACED", intent["idempotency_key"], created.ref, request, order_id=created.id,
                         status=status, amount=created.amount, vouchers_stored=stored, resumed=resumed, message=note,
                         created=created)
+
+
+def _store(conn: Any, keys: KeyFollower, intent: dict, request: OrderRequest, created: Any, status: str,
+           now: datetime, *, mine: bool) -> int:
+    """Write the answer's order, its vouchers sealed and a fetch for any still missing (inside `_placed`'s
+    transaction), and mark the intent PLACED if the order is `mine` (the request's); how many vouchers the
+    order has stored now."""
+    cipher = keys.current()
+    sealed = [seal(cipher, created.id, v) for v in created.vouchers]
+    orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
+                 transaction_id=created.transaction_id, product_id=created.product_id,
+                 quantity=created.quantity, amount_cents=cents(created.amount),
+                 denomination_cents=cents(created.denomination), discount_cents=cents(created.discount),
+                 email=request.email if mine else None,
+                 placed_at=stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None,
+                 delivered_quantity=len(sealed) if status in orders.DELIVERING else None)
+    voucher_store.add(conn, created.id, sealed, now=now)
+    stored = voucher_store.count(conn, created.id)
+    if status in orders.DELIVERING and stored < created.quantity:
+        jobs.queue(conn, created.id, now=now, expected_status=status, expected_count=created.quantity)
+    if mine:
+        order_intents.mark_placed(conn, intent["id"], created.id, now)
+    return stored
+
+
+def _clash(conn: Any, intent: dict, created: Any) -> str | None:
+    """Who already holds the order id an answer names, when it is another order than the answer's: another intent
+    placed it (`order_intents.order_id` is UNIQUE), or the stored order carries another ref (the provider keeps a
+    client's refs unique, and an order's ref never changes). As a phrase naming it ("order intent #1 (ref R,
+    product 8, 1 x 100.00)"); None when the id is free or is this answer's order."""
+    holder = order_intents.holding(conn, created.id, besides=intent["id"])
+    if holder is not None:
+        return _name(holder)
+    stored = orders.get(conn, created.id)
+    if stored is not None and stored["reference_code"] and created.ref and stored["reference_code"] != created.ref:
+        return f"the order stored from the provider's list (ref {stored['reference_code']})"
+    return None
+
+
+def _held_elsewhere(db: Database, intent: dict, request: OrderRequest, created: Any, holder: str, *,
+                    resumed: bool) -> OrderOutcome:
+    """The answer names an order id this store holds for another order (`holder`): two orders under one id, from
+    a provider that gave it twice or a sandbox started again with --fixed-ids beside a kept database, not a
+    database fault. Nothing of the answer is stored (the order held under that id stays as it was) and the
+    intent stays open (UNKNOWN): the money moved, so it is never REFUSED, and its replay meets the same id."""
+    reason = (f"the provider answered order {created.id} (ref {created.ref}), which this store already holds for "
+              f"{holder}: not stored")
+    log.error("order intent #%s: the provider's answer names order %s, which this store already holds for another "
+              "order (%s): not stored, the intent stays open", intent["id"], created.id, holder,
+              extra={"intent_id": intent["id"], "ref": intent["ref"], "order_id": created.id})
+    _keep_open(db, intent, reason)
+    message = (f"Order intent #{intent['id']} stays open (UNKNOWN): the provider answered with order {created.id} "
+               f"({created.status.upper()}, {fmt(created.amount)}, ref {created.ref}), but this store already holds "
+               f"order {created.id} for {holder}. Two orders under one id is not a database fault: nothing of this "
+               f"answer was stored, and the order stored under {created.id} is left as it was. Compare both with the "
+               f"provider (`partnerkit orders show {created.id}`; support knows this one by its ref {created.ref} and "
+               f"Idempotency-Key {intent['idempotency_key']}): from a real provider an id given twice is its fault, to "
+               "report to support with both. A sandbox run with --fixed-ids gives the same ids at every start: with one "
+               "kept across its restarts, start a fresh database (a new PARTNERKIT_DB) or run it without --fixed-ids. "
+               "Do NOT order it again: the provider placed it, and its replay answers the same id.")
+    return OrderOutcome(intent["id"], "UNKNOWN", intent["idempotency_key"], intent["ref"], request, order_id=created.id,
+                        amount=created.amount, resumed=resumed, message=message, created=created,
+                        replay_command=replay_command(intent))
 
 
 def _unstored(db: Database, intent: dict, request: OrderRequest, created: Any, exc: errors.StorageError, *,

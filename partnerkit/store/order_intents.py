@@ -62,6 +62,12 @@ def by_key(db: Database, idempotency_key: str) -> dict | None:
     return rows[0] if rows else None
 
 
+def holding(conn: sqlite3.Connection | Database, order_id: int, *, besides: int) -> dict | None:
+    """The intent other than `besides` that placed `order_id` (its column is UNIQUE: at most one), or None."""
+    rows = _rows(conn.execute("SELECT * FROM order_intents WHERE order_id = ? AND id != ?", (order_id, besides)))
+    return rows[0] if rows else None
+
+
 def get(db: Database, intent_id: int) -> dict | None:
     """One intent by id, or None."""
     rows = _rows(db.execute("SELECT * FROM order_intents WHERE id = ?", (intent_id,)))

@@ -268,6 +268,42 @@ def test_a_process_killed_while_sending_leaves_an_intent_whose_key_places_one_or
     assert replayed["id"] == order.id and order_intents.get(db, intent["id"])["state"] == "PLACED"
 
 
+def test_an_answer_naming_an_order_id_held_for_another_intent_stores_nothing_and_says_why(server, env, db):
+    """The kill -9 review's suspicion, confirmed: a sandbox started again gives its first order id again, which
+    this store holds for the first order's intent. The UNIQUE error of `order_intents.order_id` was reported as a
+    database fault ("placed order N but it could not be stored", "once the database takes writes"). Now: nothing
+    of the answer is stored, the order held under the id is untouched, the intent stays open, and the message
+    names the intent that holds the id; its replay meets the same id and says the same."""
+    first = json.loads(run(env, *ORDER, "--format", "json").stdout)
+    holder = order_intents.by_key(db, first["idempotency_key"])
+    held = order_store.get(db, first["id"])
+    vouchers = db.execute("SELECT count(*) FROM vouchers WHERE order_id = ?", (first["id"],)).fetchone()
+    with serve_sandbox(SandboxSettings(seed=SEED_FIRST_ONLY, speed=0, hourly_limit=100_000),
+                       background=False) as again:
+        restarted = {**env, "PARTNERKIT_API_BASE_URL": again.base_url}
+        other = ORDER[:-1] + ["2"]  # another order: two vouchers
+        answered = run(restarted, *other, "--format", "json", code=3)
+        [order] = provider_orders(again)
+        printed = json.loads(answered.stdout)
+        intent = order_intents.by_key(db, printed["idempotency_key"])
+        replayed = run(restarted, *shlex.split(replay_command(intent))[1:], code=3)
+        assert again.sandbox.calls[CREATE] == 2 and len(provider_orders(again)) == 1  # the replay placed nothing
+    assert order.id == first["id"] and order.ref == intent["ref"] != holder["ref"]  # one id, two orders
+    for message in (answered.stderr, replayed.stderr):
+        assert (f"Order intent #{intent['id']} stays open (UNKNOWN): the provider answered with order {order.id} "
+                f"(DELIVERED, 190.00, ref {order.ref}), but this store already holds order {order.id} for order "
+                f"intent #{holder['id']} (product 8, 1 x 100.00, ref {holder['ref']}, PLACED, order {order.id}). "
+                "Two orders under one id is not a database fault: nothing of this answer was stored") in message
+        assert "start a fresh database (a new PARTNERKIT_DB) or run it without --fixed-ids" in message
+        assert "UNIQUE" not in message and "could not be stored" not in message and "takes writes" not in message
+    intent = order_intents.get(db, intent["id"])
+    assert (intent["state"], intent["order_id"]) == ("UNKNOWN", None)
+    assert intent["error"].startswith(f"the provider answered order {order.id} (ref {order.ref}), which this store "
+                                      f"already holds for order intent #{holder['id']} ")
+    assert order_store.get(db, first["id"]) == held and order_intents.get(db, holder["id"]) == holder
+    assert db.execute("SELECT count(*) FROM vouchers WHERE order_id = ?", (first["id"],)).fetchone() == vouchers
+
+
 def test_an_intent_without_its_senders_lock_keeps_the_quarter_hour_rule(config, db):
     """A row of an older release (or of a sender that could not take a lock) says nothing of its sender: `status`
     names it only once a send could not last that long, as before."""
