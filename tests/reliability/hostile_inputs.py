@@ -5,10 +5,12 @@ Everything here is data or a hypothesis strategy; nothing talks to a server.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import uuid
 from datetime import datetime
+from typing import Any
 from decimal import Decimal
 
 from hypothesis import strategies as st
@@ -94,19 +96,24 @@ json_values = st.recursive(json_scalars, lambda children: st.one_of(
                     | any_text(max_size=8), children, max_size=6)), max_leaves=20)
 
 
+def mutate(form_and_changes: tuple[str, list[tuple[str, str, Any, bool]]]) -> dict:
+    """FORMS[name] with each change (where: "top" or "data", key, replacement, drop) applied, on a copy."""
+    name, changes = form_and_changes
+    value = json.loads(dumps(FORMS[name]), parse_float=Decimal)
+    for where, key, replacement, drop in changes:
+        target = value if where == "top" or not isinstance(value.get("data"), dict) else value["data"]
+        if drop:
+            target.pop(key, None)
+        else:
+            # A copy: WRONG_VALUES' lists and dicts are shared by every example and test, and a later change
+            # of this example may land inside this one ("data" replaced by {}, then a key set in data),
+            # which made {} of WRONG_VALUES contain itself for the rest of the process.
+            target[key] = copy.deepcopy(replacement)
+    return value
+
+
 def envelope_variants() -> st.SearchStrategy[dict]:
     """One of the three forms with any of its fields (top level or in data) replaced or dropped."""
-    def mutate(form_and_changes):
-        name, changes = form_and_changes
-        value = json.loads(dumps(FORMS[name]), parse_float=Decimal)
-        for where, key, replacement, drop in changes:
-            target = value if where == "top" or not isinstance(value.get("data"), dict) else value["data"]
-            if drop:
-                target.pop(key, None)
-            else:
-                target[key] = replacement
-        return value
-
     keys = st.sampled_from(sorted({k for form in FORMS.values() for k in form} |
                                   {k for form in FORMS.values() for k in form["data"]}))
     change = st.tuples(st.sampled_from(["top", "data"]), keys,

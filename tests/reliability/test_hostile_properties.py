@@ -23,7 +23,7 @@ from receiver.envelope import normalise
 from receiver.signature import DEFAULT_TOLERANCE_S, sign, verify
 from tests.receiver.conftest import CIPHER
 from tests.reliability.hostile_inputs import (FORMS, READ_DATA_FIELDS, WRONG_VALUES, _Raw, any_text, assert_storable,
-                                              dumps, envelope_variants, flip_bit, json_values)
+                                              dumps, envelope_variants, flip_bit, json_values, mutate)
 
 NOW = 1714557600
 # Of WRONG_VALUES, the only ones a read field may accept (None means "absent"; False is not 0).
@@ -269,3 +269,13 @@ def test_storage_sanity_the_inbox_would_have_refused_the_old_outputs(tmp_path):
     with pytest.raises(OverflowError):
         conn.execute("INSERT INTO t VALUES (?)", (2 ** 63,))
     conn.close()
+
+
+def test_a_variant_never_changes_the_shared_wrong_values():
+    """The change that made this file flaky: "data" replaced by WRONG_VALUES' {}, then a key set inside data.
+    Before the copy, that {} held itself afterwards and every later test that sent it failed to encode."""
+    shared = next(v for v in WRONG_VALUES if v == {} and isinstance(v, dict))
+    value = mutate(("form1", [("top", "data", shared, False), ("data", "denomination", shared, False)]))
+    assert shared == {}
+    assert value["data"] == {"denomination": {}}
+    json.dumps(value)
