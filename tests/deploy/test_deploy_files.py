@@ -58,6 +58,29 @@ def test_units_give_partnerkit_the_file_systemd_loads(unit):
     assert "Environment=PARTNERKIT_CONFIG=/etc/partnerkit/partnerkit.env\n" in text
 
 
+def test_what_the_services_write_is_where_protect_system_strict_lets_them():
+    """ProtectSystem=strict leaves the state directory writable alone: the example file keeps the database
+    (with its -wal, -shm and key file beside it) and the reports there."""
+    env = dict(re.findall(r"^(PARTNERKIT_[A-Z_]+)=(.*)$", (DEPLOY / "partnerkit.env.example").read_text(), re.M))
+    for unit in UNITS:
+        text = unit.read_text()
+        assert "ProtectSystem=strict\n" in text and "StateDirectory=partnerkit\n" in text, unit.name
+    for name in ("PARTNERKIT_DB", "PARTNERKIT_REPORT_DIR"):
+        assert Path(env[name]).is_relative_to("/var/lib/partnerkit"), name
+    # A fresh host (README "Move to a new host") restores before any unit has created the directory.
+    readme = (DEPLOY.parent / "README.md").read_text()
+    assert "sudo install -d -m 0700 -o partnerkit -g partnerkit /var/lib/partnerkit" in readme
+
+
+def test_the_worker_is_not_restarted_on_a_refusal_a_restart_cannot_change():
+    """Exit 2 (a bad setting, another account's key) would be one wallet read at the provider every 2 s;
+    the receiver keeps restarting on it, since it starts once `webhooks register` saved a token."""
+    worker = (DEPLOY / "systemd" / "partnerkit-worker.service").read_text()
+    receiver = (DEPLOY / "systemd" / "partnerkit-receiver.service").read_text()
+    assert "RestartPreventExitStatus=2\n" in worker
+    assert "RestartPreventExitStatus" not in receiver and "Restart=on-failure\n" in receiver
+
+
 def test_the_units_documentation_is_where_the_readme_install_puts_it():
     readme = (DEPLOY.parent / "README.md").read_text()
     assert "sudo cp -r README.md docs /opt/partnerkit/" in readme
