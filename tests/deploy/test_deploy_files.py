@@ -271,6 +271,9 @@ def test_compose_runs_receiver_and_worker_on_one_volume_behind_nginx():
         assert services[name]["cap_drop"] == ["ALL"]
     assert "partnerkit-data" in compose["volumes"]
     assert services["nginx"]["ports"] == ["443:443"]
+    # nginx resolves `receiver` once: restarted with a recreated receiver, it follows its new address.
+    assert services["nginx"]["depends_on"]["receiver"] == {"condition": "service_healthy", "restart": True}
+    assert services["worker"]["stop_grace_period"] == "60s"  # the worker unit's TimeoutStopSec
 
 
 @pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(["docker", "compose", "version"],
