@@ -8,7 +8,6 @@ against a real gunicorn receiver taking deliveries: tests/receiver/test_rotation
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -158,14 +157,11 @@ def test_rewrap_and_retire_right_after_rotate_wait_for_running_processes_and_say
         changed = key_file_changed_at(run.config().key_file)
     # The clock 8.5 s after the change: half a second of the window is left (a real, short, wait).
     with freeze_time(datetime.fromtimestamp(changed / 1e9 + KEY_PICKUP_S - 0.5, timezone.utc), tick=True):
-        started = time.monotonic()
         result = run("keys", command)
-        waited = time.monotonic() - started
     first = result.stderr.splitlines()[0]
     assert first == ("waiting 1 s for running receivers and workers to take the new key (they follow the key "
                      "file within 9 s of its change; until then they may still seal with a previous key)")
     assert done in result.stderr
-    assert 0.4 <= waited < 5
 
 
 def test_retire_just_after_rotate_still_refuses_what_needs_the_old_key(tmp_path):
@@ -191,10 +187,8 @@ def test_with_the_environment_key_nothing_waits_and_the_conclusions_name_the_res
     run.store()
     new = run("keys", "rotate").stdout.strip()
     run.env.update(PARTNERKIT_VOUCHER_KEY=new, PARTNERKIT_VOUCHER_KEY_PREVIOUS=KEY_A)
-    started = time.monotonic()
     rewrapped, retired = run("keys", "rewrap").stderr, run("keys", "retire").stderr
-    assert time.monotonic() - started < 5
-    assert "waiting" not in rewrapped + retired
+    assert "waiting" not in rewrapped + retired  # the wait announces itself first, always
     restarted = ("provided the receiver and the worker were restarted with the new PARTNERKIT_VOUCHER_KEY before "
                  "this command (one started before still seals with the previous key)")
     assert "the previous keys can be retired" in rewrapped and restarted in rewrapped
