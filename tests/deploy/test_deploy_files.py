@@ -269,6 +269,7 @@ def test_compose_runs_receiver_and_worker_on_one_volume_behind_nginx():
     for name in ("receiver", "worker"):
         assert "partnerkit-data:/var/lib/partnerkit" in services[name]["volumes"]
         assert services[name]["cap_drop"] == ["ALL"]
+        assert services[name]["init"] is True, "as PID 1 a stop during start-up would wait for SIGKILL"
     assert "partnerkit-data" in compose["volumes"]
     assert services["nginx"]["ports"] == ["443:443"]
     # nginx resolves `receiver` once: restarted with a recreated receiver, it follows its new address.
@@ -292,6 +293,15 @@ def test_dockerfile_is_slim_non_root_with_healthcheck():
     assert "FROM python:3.11-slim" in text
     assert "USER partnerkit" in text
     assert "HEALTHCHECK" in text and "/readyz" in text
+
+
+def test_the_build_context_leaves_out_local_state_and_secrets():
+    """compose builds from the repository: a try-out's database, key file and .venv are not sent to the builder."""
+    ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
+    for entry in (".venv", "var", ".git", "*.db", "*.db-*", "*.key", "deploy/partnerkit.env", "deploy/tls"):
+        assert entry in ignored
+    copied = re.findall(r"^COPY (?!--from)(\S+)", (DEPLOY / "Dockerfile").read_text(), re.M)
+    assert copied and not set(copied) & set(ignored), "the Dockerfile copies what .dockerignore leaves out"
 
 
 def test_gunicorn_conf_loads_with_the_receivers_own_settings(monkeypatch):
