@@ -298,7 +298,8 @@ def test_dockerfile_is_slim_non_root_with_healthcheck():
 def test_the_build_context_leaves_out_local_state_and_secrets():
     """compose builds from the repository: a try-out's database, key file and .venv are not sent to the builder."""
     ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
-    for entry in (".venv", "var", ".git", "*.db", "*.db-*", "*.key", "deploy/partnerkit.env", "deploy/tls"):
+    # Patterns match from the context root: "**/" reaches a database or key file in any folder.
+    for entry in (".venv", "var", ".git", "**/*.db", "**/*.db-*", "**/*.key", "deploy/partnerkit.env", "deploy/tls"):
         assert entry in ignored
     copied = re.findall(r"^COPY (?!--from)(\S+)", (DEPLOY / "Dockerfile").read_text(), re.M)
     assert copied and not set(copied) & set(ignored), "the Dockerfile copies what .dockerignore leaves out"
