@@ -11,7 +11,6 @@ only such a sync withdraws the stored transactions of its days the provider no l
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from itertools import islice
@@ -19,7 +18,6 @@ from time import monotonic
 from typing import Any, Callable, Iterable, Iterator
 
 from partnerkit.account import wallet_id, wallet_list
-from partnerkit.errors import ApiError, PartnerKitError
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
@@ -27,6 +25,7 @@ from partnerkit.store.budget import walk_reserve
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, known_recharge_states, mark_recharges_seen, upsert_from_provider
 from partnerkit.timeutil import iso, parse_ts, utcnow
+from partnerkit.walks import KeptWalk
 from reconcile.ledger import canonical_json
 from reconcile.ledger_writer import TransactionPages, withdraw_unlisted
 
@@ -35,8 +34,6 @@ log = logging.getLogger(__name__)
 BATCH = 1000
 LOOKBACK = timedelta(days=1)
 SETTLED_AFTER = timedelta(hours=1)  # see transactions_from
-RESUME_WITHIN = timedelta(hours=6)  # an interrupted walk older than this starts over (see _Walk)
-PLACE_EVERY_S = 5.0  # how often a running walk notes the page it has stored up to (see _Walk.between_batches)
 # Every page is a request of the hourly budget (docs/reconcile.md, "Budget"): 5000 takes a fifth of
 # the requests 1000-record pages took. The list allows 10000 (Limits); half of that keeps a page's
 # answer near 3 MB and its parsed records near 7 MB, from a provider whose speed with its largest
@@ -215,131 +212,13 @@ class RechargePages:
         return self.records, self.inserted
 
     def settle(self, page: int | None) -> int | None:
-        """Given a page (`_Walk.between_batches`: its place is due), write everything added so far (the pending
+        """Given a page (`KeptWalk.between_batches`: its place is due), write everything added so far (the pending
         upserts and seen marks) and return it: the walk reads it now and may note it as its place. None: None."""
         if page is None:
             return None
         self.flush()
         self._note_seen((), now=True)
         return page
-
-
-class WalkStopped(PartnerKitError):
-    """This process is stopping (SIGTERM to the worker): a walk ended between two batches, everything it read
-    stored and its place kept, so the next sync of the same range reads on from there (`_Walk`)."""
-
-
-# Set while this process stops (reconcile.scheduler, on SIGTERM or SIGINT to the worker, `worker --once` or `run`):
-# every running walk ends at its next batch, as a budget stop ends it. One per process, as the signal is.
-_STOPPING = threading.Event()
-
-
-def stop_walks() -> None:
-    """Ask every walk of this process to end at its next batch, its place kept (WalkStopped)."""
-    _STOPPING.set()
-
-
-def allow_walks() -> None:
-    """Walks run to their end again (the worker that asked them to stop has stopped)."""
-    _STOPPING.clear()
-
-
-class _Walk:
-    """One entity's walk of [first, last]: from page 1, or on from where an interrupted one stopped.
-
-    A walk the budget or the provider stops (any ApiError: BudgetExhausted, a 429, a 5xx or timeout
-    after the client's retries) ends its records there instead of raising at once, so the sync stores
-    everything it read; `finish()` then notes the page to read next (partnerkit.store.ledger
-    `keep_walk_position`) and raises. A walk this process is asked to stop (`stop_walks`: SIGTERM to
-    the worker) ends the same way at its next batch (WalkStopped). The next sync of the same entity and
-    range, within RESUME_WITHIN, starts at that page, and the coverage it claims when it reaches the end
-    counts from when the first part began. Before, each run started at page 1 again, and a day with more
-    pages than an hour's budget was never read to its end. Re-reading a page is harmless (every write is
-    an upsert), and no record is skipped: the lists grow at their ends (newest first), which moves older
-    records onto later pages, never earlier ones.
-
-    A walk that is killed (SIGKILL, the OOM killer, a power cut) never reaches `finish()`, so while it
-    runs it also notes its place every PLACE_EVERY_S (`between_batches`): the page it reads now, once
-    every record handed out before it is written (the sync's `settle`). A kill then costs the pages read
-    since, not the whole walk.
-    """
-
-    def __init__(self, db: Any, entity: str, first: date, last: date, now: datetime) -> None:
-        self.db, self.entity, self.now = db, entity, now
-        self.days = (first.isoformat(), last.isoformat())
-        self.started, self.start_page = iso(now), 1
-        self.walk: Any = None
-        self.stopped: ApiError | WalkStopped | None = None
-        self.began = monotonic()
-        self.place_due = self.began + PLACE_EVERY_S
-        kept = ledger_store.walk_position(db, entity, *self.days)
-        if kept is not None:
-            page, started, _ = kept
-            begun = parse_ts(started, field="started_at")
-            if begun is not None and begun <= now <= begun + RESUME_WITHIN:
-                self.start_page, self.started = page, started
-                log.info("%s sync of %s..%s reads on from page %d (begun %s)", entity, *self.days, page, started)
-        self.kept = self.start_page  # the place noted last (a walk from page 1 has none to note)
-
-    def options(self) -> dict[str, int]:
-        """The client's start_page, when reading on (stand-ins without it are only ever asked from page 1)."""
-        return {"start_page": self.start_page} if self.start_page > 1 else {}
-
-    def records(self, walk: Any) -> Iterator[Any]:
-        """The walk's records until it ends, or until the provider or the budget stops it; none when this
-        process is stopping already (a sync that waited for another to end), before a page is asked for."""
-        self.walk = walk
-        if _STOPPING.is_set():
-            self.stopped = WalkStopped("the worker is stopping (SIGTERM or SIGINT)")
-            return
-        try:
-            yield from walk
-        except ApiError as exc:
-            self.stopped = exc
-
-    def between_batches(self, settle: Callable[[int | None], int | None]) -> bool:
-        """After each batch the sync hands to the store: False when the walk must end here (this process is
-        stopping: `stop_walks`). Every PLACE_EVERY_S, `settle(page)` is given the page the client's walk reads
-        now (`next_page`: every record of the pages before it has been handed out); between those, `settle(None)`.
-        Either way it answers the last page whose records before it are all written (a writer thread may catch
-        up to one a batch or two later), or None; a page past the one noted last is noted."""
-        if _STOPPING.is_set():
-            self.stopped = WalkStopped("the worker is stopping (SIGTERM or SIGINT)")
-            return False
-        page = None
-        now = monotonic()
-        if now >= self.place_due:
-            self.place_due = now + PLACE_EVERY_S
-            page = getattr(self.walk, "next_page", None)  # None: a stand-in's walk, which cannot read on
-        written = settle(page)
-        if written is not None and written > self.kept:
-            self._keep(written, "noted while reading: a walk killed after this reads on from here")
-        return True
-
-    def _keep(self, page: int, reason: str) -> None:
-        at = (self.now + timedelta(seconds=monotonic() - self.began)).replace(microsecond=0)
-        ledger_store.keep_walk_position(self.db, self.entity, *self.days, next_page=page, started_at=self.started,
-                                        stopped_at=iso(at), reason=reason)
-        self.kept = page
-
-    def finish(self) -> str:
-        """After everything read is stored: keep the place and raise if the walk was stopped; else the
-        time the walk began (its coverage counts from there)."""
-        if self.stopped is not None:
-            next_page = getattr(self.walk, "next_page", None)
-            if next_page is not None:
-                if next_page > self.kept:  # not where it began: that place is kept already, or page 1
-                    self._keep(next_page, str(self.stopped))
-                log.info("%s sync of %s..%s stopped before %s: %s", self.entity, *self.days,
-                         "its first page" if next_page == 1 else f"page {next_page}", self.stopped)
-            if isinstance(self.stopped, WalkStopped):
-                where = ("part-way" if next_page is None else "before its first page" if next_page == 1 else
-                         f"before page {next_page}, which its next run reads on from")
-                raise WalkStopped(f"the {self.entity} sync of {self.days[0]}..{self.days[1]} stopped {where}: "
-                                  f"{self.stopped}")
-            raise self.stopped
-        ledger_store.forget_walk(self.db, self.entity, *self.days, older_than=iso(self.now - RESUME_WITHIN))
-        return self.started
 
 
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime,
@@ -358,7 +237,7 @@ def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: dateti
         log.warning("quarantined an unreadable recharge record: %s", bad)
         quarantine.hold(db, "recharge", [(f"recharge record unreadable: {bad}", bad.body)], now=now)
 
-    walk = _Walk(db, "recharges", first, last, now)
+    walk = KeptWalk(db, "recharges", first.isoformat(), last.isoformat(), now)
     records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE, on_malformed=hold,
                                     **walk.options())
     for batch in _batches(walk.records(records)):
@@ -399,7 +278,7 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     stamp = iso(now)
     held = _held_transactions(db)
     stored_upto = ledger_store.transaction_rowid_mark(db)
-    walk = _Walk(db, "transactions", first, last, now)
+    walk = KeptWalk(db, "transactions", first.isoformat(), last.isoformat(), now)
     records = client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE, **walk.options())
     with TransactionPages(db, stamp, held=held) as pages:
         read = 0
@@ -494,7 +373,7 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
 
     The walks leave the voucher fetches and the recharge poller their reserve of the hour
     (`walk_reserve`): a busy day's pages outnumber the hour's budget, and a sync stopped by it
-    (BudgetExhausted) reads on from its page next time (`_Walk`), while a customer waiting for
+    (BudgetExhausted) reads on from its page next time (partnerkit.walks.KeptWalk), while a customer waiting for
     vouchers, or a PROCESSING recharge due for its read, would not wait well.
 
     The wallet balances are read last and stamped with the moment they were read: `now` plus the time

@@ -154,7 +154,9 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
     to 20 other fetches the provider's failure parked (`fetches_rearmed`): after an outage, run it once
     the provider answers again and the worker fetches those vouchers within seconds, not at its hourly
     revival. Exits 1, after printing what it did, when it stopped before the requested time (budget
-    spent). How far a long walk has read is printed on stderr every few seconds.
+    spent). How far a long walk has read is printed on stderr every few seconds. With --since, a walk
+    stopped part-way (the budget, the provider) keeps its place: run again with the same --since within
+    6 hours, it reads on from that page.
     """
     if since is not None and since > utcnow():
         raise click.BadParameter(f"{iso(since)} is in the future: orders placed since then cannot exist yet",
@@ -164,8 +166,11 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
     emit_one(vars(summary), fmt)
     if summary.stopped in INCOMPLETE:
         reached = f"orders placed at {summary.reached}" if summary.reached else "no order"
+        # With --since, the walk kept its place (partnerkit.walks.KeptWalk): the same command reads on from it.
+        read_on = (" (with the same --since within 6 hours, it reads on from the page it stopped before)"
+                   if since is not None and summary.stopped == "budget" else "")
         raise click.ClickException(f"the order list was read back to {reached} only, not to {summary.since}: "
-                                   f"{INCOMPLETE[summary.stopped]}; what was read is kept")
+                                   f"{INCOMPLETE[summary.stopped]}{read_on}; what was read is kept")
 
 
 # Why a sync stopped before reaching `since`, as told to the operator.

@@ -86,7 +86,11 @@ def test_a_range_cut_short_by_the_budget_says_so_and_exits_1(history, tmp_path):
     assert "the order list was read back to orders placed at" in result.stderr
     assert ("the hourly API budget is spent (a tenth is kept for voucher fetches and one for the recharge poller)"
             in result.stderr)
+    assert "with the same --since within 6 hours, it reads on from the page it stopped before" in result.stderr
     assert "Traceback" not in result.output
+    db = open_db(tmp_path / "partnerkit.db")
+    assert db.execute("SELECT entity, next_page FROM sync_walks").fetchall() == [("orders", 2)]
+    db.conn.close()
 
 
 def test_the_help_says_how_far_back_each_way_reads():
@@ -149,3 +153,61 @@ def test_catch_up_orders_reports_each_page_read(history, tmp_path):
                         progress=lambda entity, read: calls.append((entity, read)))
     assert calls == [("orders", 100), ("orders", 150)]
     db.conn.close()
+
+
+def test_a_walk_asked_to_stop_ends_after_its_page_keeps_its_place_and_reads_on(history, tmp_path):
+    """SIGTERM to the worker (`stop_walks`) during an order walk down to a `since`: it ends after the page it
+    read, stored, with its place kept, and the next walk down to the same `since` reads on from there."""
+    from partnerkit import walks
+    from partnerkit.store import ledger as ledger_store
+    from partnerkit.vouchers import catch_up_orders
+
+    server, started = history
+    _place(server, 200)  # 350 orders: four pages
+    since = started - timedelta(days=1)
+    config = load_config(environ=_env(server, tmp_path))
+    db = open_db(config.db_path)
+    list_calls = lambda: server.sandbox.calls.get("GET /api/v1/orders", 0)  # noqa: E731
+    try:
+        with PartnerClient(config, db) as client:
+            before = list_calls()
+            with pytest.raises(walks.WalkStopped, match=r"^the orders sync of .*\.\.now stopped before page 2, which "
+                                                        r"its next run reads on from: the worker is stopping"):
+                catch_up_orders(config, db, client, since=since, progress=lambda entity, read: walks.stop_walks())
+            walks.allow_walks()
+            assert list_calls() - before == 1
+            assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == 100  # the page read is stored
+            [kept] = ledger_store.walk_positions(db)
+            assert (kept["entity"], kept["to_day"], kept["next_page"]) == ("orders", "now", 2)
+
+            before = list_calls()
+            summary = catch_up_orders(config, db, client, since=since)
+            assert list_calls() - before == 3 and summary.pages == 3  # pages 2 to 4, not page 1 again
+            assert summary.stopped == "end of list"
+            assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == OLD + RECENT + 200
+            assert ledger_store.walk_positions(db) == []
+    finally:
+        walks.allow_walks()
+        db.conn.close()
+
+
+def test_the_scheduled_walk_asked_to_stop_ends_after_its_page_and_keeps_no_place(history, tmp_path):
+    from partnerkit import walks
+    from partnerkit.store import ledger as ledger_store
+    from partnerkit.vouchers import catch_up_orders
+
+    server, _ = history
+    _place(server, 200)
+    config = load_config(environ=_env(server, tmp_path))
+    db = open_db(config.db_path)
+    try:
+        with PartnerClient(config, db) as client:
+            before = server.sandbox.calls.get("GET /api/v1/orders", 0)
+            with pytest.raises(walks.WalkStopped, match="stopped part-way, keeping no place"):
+                catch_up_orders(config, db, client, progress=lambda entity, read: walks.stop_walks())
+            assert server.sandbox.calls.get("GET /api/v1/orders", 0) - before == 1
+            assert ledger_store.walk_positions(db) == []  # its start moves with the clock: nothing would read on
+    finally:
+        walks.allow_walks()
+        db.conn.close()
+
