@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 RESUME_WITHIN = timedelta(hours=6)  # an interrupted walk older than this starts over (see KeptWalk)
 PLACE_EVERY_S = 5.0  # how often a running walk notes the page it has stored up to (see KeptWalk.between_batches)
 WORKER_STOPPING = "the worker is stopping (SIGTERM or SIGINT)"
+# Why a walk asked for records as fresh as a moment (`fresh_since`) was not walked: a complete read begun since
+# then has covered its range (the order sync's `stopped`; reconcile.sync.SyncSummary.read_already).
+READ_ALREADY = "read already"
 
 
 class WalkStopped(PartnerKitError):
@@ -71,6 +74,11 @@ class KeptWalk:
     an upsert), and no record is skipped: the lists grow at their ends (newest first), which moves older
     records onto later pages, never earlier ones.
 
+    `fresh_since` (the nightly run: when its nights became due): only a walk whose first part began then or
+    later is read on from, whatever its age; one begun before is read again from page 1, because the pages it
+    read before its place show the records as they were before the nights had settled (a recharge still
+    PROCESSING that failed at 00:50, read at 00:45), which the report must not be built on.
+
     A walk that is killed (SIGKILL, the OOM killer, a power cut) never reaches `finish()`, so while it
     runs it also notes its place every PLACE_EVERY_S (`between_batches`): the page it reads now, once
     every record handed out before it is written (the sync's `settle`). A kill then costs the pages read
@@ -79,7 +87,7 @@ class KeptWalk:
     """
 
     def __init__(self, db: Any, entity: str, first: str, last: str, now: datetime, *,
-                 keep: bool = True) -> None:
+                 fresh_since: datetime | None = None, keep: bool = True) -> None:
         self.db, self.entity, self.now, self.keeps = db, entity, now, keep
         self.days = (first, last)
         self.started, self.start_page = iso(now), 1
@@ -91,9 +99,13 @@ class KeptWalk:
         if kept is not None:
             page, started, _ = kept
             begun = parse_ts(started, field="started_at")
-            if begun is not None and begun <= now <= begun + RESUME_WITHIN:
+            if begun is not None and begun <= now and (
+                    now <= begun + RESUME_WITHIN if fresh_since is None else begun >= fresh_since):
                 self.start_page, self.started = page, started
                 log.info("%s sync of %s..%s reads on from page %d (begun %s)", entity, *self.days, page, started)
+            elif fresh_since is not None and begun is not None and begun < fresh_since:
+                log.info("%s sync of %s..%s reads from page 1, not on from page %d: that walk began at %s, before "
+                         "the nights were due (%s)", entity, *self.days, page, started, iso(fresh_since))
         self.kept = self.start_page  # the place noted last (a walk from page 1 has none to note)
 
     def options(self) -> dict[str, int]:

@@ -25,7 +25,7 @@ from partnerkit.store.budget import walk_reserve
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, known_recharge_states, mark_recharges_seen, upsert_from_provider
 from partnerkit.timeutil import iso, parse_ts, utcnow
-from partnerkit.walks import KeptWalk
+from partnerkit.walks import READ_ALREADY, RESUME_WITHIN, KeptWalk
 from reconcile.ledger import canonical_json
 from reconcile.ledger_writer import TransactionPages, withdraw_unlisted
 
@@ -61,6 +61,7 @@ class SyncSummary:
     orders: Any = None
     wallets: int = 0
     wallets_at: str | None = None  # when the wallet balances were read (see sync_range)
+    read_already: list[str] = field(default_factory=list)  # entities not read again (`fresh_since`: see sync_range)
     errors: list[str] = field(default_factory=list)
 
 
@@ -222,9 +223,11 @@ class RechargePages:
 
 
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime,
-                   progress: Progress | None = None, claim_through: date | None = None) -> tuple[int, int]:
+                   progress: Progress | None = None, claim_through: date | None = None,
+                   fresh_since: datetime | None = None) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new).
-    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`).
+    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`, also for
+    `fresh_since`).
 
     A record the client cannot read (MalformedResponse: a field missing or malformed) is quarantined
     with the reason (partnerkit.store.quarantine) and the rest of its page is stored as usual; one
@@ -237,7 +240,7 @@ def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: dateti
         log.warning("quarantined an unreadable recharge record: %s", bad)
         quarantine.hold(db, "recharge", [(f"recharge record unreadable: {bad}", bad.body)], now=now)
 
-    walk = KeptWalk(db, "recharges", first.isoformat(), last.isoformat(), now)
+    walk = KeptWalk(db, "recharges", first.isoformat(), last.isoformat(), now, fresh_since=fresh_since)
     records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE, on_malformed=hold,
                                     **walk.options())
     for batch in _batches(walk.records(records)):
@@ -265,9 +268,11 @@ def _held_recharges(db: Any) -> set[int]:
 
 
 def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: datetime,
-                      progress: Progress | None = None, claim_through: date | None = None) -> tuple[int, int]:
+                      progress: Progress | None = None, claim_through: date | None = None,
+                      fresh_since: datetime | None = None) -> tuple[int, int]:
     """Read every wallet transaction of [first, last] through the alias mapping; return (stored, quarantined).
-    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`).
+    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`, also for
+    `fresh_since`).
 
     A record that fits no alias is quarantined (`transaction:<id>` when it shows an integer id) and the
     rest of its page stored; a quarantined id this sync stores correctly is released (TransactionPages).
@@ -278,7 +283,7 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     stamp = iso(now)
     held = _held_transactions(db)
     stored_upto = ledger_store.transaction_rowid_mark(db)
-    walk = KeptWalk(db, "transactions", first.isoformat(), last.isoformat(), now)
+    walk = KeptWalk(db, "transactions", first.isoformat(), last.isoformat(), now, fresh_since=fresh_since)
     records = client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE, **walk.options())
     with TransactionPages(db, stamp, held=held) as pages:
         read = 0
@@ -308,12 +313,46 @@ def _held_transactions(db: Any) -> dict[str, bool]:
 
 
 def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime,
-                progress: Progress | None = None) -> Any:
+                progress: Progress | None = None, fresh_since: datetime | None = None) -> Any:
     """Orders through the receiver's one order sync (partnerkit.vouchers.catch_up_orders)."""
     from partnerkit.vouchers import catch_up_orders  # the receiver owns the order sync
 
-    return catch_up_orders(config, db, client, since=datetime.combine(first, time(0), tzinfo=timezone.utc), now=now,
-                           progress=progress)
+    return catch_up_orders(config, db, client, since=_midnight(first), now=now, progress=progress,
+                           fresh_since=fresh_since)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=timezone.utc)
+
+
+def _read_since(db: Any, entity: str, first: date, last: date, fresh_since: datetime) -> str | None:
+    """When the oldest of the complete reads that cover every day of [first, last] of `entity` began, if each
+    began at or after `fresh_since`; else None."""
+    oldest = None
+    for day in days_between(first, last):
+        synced = ledger_store.coverage(db, entity, day)
+        if synced is None or parse_ts(synced, field="synced_at") < fresh_since:
+            return None
+        oldest = min(oldest or synced, synced)
+    return oldest
+
+
+def _read_already(db: Any, summary: SyncSummary, entity: str, first: date, last: date,
+                  fresh_since: datetime | None) -> bool:
+    """Whether the walk of `entity` over [first, last] would be pure waste (see `sync_range`): noted in `summary`."""
+    if fresh_since is None:
+        return False
+    since = _read_since(db, entity, first, last, fresh_since)
+    if since is None:
+        return False
+    log.info("%s of %s..%s not read again: read in full by a sync that began at %s, after %s", entity, first, last,
+             since, iso(fresh_since))
+    # A place kept by a walk of this range that never read on (another range's read covered the days) goes:
+    # `syncs_reading_on` would name it for hours, and a later walk has nothing to read on for.
+    ledger_store.forget_walk(db, entity, first.isoformat(), last.isoformat(),
+                             older_than=iso(fresh_since - RESUME_WITHIN))
+    summary.read_already.append(entity)
+    return True
 
 
 def wallet_rows(body: Any, taken_at: str) -> tuple[list[tuple[str, str, str, int, str]], list[tuple[str, Any]]]:
@@ -363,13 +402,24 @@ def snapshot_wallets(db: Any, client: Any, *, now: datetime) -> int:
 
 def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, now: datetime | None = None,
                orders: bool = True, progress: Progress | None = None,
-               transactions_first: date | None = None, claim_through: date | None = None) -> SyncSummary:
+               transactions_first: date | None = None, claim_through: date | None = None,
+               fresh_since: datetime | None = None) -> SyncSummary:
     """Sync recharges, orders, transactions and wallet balances for [first, last], every page
     (transactions from `transactions_first` when given: see `transactions_from`).
 
     `claim_through`: the last day whose coverage (`sync_coverage`) the read claims, when not `last`: a
     night's sync also reads the day after it, which may not be over (reconcile.jobs.sync_window); read
     while it lasts, that day is not one the store can vouch for, and the day's own full read claims it.
+
+    `fresh_since` (the nightly run: when its nights became due, reconcile.jobs.nightly) asks for records as they
+    stood at that moment or later, and no fresher: an entity whose every day of the range a complete read that
+    began then or later has covered already (`sync_coverage`; for orders, the last order walk down to `first`)
+    is not read again (`summary.read_already`). Such a read is what the nightly run's own would have been: the
+    15-minute sync's read of the same days a moment before (every night, the two are due together), or one that
+    read on from where the nightly run's walk was stopped or killed (a restarted worker runs sync-recent first).
+    Its walks read on only from a place kept by a walk begun then or later, and from page 1 otherwise
+    (partnerkit.walks.KeptWalk). The day after the nights counts only once a read has claimed it: the nightly
+    run's own read of it while it lasts claims nothing (`claim_through`), the 15-minute sync's does.
 
     The walks leave the voucher fetches and the recharge poller their reserve of the hour
     (`walk_reserve`): a busy day's pages outnumber the hour's budget, and a sync stopped by it
@@ -384,17 +434,23 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     began = monotonic()
     client = client.leaving(walk_reserve(config.hourly_budget, config.poller_budget_share))
     summary = SyncSummary(first.isoformat(), last.isoformat())
-    summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress,
-                                                              claim_through=claim_through)
+    if not _read_already(db, summary, "recharges", first, last, fresh_since):
+        summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress,
+                                                                  claim_through=claim_through, fresh_since=fresh_since)
     if orders:
         try:
-            summary.orders = sync_orders(config, db, client, first, now=now, progress=progress)
+            summary.orders = sync_orders(config, db, client, first, now=now, progress=progress,
+                                         fresh_since=fresh_since)
+            if summary.orders.stopped == READ_ALREADY:  # the order sync's own call (partnerkit.vouchers)
+                summary.read_already.append("orders")
         except ImportError as exc:  # the receiver's order sync is not installed in this build
             summary.errors.append(f"order sync unavailable: {exc}")
             log.warning("order sync unavailable: %s", exc)
-    summary.transactions, summary.quarantined = sync_transactions(db, client, transactions_first or first, last,
-                                                                  now=now, progress=progress,
-                                                                  claim_through=claim_through)
+    if not _read_already(db, summary, "transactions", transactions_first or first, last, fresh_since):
+        summary.transactions, summary.quarantined = sync_transactions(db, client, transactions_first or first, last,
+                                                                      now=now, progress=progress,
+                                                                      claim_through=claim_through,
+                                                                      fresh_since=fresh_since)
     read_at = (now + timedelta(seconds=monotonic() - began)).replace(microsecond=0)
     summary.wallets, summary.wallets_at = snapshot_wallets(db, client, now=read_at), iso(read_at)
     return summary

@@ -4,6 +4,7 @@ missing vouchers queued for a fetch, and order intents whose answer was lost lin
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta, timezone
@@ -13,19 +14,22 @@ from partnerkit import errors
 from partnerkit.config import Config
 from partnerkit.money import cents
 from partnerkit.store import Database, jobs, meta, order_intents, orders, quarantine, vouchers
+from partnerkit.store import ledger as ledger_store
 from partnerkit.store.budget import walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from partnerkit.vouchers._fetches import FetchPolicy, rearm_parked_fetches, revive_parked_fetches
 from partnerkit.vouchers._sealing import _text
-from partnerkit.walks import KeptWalk
+from partnerkit.walks import READ_ALREADY, RESUME_WITHIN, KeptWalk
 
 if TYPE_CHECKING:
     from partnerkit.client import PartnerApi
 
 log = logging.getLogger("partnerkit.vouchers")
 SYNC_WATERMARK = "orders.catch_up.since"
+# The last walk given a `since` that read the list down to it in full: {"since", "began"} (`orders_read`).
+READ_DOWN_TO = "orders.catch_up.read"
 
 
 @dataclass
@@ -36,7 +40,7 @@ class SyncSummary:
     seen: int = 0
     updated: int = 0
     fetches_queued: int = 0
-    stopped: str = "end of list"
+    stopped: str = "end of list"  # or "reached since", "max pages", "budget", "page repeated", "read already"
     since: str | None = None
     quarantined: int = 0  # list records that could not be read (held with the reason)
     fetches_revived: int = 0  # parked voucher fetches given one more try (parked for an hour)
@@ -66,6 +70,16 @@ def _listing_order(items: list[Any]) -> str | None:
     return "unsorted"
 
 
+def orders_read(db: Database) -> tuple[datetime, datetime] | None:
+    """(since, began) of the last order walk that read the list down to the `since` it was given, in one run or
+    in several that read on from where one stopped (`began`: when the first began); None before the first."""
+    stored = meta.get(db, READ_DOWN_TO)
+    if stored is None:
+        return None
+    read = json.loads(stored)
+    return parse_ts(read["since"], field="since"), parse_ts(read["began"], field="began")
+
+
 def _walk_range(since: datetime) -> str:
     """How a walk down to `since` is named and kept (`sync_walks`): its day when it is midnight, else the time."""
     utc = since.astimezone(timezone.utc)
@@ -82,7 +96,8 @@ class _Cursor:
 def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: datetime | None = None, *,
                     now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
                     max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy(),
-                    progress: Callable[[str, int], None] | None = None, rearm_listed: bool = False) -> SyncSummary:
+                    progress: Callable[[str, int], None] | None = None, rearm_listed: bool = False,
+                    fresh_since: datetime | None = None) -> SyncSummary:
     """Walk the order list down to `since` (else the stored watermark); repair local state.
 
     The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
@@ -114,9 +129,12 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
     A walk given `since` keeps its place as the recharge and transaction syncs do (partnerkit.walks.KeptWalk,
     `sync_walks` entity "orders", range `since`..now): stopped by the budget or the provider, or asked to stop
     (SIGTERM to the worker: it ends after its page, raising WalkStopped), the next walk down to the same `since`
-    within 6 hours reads on from the page it stopped before. The list grows at its front, so reading on skips
-    nothing. The scheduled run ends at its next page too, but keeps no place: its start moves with the clock,
-    and it reads at most `max_pages` pages from its watermark, which a stopped run leaves as it was.
+    within 6 hours reads on from the page it stopped before (`fresh_since`: only from one begun since then,
+    whatever its age; see KeptWalk). The list grows at its front, so reading on skips nothing. The scheduled
+    run ends at its next page too, but keeps no place: its start moves with the clock, and it reads at most
+    `max_pages` pages from its watermark, which a stopped run leaves as it was. A walk that reads down to its
+    `since` notes it (`orders_read`); with `fresh_since`, a walk down to a `since` that such a walk begun since
+    then has read is not made (`stopped` "read already").
     """
     now = now or utcnow()
     floor = now - max_lookback
@@ -130,8 +148,15 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
         # An unbounded walk: it leaves the voucher fetches their tenth and the poller its slice (see there).
         keep_free = walk_reserve(config.hourly_budget, config.poller_budget_share)
     summary = SyncSummary(since=iso(since))
+    read = orders_read(db) if given and fresh_since is not None else None
+    if read is not None and read[0] <= since and read[1] >= fresh_since:
+        # Read down to `since` by a walk begun since `fresh_since` (the nightly run's: the 15-minute sync's read
+        # just before it): pure waste to read again. A place kept by a walk of it that never read on goes.
+        ledger_store.forget_walk(db, "orders", _walk_range(since), "now", older_than=iso(fresh_since - RESUME_WITHIN))
+        summary.stopped = READ_ALREADY
+        return summary
     api = client.with_budget("order_sync", wait=False, keep_free=keep_free)
-    place = KeptWalk(db, "orders", _walk_range(since), "now", now, keep=given)
+    place = KeptWalk(db, "orders", _walk_range(since), "now", now, fresh_since=fresh_since, keep=given)
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))
     oldest_open: datetime | None = None
     oldest: datetime | None = None
@@ -245,7 +270,10 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
         cursor.next_page = page_number if backward_to is None else None
         if not place.between_batches(lambda written: written):
             place.finish()  # raises WalkStopped, its place kept: this process is stopping
-    place.finish()  # the place is forgotten: the walk reached its end
+    began = place.finish()  # the place is forgotten: the walk reached its end
+    if given and summary.stopped in ("end of list", "reached since"):
+        with transaction(db) as conn:
+            meta.put(conn, READ_DOWN_TO, json.dumps({"since": iso(since), "began": began}), now=now)
     # Next time, start from the oldest order that may still change (never older than the floor).
     # An unreadable record's placed_at is unknown: keep the watermark where it was so it is listed again.
     local_open = orders.oldest_open_placed_at(db)

@@ -160,7 +160,7 @@ def test_a_walk_asked_to_stop_ends_after_its_page_keeps_its_place_and_reads_on(h
     read, stored, with its place kept, and the next walk down to the same `since` reads on from there."""
     from partnerkit import walks
     from partnerkit.store import ledger as ledger_store
-    from partnerkit.vouchers import catch_up_orders
+    from partnerkit.vouchers import catch_up_orders, orders_read
 
     server, started = history
     _place(server, 200)  # 350 orders: four pages
@@ -179,6 +179,7 @@ def test_a_walk_asked_to_stop_ends_after_its_page_keeps_its_place_and_reads_on(h
             assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == 100  # the page read is stored
             [kept] = ledger_store.walk_positions(db)
             assert (kept["entity"], kept["to_day"], kept["next_page"]) == ("orders", "now", 2)
+            assert orders_read(db) is None  # not read down to `since` yet
 
             before = list_calls()
             summary = catch_up_orders(config, db, client, since=since)
@@ -186,6 +187,7 @@ def test_a_walk_asked_to_stop_ends_after_its_page_keeps_its_place_and_reads_on(h
             assert summary.stopped == "end of list"
             assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == OLD + RECENT + 200
             assert ledger_store.walk_positions(db) == []
+            assert orders_read(db)[0] == since  # read down to it, in two parts
     finally:
         walks.allow_walks()
         db.conn.close()
