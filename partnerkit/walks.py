@@ -5,7 +5,7 @@ time (partnerkit.vouchers.catch_up_orders; the order list has no date filter). O
 pages, more than an hour's budget. `KeptWalk` notes where such a walk is (partnerkit.store.ledger `sync_walks`)
 so that the next walk of the same entity and range reads on from there instead of from page 1, and `stop_walks`
 ends every walk of this process at its next batch, its place kept (`WalkStopped`): SIGTERM or SIGINT to the
-worker (reconcile.scheduler).
+worker (reconcile.scheduler), Ctrl-C to a command that walks (`partnerkit orders sync`, `reconcile`).
 
 Owned here, not by reconcile, because the order walk is partnerkit's and partnerkit never imports reconcile.
 """
@@ -13,7 +13,9 @@ Owned here, not by reconcile, because the order walk is partnerkit's and partner
 from __future__ import annotations
 
 import logging
+import signal
 import threading
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from time import monotonic
 from typing import Any, Callable, Iterator
@@ -33,13 +35,13 @@ READ_ALREADY = "read already"
 
 
 class WalkStopped(PartnerKitError):
-    """This process is stopping (SIGTERM to the worker): a walk ended between two batches,
+    """This process is stopping (SIGTERM to the worker, Ctrl-C to a command): a walk ended between two batches,
     everything it read stored and its place kept, so the next walk of the same range reads on from there."""
 
 
-# Set while this process stops (reconcile.scheduler on SIGTERM or SIGINT to the worker, `worker --once` or `run`):
-# every running walk ends at its next batch, as a budget stop ends it. One per process, as the signal is; the
-# reason goes into WalkStopped's message.
+# Set while this process stops (reconcile.scheduler on SIGTERM or SIGINT to the worker, `worker --once` or `run`;
+# the commands that walk on Ctrl-C): every running walk ends at its next batch, as a budget stop ends it. One per
+# process, as the signal is; the reason goes into WalkStopped's message.
 _STOPPING = threading.Event()
 _WHY = [WORKER_STOPPING]
 
@@ -58,6 +60,38 @@ def allow_walks() -> None:
 def walks_stopping() -> bool:
     """Whether this process has asked its walks to stop."""
     return _STOPPING.is_set()
+
+
+_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped (SIGTERM)"}
+
+
+@contextmanager
+def stopped_by_signals(say: Callable[[str], None]) -> Iterator[None]:
+    """For a command that walks (`orders sync`, `reconcile`): the first SIGINT (Ctrl-C) or SIGTERM ends its walk
+    at the next batch, everything read stored and its place kept (WalkStopped, which the command line prints as
+    its one-line error); `say` tells the user at once, since a page in flight may take seconds. A second signal
+    acts as usual (KeyboardInterrupt, or the end of the process); the place noted every PLACE_EVERY_S is kept.
+    Before, Ctrl-C raised KeyboardInterrupt wherever the walk was, and its place was kept only as far as a kill's."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may install handlers
+        return
+    previous: dict[int, Any] = {}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def handle(signum: int, _frame: Any) -> None:
+        restore()  # a second signal stops the command at once
+        say(f"{_SIGNALS[signum]}: the sync stops after the page it is reading, its place kept (again to stop at once)")
+        stop_walks(_SIGNALS[signum])
+
+    previous.update({sig: signal.signal(sig, handle) for sig in _SIGNALS})
+    try:
+        yield
+    finally:
+        restore()
+        allow_walks()
 
 
 class KeptWalk:

@@ -128,9 +128,9 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
 
     A walk given `since` keeps its place as the recharge and transaction syncs do (partnerkit.walks.KeptWalk,
     `sync_walks` entity "orders", range `since`..now): stopped by the budget or the provider, or asked to stop
-    (SIGTERM to the worker: it ends after its page, raising WalkStopped), the next walk down to the same `since`
-    within 6 hours reads on from the page it stopped before (`fresh_since`: only from one begun since then,
-    whatever its age; see KeptWalk). The list grows at its front, so reading on skips nothing. The scheduled
+    (SIGTERM to the worker, Ctrl-C to `orders sync`: it ends after its page, raising WalkStopped), the next walk
+    down to the same `since` within 6 hours reads on from the page it stopped before (`fresh_since`: only from
+    one begun since then, whatever its age; see KeptWalk). The list grows at its front, so reading on skips nothing. The scheduled
     run ends at its next page too, but keeps no place: its start moves with the clock, and it reads at most
     `max_pages` pages from its watermark, which a stopped run leaves as it was. A walk that reads down to its
     `since` notes it (`orders_read`); with `fresh_since`, a walk down to a `since` that such a walk begun since

@@ -213,3 +213,44 @@ def test_the_scheduled_walk_asked_to_stop_ends_after_its_page_and_keeps_no_place
         walks.allow_walks()
         db.conn.close()
 
+
+def test_ctrl_c_ends_orders_sync_after_its_page_in_one_line_and_the_next_run_reads_on(history, tmp_path):
+    """Ctrl-C to `partnerkit orders sync --since` (a real process): it ends after the page it is reading, says
+    where it stopped in one line, exits 1 without a traceback, and the same command reads on from that page."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    server, started = history
+    _place(server, 200)
+    since = (started - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}, **_env(server, tmp_path)}
+    child: list[subprocess.Popen] = []
+    asked: list[str] = []
+
+    def ctrl_c_at_page_two() -> None:
+        from flask import request
+
+        if request.path == "/api/v1/orders":
+            asked.append(request.args.get("page", "1"))
+            if asked[-1] == "2" and child:
+                os.kill(child[0].pid, signal.SIGINT)  # what the terminal sends on Ctrl-C, while page 2 is read
+
+    server.app.before_request(ctrl_c_at_page_two)
+    child.append(subprocess.Popen([sys.executable, "-m", "partnerkit", "orders", "sync", "--since", since],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out, err = child[0].communicate(timeout=60)
+    first = list(asked)
+    child.clear()
+    again = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"], env=env)
+
+    assert first == ["1", "2"], (first, err)
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and out == ""
+    assert lines[-1].startswith("Error: the orders sync of ") and lines[-1].endswith(
+        "..now stopped before page 3, which its next run reads on from: interrupted (Ctrl-C)"), err
+    assert lines[-2].startswith("interrupted (Ctrl-C): the sync stops after the page it is reading"), err
+    assert again.exit_code == 0, again.output
+    assert asked[len(first):] == ["3", "4"]  # read on from the kept page
+    assert json.loads(again.stdout)["seen"] == 150
