@@ -61,8 +61,9 @@
     ├── reconcile.scheduler.WorkerRefused        the worker must not start here (inside gunicorn)
     ├── reconcile.worker_jobs.JobUnavailable     a job's function cannot be imported (its part is
     │                                            missing or broken); the other jobs still run
-    ├── reconcile.sync.WalkStopped               the worker is stopping (SIGTERM): a sync walk ended
-    │                                            at a batch, what it read stored and its place kept
+    ├── partnerkit.walks.WalkStopped             the worker is stopping (SIGTERM), or a command was
+    │                                            interrupted (Ctrl-C): a sync walk ended at a batch,
+    │                                            what it read stored and its place kept
     ├── AccountMismatch               the API key is not the provider account's this database serves
     │                                 (`reason`: other_account, cannot_tell): nothing but the wallet
     │                                 read that told it was sent, nothing stored

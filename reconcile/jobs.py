@@ -351,8 +351,9 @@ def current_report(db: Any, day: date) -> dict[str, Any] | None:
 
 
 # One sync at a time in a process: the worker runs its jobs in threads, and the nightly run (yesterday, in
-# full) and sync-recent (yesterday and today) would otherwise read yesterday's pages twice over, at
-# 01:00 every night, from the same hourly budget. The worker lease keeps a second worker out.
+# full) and sync-recent (yesterday and today) would otherwise read yesterday's pages at the same time, at
+# 01:00 every night, from the same hourly budget. The nightly run waits for a sync-recent under way, then
+# reads none of what it read in full (`nightly`). The worker lease keeps a second worker out.
 _SYNCING = threading.Lock()
 
 
@@ -383,6 +384,11 @@ def due_dates(db: Any, now: datetime, due_hour: int) -> list[date]:
     return due
 
 
+def due_at(night: date, due_hour: int) -> datetime:
+    """When the night's report became due: `due_hour` (UTC) on the day after it."""
+    return datetime.combine(night + timedelta(days=1), time(due_hour), tzinfo=timezone.utc)
+
+
 def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
     """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones).
 
@@ -391,7 +397,12 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     A recharge PROCESSING at 23:59 that fails at 00:50 is credited back on the next day, and a debit stamped
     at 23:59:59.9 may pay for a recharge created at 00:00:00.1. Read up to its last night only, a run after
     downtime (or one that came before the 15-minute sync had read the credit) reported a `missing_refund`
-    or an `orphan_transaction` that the next night resolved. On time, the day after is today's first hour."""
+    or an `orphan_transaction` that the next night resolved. On time, the day after is today's first hour.
+
+    What complete reads begun since the nights became due (`due_at`) have covered is not read again: the
+    15-minute sync's read of the same days just before (the two jobs come due together, sync-recent first), or
+    a walk of this run's that a restarted worker's sync-recent read on to its end. A walk stopped or killed
+    part-way is read on from its place only if it began since then, else from page 1 (sync_range)."""
     now = (now or utcnow()).replace(microsecond=0)
     days = due_dates(db, now, config.due_hour_utc)
     if not days:
@@ -399,7 +410,10 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
     through, claim = sync_window(db, days[-1], now)
     with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
-        synced = sync_range(config, db, client, days[0], through, now=now, claim_through=claim)
+        # What was read since the nights became due is not read again, and a walk is read on from where it was
+        # stopped only if it began since then (reconcile.sync.sync_range, `fresh_since`).
+        synced = sync_range(config, db, client, days[0], through, now=now, claim_through=claim,
+                            fresh_since=due_at(days[-1], config.due_hour_utc))
     reports = [report_day(config, db, d, now=now, synced=synced) for d in days]
     # Earlier days matched again: those with drifts still open (a late refund resolves one), and those
     # whose recharges or orders got a transaction on the nights just reported (a refund of a SUCCESS

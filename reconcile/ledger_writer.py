@@ -152,7 +152,7 @@ class TransactionPages:
 
     def settle(self, page: int | None) -> int | None:
         """The last page a walk read whose rows before it are all written, to note as the walk's place
-        (`reconcile.sync._Walk.between_batches`), without waiting for the writer; None before the first.
+        (`partnerkit.walks.KeptWalk.between_batches`), without waiting for the writer; None before the first.
         Given `page` (the walk reads it now, every record it handed out before that added here: its place is
         due), what is staged goes to the writer now with `page` marked after it, to be answered once the
         writer has passed the mark (a batch or two later); before the writer is started (fewer than STAGE_ROWS

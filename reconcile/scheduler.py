@@ -36,7 +36,7 @@ from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS
 from partnerkit.timeutil import iso, utcnow
-from reconcile.sync import allow_walks, stop_walks
+from partnerkit.walks import allow_walks, stop_walks
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, check_account
 
 log = logging.getLogger("reconcile.worker")
@@ -271,7 +271,7 @@ def run_once(config: Config, *, jobs: Sequence[JobSpec] = JOBS,
     """One pass of every job, in table order, ignoring intervals, under the lease (for cron and tests).
 
     SIGTERM or SIGINT stops it as it stops the worker: a running sync walk ends at its next batch with its
-    place kept (reconcile.sync.WalkStopped), and the jobs after it are not run; both have the outcome
+    place kept (partnerkit.walks.WalkStopped), and the jobs after it are not run; both have the outcome
     `stopped`."""
     stop = threading.Event()
     db = open_db(config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)

@@ -11,7 +11,6 @@ only such a sync withdraws the stored transactions of its days the provider no l
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from itertools import islice
@@ -19,7 +18,6 @@ from time import monotonic
 from typing import Any, Callable, Iterable, Iterator
 
 from partnerkit.account import wallet_id, wallet_list
-from partnerkit.errors import ApiError, PartnerKitError
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
@@ -27,6 +25,7 @@ from partnerkit.store.budget import walk_reserve
 from partnerkit.client._records import Recharge
 from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, known_recharge_states, mark_recharges_seen, upsert_from_provider
 from partnerkit.timeutil import iso, parse_ts, utcnow
+from partnerkit.walks import READ_ALREADY, RESUME_WITHIN, KeptWalk
 from reconcile.ledger import canonical_json
 from reconcile.ledger_writer import TransactionPages, withdraw_unlisted
 
@@ -35,8 +34,6 @@ log = logging.getLogger(__name__)
 BATCH = 1000
 LOOKBACK = timedelta(days=1)
 SETTLED_AFTER = timedelta(hours=1)  # see transactions_from
-RESUME_WITHIN = timedelta(hours=6)  # an interrupted walk older than this starts over (see _Walk)
-PLACE_EVERY_S = 5.0  # how often a running walk notes the page it has stored up to (see _Walk.between_batches)
 # Every page is a request of the hourly budget (docs/reconcile.md, "Budget"): 5000 takes a fifth of
 # the requests 1000-record pages took. The list allows 10000 (Limits); half of that keeps a page's
 # answer near 3 MB and its parsed records near 7 MB, from a provider whose speed with its largest
@@ -64,6 +61,7 @@ class SyncSummary:
     orders: Any = None
     wallets: int = 0
     wallets_at: str | None = None  # when the wallet balances were read (see sync_range)
+    read_already: list[str] = field(default_factory=list)  # entities not read again (`fresh_since`: see sync_range)
     errors: list[str] = field(default_factory=list)
 
 
@@ -215,7 +213,7 @@ class RechargePages:
         return self.records, self.inserted
 
     def settle(self, page: int | None) -> int | None:
-        """Given a page (`_Walk.between_batches`: its place is due), write everything added so far (the pending
+        """Given a page (`KeptWalk.between_batches`: its place is due), write everything added so far (the pending
         upserts and seen marks) and return it: the walk reads it now and may note it as its place. None: None."""
         if page is None:
             return None
@@ -224,128 +222,12 @@ class RechargePages:
         return page
 
 
-class WalkStopped(PartnerKitError):
-    """This process is stopping (SIGTERM to the worker): a walk ended between two batches, everything it read
-    stored and its place kept, so the next sync of the same range reads on from there (`_Walk`)."""
-
-
-# Set while this process stops (reconcile.scheduler, on SIGTERM or SIGINT to the worker, `worker --once` or `run`):
-# every running walk ends at its next batch, as a budget stop ends it. One per process, as the signal is.
-_STOPPING = threading.Event()
-
-
-def stop_walks() -> None:
-    """Ask every walk of this process to end at its next batch, its place kept (WalkStopped)."""
-    _STOPPING.set()
-
-
-def allow_walks() -> None:
-    """Walks run to their end again (the worker that asked them to stop has stopped)."""
-    _STOPPING.clear()
-
-
-class _Walk:
-    """One entity's walk of [first, last]: from page 1, or on from where an interrupted one stopped.
-
-    A walk the budget or the provider stops (any ApiError: BudgetExhausted, a 429, a 5xx or timeout
-    after the client's retries) ends its records there instead of raising at once, so the sync stores
-    everything it read; `finish()` then notes the page to read next (partnerkit.store.ledger
-    `keep_walk_position`) and raises. A walk this process is asked to stop (`stop_walks`: SIGTERM to
-    the worker) ends the same way at its next batch (WalkStopped). The next sync of the same entity and
-    range, within RESUME_WITHIN, starts at that page, and the coverage it claims when it reaches the end
-    counts from when the first part began. Before, each run started at page 1 again, and a day with more
-    pages than an hour's budget was never read to its end. Re-reading a page is harmless (every write is
-    an upsert), and no record is skipped: the lists grow at their ends (newest first), which moves older
-    records onto later pages, never earlier ones.
-
-    A walk that is killed (SIGKILL, the OOM killer, a power cut) never reaches `finish()`, so while it
-    runs it also notes its place every PLACE_EVERY_S (`between_batches`): the page it reads now, once
-    every record handed out before it is written (the sync's `settle`). A kill then costs the pages read
-    since, not the whole walk.
-    """
-
-    def __init__(self, db: Any, entity: str, first: date, last: date, now: datetime) -> None:
-        self.db, self.entity, self.now = db, entity, now
-        self.days = (first.isoformat(), last.isoformat())
-        self.started, self.start_page = iso(now), 1
-        self.walk: Any = None
-        self.stopped: ApiError | WalkStopped | None = None
-        self.began = monotonic()
-        self.place_due = self.began + PLACE_EVERY_S
-        kept = ledger_store.walk_position(db, entity, *self.days)
-        if kept is not None:
-            page, started, _ = kept
-            begun = parse_ts(started, field="started_at")
-            if begun is not None and begun <= now <= begun + RESUME_WITHIN:
-                self.start_page, self.started = page, started
-                log.info("%s sync of %s..%s reads on from page %d (begun %s)", entity, *self.days, page, started)
-        self.kept = self.start_page  # the place noted last (a walk from page 1 has none to note)
-
-    def options(self) -> dict[str, int]:
-        """The client's start_page, when reading on (stand-ins without it are only ever asked from page 1)."""
-        return {"start_page": self.start_page} if self.start_page > 1 else {}
-
-    def records(self, walk: Any) -> Iterator[Any]:
-        """The walk's records until it ends, or until the provider or the budget stops it; none when this
-        process is stopping already (a sync that waited for another to end), before a page is asked for."""
-        self.walk = walk
-        if _STOPPING.is_set():
-            self.stopped = WalkStopped("the worker is stopping (SIGTERM or SIGINT)")
-            return
-        try:
-            yield from walk
-        except ApiError as exc:
-            self.stopped = exc
-
-    def between_batches(self, settle: Callable[[int | None], int | None]) -> bool:
-        """After each batch the sync hands to the store: False when the walk must end here (this process is
-        stopping: `stop_walks`). Every PLACE_EVERY_S, `settle(page)` is given the page the client's walk reads
-        now (`next_page`: every record of the pages before it has been handed out); between those, `settle(None)`.
-        Either way it answers the last page whose records before it are all written (a writer thread may catch
-        up to one a batch or two later), or None; a page past the one noted last is noted."""
-        if _STOPPING.is_set():
-            self.stopped = WalkStopped("the worker is stopping (SIGTERM or SIGINT)")
-            return False
-        page = None
-        now = monotonic()
-        if now >= self.place_due:
-            self.place_due = now + PLACE_EVERY_S
-            page = getattr(self.walk, "next_page", None)  # None: a stand-in's walk, which cannot read on
-        written = settle(page)
-        if written is not None and written > self.kept:
-            self._keep(written, "noted while reading: a walk killed after this reads on from here")
-        return True
-
-    def _keep(self, page: int, reason: str) -> None:
-        at = (self.now + timedelta(seconds=monotonic() - self.began)).replace(microsecond=0)
-        ledger_store.keep_walk_position(self.db, self.entity, *self.days, next_page=page, started_at=self.started,
-                                        stopped_at=iso(at), reason=reason)
-        self.kept = page
-
-    def finish(self) -> str:
-        """After everything read is stored: keep the place and raise if the walk was stopped; else the
-        time the walk began (its coverage counts from there)."""
-        if self.stopped is not None:
-            next_page = getattr(self.walk, "next_page", None)
-            if next_page is not None:
-                if next_page > self.kept:  # not where it began: that place is kept already, or page 1
-                    self._keep(next_page, str(self.stopped))
-                log.info("%s sync of %s..%s stopped before %s: %s", self.entity, *self.days,
-                         "its first page" if next_page == 1 else f"page {next_page}", self.stopped)
-            if isinstance(self.stopped, WalkStopped):
-                where = ("part-way" if next_page is None else "before its first page" if next_page == 1 else
-                         f"before page {next_page}, which its next run reads on from")
-                raise WalkStopped(f"the {self.entity} sync of {self.days[0]}..{self.days[1]} stopped {where}: "
-                                  f"{self.stopped}")
-            raise self.stopped
-        ledger_store.forget_walk(self.db, self.entity, *self.days, older_than=iso(self.now - RESUME_WITHIN))
-        return self.started
-
-
 def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: datetime,
-                   progress: Progress | None = None, claim_through: date | None = None) -> tuple[int, int]:
+                   progress: Progress | None = None, claim_through: date | None = None,
+                   fresh_since: datetime | None = None) -> tuple[int, int]:
     """Read every recharge created in [first, last] through the worker's upsert; return (seen, new).
-    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`).
+    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`, also for
+    `fresh_since`).
 
     A record the client cannot read (MalformedResponse: a field missing or malformed) is quarantined
     with the reason (partnerkit.store.quarantine) and the rest of its page is stored as usual; one
@@ -358,7 +240,7 @@ def sync_recharges(db: Any, client: Any, first: date, last: date, *, now: dateti
         log.warning("quarantined an unreadable recharge record: %s", bad)
         quarantine.hold(db, "recharge", [(f"recharge record unreadable: {bad}", bad.body)], now=now)
 
-    walk = _Walk(db, "recharges", first, last, now)
+    walk = KeptWalk(db, "recharges", first.isoformat(), last.isoformat(), now, fresh_since=fresh_since)
     records = client.iter_recharges(from_date=first, to_date=last, limit=RECHARGE_PAGE, on_malformed=hold,
                                     **walk.options())
     for batch in _batches(walk.records(records)):
@@ -386,9 +268,11 @@ def _held_recharges(db: Any) -> set[int]:
 
 
 def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: datetime,
-                      progress: Progress | None = None, claim_through: date | None = None) -> tuple[int, int]:
+                      progress: Progress | None = None, claim_through: date | None = None,
+                      fresh_since: datetime | None = None) -> tuple[int, int]:
     """Read every wallet transaction of [first, last] through the alias mapping; return (stored, quarantined).
-    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`).
+    A complete read marks [first, claim_through] covered (default: through `last`; see `sync_range`, also for
+    `fresh_since`).
 
     A record that fits no alias is quarantined (`transaction:<id>` when it shows an integer id) and the
     rest of its page stored; a quarantined id this sync stores correctly is released (TransactionPages).
@@ -399,7 +283,7 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     stamp = iso(now)
     held = _held_transactions(db)
     stored_upto = ledger_store.transaction_rowid_mark(db)
-    walk = _Walk(db, "transactions", first, last, now)
+    walk = KeptWalk(db, "transactions", first.isoformat(), last.isoformat(), now, fresh_since=fresh_since)
     records = client.iter_transactions(from_date=first, to_date=last, limit=TRANSACTION_PAGE, **walk.options())
     with TransactionPages(db, stamp, held=held) as pages:
         read = 0
@@ -429,12 +313,46 @@ def _held_transactions(db: Any) -> dict[str, bool]:
 
 
 def sync_orders(config: Any, db: Any, client: Any, first: date, *, now: datetime,
-                progress: Progress | None = None) -> Any:
+                progress: Progress | None = None, fresh_since: datetime | None = None) -> Any:
     """Orders through the receiver's one order sync (partnerkit.vouchers.catch_up_orders)."""
     from partnerkit.vouchers import catch_up_orders  # the receiver owns the order sync
 
-    return catch_up_orders(config, db, client, since=datetime.combine(first, time(0), tzinfo=timezone.utc), now=now,
-                           progress=progress)
+    return catch_up_orders(config, db, client, since=_midnight(first), now=now, progress=progress,
+                           fresh_since=fresh_since)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=timezone.utc)
+
+
+def _read_since(db: Any, entity: str, first: date, last: date, fresh_since: datetime) -> str | None:
+    """When the oldest of the complete reads that cover every day of [first, last] of `entity` began, if each
+    began at or after `fresh_since`; else None."""
+    oldest = None
+    for day in days_between(first, last):
+        synced = ledger_store.coverage(db, entity, day)
+        if synced is None or parse_ts(synced, field="synced_at") < fresh_since:
+            return None
+        oldest = min(oldest or synced, synced)
+    return oldest
+
+
+def _read_already(db: Any, summary: SyncSummary, entity: str, first: date, last: date,
+                  fresh_since: datetime | None) -> bool:
+    """Whether the walk of `entity` over [first, last] would be pure waste (see `sync_range`): noted in `summary`."""
+    if fresh_since is None:
+        return False
+    since = _read_since(db, entity, first, last, fresh_since)
+    if since is None:
+        return False
+    log.info("%s of %s..%s not read again: read in full by a sync that began at %s, after %s", entity, first, last,
+             since, iso(fresh_since))
+    # A place kept by a walk of this range that never read on (another range's read covered the days) goes:
+    # `syncs_reading_on` would name it for hours, and a later walk has nothing to read on for.
+    ledger_store.forget_walk(db, entity, first.isoformat(), last.isoformat(),
+                             older_than=iso(fresh_since - RESUME_WITHIN))
+    summary.read_already.append(entity)
+    return True
 
 
 def wallet_rows(body: Any, taken_at: str) -> tuple[list[tuple[str, str, str, int, str]], list[tuple[str, Any]]]:
@@ -484,7 +402,8 @@ def snapshot_wallets(db: Any, client: Any, *, now: datetime) -> int:
 
 def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, now: datetime | None = None,
                orders: bool = True, progress: Progress | None = None,
-               transactions_first: date | None = None, claim_through: date | None = None) -> SyncSummary:
+               transactions_first: date | None = None, claim_through: date | None = None,
+               fresh_since: datetime | None = None) -> SyncSummary:
     """Sync recharges, orders, transactions and wallet balances for [first, last], every page
     (transactions from `transactions_first` when given: see `transactions_from`).
 
@@ -492,9 +411,19 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     night's sync also reads the day after it, which may not be over (reconcile.jobs.sync_window); read
     while it lasts, that day is not one the store can vouch for, and the day's own full read claims it.
 
+    `fresh_since` (the nightly run: when its nights became due, reconcile.jobs.nightly) asks for records as they
+    stood at that moment or later, and no fresher: an entity whose every day of the range a complete read that
+    began then or later has covered already (`sync_coverage`; for orders, the last order walk down to `first`)
+    is not read again (`summary.read_already`). Such a read is what the nightly run's own would have been: the
+    15-minute sync's read of the same days a moment before (every night, the two are due together), or one that
+    read on from where the nightly run's walk was stopped or killed (a restarted worker runs sync-recent first).
+    Its walks read on only from a place kept by a walk begun then or later, and from page 1 otherwise
+    (partnerkit.walks.KeptWalk). The day after the nights counts only once a read has claimed it: the nightly
+    run's own read of it while it lasts claims nothing (`claim_through`), the 15-minute sync's does.
+
     The walks leave the voucher fetches and the recharge poller their reserve of the hour
     (`walk_reserve`): a busy day's pages outnumber the hour's budget, and a sync stopped by it
-    (BudgetExhausted) reads on from its page next time (`_Walk`), while a customer waiting for
+    (BudgetExhausted) reads on from its page next time (partnerkit.walks.KeptWalk), while a customer waiting for
     vouchers, or a PROCESSING recharge due for its read, would not wait well.
 
     The wallet balances are read last and stamped with the moment they were read: `now` plus the time
@@ -505,17 +434,23 @@ def sync_range(config: Any, db: Any, client: Any, first: date, last: date, *, no
     began = monotonic()
     client = client.leaving(walk_reserve(config.hourly_budget, config.poller_budget_share))
     summary = SyncSummary(first.isoformat(), last.isoformat())
-    summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress,
-                                                              claim_through=claim_through)
+    if not _read_already(db, summary, "recharges", first, last, fresh_since):
+        summary.recharges, summary.recharges_new = sync_recharges(db, client, first, last, now=now, progress=progress,
+                                                                  claim_through=claim_through, fresh_since=fresh_since)
     if orders:
         try:
-            summary.orders = sync_orders(config, db, client, first, now=now, progress=progress)
+            summary.orders = sync_orders(config, db, client, first, now=now, progress=progress,
+                                         fresh_since=fresh_since)
+            if summary.orders.stopped == READ_ALREADY:  # the order sync's own call (partnerkit.vouchers)
+                summary.read_already.append("orders")
         except ImportError as exc:  # the receiver's order sync is not installed in this build
             summary.errors.append(f"order sync unavailable: {exc}")
             log.warning("order sync unavailable: %s", exc)
-    summary.transactions, summary.quarantined = sync_transactions(db, client, transactions_first or first, last,
-                                                                  now=now, progress=progress,
-                                                                  claim_through=claim_through)
+    if not _read_already(db, summary, "transactions", transactions_first or first, last, fresh_since):
+        summary.transactions, summary.quarantined = sync_transactions(db, client, transactions_first or first, last,
+                                                                      now=now, progress=progress,
+                                                                      claim_through=claim_through,
+                                                                      fresh_since=fresh_since)
     read_at = (now + timedelta(seconds=monotonic() - began)).replace(microsecond=0)
     summary.wallets, summary.wallets_at = snapshot_wallets(db, client, now=read_at), iso(read_at)
     return summary

@@ -25,7 +25,7 @@ from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
 from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
 from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS, is_busy
-from reconcile.sync import WalkStopped
+from partnerkit.walks import WalkStopped
 
 log = logging.getLogger("reconcile.worker")
 

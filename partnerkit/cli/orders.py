@@ -16,6 +16,7 @@ from partnerkit.store import inbox, jobs, orders
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.timeutil import iso, utcnow
 from partnerkit.vouchers import catch_up_orders
+from partnerkit.walks import stopped_by_signals
 
 EXIT_UNKNOWN = 3  # as `recharges submit`: the outcome is not known, replay the key (never a new one)
 LIST_COLUMNS = ["id", "reference_code", "status", "quantity", "delivered_quantity", "vouchers_stored", "amount",
@@ -156,18 +157,25 @@ def sync_command(app: AppContext, since: datetime | None, fmt: str) -> None:
     to 20 other fetches the provider's failure parked (`fetches_rearmed`): after an outage, run it once
     the provider answers again and the worker fetches those vouchers within seconds, not at its hourly
     revival. Exits 1, after printing what it did, when it stopped before the requested time (budget
-    spent). How far a long walk has read is printed on stderr every few seconds.
+    spent). How far a long walk has read is printed on stderr every few seconds. With --since, a walk
+    stopped part-way (the budget, the provider, Ctrl-C) keeps its place: run again with the same --since
+    within 6 hours, it reads on from that page. Ctrl-C ends it after the page it is reading (exit 1, one
+    line naming the page); a second Ctrl-C stops it at once.
     """
     if since is not None and since > utcnow():
         raise click.BadParameter(f"{iso(since)} is in the future: orders placed since then cannot exist yet",
                                  param_hint="'--since'")
-    summary = catch_up_orders(app.config, app.db, _client(app), since=since, progress=Progress("orders sync"),
-                              rearm_listed=True)
+    with stopped_by_signals(lambda line: click.echo(line, err=True)):  # Ctrl-C: WalkStopped, one line
+        summary = catch_up_orders(app.config, app.db, _client(app), since=since, progress=Progress("orders sync"),
+                                  rearm_listed=True)
     emit_one(vars(summary), fmt)
     if summary.stopped in INCOMPLETE:
         reached = f"orders placed at {summary.reached}" if summary.reached else "no order"
+        # With --since, the walk kept its place (partnerkit.walks.KeptWalk): the same command reads on from it.
+        read_on = (" (with the same --since within 6 hours, it reads on from the page it stopped before)"
+                   if since is not None and summary.stopped == "budget" else "")
         raise click.ClickException(f"the order list was read back to {reached} only, not to {summary.since}: "
-                                   f"{INCOMPLETE[summary.stopped]}; what was read is kept")
+                                   f"{INCOMPLETE[summary.stopped]}{read_on}; what was read is kept")
 
 
 # Why a sync stopped before reaching `since`, as told to the operator.

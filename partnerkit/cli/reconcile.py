@@ -13,6 +13,7 @@ from partnerkit.cli.output import Progress, counted, emit, format_option
 from partnerkit.cli.params import invoking_user, not_blank, output_file, past_utc_day, utc_day
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
+from partnerkit.walks import stopped_by_signals
 
 # `drifts list`: JSON and CSV carry every column (scripts read the first eleven: new ones go after them);
 # the table keeps to one line a drift, with when it was first detected.
@@ -64,6 +65,8 @@ def reconcile_command(app: AppContext, day: date) -> None:
     it ended (the nightly run reads it so). Before the sync starts, a line on stderr names the days it reads.
 
     A busy day is minutes of pages: how far the sync has read is printed on stderr every few seconds.
+    Ctrl-C ends the sync after the page it is reading, what it read stored and its place kept (exit 1, one
+    line naming the page): run again within 6 hours, it reads on from there. A second Ctrl-C stops at once.
     A database that does not exist yet is created, with a one-line warning on stderr (the sync fills it
     from the provider; if it was meant to be the worker's, PARTNERKIT_DB is mistyped).
     """
@@ -76,7 +79,8 @@ def reconcile_command(app: AppContext, day: date) -> None:
         click.echo(f"warning: database {str(app.config.db_path)!r} did not exist and was created; if that is "
                    "not the worker's database, check PARTNERKIT_DB or --config", err=True)
     progress = Progress(day)
-    report = reconcile_day(app.config, app.db, client, day, progress=progress, reading=_reading(progress))
+    with stopped_by_signals(lambda line: click.echo(line, err=True)):  # Ctrl-C: WalkStopped, one line
+        report = reconcile_day(app.config, app.db, client, day, progress=progress, reading=_reading(progress))
     s = report["summary"]
     click.echo(f"{report['date']}: {counted(s['recharges_total'], 'recharge')}, "
                f"{counted(s['orders_total'], 'order')}, {counted(s['transactions_total'], 'transaction')}; "

@@ -312,10 +312,14 @@ def get_watermark(db: Database, entity: str) -> str | None:
 
 def record_sync(db: Database, entity: str, *, from_day: str, to_day: str, started_at: str, count: int,
                 days: Iterable[str], advance_to: str | None) -> None:
-    """After a complete sync: mark the days covered and move the watermark forward (never back)."""
+    """After a complete sync: mark the days covered and move the watermark forward (never back).
+
+    A day keeps the latest start of the complete reads that covered it: a walk read on from where one stopped
+    counts from when its first part began, and it may end after a read that began later has covered the day."""
     def work(conn: sqlite3.Connection) -> int:
         conn.executemany("INSERT INTO sync_coverage (entity, day, synced_at) VALUES (?, ?, ?)"
-                         " ON CONFLICT(entity, day) DO UPDATE SET synced_at = excluded.synced_at",
+                         " ON CONFLICT(entity, day) DO UPDATE"
+                         " SET synced_at = max(sync_coverage.synced_at, excluded.synced_at)",
                          ((entity, d, started_at) for d in days))
         if advance_to is not None:
             conn.execute("INSERT INTO sync_state (entity, watermark, last_run_at, last_count) VALUES (?, ?, ?, ?)"

@@ -13,7 +13,7 @@ sync). Both jobs log as `partnerkit.vouchers`.
 
 from partnerkit.vouchers._fetches import (FetchPolicy, FetchSummary, rearm_parked_fetches, revive_parked_fetches,
                                          run_voucher_fetches)
-from partnerkit.vouchers._order_sync import SYNC_WATERMARK, SyncSummary, catch_up_orders
+from partnerkit.vouchers._order_sync import SYNC_WATERMARK, SyncSummary, catch_up_orders, orders_read
 from partnerkit.vouchers._sealing import seal, unseal, voucher_context, voucher_identity
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "FetchSummary",
     "SyncSummary",
     "catch_up_orders",
+    "orders_read",
     "rearm_parked_fetches",
     "revive_parked_fetches",
     "run_voucher_fetches",

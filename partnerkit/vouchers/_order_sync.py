@@ -4,27 +4,32 @@ missing vouchers queued for a fetch, and order intents whose answer was lost lin
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
 from partnerkit import errors
 from partnerkit.config import Config
 from partnerkit.money import cents
 from partnerkit.store import Database, jobs, meta, order_intents, orders, quarantine, vouchers
+from partnerkit.store import ledger as ledger_store
 from partnerkit.store.budget import walk_reserve
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from partnerkit.vouchers._fetches import FetchPolicy, rearm_parked_fetches, revive_parked_fetches
 from partnerkit.vouchers._sealing import _text
+from partnerkit.walks import READ_ALREADY, RESUME_WITHIN, KeptWalk
 
 if TYPE_CHECKING:
     from partnerkit.client import PartnerApi
 
 log = logging.getLogger("partnerkit.vouchers")
 SYNC_WATERMARK = "orders.catch_up.since"
+# The last walk given a `since` that read the list down to it in full: {"since", "began"} (`orders_read`).
+READ_DOWN_TO = "orders.catch_up.read"
 
 
 @dataclass
@@ -35,7 +40,7 @@ class SyncSummary:
     seen: int = 0
     updated: int = 0
     fetches_queued: int = 0
-    stopped: str = "end of list"
+    stopped: str = "end of list"  # or "reached since", "max pages", "budget", "page repeated", "read already"
     since: str | None = None
     quarantined: int = 0  # list records that could not be read (held with the reason)
     fetches_revived: int = 0  # parked voucher fetches given one more try (parked for an hour)
@@ -65,10 +70,34 @@ def _listing_order(items: list[Any]) -> str | None:
     return "unsorted"
 
 
+def orders_read(db: Database) -> tuple[datetime, datetime] | None:
+    """(since, began) of the last order walk that read the list down to the `since` it was given, in one run or
+    in several that read on from where one stopped (`began`: when the first began); None before the first."""
+    stored = meta.get(db, READ_DOWN_TO)
+    if stored is None:
+        return None
+    read = json.loads(stored)
+    return parse_ts(read["since"], field="since"), parse_ts(read["began"], field="began")
+
+
+def _walk_range(since: datetime) -> str:
+    """How a walk down to `since` is named and kept (`sync_walks`): its day when it is midnight, else the time."""
+    utc = since.astimezone(timezone.utc)
+    return utc.date().isoformat() if utc.time() == time(0) else iso(utc)
+
+
+class _Cursor:
+    """The page the order walk reads next, for its place (KeptWalk); None while it cannot read on from one."""
+
+    def __init__(self, page: int) -> None:
+        self.next_page: int | None = page
+
+
 def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: datetime | None = None, *,
                     now: datetime | None = None, max_pages: int | None = None, page_size: int = 100,
                     max_lookback: timedelta = timedelta(days=2), policy: FetchPolicy = FetchPolicy(),
-                    progress: Callable[[str, int], None] | None = None, rearm_listed: bool = False) -> SyncSummary:
+                    progress: Callable[[str, int], None] | None = None, rearm_listed: bool = False,
+                    fresh_since: datetime | None = None) -> SyncSummary:
     """Walk the order list down to `since` (else the stored watermark); repair local state.
 
     The order list has no date filter (GET /api/v1/orders: page, limit, status, product_id), so a
@@ -96,10 +125,21 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
     the record is listed again on the next run. `progress("orders", seen)` is called after each page.
     An open order intent (an `orders create` whose answer was lost) is linked to the listed order
     carrying its ref and request (`intents_linked`).
+
+    A walk given `since` keeps its place as the recharge and transaction syncs do (partnerkit.walks.KeptWalk,
+    `sync_walks` entity "orders", range `since`..now): stopped by the budget or the provider, or asked to stop
+    (SIGTERM to the worker, Ctrl-C to `orders sync`: it ends after its page, raising WalkStopped), the next walk
+    down to the same `since` within 6 hours reads on from the page it stopped before (`fresh_since`: only from
+    one begun since then, whatever its age; see KeptWalk). The list grows at its front, so reading on skips nothing. The scheduled
+    run ends at its next page too, but keeps no place: its start moves with the clock, and it reads at most
+    `max_pages` pages from its watermark, which a stopped run leaves as it was. A walk that reads down to its
+    `since` notes it (`orders_read`); with `fresh_since`, a walk down to a `since` that such a walk begun since
+    then has read is not made (`stopped` "read already").
     """
     now = now or utcnow()
     floor = now - max_lookback
     keep_free = 0
+    given = since is not None
     if since is None:
         stored = meta.get(db, SYNC_WATERMARK)
         since = max(parse_ts(stored) if stored else now - timedelta(days=1), floor)
@@ -107,13 +147,26 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
     else:
         # An unbounded walk: it leaves the voucher fetches their tenth and the poller its slice (see there).
         keep_free = walk_reserve(config.hourly_budget, config.poller_budget_share)
-    api = client.with_budget("order_sync", wait=False, keep_free=keep_free)
     summary = SyncSummary(since=iso(since))
+    read = orders_read(db) if given and fresh_since is not None else None
+    if read is not None and read[0] <= since and read[1] >= fresh_since:
+        # Read down to `since` by a walk begun since `fresh_since` (the nightly run's: the 15-minute sync's read
+        # just before it): pure waste to read again. A place kept by a walk of it that never read on goes.
+        ledger_store.forget_walk(db, "orders", _walk_range(since), "now", older_than=iso(fresh_since - RESUME_WITHIN))
+        summary.stopped = READ_ALREADY
+        return summary
+    api = client.with_budget("order_sync", wait=False, keep_free=keep_free)
+    place = KeptWalk(db, "orders", _walk_range(since), "now", now, fresh_since=fresh_since, keep=given)
     summary.fetches_revived = len(revive_parked_fetches(db, now=now, policy=policy))
     oldest_open: datetime | None = None
     oldest: datetime | None = None
     listed: set[int] = set()
-    page_number, backward_to = 1, None  # backward_to: the page a backward walk ends after (oldest first)
+    # backward_to: the page a backward walk ends after (oldest first)
+    page_number, backward_to = place.start_page, None
+    cursor = _Cursor(page_number)
+    place.follow(cursor)
+    if not place.may_begin():
+        place.finish()  # raises WalkStopped: this process is stopping, not one page is asked for
     while True:
         if max_pages is not None and summary.pages >= max_pages:
             summary.stopped = "max pages"
@@ -122,9 +175,13 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
             # An empty list answered with the document's 404 "No Matching Result Found!" is an empty
             # page already (PartnerClient.list_orders): a partner without orders syncs like any other.
             page = api.list_orders(page=page_number, limit=page_size)
-        except errors.BudgetExhausted:
-            summary.stopped = "budget"
-            return summary
+        except errors.ApiError as exc:  # its place is kept (the page it could not read), then the error raised
+            place.stopped = exc
+            try:
+                place.finish()
+            except errors.BudgetExhausted:
+                summary.stopped = "budget"
+                return summary
         summary.pages += 1
         if summary.pages == 1:  # the provider answers: the fetches its failure parked are worth a read now
             summary.fetches_rearmed += len(rearm_parked_fetches(db, now=now, policy=policy))
@@ -201,14 +258,22 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
             page_number -= 1
             if page_number <= backward_to:
                 break
-            continue
-        if summary.list_order == "oldest first" and page.total_pages and page.total_pages > page_number:
+        elif summary.list_order == "oldest first" and page.total_pages and page.total_pages > page_number:
             # The newest orders are on the last page: read back from there towards this one.
             backward_to, page_number = page_number, page.total_pages
-            continue
-        if not page.has_more:
+        elif not page.has_more:
             break
-        page_number += 1
+        else:
+            page_number += 1
+        # Every order of the pages read is stored (one transaction a page). A walk read backwards cannot read on
+        # from a page: its place is the one it had before it turned, if any.
+        cursor.next_page = page_number if backward_to is None else None
+        if not place.between_batches(lambda written: written):
+            place.finish()  # raises WalkStopped, its place kept: this process is stopping
+    began = place.finish()  # the place is forgotten: the walk reached its end
+    if given and summary.stopped in ("end of list", "reached since"):
+        with transaction(db) as conn:
+            meta.put(conn, READ_DOWN_TO, json.dumps({"since": iso(since), "began": began}), now=now)
     # Next time, start from the oldest order that may still change (never older than the floor).
     # An unreadable record's placed_at is unknown: keep the watermark where it was so it is listed again.
     local_open = orders.oldest_open_placed_at(db)

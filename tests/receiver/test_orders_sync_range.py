@@ -86,7 +86,11 @@ def test_a_range_cut_short_by_the_budget_says_so_and_exits_1(history, tmp_path):
     assert "the order list was read back to orders placed at" in result.stderr
     assert ("the hourly API budget is spent (a tenth is kept for voucher fetches and one for the recharge poller)"
             in result.stderr)
+    assert "with the same --since within 6 hours, it reads on from the page it stopped before" in result.stderr
     assert "Traceback" not in result.output
+    db = open_db(tmp_path / "partnerkit.db")
+    assert db.execute("SELECT entity, next_page FROM sync_walks").fetchall() == [("orders", 2)]
+    db.conn.close()
 
 
 def test_the_help_says_how_far_back_each_way_reads():
@@ -149,3 +153,104 @@ def test_catch_up_orders_reports_each_page_read(history, tmp_path):
                         progress=lambda entity, read: calls.append((entity, read)))
     assert calls == [("orders", 100), ("orders", 150)]
     db.conn.close()
+
+
+def test_a_walk_asked_to_stop_ends_after_its_page_keeps_its_place_and_reads_on(history, tmp_path):
+    """SIGTERM to the worker (`stop_walks`) during an order walk down to a `since`: it ends after the page it
+    read, stored, with its place kept, and the next walk down to the same `since` reads on from there."""
+    from partnerkit import walks
+    from partnerkit.store import ledger as ledger_store
+    from partnerkit.vouchers import catch_up_orders, orders_read
+
+    server, started = history
+    _place(server, 200)  # 350 orders: four pages
+    since = started - timedelta(days=1)
+    config = load_config(environ=_env(server, tmp_path))
+    db = open_db(config.db_path)
+    list_calls = lambda: server.sandbox.calls.get("GET /api/v1/orders", 0)  # noqa: E731
+    try:
+        with PartnerClient(config, db) as client:
+            before = list_calls()
+            with pytest.raises(walks.WalkStopped, match=r"^the orders sync of .*\.\.now stopped before page 2, which "
+                                                        r"its next run reads on from: the worker is stopping"):
+                catch_up_orders(config, db, client, since=since, progress=lambda entity, read: walks.stop_walks())
+            walks.allow_walks()
+            assert list_calls() - before == 1
+            assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == 100  # the page read is stored
+            [kept] = ledger_store.walk_positions(db)
+            assert (kept["entity"], kept["to_day"], kept["next_page"]) == ("orders", "now", 2)
+            assert orders_read(db) is None  # not read down to `since` yet
+
+            before = list_calls()
+            summary = catch_up_orders(config, db, client, since=since)
+            assert list_calls() - before == 3 and summary.pages == 3  # pages 2 to 4, not page 1 again
+            assert summary.stopped == "end of list"
+            assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == OLD + RECENT + 200
+            assert ledger_store.walk_positions(db) == []
+            assert orders_read(db)[0] == since  # read down to it, in two parts
+    finally:
+        walks.allow_walks()
+        db.conn.close()
+
+
+def test_the_scheduled_walk_asked_to_stop_ends_after_its_page_and_keeps_no_place(history, tmp_path):
+    from partnerkit import walks
+    from partnerkit.store import ledger as ledger_store
+    from partnerkit.vouchers import catch_up_orders
+
+    server, _ = history
+    _place(server, 200)
+    config = load_config(environ=_env(server, tmp_path))
+    db = open_db(config.db_path)
+    try:
+        with PartnerClient(config, db) as client:
+            before = server.sandbox.calls.get("GET /api/v1/orders", 0)
+            with pytest.raises(walks.WalkStopped, match="stopped part-way, keeping no place"):
+                catch_up_orders(config, db, client, progress=lambda entity, read: walks.stop_walks())
+            assert server.sandbox.calls.get("GET /api/v1/orders", 0) - before == 1
+            assert ledger_store.walk_positions(db) == []  # its start moves with the clock: nothing would read on
+    finally:
+        walks.allow_walks()
+        db.conn.close()
+
+
+def test_ctrl_c_ends_orders_sync_after_its_page_in_one_line_and_the_next_run_reads_on(history, tmp_path):
+    """Ctrl-C to `partnerkit orders sync --since` (a real process): it ends after the page it is reading, says
+    where it stopped in one line, exits 1 without a traceback, and the same command reads on from that page."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    server, started = history
+    _place(server, 200)
+    since = (started - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}, **_env(server, tmp_path)}
+    child: list[subprocess.Popen] = []
+    asked: list[str] = []
+
+    def ctrl_c_at_page_two() -> None:
+        from flask import request
+
+        if request.path == "/api/v1/orders":
+            asked.append(request.args.get("page", "1"))
+            if asked[-1] == "2" and child:
+                os.kill(child[0].pid, signal.SIGINT)  # what the terminal sends on Ctrl-C, while page 2 is read
+
+    server.app.before_request(ctrl_c_at_page_two)
+    child.append(subprocess.Popen([sys.executable, "-m", "partnerkit", "orders", "sync", "--since", since],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out, err = child[0].communicate(timeout=60)
+    first = list(asked)
+    child.clear()
+    again = CliRunner().invoke(cli, ["orders", "sync", "--since", since, "--format", "json"], env=env)
+
+    assert first == ["1", "2"], (first, err)
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and out == ""
+    assert lines[-1].startswith("Error: the orders sync of ") and lines[-1].endswith(
+        "..now stopped before page 3, which its next run reads on from: interrupted (Ctrl-C)"), err
+    assert lines[-2].startswith("interrupted (Ctrl-C): the sync stops after the page it is reading"), err
+    assert again.exit_code == 0, again.output
+    assert asked[len(first):] == ["3", "4"]  # read on from the kept page
+    assert json.loads(again.stdout)["seen"] == 150

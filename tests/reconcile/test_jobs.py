@@ -309,6 +309,24 @@ def test_the_15_minute_sync_skips_transactions_of_days_read_in_full_after_they_e
     assert ledger_store.coverage(db, "transactions", "2025-03-13") == "2025-03-14T01:00:00Z"
 
 
+@pytest.mark.parametrize("recent_at, read_again", [
+    ("2025-03-14T01:00:00Z", False),  # the two jobs came due together, sync-recent first: its read is the night's
+    ("2025-03-14T00:50:00Z", True),  # before the night was due: the night as it stood before it settled
+])
+def test_the_nightly_run_reads_again_only_what_no_read_begun_since_the_night_was_due_covers(config, db, provider,
+                                                                                          recent_at, read_again):
+    with freeze_time("2025-03-14T00:30:00Z"):
+        sync_recent(config, db, provider)  # the first run reads today: the watermark moves to the 13th
+    with freeze_time(recent_at):
+        sync_recent(config, db, provider)  # the 13th and the 14th, every page
+    provider.calls.clear()
+    with freeze_time("2025-03-14T01:00:00Z"):
+        [report] = nightly(config, db, provider)
+    night = (date(2025, 3, 13), date(2025, 3, 14))
+    assert provider.calls == ([("recharges", *night), ("transactions", *night)] if read_again else [])
+    assert report["date"] == "2025-03-13" and report["summary"]["matched"] == 3
+
+
 def test_sync_recent_skips_its_turn_while_another_sync_of_the_worker_runs(config, db, provider):
     from reconcile import jobs
 

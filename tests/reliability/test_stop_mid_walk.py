@@ -1,6 +1,7 @@
 """SIGTERM to a real `partnerkit worker` in the middle of its nightly walk (what `systemctl stop` or
 `restart` sends): the walk ends at its next batch with its place kept, the process exits well within
-systemd's 60 s (TimeoutStopSec, then SIGKILL), and the next run reads on from that page.
+systemd's 60 s (TimeoutStopSec, then SIGKILL), and the next run reads on from that page. SIGKILL (the
+OOM killer, a power cut): the next run reads on from the place the walk noted while it ran.
 """
 
 from __future__ import annotations
@@ -44,6 +45,25 @@ def _stored(stack: CrashStack, day: str) -> int:
     return stack.db.execute("SELECT COUNT(*) FROM transactions WHERE created_at LIKE ?", (day + "%",)).fetchone()[0]
 
 
+def _plant(stack: CrashStack, night: datetime) -> None:
+    """TOPUPS top-ups on the night, a second apart."""
+    sb = stack.sandbox.sandbox
+    with sb.lock:
+        wallet = sb_wallets.wallet_for(sb, stack.alpha.key, "INR")
+        for n in range(TOPUPS):
+            sb_wallets.post(sb, wallet, "TOPUP", "CREDIT", Decimal("1.00"), created_at=night + timedelta(seconds=n))
+
+
+def _run_again(stack: CrashStack, pages: PageLog, first_run: int, day: str):
+    """`worker --once` after the stop: (its process, the night's transaction pages it asked for, walks left kept,
+    the night's transactions stored, whether the night is reported)."""
+    again = stack.run_partnerkit("worker", "--once", "--format", "json", timeout=120)
+    read_on = [page for from_date, page in pages.requests[first_run:] if from_date == day]
+    walks_left = stack.db.execute("SELECT COUNT(*) FROM sync_walks").fetchone()[0]
+    reported = stack.db.execute("SELECT COUNT(*) FROM reports WHERE date = ?", (day,)).fetchone()[0]
+    return again, read_on, walks_left, _stored(stack, day), reported
+
+
 def test_sigterm_mid_walk_stops_the_worker_promptly_and_the_next_run_reads_on(tmp_path):
     night = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=10, minute=0, second=0, microsecond=0)
     day = night.date().isoformat()
@@ -51,11 +71,7 @@ def test_sigterm_mid_walk_stops_the_worker_promptly_and_the_next_run_reads_on(tm
     pages = PageLog()
     settings = SandboxSettings(speed=1.0, hourly_limit=100_000)
     with CrashStack(tmp_path, settings, gates=(held, pages), extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
-        sb = stack.sandbox.sandbox
-        with sb.lock:
-            wallet = sb_wallets.wallet_for(sb, stack.alpha.key, "INR")
-            for n in range(TOPUPS):
-                sb_wallets.post(sb, wallet, "TOPUP", "CREDIT", Decimal("1.00"), created_at=night + timedelta(seconds=n))
+        _plant(stack, night)
 
         worker = stack.start_worker()
         held.wait_held(timeout=30)  # the nightly walk has read pages 1 and 2 of the night
@@ -73,11 +89,7 @@ def test_sigterm_mid_walk_stops_the_worker_promptly_and_the_next_run_reads_on(tm
         stored_then = _stored(stack, day)
         first_run = len(pages.requests)
 
-        again = stack.run_partnerkit("worker", "--once", "--format", "json", timeout=120)
-        read_on = [page for from_date, page in pages.requests[first_run:] if from_date == day]
-        walks_left = stack.db.execute("SELECT COUNT(*) FROM sync_walks").fetchone()[0]
-        stored = _stored(stack, day)
-        reported = stack.db.execute("SELECT COUNT(*) FROM reports WHERE date = ?", (day,)).fetchone()[0]
+        again, read_on, walks_left, stored, reported = _run_again(stack, pages, first_run, day)
         log = worker.log()
 
     assert code == 0, log[-3000:]
@@ -87,6 +99,44 @@ def test_sigterm_mid_walk_stops_the_worker_promptly_and_the_next_run_reads_on(tm
     assert '"level": "ERROR"' not in log, "a stop asked for is not an error"
     assert stored_then >= 3 * 500  # pages 1-3 (and 4) stored before it exited
     assert again.returncode == 0, again.stderr[-3000:]
-    assert read_on[0] == "4", read_on  # the next run's walk of the night began at the kept page
+    # The next run's walk of the night began at the kept page, and no page came twice: the restarted worker's
+    # sync-recent (which reads the same days now) read on to the end, and the nightly run read nothing again.
+    # Before, it then read every page again from page 1.
+    assert read_on == [str(page) for page in range(4, int(read_on[-1]) + 1)], read_on
+    assert walks_left == 0 and reported == 1
+    assert stored == TOPUPS
+
+
+def test_sigkill_mid_walk_the_next_run_reads_on_from_the_place_noted_and_reads_no_page_twice(tmp_path):
+    night = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=10, minute=0, second=0, microsecond=0)
+    day = night.date().isoformat()
+    # Page 5 is answered 6 s late, so the walk notes its place (every 5 s, at a batch boundary of two pages) once
+    # pages 5 and 6 are stored; the worker is killed while page 9 is asked for.
+    slow = Gate("GET", r"^/api/v1/transactions$", query=lambda a: a.get("from_date") == day and a.get("page") == "5")
+    killed = Gate("GET", r"^/api/v1/transactions$", query=lambda a: a.get("from_date") == day and a.get("page") == "9")
+    pages = PageLog()
+    settings = SandboxSettings(speed=1.0, hourly_limit=100_000)
+    with CrashStack(tmp_path, settings, gates=(slow, killed, pages),
+                    extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
+        _plant(stack, night)
+
+        worker = stack.start_worker()
+        slow.wait_held(timeout=30)
+        time.sleep(6)  # past PLACE_EVERY_S (5 s) since the walk began
+        slow.open()
+        killed.wait_held(timeout=30)
+        worker.kill()
+        killed.open()
+        position = stack.db.execute("SELECT next_page FROM sync_walks WHERE entity = 'transactions' AND from_day = ?",
+                                    (day,)).fetchone()
+        first_run = len(pages.requests)
+
+        again, read_on, walks_left, stored, reported = _run_again(stack, pages, first_run, day)
+
+    # Noted at a batch boundary once 5 s had passed: after pages 5 and 6 at the latest (8 on a machine so busy that
+    # pages 7 and 8 took 5 s more), never past the page the kill came on.
+    assert position is not None and position[0] in (6, 8), (position, worker.log()[-3000:])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert read_on == [str(page) for page in range(position[0], int(read_on[-1]) + 1)], read_on  # on, once each
     assert walks_left == 0 and reported == 1
     assert stored == TOPUPS

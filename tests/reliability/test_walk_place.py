@@ -15,6 +15,7 @@ import pytest
 from freezegun import freeze_time
 
 from partnerkit.store import ledger as ledger_store
+from partnerkit import walks
 from reconcile import ledger_writer, sync
 from reconcile.scheduler import run_once
 from reconcile.worker_jobs import JOBS
@@ -86,13 +87,13 @@ def _calls(world: World, entity: str) -> int:
 @pytest.fixture
 def walks_allowed():
     yield
-    sync.allow_walks()  # a test that stopped the walks leaves none stopped for the next
+    walks.allow_walks()  # a test that stopped the walks leaves none stopped for the next
 
 
 @pytest.mark.parametrize("entity, writer", [("recharges", False), ("transactions", False), ("transactions", True)])
 def test_a_walk_killed_part_way_reads_on_from_the_place_it_noted(tmp_path, monkeypatch, entity, writer):
     monkeypatch.setattr(sync, "RECHARGE_PAGE", PAGE)
-    monkeypatch.setattr(sync, "PLACE_EVERY_S", 0.0)  # note the place after every batch (two pages)
+    monkeypatch.setattr(walks, "PLACE_EVERY_S", 0.0)  # note the place after every batch (two pages)
     if writer:  # the transaction rows go through the writer thread from the first batch on, as on a busy day
         monkeypatch.setattr(ledger_writer, "STAGE_ROWS", 2 * PAGE)
     with freeze_time(START) as frozen, World(tmp_path, frozen) as world:
@@ -135,17 +136,17 @@ def test_a_walk_asked_to_stop_ends_at_its_next_batch_with_its_place_kept(tmp_pat
 
         def stop_after_page_four(name: str, read: int) -> None:
             if name == entity and read >= 4 * PAGE:
-                sync.stop_walks()  # what the worker does on SIGTERM
+                walks.stop_walks()  # what the worker does on SIGTERM
 
         before = _calls(world, entity)
-        with pytest.raises(sync.WalkStopped, match=rf"the {entity} sync of {DAY}..{DAY} stopped before page 4, "
+        with pytest.raises(walks.WalkStopped, match=rf"the {entity} sync of {DAY}..{DAY} stopped before page 4, "
                                                    "which its next run reads on from"):
             _walk(entity)(world.db, world.client("sync"), DAY, DAY, now=world.now(), progress=stop_after_page_four)
         assert _calls(world, entity) - before == 4  # no page read after the stop
         assert ledger_store.walk_position(world.db, entity, DAY.isoformat(), DAY.isoformat())[0] == 4
         assert _listed(world, entity, 4) <= _stored(world, entity)  # page 4 was read whole, stored, read again
 
-        sync.allow_walks()
+        walks.allow_walks()
         before = _calls(world, entity)
         _walk(entity)(world.db, world.client("sync"), DAY, DAY, now=world.now())
         assert _calls(world, entity) - before == pages - 3
@@ -156,9 +157,9 @@ def test_a_sync_that_begins_while_the_worker_stops_asks_for_no_page(tmp_path, wa
     """The nightly run waits for a running sync-recent to end (one sync at a time); once the stop has ended that
     one, its own walk must not begin: it would read a page to keep "page 1" as its place."""
     with freeze_time(START) as frozen, World(tmp_path, frozen) as world:
-        sync.stop_walks()
+        walks.stop_walks()
         before = world.calls()
-        with pytest.raises(sync.WalkStopped, match=rf"the recharges sync of {DAY}..{DAY} stopped before its first "
+        with pytest.raises(walks.WalkStopped, match=rf"the recharges sync of {DAY}..{DAY} stopped before its first "
                                                    r"page: the worker is stopping \(SIGTERM or SIGINT\)"):
             sync.sync_range(world.config, world.db, world.client("sync"), DAY, DAY, now=world.now())
         assert world.calls() == before
@@ -198,4 +199,4 @@ def test_sigterm_to_worker_once_ends_its_walk_keeps_the_place_and_runs_no_later_
     assert read_first == 4 and first is not None and first[0] == 4  # page 3 came, and 4 to end its batch
     assert again[0]["outcome"] == "ok"
     assert read_again == pages - 3
-    assert not sync._STOPPING.is_set(), "the stop ends with the pass"
+    assert not walks.walks_stopping(), "the stop ends with the pass"

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from reconcile import sync
+from partnerkit import walks
 from reconcile.scheduler import run_worker
 from reconcile.worker_jobs import JobSpec
 from tests.standin import StandIn
@@ -20,7 +20,7 @@ def fails_while_the_worker_stops(config, db, client):
     """A job still running when the worker stops, which then fails (the provider failing, a full disk)."""
     STARTED.set()
     FAIL.wait(10)
-    WALKS_STOPPED.append(sync._STOPPING.is_set())  # a sync walk running now would end at its next batch
+    WALKS_STOPPED.append(walks.walks_stopping())  # a sync walk running now would end at its next batch
     raise OSError(28, "No space left on device")
 
 
@@ -53,4 +53,4 @@ def test_a_job_that_fails_while_the_worker_stops_does_not_hold_the_stop_up(confi
     assert codes == [0]
     assert time.monotonic() - stopped < 5
     assert WALKS_STOPPED == [True]
-    assert not sync._STOPPING.is_set(), "walks run to their end again once the worker has stopped"
+    assert not walks.walks_stopping(), "walks run to their end again once the worker has stopped"
