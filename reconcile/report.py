@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_safe
+from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_safe
 from partnerkit.money import CENT, fmt
 from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -188,37 +188,66 @@ def render_json(report: Mapping[str, Any]) -> str:
     return "".join(pieces)
 
 
+# The CSV's columns: a drift's fields, then (added at the end: a spreadsheet's column letters and a script's
+# indexes stay) its unit: the currency of its expected and actual, or "vouchers" for a count (COUNT_KINDS), so
+# that a pivot summing `expected` by unit never adds voucher counts to rupees.
+CSV_FIELDS = DRIFT_FIELDS + ("unit",)
+# Excel opens a CSV file without a byte order mark in the machine's ANSI code page: a rupee sign or an
+# accented note becomes mojibake ("â‚¹"). The report's CSV files (PARTNERKIT_REPORT_DIR, `report --output`)
+# start with one; what goes to stdout, read by scripts, does not (docs/reconcile.md, "The report").
+CSV_BOM = "\ufeff"
+_COUNTED = frozenset(COUNT_KINDS)
+_KIND_COLUMN = DRIFT_FIELDS.index("kind")
+
 # The columns that carry provider or finance text (a reference_number, a transaction id, a currency
 # code, a note); the others are partnerkit's own words, ids, times and formatted amounts.
 _FREE_TEXT = tuple(DRIFT_FIELDS.index(f) for f in ("reference", "currency", "resolution_note", "resolution_by",
                                                   "detail"))
+_REFERENCE = DRIFT_FIELDS.index("reference")
+_WRITTEN_SAFE = (*_FREE_TEXT, len(DRIFT_FIELDS))  # and the unit, a currency: checked with it
 _free_text = itemgetter(*_FREE_TEXT)
-_FORMULA_CHARS = frozenset("".join(FORMULA_STARTS))  # each start is one character
+# A first character that may need a cell written as text: a formula's, or a leading zero (of a reference:
+# partnerkit.csvcell.spreadsheet_id); each start is one character.
+_SUSPECT_CHARS = frozenset("".join(FORMULA_STARTS) + "0")
 
 
 def _csv_rows(entries: Iterable[Mapping[str, Any]]) -> Iterator[Any]:
-    row = itemgetter(*DRIFT_FIELDS)
+    row = itemgetter(*DRIFT_FIELDS, "currency")  # the unit: the currency, but for a count
     for entry in entries:
         try:
             values = row(entry)  # None is written as an empty field
         except KeyError:
-            values = [entry.get(f) for f in DRIFT_FIELDS]
-        for text in _free_text(values):  # text or None; a loop, not any(): 0.06 s instead of 0.13 per 100k drifts
-            if text and text[0] in _FORMULA_CHARS:
-                values = [spreadsheet_safe(v) if i in _FREE_TEXT and isinstance(v, str) else v
-                          for i, v in enumerate(values)]
-                break
+            values = [entry.get(f) for f in (*DRIFT_FIELDS, "currency")]
+        reference = values[_REFERENCE]
+        suspect = reference is not None and len(reference) > 15 and reference.isdigit()
+        if not suspect:
+            for text in _free_text(values):  # text or None; a loop, not any(): 0.06 s instead of 0.13 per 100k drifts
+                if text and text[0] in _SUSPECT_CHARS:
+                    suspect = True
+                    break
+        if suspect:
+            values = [(spreadsheet_id if i == _REFERENCE else spreadsheet_safe)(v)
+                      if i in _WRITTEN_SAFE and isinstance(v, str) else v for i, v in enumerate(values)]
+        if values[_KIND_COLUMN] in _COUNTED:
+            values = (*values[:-1], "vouchers")
         yield values
 
 
 def render_csv(report: Mapping[str, Any]) -> str:
-    """The drift table as CSV, one row per drift, columns DRIFT_FIELDS; text a spreadsheet would run
-    as a formula is written as text (partnerkit.csvcell)."""
+    """The drift table as CSV, one row per drift, columns CSV_FIELDS; text a spreadsheet would run as a
+    formula, and a reference it would turn into another number, is written as text (partnerkit.csvcell).
+    Without a byte order mark: `csv_file_text` is what a file gets."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(DRIFT_FIELDS)
+    writer.writerow(CSV_FIELDS)
     writer.writerows(_csv_rows(report["drifts"]))
     return buffer.getvalue()
+
+
+def file_text(report: Mapping[str, Any], fmt_name: str) -> str:
+    """The report in one of RENDERERS' formats as a file holds it: the CSV with a byte order mark (CSV_BOM)."""
+    text = render(report, fmt_name)
+    return CSV_BOM + text if fmt_name == "csv" else text
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.config import load_config
 from partnerkit.store.drifts import set_resolution
 from reconcile.jobs import REPORT_FORMATS, current_report, report_day, report_filename, write_report_files
-from reconcile.report import DRIFT_FIELDS, chart_bars, grouped, render_csv, render_html, render_json
+from reconcile.report import CSV_FIELDS, DRIFT_FIELDS, chart_bars, grouped, render_csv, render_html, render_json
 
 MONEY = re.compile(r"^-?\d+\.\d{2}$")
 RUN = at(2, day=DAY + timedelta(days=1))
@@ -183,9 +183,32 @@ def test_files_of_a_night_the_database_has_no_report_of_are_kept_aside_not_overw
 
 def test_csv_is_the_drift_table(report):
     rows = list(csv.reader(io.StringIO(render_csv(report))))
-    assert tuple(rows[0]) == DRIFT_FIELDS
+    assert tuple(rows[0]) == CSV_FIELDS == (*DRIFT_FIELDS, "unit")  # a column is added at the end, never moved
     assert len(rows) == 1 + len(report["drifts"])
     assert {r[1] for r in rows[1:]} == {"missing_debit", "missing_refund", "orphan_transaction"}
+    assert [r[-1] for r in rows[1:]] == [d["currency"] for d in report["drifts"]] == ["INR"] * 3
+
+
+def test_the_csv_file_opens_in_excel_as_utf_8_and_says_the_unit_of_a_count(db, ledger, config):
+    """Excel reads a CSV file without a byte order mark in the ANSI code page: "₹" would be "â‚¹". The files
+    carry one; what goes to stdout (render_csv, for scripts) does not, and both read the same with utf-8-sig."""
+    short = ledger.order(quantity=3, vouchers=2)      # voucher_shortfall: counts
+    ledger.debit_order(short, "500.00")
+    failed = ledger.recharge("FAILED")
+    ledger.debit_recharge(failed)                      # missing_refund: money
+    report = report_day(config, db, DAY, now=RUN)
+    refund = next(d["id"] for d in report["drifts"] if d["kind"] == "missing_refund")
+    set_resolution(db, refund, "escalated", note="crédit dû — ₹98, ticket 812", by="Asha Ñ", at=RUN)
+    report = report_day(config, db, DAY, now=RUN + timedelta(hours=1))
+    written = (config.report_dir / report_filename("2025-03-14", "csv")).read_bytes()
+    assert written.startswith(b"\xef\xbb\xbf") and not render_csv(report).startswith("\ufeff")
+    assert written.decode("utf-8-sig") == render_csv(report)
+    rows = {r["kind"]: r for r in csv.DictReader(io.StringIO(written.decode("utf-8-sig")))}
+    assert list(rows["missing_refund"])[0] == "id"  # the mark is not part of the first column's name
+    assert rows["missing_refund"]["resolution_note"] == "crédit dû — ₹98, ticket 812"
+    assert (rows["missing_refund"]["expected"], rows["missing_refund"]["unit"]) == ("98.00", "INR")
+    assert (rows["voucher_shortfall"]["expected"], rows["voucher_shortfall"]["actual"],
+            rows["voucher_shortfall"]["unit"]) == ("3", "2", "vouchers")
 
 
 def test_html_is_self_contained_with_an_svg_chart(report):
