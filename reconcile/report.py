@@ -38,6 +38,8 @@ _OPEN_FIRST = {"pending": 0, "escalated": 1, "resolved": 2}
 # credited back), a PENDING or PROCESSING order may yet fail (and be refunded).
 UNSETTLED = (("recharges", "PROCESSING", "recharges_processing"), ("orders", "PENDING", "orders_pending"),
              ("orders", "PROCESSING", "orders_processing"))
+# What a sync reads in full for a day (`sync_coverage`), as the report says when (`day_read_at`).
+READ_ENTITIES = ("recharges", "transactions")
 
 
 def _amount(value: Decimal | int | None, measure: str) -> str | None:
@@ -81,13 +83,29 @@ def unsettled(counts_by_status: Mapping[str, Mapping[str, int]]) -> dict[str, in
             for group, wanted, name in UNSETTLED}
 
 
-def finality(day: str, generated_at: str, counts_by_status: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+def _day_end(day: str) -> datetime:
+    return datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(0), tzinfo=timezone.utc)
+
+
+def read_in_full(day: str, day_read_at: Mapping[str, str | None]) -> bool:
+    """Whether a sync that began after the UTC day ended has read the day's recharges and wallet transactions
+    in full (`sync_coverage`): only such a read saw every entry dated that day."""
+    ended = _day_end(day)
+    return all(at is not None and parse_ts(at, field="day_read_at") >= ended  # type: ignore[operator]
+               for at in day_read_at.values())
+
+
+def finality(day: str, generated_at: str, counts_by_status: Mapping[str, Mapping[str, int]],
+             day_read_at: Mapping[str, str | None] | None = None) -> dict[str, Any]:
     """Whether a report's figures are final: `partial` (made before its UTC day ended), `unsettled` (the
-    counts above) and `complete` (neither): a report that is not complete may change when re-run."""
-    ended = datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(0), tzinfo=timezone.utc)
-    partial = parse_ts(generated_at, field="generated_at") < ended  # type: ignore[operator]
+    counts above), `read_in_full` (a sync begun after the day ended read it whole; not judged, None, for a
+    report stored before partnerkit kept `day_read_at`) and `complete` (made after the day, settled, read in
+    full): a report that is not complete may change when re-run."""
+    partial = parse_ts(generated_at, field="generated_at") < _day_end(day)  # type: ignore[operator]
     still = unsettled(counts_by_status)
-    return {"complete": not partial and not any(still.values()), "partial": partial, "unsettled": still}
+    read = None if day_read_at is None else read_in_full(day, day_read_at)
+    return {"complete": not partial and read is not False and not any(still.values()), "partial": partial,
+            "unsettled": still, "read_in_full": read}
 
 
 def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,15 +124,20 @@ def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime,
-                 quarantined: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts."""
+                 day_read_at: Mapping[str, str | None], quarantined: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts.
+
+    `day_read_at`: when the sync that last read the day's `recharges` and `transactions` in full began
+    (None: none has), which says whether the store can vouch for the whole day (`finality`)."""
     bad = [{"key": q["key"], "reason": q["reason"], "raw": q["raw"]} for q in quarantined]
     counts = {"recharges": dict(result.recharge_status), "orders": dict(result.order_status)}
+    read_at = {entity: day_read_at.get(entity) for entity in READ_ENTITIES}
     report = {
         "date": result.day.isoformat(),
         "generated_at": iso(generated_at),
         "resolutions_as_of": iso(generated_at),
-        **finality(result.day.isoformat(), iso(generated_at), counts),  # type: ignore[arg-type]
+        **finality(result.day.isoformat(), iso(generated_at), counts, read_at),  # type: ignore[arg-type]
+        "day_read_at": read_at,
         "summary": {
             "recharges_total": result.recharges_total,
             "orders_total": result.orders_total,
@@ -308,6 +331,19 @@ def still_open(counts: Mapping[str, int]) -> list[str]:
     return [_plural(n, *words[name]) for name, n in counts.items() if n and name in words]
 
 
+def unread(day: str, day_read_at: Mapping[str, str | None]) -> list[str]:
+    """The banner's words for what no sync has read in full since the day ended."""
+    ended, words = _day_end(day), {"recharges": "recharges", "transactions": "wallet transactions"}
+    lines = []
+    for entity, at in day_read_at.items():
+        if at is None:
+            lines.append(f"no sync has read its {words.get(entity, entity)} in full")
+        elif parse_ts(at, field="day_read_at") < ended:  # type: ignore[operator]
+            lines.append(f"the last complete read of its {words.get(entity, entity)} began at {at}, before the "
+                         "day ended")
+    return lines
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """One self-contained page (inline CSS, inline SVG, no script, no external resource)."""
     charts = [(currency, *chart_bars(hours)) for currency, hours in report.get("spend_by_hour", {}).items()]
@@ -315,7 +351,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     shown = drifts if len(drifts) <= HTML_DRIFT_ROWS else sorted(
         drifts, key=lambda d: _OPEN_FIRST.get(d["resolution"], 3))[:HTML_DRIFT_ROWS]
     # A report stored before these fields existed is judged the same way from what it has.
-    fin = ({k: report[k] for k in ("complete", "partial", "unsettled")} if "complete" in report
+    fin = ({k: report.get(k) for k in ("complete", "partial", "unsettled", "read_in_full")} if "complete" in report
            else finality(report["date"], report["generated_at"], report["counts_by_status"]))
     # A currency the provider's snapshot lists but no entry of the day moved: its balances are not "not given
     # by the provider" (the JSON's null), there was nothing to give them.
@@ -324,6 +360,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     return _template().render(
         r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD,
         fin=fin, still=still_open(fin["unsettled"]), quiet=quiet,
+        unread=[] if fin["partial"] or fin.get("read_in_full") is not False else unread(report["date"],
+                                                                                       report["day_read_at"]),
         count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
 
 

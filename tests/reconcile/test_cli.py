@@ -252,6 +252,17 @@ def test_drifts_list_gives_when_each_drift_was_detected_and_resolved_and_why(inv
     assert all(line.rstrip().endswith(get_drift(db, i).detected_at) for line, i in zip(table[1:], drift_ids))
 
 
+def test_a_report_by_hand_of_a_day_last_read_before_midnight_is_not_final(invoke, drift_ids, tmp_path):
+    """The worker stopped at 23:50 (its 15-minute sync's last read); the morning after, finance runs `report`:
+    the day's last minutes are not in the store, and the report must not read as final."""
+    with freeze_time("2025-03-15T09:00:00Z"):
+        report = json.loads(invoke("report", "--date", "2025-03-14", "--format", "json").stdout)
+        page = invoke("report", "--date", "2025-03-14", "--format", "html").stdout
+    assert (report["partial"], report["read_in_full"], report["complete"]) == (False, False, False)
+    assert report["day_read_at"] == {"recharges": "2025-03-14T23:50:00Z", "transactions": "2025-03-14T23:50:00Z"}
+    assert "Not read in full since the day ended" in page and "began at 2025-03-14T23:50:00Z" in page
+
+
 def test_drifts_list_shows_a_voucher_count_as_a_count(invoke, db, ledger):
     short = ledger.order(quantity=3, vouchers=2)  # voucher_shortfall: expected 3, actual 2 vouchers
     ledger.debit_order(short, "500.00")

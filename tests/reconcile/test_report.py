@@ -295,6 +295,7 @@ def test_references_and_ids_never_break_inside_and_every_printed_page_is_dated(r
 def test_a_complete_day_without_drifts_reconciles_and_an_unfinished_one_does_not_say_so(db, ledger, config):
     good = ledger.recharge()
     ledger.debit_recharge(good)
+    ledger.nightly_read(good)
     final = render_html(report_day(config, db, DAY, now=RUN))
     assert "every recharge, order and transaction of the day reconciles" in final and 'class="banner"' not in final
     early = render_html(report_day(config, db, DAY, now=at(15)))
@@ -384,3 +385,38 @@ def test_an_output_file_write_removes_the_temp_files_a_killed_write_of_it_left(t
     other.write_text("half")
     write_atomic(output, "{}")
     assert sorted(p.name for p in output.parent.iterdir()) == [other.name, "day.json"]
+
+
+# --- a day the store has not read in full since it ended -----------------------------------------
+
+@pytest.mark.parametrize("read_at, says", [
+    (None, "No sync has read its recharges in full; no sync has read its wallet transactions in full."),
+    (at(23, 50), "The last complete read of its recharges began at 2025-03-14T23:50:00Z, before the day ended; the "
+                 "last complete read of its wallet transactions began at 2025-03-14T23:50:00Z, before the day ended."),
+], ids=["never read", "read before it ended"])
+def test_a_day_not_read_in_full_since_it_ended_never_reads_as_clean(db, ledger, config, read_at, says):
+    """A worker down since before midnight: matched from what the store holds, the day's last entries are missing
+    and the page must not say that everything reconciles."""
+    good = ledger.recharge()
+    ledger.debit_recharge(good)
+    if read_at is not None:
+        ledger.read_in_full(when=read_at)
+    report = report_day(config, db, DAY, now=RUN)
+    stamp = None if read_at is None else "2025-03-14T23:50:00Z"
+    assert report["day_read_at"] == {"recharges": stamp, "transactions": stamp}
+    assert (report["read_in_full"], report["partial"], report["complete"]) == (False, False, False)
+    page = render_html(report)
+    assert "Not read in full since the day ended: entries may be missing from these figures." in page
+    assert says in page and "partnerkit reconcile --date 2025-03-14</code> reads the day" in page
+    assert "reconciles" not in page and "not yet a final reconciliation" in page
+
+    ledger.nightly_read(good)
+    again = report_day(config, db, DAY, now=RUN)
+    assert (again["read_in_full"], again["complete"]) == (True, True)
+    assert "Not read in full" not in render_html(again) and "reconciles" in render_html(again)
+
+
+def test_a_partial_report_says_partial_not_that_it_was_read_before_the_day_ended(db, ledger, config):
+    ledger.read_in_full(when=at(14))
+    page = render_html(report_day(config, db, DAY, now=at(15)))
+    assert "Partial: generated before the day ended." in page and "Not read in full" not in page
