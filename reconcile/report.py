@@ -19,7 +19,7 @@ from functools import lru_cache
 from json.encoder import encode_basestring_ascii as _esc
 from operator import itemgetter
 from datetime import date, datetime, time, timedelta, timezone
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Iterator, Mapping
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -28,12 +28,18 @@ from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_safe
 from partnerkit.money import CENT, fmt
 from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
 from partnerkit.timeutil import iso, parse_ts, utcnow
+from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
 
 DRIFT_FIELDS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
                 "resolution", "resolution_note", "resolution_by", "resolution_at", "detail")
 CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 180, 28
 HTML_DRIFT_ROWS = 2000  # an e-mailed page stays readable; JSON and CSV always carry every drift
-_OPEN_FIRST = {"pending": 0, "escalated": 1, "resolved": 2}
+# The page's drift table: pending first, then escalated, then resolved; within each, the kinds that put money
+# at risk first (reconcile.drift_guide.KIND_ORDER), then the largest difference. One rank per pair, so that
+# the cut of a day above HTML_DRIFT_ROWS costs one dict lookup per drift.
+_GROUP = {(resolution, kind): n for n, (resolution, kind) in
+          enumerate((r, k) for r in ("pending", "escalated", "resolved") for k in KIND_ORDER)}
+_LAST_GROUP = len(_GROUP)
 # Subjects whose figures may still change: a PROCESSING recharge may yet be REVERSED or FAILED (and
 # credited back), a PENDING or PROCESSING order may yet fail (and be refunded).
 UNSETTLED = (("recharges", "PROCESSING", "recharges_processing"), ("orders", "PENDING", "orders_pending"),
@@ -168,16 +174,22 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datet
     """The report with its drift table (and drift counts) taken from the drifts' current state, read at
     `as_of` (now by default: a stored report re-rendered shows when its resolutions were read)."""
     entries = sorted(map(drift_entry, drifts), key=_ORDER)
-    by_resolution = Counter(map(_RESOLUTION, entries))
-    counts = {r: by_resolution.get(r, 0) for r in RESOLUTIONS}
-    by_kind = Counter(map(_KIND, entries))
-    summary = {**report["summary"], "drifts_by_kind": dict(sorted(by_kind.items()))}
+    # One pass over the drifts counts them by kind and resolution; the three tallies are sums of its few cells.
+    counts = dict.fromkeys(RESOLUTIONS, 0)
+    by_kind: dict[str, int] = {}
+    table: dict[str, dict[str, int]] = {}
+    for (kind, resolution), n in sorted(Counter(map(_KIND_RESOLUTION, entries)).items()):
+        by_kind[kind] = by_kind.get(kind, 0) + n
+        if resolution in counts:
+            counts[resolution] += n
+            table.setdefault(kind, dict.fromkeys(RESOLUTIONS, 0))[resolution] = n
+    summary = {**report["summary"], "drifts_by_kind": by_kind, "drifts_by_kind_and_resolution": table}
     return {**report, "resolutions_as_of": iso((as_of or utcnow()).replace(microsecond=0)), "summary": summary,
             "drifts": entries, "counts_by_status": {**report["counts_by_status"], "drifts": counts}}
 
 
 _ORDER = itemgetter("kind", "reference", "id")
-_RESOLUTION, _KIND = itemgetter("resolution"), itemgetter("kind")
+_KIND_RESOLUTION = itemgetter("kind", "resolution")
 
 
 def _drift_json(entry: Mapping[str, Any]) -> str:
@@ -331,6 +343,29 @@ def still_open(counts: Mapping[str, int]) -> list[str]:
     return [_plural(n, *words[name]) for name, n in counts.items() if n and name in words]
 
 
+def _group(entry: Mapping[str, Any]) -> int:
+    return _GROUP.get((entry["resolution"], entry["kind"]), _LAST_GROUP)
+
+
+def _difference(entry: Mapping[str, Any]) -> Decimal:
+    """|actual - expected| of a drift entry (a missing figure counts as 0), for ordering the page only."""
+    try:
+        return abs(Decimal(entry["actual"] or 0) - Decimal(entry["expected"] or 0))
+    except (InvalidOperation, TypeError):
+        return Decimal(0)
+
+
+def shown_drifts(drifts: list[Mapping[str, Any]], limit: int = HTML_DRIFT_ROWS) -> list[Mapping[str, Any]]:
+    """The page's drift rows: at most `limit`, pending first, then escalated, then resolved; within each, the
+    kinds that put money at risk first, then the largest difference. The JSON and CSV keep every drift in
+    their own order (kind, reference, id). Above `limit` the rows are cut by group alone (one lookup per
+    drift), so the largest differences of a kind with more rows than shown may be among those cut: the
+    summary by kind counts them all, and the CSV has them."""
+    if len(drifts) > limit:
+        drifts = sorted(drifts, key=_group)[:limit]
+    return sorted(drifts, key=lambda d: (_group(d), -_difference(d)))
+
+
 def unread(day: str, day_read_at: Mapping[str, str | None]) -> list[str]:
     """The banner's words for what no sync has read in full since the day ended."""
     ended, words = _day_end(day), {"recharges": "recharges", "transactions": "wallet transactions"}
@@ -344,25 +379,50 @@ def unread(day: str, day_read_at: Mapping[str, str | None]) -> list[str]:
     return lines
 
 
+def _currencies(summary: Mapping[str, Any]) -> list[str]:
+    """Every currency of the money table: one with only credits, or only spend, has its row too."""
+    return sorted({c for key in ("spend", "refunds", "net_debits", "spend_as_documented")
+                   for c in (summary.get(key) or {})})
+
+
+def _movements(report: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Per currency, the wallet's credits and debits that are top-ups and conversions: the wallet table's
+    figures (every entry) less the money table's (every entry but those), which bridges the two tables."""
+    summary, found = report["summary"], {}
+    for currency, w in report.get("wallets", {}).items():
+        if w["credits"] == w["debits"] == "0.00":
+            continue
+        credits = Decimal(w["credits"]) - Decimal(summary.get("refunds", {}).get(currency, "0"))
+        debits = Decimal(w["debits"]) - Decimal(summary.get("spend", {}).get(currency, "0"))
+        found[currency] = (fmt(credits), fmt(debits))
+    return found  # type: ignore[return-value]
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """One self-contained page (inline CSS, inline SVG, no script, no external resource)."""
     charts = [(currency, *chart_bars(hours)) for currency, hours in report.get("spend_by_hour", {}).items()]
-    drifts = report["drifts"]
-    shown = drifts if len(drifts) <= HTML_DRIFT_ROWS else sorted(
-        drifts, key=lambda d: _OPEN_FIRST.get(d["resolution"], 3))[:HTML_DRIFT_ROWS]
+    shown = shown_drifts(report["drifts"])
     # A report stored before these fields existed is judged the same way from what it has.
     fin = ({k: report.get(k) for k in ("complete", "partial", "unsettled", "read_in_full")} if "complete" in report
            else finality(report["date"], report["generated_at"], report["counts_by_status"]))
+    summary = report["summary"]
+    by_kind = summary.get("drifts_by_kind_and_resolution", {})
+    kinds = sorted(by_kind, key=lambda k: (_KIND_RANK.get(k, len(_KIND_RANK)), k))
     # A currency the provider's snapshot lists but no entry of the day moved: its balances are not "not given
     # by the provider" (the JSON's null), there was nothing to give them.
     quiet = {currency for currency, w in report.get("wallets", {}).items()
              if w["credits"] == w["debits"] == "0.00" and w["opening_balance"] is None and w["closing_balance"] is None}
+    idle = not (summary["recharges_total"] or summary["orders_total"] or summary["transactions_total"])
     return _template().render(
         r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD,
-        fin=fin, still=still_open(fin["unsettled"]), quiet=quiet,
+        fin=fin, still=still_open(fin["unsettled"]), quiet=quiet, idle=idle,
         unread=[] if fin["partial"] or fin.get("read_in_full") is not False else unread(report["date"],
                                                                                        report["day_read_at"]),
-        count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
+        currencies=_currencies(summary), movements=_movements(report), kinds=kinds, by_kind=by_kind,
+        guide=KIND_GUIDE, count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
+
+
+_KIND_RANK = {kind: n for n, kind in enumerate(KIND_ORDER)}
 
 
 RENDERERS = {"json": render_json, "csv": render_csv, "html": render_html}
