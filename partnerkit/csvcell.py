@@ -14,6 +14,9 @@ import re
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-][0-9]+(?:\.[0-9]+)?")
+# Digits a spreadsheet turns into a number that is not them: leading zeros dropped ("0012345" -> 12345),
+# and past 15 significant digits (Excel's precision) the rest zeroed ("1234567890123456789" -> 1.23457E+18).
+_MANGLED_DIGITS = re.compile(r"0[0-9]+|[0-9]{16,}")
 
 
 def spreadsheet_safe(text: str) -> str:
@@ -21,3 +24,12 @@ def spreadsheet_safe(text: str) -> str:
     if text.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(text):
         return "'" + text
     return text
+
+
+def spreadsheet_id(text: str) -> str:
+    """An identifier (a reference finance quotes to the provider): `spreadsheet_safe`, and digits a
+    spreadsheet would turn into another number get the same apostrophe, so that they stay as written.
+    Only for identifiers: an amount or a count must stay a number."""
+    if _MANGLED_DIGITS.fullmatch(text):
+        return "'" + text
+    return spreadsheet_safe(text)

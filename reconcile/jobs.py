@@ -219,7 +219,7 @@ def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: 
     """
     day = report["date"]
     stamp = str(report["generated_at"]).replace("-", "").replace(":", "")
-    texts = {f: report_mod.render(report, f) for f in REPORT_FORMATS}
+    texts = {f: report_mod.file_text(report, f) for f in REPORT_FORMATS}  # the CSV with a byte order mark, for Excel
     folder = Path(report_dir)
     if unrecorded and _same_report(folder / report_filename(day, "json"), texts["json"], report):
         unrecorded = False
@@ -281,8 +281,12 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     now = (now or utcnow()).replace(microsecond=0)
     read_at = parse_ts(synced.wallets_at, field="wallets_at") if synced is not None else None
     result = result or match_day(db, day, now=now, snapshots_through=read_at)
+    # When the day was last read in full: a report matched from a store that has not read the whole day since
+    # it ended (a worker down since before midnight) must not read as final (report.finality).
+    read_at = {entity: ledger_store.coverage(db, entity, day.isoformat()) for entity in report_mod.READ_ENTITIES}
     report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
-                                     generated_at=now, quarantined=ledger_store.quarantined(db, day.isoformat()))
+                                     generated_at=now, day_read_at=read_at,
+                                     quarantined=ledger_store.quarantined(db, day.isoformat()))
     # Files first: the stored row is what marks the day as reported, so a directory that refuses the
     # files (read-only, full) must leave the day due for the next nightly run.
     if files:

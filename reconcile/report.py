@@ -19,25 +19,33 @@ from functools import lru_cache
 from json.encoder import encode_basestring_ascii as _esc
 from operator import itemgetter
 from datetime import date, datetime, time, timedelta, timezone
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Iterator, Mapping
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_safe
+from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_safe
 from partnerkit.money import CENT, fmt
 from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
 from partnerkit.timeutil import iso, parse_ts, utcnow
+from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
 
 DRIFT_FIELDS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
                 "resolution", "resolution_note", "resolution_by", "resolution_at", "detail")
 CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 180, 28
 HTML_DRIFT_ROWS = 2000  # an e-mailed page stays readable; JSON and CSV always carry every drift
-_OPEN_FIRST = {"pending": 0, "escalated": 1, "resolved": 2}
+# The page's drift table: pending first, then escalated, then resolved; within each, the kinds that put money
+# at risk first (reconcile.drift_guide.KIND_ORDER), then the largest difference. One rank per pair, so that
+# the cut of a day above HTML_DRIFT_ROWS costs one dict lookup per drift.
+_GROUP = {(resolution, kind): n for n, (resolution, kind) in
+          enumerate((r, k) for r in ("pending", "escalated", "resolved") for k in KIND_ORDER)}
+_LAST_GROUP = len(_GROUP)
 # Subjects whose figures may still change: a PROCESSING recharge may yet be REVERSED or FAILED (and
 # credited back), a PENDING or PROCESSING order may yet fail (and be refunded).
 UNSETTLED = (("recharges", "PROCESSING", "recharges_processing"), ("orders", "PENDING", "orders_pending"),
              ("orders", "PROCESSING", "orders_processing"))
+# What a sync reads in full for a day (`sync_coverage`), as the report says when (`day_read_at`).
+READ_ENTITIES = ("recharges", "transactions")
 
 
 def _amount(value: Decimal | int | None, measure: str) -> str | None:
@@ -81,13 +89,29 @@ def unsettled(counts_by_status: Mapping[str, Mapping[str, int]]) -> dict[str, in
             for group, wanted, name in UNSETTLED}
 
 
-def finality(day: str, generated_at: str, counts_by_status: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+def _day_end(day: str) -> datetime:
+    return datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(0), tzinfo=timezone.utc)
+
+
+def read_in_full(day: str, day_read_at: Mapping[str, str | None]) -> bool:
+    """Whether a sync that began after the UTC day ended has read the day's recharges and wallet transactions
+    in full (`sync_coverage`): only such a read saw every entry dated that day."""
+    ended = _day_end(day)
+    return all(at is not None and parse_ts(at, field="day_read_at") >= ended  # type: ignore[operator]
+               for at in day_read_at.values())
+
+
+def finality(day: str, generated_at: str, counts_by_status: Mapping[str, Mapping[str, int]],
+             day_read_at: Mapping[str, str | None] | None = None) -> dict[str, Any]:
     """Whether a report's figures are final: `partial` (made before its UTC day ended), `unsettled` (the
-    counts above) and `complete` (neither): a report that is not complete may change when re-run."""
-    ended = datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(0), tzinfo=timezone.utc)
-    partial = parse_ts(generated_at, field="generated_at") < ended  # type: ignore[operator]
+    counts above), `read_in_full` (a sync begun after the day ended read it whole; not judged, None, for a
+    report stored before partnerkit kept `day_read_at`) and `complete` (made after the day, settled, read in
+    full): a report that is not complete may change when re-run."""
+    partial = parse_ts(generated_at, field="generated_at") < _day_end(day)  # type: ignore[operator]
     still = unsettled(counts_by_status)
-    return {"complete": not partial and not any(still.values()), "partial": partial, "unsettled": still}
+    read = None if day_read_at is None else read_in_full(day, day_read_at)
+    return {"complete": not partial and read is not False and not any(still.values()), "partial": partial,
+            "unsettled": still, "read_in_full": read}
 
 
 def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,15 +130,20 @@ def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime,
-                 quarantined: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts."""
+                 day_read_at: Mapping[str, str | None], quarantined: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts.
+
+    `day_read_at`: when the sync that last read the day's `recharges` and `transactions` in full began
+    (None: none has), which says whether the store can vouch for the whole day (`finality`)."""
     bad = [{"key": q["key"], "reason": q["reason"], "raw": q["raw"]} for q in quarantined]
     counts = {"recharges": dict(result.recharge_status), "orders": dict(result.order_status)}
+    read_at = {entity: day_read_at.get(entity) for entity in READ_ENTITIES}
     report = {
         "date": result.day.isoformat(),
         "generated_at": iso(generated_at),
         "resolutions_as_of": iso(generated_at),
-        **finality(result.day.isoformat(), iso(generated_at), counts),  # type: ignore[arg-type]
+        **finality(result.day.isoformat(), iso(generated_at), counts, read_at),  # type: ignore[arg-type]
+        "day_read_at": read_at,
         "summary": {
             "recharges_total": result.recharges_total,
             "orders_total": result.orders_total,
@@ -145,16 +174,22 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datet
     """The report with its drift table (and drift counts) taken from the drifts' current state, read at
     `as_of` (now by default: a stored report re-rendered shows when its resolutions were read)."""
     entries = sorted(map(drift_entry, drifts), key=_ORDER)
-    by_resolution = Counter(map(_RESOLUTION, entries))
-    counts = {r: by_resolution.get(r, 0) for r in RESOLUTIONS}
-    by_kind = Counter(map(_KIND, entries))
-    summary = {**report["summary"], "drifts_by_kind": dict(sorted(by_kind.items()))}
+    # One pass over the drifts counts them by kind and resolution; the three tallies are sums of its few cells.
+    counts = dict.fromkeys(RESOLUTIONS, 0)
+    by_kind: dict[str, int] = {}
+    table: dict[str, dict[str, int]] = {}
+    for (kind, resolution), n in sorted(Counter(map(_KIND_RESOLUTION, entries)).items()):
+        by_kind[kind] = by_kind.get(kind, 0) + n
+        if resolution in counts:
+            counts[resolution] += n
+            table.setdefault(kind, dict.fromkeys(RESOLUTIONS, 0))[resolution] = n
+    summary = {**report["summary"], "drifts_by_kind": by_kind, "drifts_by_kind_and_resolution": table}
     return {**report, "resolutions_as_of": iso((as_of or utcnow()).replace(microsecond=0)), "summary": summary,
             "drifts": entries, "counts_by_status": {**report["counts_by_status"], "drifts": counts}}
 
 
 _ORDER = itemgetter("kind", "reference", "id")
-_RESOLUTION, _KIND = itemgetter("resolution"), itemgetter("kind")
+_KIND_RESOLUTION = itemgetter("kind", "resolution")
 
 
 def _drift_json(entry: Mapping[str, Any]) -> str:
@@ -188,37 +223,66 @@ def render_json(report: Mapping[str, Any]) -> str:
     return "".join(pieces)
 
 
+# The CSV's columns: a drift's fields, then (added at the end: a spreadsheet's column letters and a script's
+# indexes stay) its unit: the currency of its expected and actual, or "vouchers" for a count (COUNT_KINDS), so
+# that a pivot summing `expected` by unit never adds voucher counts to rupees.
+CSV_FIELDS = DRIFT_FIELDS + ("unit",)
+# Excel opens a CSV file without a byte order mark in the machine's ANSI code page: a rupee sign or an
+# accented note becomes mojibake ("â‚¹"). The report's CSV files (PARTNERKIT_REPORT_DIR, `report --output`)
+# start with one; what goes to stdout, read by scripts, does not (docs/reconcile.md, "The report").
+CSV_BOM = "\ufeff"
+_COUNTED = frozenset(COUNT_KINDS)
+_KIND_COLUMN = DRIFT_FIELDS.index("kind")
+
 # The columns that carry provider or finance text (a reference_number, a transaction id, a currency
 # code, a note); the others are partnerkit's own words, ids, times and formatted amounts.
 _FREE_TEXT = tuple(DRIFT_FIELDS.index(f) for f in ("reference", "currency", "resolution_note", "resolution_by",
                                                   "detail"))
+_REFERENCE = DRIFT_FIELDS.index("reference")
+_WRITTEN_SAFE = (*_FREE_TEXT, len(DRIFT_FIELDS))  # and the unit, a currency: checked with it
 _free_text = itemgetter(*_FREE_TEXT)
-_FORMULA_CHARS = frozenset("".join(FORMULA_STARTS))  # each start is one character
+# A first character that may need a cell written as text: a formula's, or a leading zero (of a reference:
+# partnerkit.csvcell.spreadsheet_id); each start is one character.
+_SUSPECT_CHARS = frozenset("".join(FORMULA_STARTS) + "0")
 
 
 def _csv_rows(entries: Iterable[Mapping[str, Any]]) -> Iterator[Any]:
-    row = itemgetter(*DRIFT_FIELDS)
+    row = itemgetter(*DRIFT_FIELDS, "currency")  # the unit: the currency, but for a count
     for entry in entries:
         try:
             values = row(entry)  # None is written as an empty field
         except KeyError:
-            values = [entry.get(f) for f in DRIFT_FIELDS]
-        for text in _free_text(values):  # text or None; a loop, not any(): 0.06 s instead of 0.13 per 100k drifts
-            if text and text[0] in _FORMULA_CHARS:
-                values = [spreadsheet_safe(v) if i in _FREE_TEXT and isinstance(v, str) else v
-                          for i, v in enumerate(values)]
-                break
+            values = [entry.get(f) for f in (*DRIFT_FIELDS, "currency")]
+        reference = values[_REFERENCE]
+        suspect = reference is not None and len(reference) > 15 and reference.isdigit()
+        if not suspect:
+            for text in _free_text(values):  # text or None; a loop, not any(): 0.06 s instead of 0.13 per 100k drifts
+                if text and text[0] in _SUSPECT_CHARS:
+                    suspect = True
+                    break
+        if suspect:
+            values = [(spreadsheet_id if i == _REFERENCE else spreadsheet_safe)(v)
+                      if i in _WRITTEN_SAFE and isinstance(v, str) else v for i, v in enumerate(values)]
+        if values[_KIND_COLUMN] in _COUNTED:
+            values = (*values[:-1], "vouchers")
         yield values
 
 
 def render_csv(report: Mapping[str, Any]) -> str:
-    """The drift table as CSV, one row per drift, columns DRIFT_FIELDS; text a spreadsheet would run
-    as a formula is written as text (partnerkit.csvcell)."""
+    """The drift table as CSV, one row per drift, columns CSV_FIELDS; text a spreadsheet would run as a
+    formula, and a reference it would turn into another number, is written as text (partnerkit.csvcell).
+    Without a byte order mark: `csv_file_text` is what a file gets."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(DRIFT_FIELDS)
+    writer.writerow(CSV_FIELDS)
     writer.writerows(_csv_rows(report["drifts"]))
     return buffer.getvalue()
+
+
+def file_text(report: Mapping[str, Any], fmt_name: str) -> str:
+    """The report in one of RENDERERS' formats as a file holds it: the CSV with a byte order mark (CSV_BOM)."""
+    text = render(report, fmt_name)
+    return CSV_BOM + text if fmt_name == "csv" else text
 
 
 @dataclass(frozen=True)
@@ -279,23 +343,86 @@ def still_open(counts: Mapping[str, int]) -> list[str]:
     return [_plural(n, *words[name]) for name, n in counts.items() if n and name in words]
 
 
+def _group(entry: Mapping[str, Any]) -> int:
+    return _GROUP.get((entry["resolution"], entry["kind"]), _LAST_GROUP)
+
+
+def _difference(entry: Mapping[str, Any]) -> Decimal:
+    """|actual - expected| of a drift entry (a missing figure counts as 0), for ordering the page only."""
+    try:
+        return abs(Decimal(entry["actual"] or 0) - Decimal(entry["expected"] or 0))
+    except (InvalidOperation, TypeError):
+        return Decimal(0)
+
+
+def shown_drifts(drifts: list[Mapping[str, Any]], limit: int = HTML_DRIFT_ROWS) -> list[Mapping[str, Any]]:
+    """The page's drift rows: at most `limit`, pending first, then escalated, then resolved; within each, the
+    kinds that put money at risk first, then the largest difference. The JSON and CSV keep every drift in
+    their own order (kind, reference, id). Above `limit` the rows are cut by group alone (one lookup per
+    drift), so the largest differences of a kind with more rows than shown may be among those cut: the
+    summary by kind counts them all, and the CSV has them."""
+    if len(drifts) > limit:
+        drifts = sorted(drifts, key=_group)[:limit]
+    return sorted(drifts, key=lambda d: (_group(d), -_difference(d)))
+
+
+def unread(day: str, day_read_at: Mapping[str, str | None]) -> list[str]:
+    """The banner's words for what no sync has read in full since the day ended."""
+    ended, words = _day_end(day), {"recharges": "recharges", "transactions": "wallet transactions"}
+    lines = []
+    for entity, at in day_read_at.items():
+        if at is None:
+            lines.append(f"no sync has read its {words.get(entity, entity)} in full")
+        elif parse_ts(at, field="day_read_at") < ended:  # type: ignore[operator]
+            lines.append(f"the last complete read of its {words.get(entity, entity)} began at {at}, before the "
+                         "day ended")
+    return lines
+
+
+def _currencies(summary: Mapping[str, Any]) -> list[str]:
+    """Every currency of the money table: one with only credits, or only spend, has its row too."""
+    return sorted({c for key in ("spend", "refunds", "net_debits", "spend_as_documented")
+                   for c in (summary.get(key) or {})})
+
+
+def _movements(report: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Per currency, the wallet's credits and debits that are top-ups and conversions: the wallet table's
+    figures (every entry) less the money table's (every entry but those), which bridges the two tables."""
+    summary, found = report["summary"], {}
+    for currency, w in report.get("wallets", {}).items():
+        if w["credits"] == w["debits"] == "0.00":
+            continue
+        credits = Decimal(w["credits"]) - Decimal(summary.get("refunds", {}).get(currency, "0"))
+        debits = Decimal(w["debits"]) - Decimal(summary.get("spend", {}).get(currency, "0"))
+        found[currency] = (fmt(credits), fmt(debits))
+    return found  # type: ignore[return-value]
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """One self-contained page (inline CSS, inline SVG, no script, no external resource)."""
     charts = [(currency, *chart_bars(hours)) for currency, hours in report.get("spend_by_hour", {}).items()]
-    drifts = report["drifts"]
-    shown = drifts if len(drifts) <= HTML_DRIFT_ROWS else sorted(
-        drifts, key=lambda d: _OPEN_FIRST.get(d["resolution"], 3))[:HTML_DRIFT_ROWS]
+    shown = shown_drifts(report["drifts"])
     # A report stored before these fields existed is judged the same way from what it has.
-    fin = ({k: report[k] for k in ("complete", "partial", "unsettled")} if "complete" in report
+    fin = ({k: report.get(k) for k in ("complete", "partial", "unsettled", "read_in_full")} if "complete" in report
            else finality(report["date"], report["generated_at"], report["counts_by_status"]))
+    summary = report["summary"]
+    by_kind = summary.get("drifts_by_kind_and_resolution", {})
+    kinds = sorted(by_kind, key=lambda k: (_KIND_RANK.get(k, len(_KIND_RANK)), k))
     # A currency the provider's snapshot lists but no entry of the day moved: its balances are not "not given
     # by the provider" (the JSON's null), there was nothing to give them.
     quiet = {currency for currency, w in report.get("wallets", {}).items()
              if w["credits"] == w["debits"] == "0.00" and w["opening_balance"] is None and w["closing_balance"] is None}
+    idle = not (summary["recharges_total"] or summary["orders_total"] or summary["transactions_total"])
     return _template().render(
         r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD,
-        fin=fin, still=still_open(fin["unsettled"]), quiet=quiet,
-        count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
+        fin=fin, still=still_open(fin["unsettled"]), quiet=quiet, idle=idle,
+        unread=[] if fin["partial"] or fin.get("read_in_full") is not False else unread(report["date"],
+                                                                                       report["day_read_at"]),
+        currencies=_currencies(summary), movements=_movements(report), kinds=kinds, by_kind=by_kind,
+        guide=KIND_GUIDE, count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
+
+
+_KIND_RANK = {kind: n for n, kind in enumerate(KIND_ORDER)}
 
 
 RENDERERS = {"json": render_json, "csv": render_csv, "html": render_html}

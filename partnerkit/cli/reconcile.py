@@ -11,14 +11,16 @@ import click
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, counted, emit, format_option
 from partnerkit.cli.params import invoking_user, not_blank, output_file, past_utc_day, utc_day
+from partnerkit.csvcell import spreadsheet_id
 from partnerkit.store import drifts as drift_store
 from partnerkit.timeutil import utcnow
 from partnerkit.walks import stopped_by_signals
 
 # `drifts list`: JSON and CSV carry every column (scripts read the first eleven: new ones go after them);
 # the table keeps to one line a drift, with when it was first detected.
+# `unit`, added last: the currency of expected and actual, or "vouchers" for a count (as the report's CSV has it).
 DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
-                 "resolution", "resolution_by", "resolution_note", "detected_at", "resolution_at", "detail")
+                 "resolution", "resolution_by", "resolution_note", "detected_at", "resolution_at", "detail", "unit")
 DRIFT_TABLE_COLUMNS = DRIFT_COLUMNS[:12]
 
 
@@ -95,7 +97,7 @@ def reconcile_command(app: AppContext, day: date) -> None:
 @click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True,
               help="json (the whole report), csv (the drift table) or html (one self-contained page).")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,
-              help="Write to FILE instead of stdout.")
+              help="Write to FILE instead of stdout (a CSV file starts with a UTF-8 byte order mark, for Excel).")
 @pass_app
 def report_command(app: AppContext, day: date, fmt_name: str, output: Path | None) -> None:
     """The day's report with current resolutions.
@@ -111,7 +113,7 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     from partnerkit.cli import os_error_line
     from partnerkit.files import make_private_dirs
     from reconcile.jobs import current_report, day_synced, report_day, write_atomic, write_report_files
-    from reconcile.report import render
+    from reconcile.report import file_text, render
 
     report = current_report(app.existing_db, day)
     if report is None and not day_synced(app.db, day):
@@ -133,13 +135,12 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
             click.echo(f"warning: the report files were not written to PARTNERKIT_REPORT_DIR "
                        f"({os_error_line(exc)})", err=True)
     _in_progress(day)
-    text = render(report, fmt_name)
     if output is None:
-        click.echo(text, nl=False)
+        click.echo(render(report, fmt_name), nl=False)  # for a script: a CSV without a byte order mark
     else:
         try:
             make_private_dirs(output.parent)  # new directories: the owner's only, at every level
-            write_atomic(output, text)
+            write_atomic(output, file_text(report, fmt_name))  # a file, as the report's own: Excel reads its CSV
         except OSError as exc:
             raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
         click.echo(f"wrote {output}", err=True)
@@ -150,10 +151,15 @@ def drifts_group() -> None:
     """Finance's workflow: list drifts, resolve or escalate them (every change is audited)."""
 
 
-def _row(d: drift_store.Drift) -> dict:
-    row = {c: getattr(d, c) for c in DRIFT_COLUMNS}
+def _row(d: drift_store.Drift, fmt: str) -> dict:
+    row = {c: getattr(d, c) for c in DRIFT_COLUMNS[:-1]}
+    row["unit"] = "vouchers" if d.measure == "count" else d.currency
     if d.measure == "count":  # voucher counts print as whole numbers, money as 2 decimals
         row["expected"], row["actual"] = (None if v is None else str(v) for v in (d.expected, d.actual))
+        if fmt == "table":  # the table has no unit column: "3 vouchers", never a count beside a currency
+            row["expected"], row["actual"] = (v and f"{v} vouchers" for v in (row["expected"], row["actual"]))
+    if fmt == "csv":  # a reference a spreadsheet would turn into another number stays as written
+        row["reference"] = spreadsheet_id(d.reference)
     return row
 
 
@@ -169,12 +175,13 @@ def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: 
     """List drifts, newest day first.
 
     JSON and CSV give every column: id, kind, subject, reference, expected, actual, currency, report_date,
-    resolution, resolution_by, resolution_note, then detected_at, resolution_at and detail; the table
-    the same up to detected_at (`drifts history ID` gives every change, with who and when).
+    resolution, resolution_by, resolution_note, then detected_at, resolution_at, detail and unit (the
+    currency, or "vouchers" for a voucher count); the table the same up to detected_at, a count as "3
+    vouchers" (`drifts history ID` gives every change, with who and when).
     """
     found = drift_store.list_drifts(app.existing_db, kind=kind, resolution=resolution,
                                     report_date=None if day is None else day.isoformat())
-    emit([_row(d) for d in found], DRIFT_TABLE_COLUMNS if fmt == "table" else DRIFT_COLUMNS, fmt,
+    emit([_row(d, fmt) for d in found], DRIFT_TABLE_COLUMNS if fmt == "table" else DRIFT_COLUMNS, fmt,
          empty_message="no drifts match")
 
 

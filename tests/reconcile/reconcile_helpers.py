@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from itertools import count
 
@@ -115,13 +115,21 @@ class Ledger:
         record_sync(self.db, "recharges", from_day=day.isoformat(), to_day=day.isoformat(), started_at=stamp,
                     count=len(seen), days=[day.isoformat()], advance_to=day.isoformat())
 
-    def read_in_full(self, *, day: date = DAY) -> None:
-        """Record that a sync read the day's recharges and transactions in full, as the 15-minute sync does
-        before the day ends (so no unknown_to_provider), which `partnerkit report` needs for a day it matches."""
-        stamp = iso(at(23, 50, day))
+    def read_in_full(self, *, day: date = DAY, when: datetime | None = None) -> None:
+        """Record that a sync read the day's recharges and transactions in full, by default as the 15-minute sync
+        does before the day ends (so no unknown_to_provider), which `partnerkit report` needs for a day it
+        matches; `when` the read began (after the day ended: the store vouches for the whole day)."""
+        stamp = iso(when or at(23, 50, day))
         for entity in ("recharges", "transactions"):
             record_sync(self.db, entity, from_day=day.isoformat(), to_day=day.isoformat(), started_at=stamp, count=0,
                         days=[day.isoformat()], advance_to=None)
+
+    def nightly_read(self, *seen: dict, day: date = DAY, when: datetime | None = None) -> None:
+        """Record the nightly run's read of `day`, begun after it ended (01:05 the next day unless `when`): its
+        recharges, which listed `seen` (any other is unknown_to_provider), and its transactions, in full."""
+        when = when or datetime.combine(day + timedelta(days=1), time(1, 5), tzinfo=timezone.utc)
+        self.synced(list(seen), day=day, when=when)
+        self.read_in_full(day=day, when=when)
 
     def quarantine(self, reason: str = "no amount") -> None:
         """A record that fit no alias."""

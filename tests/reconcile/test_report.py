@@ -19,7 +19,10 @@ from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.config import load_config
 from partnerkit.store.drifts import set_resolution
 from reconcile.jobs import REPORT_FORMATS, current_report, report_day, report_filename, write_report_files
-from reconcile.report import DRIFT_FIELDS, chart_bars, grouped, render_csv, render_html, render_json
+from partnerkit.store.drifts import KINDS
+from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
+from reconcile.report import (CSV_FIELDS, DRIFT_FIELDS, chart_bars, grouped, render_csv, render_html, render_json,
+                              shown_drifts)
 
 MONEY = re.compile(r"^-?\d+\.\d{2}$")
 RUN = at(2, day=DAY + timedelta(days=1))
@@ -183,9 +186,32 @@ def test_files_of_a_night_the_database_has_no_report_of_are_kept_aside_not_overw
 
 def test_csv_is_the_drift_table(report):
     rows = list(csv.reader(io.StringIO(render_csv(report))))
-    assert tuple(rows[0]) == DRIFT_FIELDS
+    assert tuple(rows[0]) == CSV_FIELDS == (*DRIFT_FIELDS, "unit")  # a column is added at the end, never moved
     assert len(rows) == 1 + len(report["drifts"])
     assert {r[1] for r in rows[1:]} == {"missing_debit", "missing_refund", "orphan_transaction"}
+    assert [r[-1] for r in rows[1:]] == [d["currency"] for d in report["drifts"]] == ["INR"] * 3
+
+
+def test_the_csv_file_opens_in_excel_as_utf_8_and_says_the_unit_of_a_count(db, ledger, config):
+    """Excel reads a CSV file without a byte order mark in the ANSI code page: "₹" would be "â‚¹". The files
+    carry one; what goes to stdout (render_csv, for scripts) does not, and both read the same with utf-8-sig."""
+    short = ledger.order(quantity=3, vouchers=2)      # voucher_shortfall: counts
+    ledger.debit_order(short, "500.00")
+    failed = ledger.recharge("FAILED")
+    ledger.debit_recharge(failed)                      # missing_refund: money
+    report = report_day(config, db, DAY, now=RUN)
+    refund = next(d["id"] for d in report["drifts"] if d["kind"] == "missing_refund")
+    set_resolution(db, refund, "escalated", note="crédit dû — ₹98, ticket 812", by="Asha Ñ", at=RUN)
+    report = report_day(config, db, DAY, now=RUN + timedelta(hours=1))
+    written = (config.report_dir / report_filename("2025-03-14", "csv")).read_bytes()
+    assert written.startswith(b"\xef\xbb\xbf") and not render_csv(report).startswith("\ufeff")
+    assert written.decode("utf-8-sig") == render_csv(report)
+    rows = {r["kind"]: r for r in csv.DictReader(io.StringIO(written.decode("utf-8-sig")))}
+    assert list(rows["missing_refund"])[0] == "id"  # the mark is not part of the first column's name
+    assert rows["missing_refund"]["resolution_note"] == "crédit dû — ₹98, ticket 812"
+    assert (rows["missing_refund"]["expected"], rows["missing_refund"]["unit"]) == ("98.00", "INR")
+    assert (rows["voucher_shortfall"]["expected"], rows["voucher_shortfall"]["actual"],
+            rows["voucher_shortfall"]["unit"]) == ("3", "2", "vouchers")
 
 
 def test_html_is_self_contained_with_an_svg_chart(report):
@@ -272,6 +298,7 @@ def test_references_and_ids_never_break_inside_and_every_printed_page_is_dated(r
 def test_a_complete_day_without_drifts_reconciles_and_an_unfinished_one_does_not_say_so(db, ledger, config):
     good = ledger.recharge()
     ledger.debit_recharge(good)
+    ledger.nightly_read(good)
     final = render_html(report_day(config, db, DAY, now=RUN))
     assert "every recharge, order and transaction of the day reconciles" in final and 'class="banner"' not in final
     early = render_html(report_day(config, db, DAY, now=at(15)))
@@ -361,3 +388,154 @@ def test_an_output_file_write_removes_the_temp_files_a_killed_write_of_it_left(t
     other.write_text("half")
     write_atomic(output, "{}")
     assert sorted(p.name for p in output.parent.iterdir()) == [other.name, "day.json"]
+
+
+# --- a day the store has not read in full since it ended -----------------------------------------
+
+@pytest.mark.parametrize("read_at, says", [
+    (None, "No sync has read its recharges in full; no sync has read its wallet transactions in full."),
+    (at(23, 50), "The last complete read of its recharges began at 2025-03-14T23:50:00Z, before the day ended; the "
+                 "last complete read of its wallet transactions began at 2025-03-14T23:50:00Z, before the day ended."),
+], ids=["never read", "read before it ended"])
+def test_a_day_not_read_in_full_since_it_ended_never_reads_as_clean(db, ledger, config, read_at, says):
+    """A worker down since before midnight: matched from what the store holds, the day's last entries are missing
+    and the page must not say that everything reconciles."""
+    good = ledger.recharge()
+    ledger.debit_recharge(good)
+    if read_at is not None:
+        ledger.read_in_full(when=read_at)
+    report = report_day(config, db, DAY, now=RUN)
+    stamp = None if read_at is None else "2025-03-14T23:50:00Z"
+    assert report["day_read_at"] == {"recharges": stamp, "transactions": stamp}
+    assert (report["read_in_full"], report["partial"], report["complete"]) == (False, False, False)
+    page = render_html(report)
+    assert "Not read in full since the day ended: entries may be missing from these figures." in page
+    assert says in page and "partnerkit reconcile --date 2025-03-14</code> reads the day" in page
+    assert "reconciles" not in page and "not yet a final reconciliation" in page
+
+    ledger.nightly_read(good)
+    again = report_day(config, db, DAY, now=RUN)
+    assert (again["read_in_full"], again["complete"]) == (True, True)
+    assert "Not read in full" not in render_html(again) and "reconciles" in render_html(again)
+
+
+def test_a_partial_report_says_partial_not_that_it_was_read_before_the_day_ended(db, ledger, config):
+    ledger.read_in_full(when=at(14))
+    page = render_html(report_day(config, db, DAY, now=at(15)))
+    assert "Partial: generated before the day ended." in page and "Not read in full" not in page
+
+
+def test_a_day_without_activity_says_so_rather_than_that_everything_reconciles(db, ledger, config):
+    ledger.nightly_read()
+    page = render_html(report_day(config, db, DAY, now=RUN))
+    assert "No activity: no recharge, order or wallet transaction is dated this day" in page
+    assert "every recharge, order and transaction of the day reconciles" not in page
+
+
+# --- what finance acts on: drifts by kind, in the order of the money at risk ---------------------
+
+def test_every_drift_kind_has_words_for_the_page_and_a_place_in_its_order():
+    assert set(KIND_GUIDE) == set(KINDS) == set(KIND_ORDER) and len(KIND_ORDER) == len(KINDS)
+    assert all(meaning.strip() and todo.strip() for meaning, todo in KIND_GUIDE.values())
+
+
+@pytest.fixture
+def busy(db, ledger, config):
+    """A day with drifts of five kinds, one of them escalated and one resolved by finance."""
+    ledger.recharge(ref="RCHSMALL")                                     # missing_debit 98.00
+    for payable in ("10.00", "250.00"):
+        failed = ledger.recharge("FAILED", payable=payable, face=payable)
+        ledger.debit_recharge(failed)                                   # missing_refund, 10.00 and 250.00
+    twice = ledger.recharge()
+    ledger.debit_recharge(twice)
+    ledger.debit_recharge(twice, minute=5)                              # duplicate_debit 98.00
+    ledger.tx("-12.00", type="RECHARGE", reference_number="GHOST1")     # orphan_transaction
+    credited = ledger.recharge()
+    ledger.debit_recharge(credited)
+    ledger.credit_recharge(credited, "20.00")                           # unexpected_refund
+    report = report_day(config, db, DAY, now=RUN)
+    ids = {d["kind"]: d["id"] for d in report["drifts"]}
+    set_resolution(db, ids["duplicate_debit"], "escalated", note="sent to support", by="ravi", at=RUN)
+    set_resolution(db, ids["unexpected_refund"], "resolved", note="customer confirmed", by="asha",
+                   at=RUN + timedelta(hours=1))
+    return current_report(db, DAY)
+
+
+def test_the_page_counts_drifts_by_kind_and_resolution_and_says_what_each_means_and_what_to_do(busy):
+    assert busy["summary"]["drifts_by_kind_and_resolution"] == {
+        "duplicate_debit": {"pending": 0, "resolved": 0, "escalated": 1},
+        "missing_debit": {"pending": 1, "resolved": 0, "escalated": 0},
+        "missing_refund": {"pending": 2, "resolved": 0, "escalated": 0},
+        "orphan_transaction": {"pending": 1, "resolved": 0, "escalated": 0},
+        "unexpected_refund": {"pending": 0, "resolved": 1, "escalated": 0},
+    }
+    assert busy["summary"]["drifts_by_kind"] == {"duplicate_debit": 1, "missing_debit": 1, "missing_refund": 2,
+                                                 "orphan_transaction": 1, "unexpected_refund": 1}
+    page = render_html(busy)
+    table = page[page.index('<table class="kinds">'):]
+    table = table[:table.index("</table>")]
+    kinds = re.findall(r'<td class="kind">(\w+)</td>', table)
+    assert kinds == ["duplicate_debit", "missing_refund", "orphan_transaction", "unexpected_refund", "missing_debit"]
+    for kind in kinds:
+        meaning, todo = (words.replace("'", "&#39;") for words in KIND_GUIDE[kind])
+        assert meaning in table and todo in table, kind
+    row = table[table.index('<td class="kind">missing_refund</td>'):]
+    assert re.findall(r'<td class="num[^"]*">(\d+)</td>', row)[:3] == ["2", "0", "0"]  # pending, escalated, resolved
+    assert re.search(r'Open drifts</span><b>5</b><small>4 pending, 1 escalated; 1 resolved', page)
+
+
+def test_the_page_lists_pending_then_escalated_then_resolved_money_at_risk_and_largest_first(busy):
+    page = render_html(busy)
+    table = page[page.index("<thead><tr><th>Kind</th><th>Reference</th>"):]
+    references = re.findall(r'<td class="ref">([^<]*)</td>', table)[::2]  # each row: reference, then drift id
+    large, small = (next(d["reference"] for d in busy["drifts"] if d["expected"] == amount)
+                    for amount in ("250.00", "10.00"))  # the two missing_refund
+    assert references[:2] == [large, small]
+    orphan, debit = (next(d["reference"] for d in busy["drifts"] if d["kind"] == k)
+                     for k in ("orphan_transaction", "missing_debit"))
+    duplicate, credited = (next(d["reference"] for d in busy["drifts"] if d["kind"] == k)
+                           for k in ("duplicate_debit", "unexpected_refund"))
+    assert references[2:] == [orphan, debit, duplicate, credited]
+    assert busy["drifts"] == sorted(busy["drifts"], key=lambda d: (d["kind"], d["reference"], d["id"]))  # JSON's own
+
+
+def test_a_resolution_shows_its_note_who_and_when_the_time_unbroken(busy):
+    page = render_html(busy)
+    assert ('customer confirmed</span><br><span class="muted small">by asha</span><br>'
+            '<span class="muted small when">2025-03-15T03:00:00Z</span>') in page
+    assert re.search(r"\.when \{ white-space: nowrap; \}", page)
+
+
+def test_above_the_page_size_open_drifts_of_the_riskiest_kinds_are_the_ones_shown():
+    def entry(n, kind, resolution, expected):
+        return {"id": f"d_{n}", "kind": kind, "reference": f"R{n}", "resolution": resolution, "expected": expected,
+                "actual": "0.00"}
+    drifts = [entry(1, "missing_debit", "pending", "900.00"), entry(2, "duplicate_debit", "resolved", "5.00"),
+              entry(3, "missing_refund", "pending", "1.00"), entry(4, "duplicate_debit", "pending", "2.00"),
+              entry(5, "missing_refund", "pending", "7.00"), entry(6, "orphan_transaction", "escalated", None)]
+    assert [d["id"] for d in shown_drifts(drifts, limit=3)] == ["d_4", "d_5", "d_3"]
+    assert [d["id"] for d in shown_drifts(drifts)] == ["d_4", "d_5", "d_3", "d_1", "d_6", "d_2"]
+
+
+def test_the_money_table_has_a_row_for_every_currency_of_any_of_its_columns(db, ledger, config):
+    """A USD recharge of the day whose debit was stamped just before midnight: spend in USD, no USD debit today."""
+    usd = ledger.recharge(payable="3.00", face="3.00", currency="USD", hour=0)
+    ledger.debit_recharge(usd, currency="USD", day=DAY - timedelta(days=1), hour=23, minute=59)
+    ledger.debit_recharge(ledger.recharge())
+    report = report_day(config, db, DAY, now=RUN)
+    assert "USD" not in report["summary"]["spend"] and report["summary"]["spend_as_documented"]["USD"] == "3.00"
+    page = render_html(report)
+    assert re.search(r'<tr><td>USD</td><td class="num">0\.00</td><td class="num">0\.00</td><td class="num">0\.00</td>'
+                     r'<td class="num">3\.00</td></tr>', page)
+
+
+def test_the_wallet_table_bridges_to_the_money_table_with_top_ups_and_conversions(db, ledger, config):
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", hour=1)
+    good = ledger.recharge()
+    ledger.debit_recharge(good, balance_after="902.00")
+    ledger.tx("50.00", type="TOPUP", currency="USD", hour=2)  # a wallet only topped up: no row in the money table
+    page = render_html(report_day(config, db, DAY, now=RUN))
+    assert ("Of these, top-ups and conversions: 1,000.00 INR credits, 0.00 INR debits; the rest are the money "
+            "table's credits (0.00) and gross debits (98.00).") in page
+    assert "<tr><td>USD</td><td class=\"num\">" not in page.split("Money per currency")[1].split("</table>")[0]
+    assert "All of these are top-ups and conversions, which the money table leaves out." in page

@@ -9,7 +9,7 @@ import pytest
 
 from tests.reconcile.reconcile_helpers import DAY, at
 from partnerkit.config import load_config
-from partnerkit.store.ledger import record_wallet_snapshots
+from partnerkit.store.ledger import record_sync, record_wallet_snapshots
 from partnerkit.timeutil import iso
 from reconcile import matcher
 from reconcile.jobs import report_day
@@ -175,9 +175,29 @@ def test_a_broken_chain_shows_in_the_roll_forward(db, ledger, report_of):
 def test_a_nightly_report_of_a_settled_day_is_complete(ledger, report_of):
     good = ledger.recharge()
     ledger.debit_recharge(good)
+    ledger.nightly_read(good)
     report = report_of()
-    assert (report["complete"], report["partial"]) == (True, False)
+    assert (report["complete"], report["partial"], report["read_in_full"]) == (True, False, True)
     assert report["unsettled"] == {"recharges_processing": 0, "orders_pending": 0, "orders_processing": 0}
+    assert report["day_read_at"] == {"recharges": "2025-03-15T01:05:00Z", "transactions": "2025-03-15T01:05:00Z"}
+
+
+@pytest.mark.parametrize("reads", [
+    {},                                                           # no sync read the day in full
+    {"recharges": at(0, 20, day=NEXT)},                           # its transactions never
+    {"recharges": at(0, 20, day=NEXT), "transactions": at(23, 45)},  # the transactions' last read before midnight
+])
+def test_a_settled_day_not_read_in_full_since_it_ended_is_not_complete(db, ledger, report_of, reads):
+    """The store vouches for the whole day only once a read begun after it ended has listed its recharges and
+    transactions: before that the last minutes' entries may be missing (a worker down since before midnight)."""
+    good = ledger.recharge()
+    ledger.debit_recharge(good)
+    for entity, when in reads.items():
+        record_sync(db, entity, from_day=DAY.isoformat(), to_day=DAY.isoformat(), started_at=iso(when), count=1,
+                    days=[DAY.isoformat()], advance_to=None)
+    report = report_of()
+    assert (report["complete"], report["partial"], report["read_in_full"]) == (False, False, False)
+    assert report["day_read_at"] == {e: iso(reads[e]) if e in reads else None for e in ("recharges", "transactions")}
 
 
 def test_a_report_made_during_the_day_is_partial(ledger, report_of):
