@@ -219,7 +219,7 @@ def write_report_files(report_dir: Path, report: dict[str, Any], *, unrecorded: 
     """
     day = report["date"]
     stamp = str(report["generated_at"]).replace("-", "").replace(":", "")
-    texts = {f: report_mod.file_text(report, f) for f in REPORT_FORMATS}  # the CSV with a byte order mark, for Excel
+    texts = {f: report_mod.render(report, f) for f in REPORT_FORMATS}
     folder = Path(report_dir)
     if unrecorded and _same_report(folder / report_filename(day, "json"), texts["json"], report):
         unrecorded = False

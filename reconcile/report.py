@@ -227,10 +227,6 @@ def render_json(report: Mapping[str, Any]) -> str:
 # indexes stay) its unit: the currency of its expected and actual, or "vouchers" for a count (COUNT_KINDS), so
 # that a pivot summing `expected` by unit never adds voucher counts to rupees.
 CSV_FIELDS = DRIFT_FIELDS + ("unit",)
-# Excel opens a CSV file without a byte order mark in the machine's ANSI code page: a rupee sign or an
-# accented note becomes mojibake ("â‚¹"). The report's CSV files (PARTNERKIT_REPORT_DIR, `report --output`)
-# start with one; what goes to stdout, read by scripts, does not (docs/reconcile.md, "The report").
-CSV_BOM = "\ufeff"
 _COUNTED = frozenset(COUNT_KINDS)
 _KIND_COLUMN = DRIFT_FIELDS.index("kind")
 
@@ -271,18 +267,13 @@ def _csv_rows(entries: Iterable[Mapping[str, Any]]) -> Iterator[Any]:
 def render_csv(report: Mapping[str, Any]) -> str:
     """The drift table as CSV, one row per drift, columns CSV_FIELDS; text a spreadsheet would run as a
     formula, and a reference it would turn into another number, is written as text (partnerkit.csvcell).
-    Without a byte order mark: `csv_file_text` is what a file gets."""
+    UTF-8 without a byte order mark, in files and on stdout alike (docs/reconcile.md, "The report": a mark
+    helps Excel's double-click and breaks every reader that does not skip it, a script's `csv.DictReader` among them)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
     writer.writerows(_csv_rows(report["drifts"]))
     return buffer.getvalue()
-
-
-def file_text(report: Mapping[str, Any], fmt_name: str) -> str:
-    """The report in one of RENDERERS' formats as a file holds it: the CSV with a byte order mark (CSV_BOM)."""
-    text = render(report, fmt_name)
-    return CSV_BOM + text if fmt_name == "csv" else text
 
 
 @dataclass(frozen=True)

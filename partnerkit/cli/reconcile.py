@@ -97,7 +97,7 @@ def reconcile_command(app: AppContext, day: date) -> None:
 @click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True,
               help="json (the whole report), csv (the drift table) or html (one self-contained page).")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,
-              help="Write to FILE instead of stdout (a CSV file starts with a UTF-8 byte order mark, for Excel).")
+              help="Write to FILE instead of stdout (the same text, UTF-8).")
 @pass_app
 def report_command(app: AppContext, day: date, fmt_name: str, output: Path | None) -> None:
     """The day's report with current resolutions.
@@ -113,7 +113,7 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     from partnerkit.cli import os_error_line
     from partnerkit.files import make_private_dirs
     from reconcile.jobs import current_report, day_synced, report_day, write_atomic, write_report_files
-    from reconcile.report import file_text, render
+    from reconcile.report import render
 
     report = current_report(app.existing_db, day)
     if report is None and not day_synced(app.db, day):
@@ -136,11 +136,11 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
                        f"({os_error_line(exc)})", err=True)
     _in_progress(day)
     if output is None:
-        click.echo(render(report, fmt_name), nl=False)  # for a script: a CSV without a byte order mark
+        click.echo(render(report, fmt_name), nl=False)
     else:
         try:
             make_private_dirs(output.parent)  # new directories: the owner's only, at every level
-            write_atomic(output, file_text(report, fmt_name))  # a file, as the report's own: Excel reads its CSV
+            write_atomic(output, render(report, fmt_name))  # the same text as the report's own file
         except OSError as exc:
             raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
         click.echo(f"wrote {output}", err=True)
