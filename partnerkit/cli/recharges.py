@@ -167,7 +167,9 @@ def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_numbe
     the provider shows no such recharge does it send the same Idempotency-Key again: by itself within
     5 minutes of the submit (the customer is still waiting: the document's locate procedure starts with
     that send), later only with --replay, because if the first send never arrived that performs the
-    recharge now. The same key never makes a second one.
+    recharge now. The same key never makes a second one. Not by itself while the `recharges submit` that
+    recorded an INTENT still runs (it may be waiting for the budget or its answer, and stores that answer
+    itself): the message says so; run locate again once that command has ended.
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN still (the message says why and what to do). --mobile without a

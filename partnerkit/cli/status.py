@@ -15,7 +15,8 @@ from partnerkit.cli.output import emit_one, format_option
 @pass_app
 def status_command(app: AppContext, fmt: str, check: bool) -> None:
     """Last webhook, deliveries the receiver refused in the last hour (by reason), voucher backlog and parked
-    jobs, PROCESSING recharges, budget, the provider failing every call, last report (and one overdue two hours
+    jobs, PROCESSING recharges, recharges and orders whose answer was lost (naming at once a submit whose
+    process was killed while sending), budget, the provider failing every call, last report (and one overdue two hours
     past PARTNERKIT_DUE_HOUR_UTC), open drifts, the worker (and whether its process still runs), the free space
     on PARTNERKIT_DB's filesystem, and what needs a person now.
 

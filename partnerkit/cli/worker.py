@@ -18,7 +18,8 @@ log = logging.getLogger("partnerkit.worker")
 @click.option("--once", is_flag=True, help="Run one pass of every job, ignoring intervals, and exit (for cron): "
               "exit 1 when a job failed, could not be loaded, was paused because the provider refused the API "
               "key, or was busy (another process held the database's write lock past the worker's 15 s wait), "
-              "or when SIGTERM or SIGINT stopped the pass (a running sync ends at its next batch, its place kept; "
+              "or when SIGTERM or SIGINT stopped the pass (a running sync ends at its next batch, its place kept, the "
+              "order catch-up after its page; "
               "the jobs after it are not run).")
 @click.option("--no-wait", is_flag=True, help="Exit instead of standing by when another worker holds the lease.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
@@ -29,7 +30,10 @@ log = logging.getLogger("partnerkit.worker")
 def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no_wait: bool) -> None:
     """Poll recharges, fetch vouchers, sync and report on schedule; one worker per database.
 
-    A first start creates the database (PARTNERKIT_DB), with a WARNING log line naming it."""
+    A first start creates the database (PARTNERKIT_DB), with a WARNING log line naming it. SIGTERM or Ctrl-C
+    stops it within seconds: a running sync ends at its next batch, everything read stored and its place kept
+    (the next start reads on from there), and the order catch-up after the page it reads. Exit code 2 for a missing or malformed setting or
+    an API key of another provider account (no restart helps: the systemd unit stays failed)."""
     from partnerkit.crypto import check_voucher_key
     from partnerkit.logs import configure_logging
     from reconcile.scheduler import run_once, run_worker
