@@ -39,6 +39,7 @@ The package is one module a concern, re-exported here (import from `partnerkit.o
 procedure) and `_answer` (what an answer, or its absence, settles).
 """
 
+from partnerkit.ordering._answer import held_elsewhere
 from partnerkit.ordering._place import place_order
 from partnerkit.ordering._request import (
     HOLD_HOURS, HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, new_ref,
@@ -53,6 +54,7 @@ __all__ = [
     "OrderOutcome",
     "OrderRequest",
     "UnresolvedOrder",
+    "held_elsewhere",
     "new_ref",
     "place_order",
     "replay_command",

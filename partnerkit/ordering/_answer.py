@@ -128,14 +128,23 @@ def _clash(conn: Any, intent: dict, created: Any) -> str | None:
     return None
 
 
+# The words of an intent's error that say its answer named an order id held for another order (`_held_elsewhere`):
+# `partnerkit status` reads them (`held_elsewhere`) so that it never advises a replay, which answers the same id.
+HELD_ELSEWHERE = "which this store already holds for"
+
+
+def held_elsewhere(error: str | None) -> bool:
+    """Whether an open intent's error says its answer named an order id this store holds for another order."""
+    return bool(error) and HELD_ELSEWHERE in error  # type: ignore[operator]
+
+
 def _held_elsewhere(db: Database, intent: dict, request: OrderRequest, created: Any, holder: str, *,
                     resumed: bool) -> OrderOutcome:
     """The answer names an order id this store holds for another order (`holder`): two orders under one id, from
     a provider that gave it twice or a sandbox started again with --fixed-ids beside a kept database, not a
     database fault. Nothing of the answer is stored (the order held under that id stays as it was) and the
     intent stays open (UNKNOWN): the money moved, so it is never REFUSED, and its replay meets the same id."""
-    reason = (f"the provider answered order {created.id} (ref {created.ref}), which this store already holds for "
-              f"{holder}: not stored")
+    reason = f"the provider answered order {created.id} (ref {created.ref}), {HELD_ELSEWHERE} {holder}: not stored"
     log.error("order intent #%s: the provider's answer names order %s, which this store already holds for another "
               "order (%s): not stored, the intent stays open", intent["id"], created.id, holder,
               extra={"intent_id": intent["id"], "ref": intent["ref"], "order_id": created.id})

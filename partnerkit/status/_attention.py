@@ -51,6 +51,10 @@ UNSIGNED_REASONS = frozenset({"missing_timestamp", "missing_signature", "malform
 UNSIGNED_FLOOR = 5
 
 
+# How `order_intents_unknown` marks an intent whose answer named an order id this store holds for another order
+# (partnerkit.ordering.held_elsewhere): its replay answers the same id, so the line's advice is not for it.
+DO_NOT_REPLAY = "do not replay it"
+
 def _silent_for(status: dict[str, Any], worker_stale_s: int) -> int | None:
     """Seconds since a worker last ran a job, when that is longer than `worker_stale_s`; else None (and
     None on a database no worker has run on yet: a fresh install is not an outage)."""
@@ -245,7 +249,9 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
     if status["order_intents_unknown"]:
         lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "
-                     "... --idempotency-key KEY` (its key and ref, never a new key), or let the order sync link it")
+                     "... --idempotency-key KEY` (its key and ref, never a new key), or let the order sync link it"
+                     + (f"; not those marked \"{DO_NOT_REPLAY}\"" if any(DO_NOT_REPLAY in named for named in
+                                                                  status["order_intents_unknown"]) else ""))
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     if not status["worker_running"] and status["worker_lease_holder"] is not None:

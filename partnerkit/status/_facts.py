@@ -13,7 +13,8 @@ from partnerkit import disk, senders
 from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
-from partnerkit.status._attention import attention
+from partnerkit.ordering import held_elsewhere
+from partnerkit.status._attention import DO_NOT_REPLAY, attention
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
 from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, provider_failures,
@@ -150,6 +151,8 @@ def _order_named(intent: dict) -> str:
     """An order intent of `order_intents_unknown`: what replays it, and why it is named."""
     who = f" ({intent['sender']})" if intent["sender"] else ""
     gone = f"; the `orders create` that recorded it{who} is no longer running" if intent["sender_gone"] else ""
+    if held_elsewhere(intent.get("error")):  # its replay answers the same id: compare with the provider instead
+        gone += f"; {DO_NOT_REPLAY}: {intent['error']}; compare both orders with the provider"
     return (f"#{intent['id']} key {intent['idempotency_key']} ref {intent['ref']} (product {intent['product_id']}, "
             f"{intent['quantity']} x {from_cents(intent['denomination_cents'])}, {intent['state']} since "
             f"{intent['updated_at']}{gone})")

@@ -268,7 +268,7 @@ def test_a_process_killed_while_sending_leaves_an_intent_whose_key_places_one_or
     assert replayed["id"] == order.id and order_intents.get(db, intent["id"])["state"] == "PLACED"
 
 
-def test_an_answer_naming_an_order_id_held_for_another_intent_stores_nothing_and_says_why(server, env, db):
+def test_an_answer_naming_an_order_id_held_for_another_intent_stores_nothing_and_says_why(server, env, db, config):
     """The kill -9 review's suspicion, confirmed: a sandbox started again gives its first order id again, which
     this store holds for the first order's intent. The UNIQUE error of `order_intents.order_id` was reported as a
     database fault ("placed order N but it could not be stored", "once the database takes writes"). Now: nothing
@@ -302,6 +302,12 @@ def test_an_answer_naming_an_order_id_held_for_another_intent_stores_nothing_and
                                       f"already holds for order intent #{holder['id']} ")
     assert order_store.get(db, first["id"]) == held and order_intents.get(db, holder["id"]) == holder
     assert db.execute("SELECT count(*) FROM vouchers WHERE order_id = ?", (first["id"],)).fetchone() == vouchers
+    # `status` names it without advising the replay that answers the same id.
+    seen = status_mod.collect(config, db)
+    [named] = seen["order_intents_unknown"]
+    assert named.startswith(f"#{intent['id']} key {intent['idempotency_key']}") and "; do not replay it: " in named
+    [line] = [a for a in seen["attention"] if a.startswith("1 order creation(s) with an unknown outcome")]
+    assert line.endswith('or let the order sync link it; not those marked "do not replay it"')
 
 
 def test_an_intent_without_its_senders_lock_keeps_the_quarter_hour_rule(config, db):
