@@ -46,7 +46,7 @@ def recorded_pids(workdir: Path) -> list[int]:
 def assert_no_survivors(workdir: Path) -> None:
     pids = recorded_pids(workdir)
     assert len(pids) >= 2, pids  # at least the receiver and the worker were recorded
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # processes ending on a busy machine; the bound only ends a broken run
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in pids if alive(p)] == []

@@ -116,7 +116,7 @@ def _another_writer(path):
 
     holder = threading.Thread(target=hold)
     holder.start()
-    taken.wait(10)
+    assert taken.wait(30)
     try:
         yield release
     finally:
@@ -125,7 +125,8 @@ def _another_writer(path):
 
 
 def test_a_short_lock_waits_connection_begins_once_another_writer_commits(tmp_path):
-    db = open_db(tmp_path / "pk.db", busy_timeout_ms=3000, short_lock_waits=True)
+    # The timer's thread commits for the other writer 0.05 s on; the busy timeout is for a busy machine.
+    db = open_db(tmp_path / "pk.db", busy_timeout_ms=30_000, short_lock_waits=True)
     with _another_writer(tmp_path / "pk.db") as release:
         threading.Timer(0.05, release.set).start()  # the other writer commits while we wait
         with transaction(db) as conn:  # not "database is locked": the BEGIN waited for the lock

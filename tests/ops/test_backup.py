@@ -145,7 +145,7 @@ def _killed_backup(db_path, destination):
     proc = subprocess.Popen([sys.executable, "-c", script, str(db_path), str(destination)])
     partial = destination.with_name(f".{destination.name}.backup-{proc.pid}")
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a process starting on a busy machine
         while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert partial.exists(), "the backup never began its copy"

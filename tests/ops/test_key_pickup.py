@@ -155,8 +155,9 @@ def test_rewrap_and_retire_right_after_rotate_wait_for_running_processes_and_say
         run.later_s = 0.0
         write_key_file(run.config().key_file, read_key_file(run.config().key_file))  # as if just rotated
         changed = key_file_changed_at(run.config().key_file)
-    # The clock 8.5 s after the change: half a second of the window is left (a real, short, wait).
-    with freeze_time(datetime.fromtimestamp(changed / 1e9 + KEY_PICKUP_S - 0.5, timezone.utc), tick=True):
+    # The clock 8.5 s after the change: half a second of the window is left (a real, short, wait). Frozen, not
+    # ticking: a busy machine starting the command must not use up that half second before it reads the clock.
+    with freeze_time(datetime.fromtimestamp(changed / 1e9 + KEY_PICKUP_S - 0.5, timezone.utc)):
         result = run("keys", command)
     first = result.stderr.splitlines()[0]
     assert first == ("waiting 1 s for running receivers and workers to take the new key (they follow the key "
@@ -166,7 +167,8 @@ def test_rewrap_and_retire_right_after_rotate_wait_for_running_processes_and_say
 
 def test_retire_just_after_rotate_still_refuses_what_needs_the_old_key(tmp_path):
     run, changed = rotated(tmp_path)
-    with freeze_time(datetime.fromtimestamp(changed / 1e9 + KEY_PICKUP_S - 0.2, timezone.utc), tick=True):
+    # Frozen 0.2 s before the window's end (not ticking, which a busy machine would use up before the read).
+    with freeze_time(datetime.fromtimestamp(changed / 1e9 + KEY_PICKUP_S - 0.2, timezone.utc)):
         refused = run("keys", "retire", code=1)
     assert refused.stderr.startswith("waiting 1 s for running receivers")
     assert "the previous keys are still needed" in refused.stderr

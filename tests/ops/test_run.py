@@ -19,6 +19,7 @@ from partnerkit.store.locks import current
 from receiver.signature import sign
 
 TOKEN = "run-test-webhook-token-0123"
+LEASE_LIMIT_S = 60  # the worker half starting and taking its lease on a busy machine: only a broken run gets here
 
 
 def _free_port() -> int:
@@ -78,7 +79,7 @@ def test_run_serves_works_and_stops_cleanly_on_sigterm(run_env, tmp_path):
                                         "Content-Type": "application/json"})
         assert answer.json() == {"status": "accepted"}
         db = open_db(run_env["PARTNERKIT_DB"])
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + LEASE_LIMIT_S
         while current(db, "worker") is None and time.monotonic() < deadline:
             time.sleep(0.1)  # the worker half takes the lease once it starts
         assert current(db, "worker") is not None
@@ -133,12 +134,12 @@ def test_a_killed_run_takes_its_receiver_along_and_restarts_at_once(run_env, tmp
         master = _children(first.pid)
         receiver = master + [w for m in master for w in _children(m)]
         db = open_db(run_env["PARTNERKIT_DB"])
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + LEASE_LIMIT_S
         while current(db, "worker") is None and time.monotonic() < deadline:
             time.sleep(0.1)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a graceful stop on a busy machine; only orphans reach the bound
         while any(Path(f"/proc/{pid}").exists() for pid in receiver) and time.monotonic() < deadline:
             time.sleep(0.1)  # gunicorn got SIGTERM from the kernel: a graceful stop
         orphans = [pid for pid in receiver if Path(f"/proc/{pid}").exists()]
@@ -153,7 +154,8 @@ def test_a_killed_run_takes_its_receiver_along_and_restarts_at_once(run_env, tmp
     second = _start(run_env, port)
     try:
         _wait_ready(f"http://127.0.0.1:{port}/readyz", second)
-        deadline = time.monotonic() + 15
+        # "At once" is what its log says below (the holder is gone, not expired); the bound is for a busy machine.
+        deadline = time.monotonic() + LEASE_LIMIT_S
         while current(db, "worker").holder.split(":")[1] != str(second.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         holder = current(db, "worker").holder

@@ -103,13 +103,13 @@ def test_a_port_in_use_is_one_line_at_once(tmp_path, command):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        started = time.monotonic()
         result = subprocess.run([PARTNERKIT, *command, f"127.0.0.1:{port}" if command[0] == "serve" else str(port)],
                                 env=env_for(tmp_path), capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
-    assert "[ERROR]" not in result.stderr and "Traceback" not in result.stderr
-    assert time.monotonic() - started < 5, "no gunicorn retries"
+    # This one line and nothing else: no gunicorn started (its banner) and so none of its five "Connection in
+    # use" retries a second apart; what was printed says so, where a clock on a busy machine could not.
+    assert result.stderr == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert result.stdout == ""
     assert list(tmp_path.iterdir()) == [], "a refused start leaves no database behind"
 
 
@@ -146,7 +146,7 @@ def test_a_receiver_killed_with_sigkill_leaves_no_metrics_directory_behind_after
         assert not (temp / f"partnerkit-metrics-{dead_pid}-old").exists(), "a dead master's directory is removed"
         first.process.kill()  # SIGKILL: gunicorn's on_exit never runs
         first.process.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # a worker on a busy machine following its master
         while time.monotonic() < deadline and _listening(first.port):
             time.sleep(0.05)  # its worker follows its master
     left = [p.name for p in temp.iterdir() if p.name.startswith(f"partnerkit-metrics-{master}-")]

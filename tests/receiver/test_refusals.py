@@ -208,7 +208,7 @@ def test_a_save_that_meets_a_locked_database_keeps_every_count_for_the_next(tmp_
         db.conn.close()
 
 
-def _wait_for(predicate, timeout: float = 10.0) -> None:
+def _wait_for(predicate, timeout: float = 30.0) -> None:  # threads of a busy machine: only a broken run takes it
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -268,9 +268,10 @@ def test_gunicorn_workers_save_their_refusals_while_running_and_at_exit(tmp_path
                        else {"X-Timestamp": str(int(time.time())), "X-Signature": sign("whsec_wrong_one", 1, body)})
             assert requests.post(url, data=body, headers=headers, timeout=5).status_code == 401
         db = open_db(tmp_path / "pk.db")
-        # Saved by each worker's housekeeping thread within its 5 s, while it runs.
+        # Saved by each worker's housekeeping thread every 5 s, while it runs (the receiver is stopped only below):
+        # the bound is for a busy machine.
         _wait_for(lambda: db.execute("SELECT COALESCE(SUM(refused), 0) FROM webhook_refusals").fetchone()[0] == 120,
-                  timeout=15)
+                  timeout=60)
         for _ in range(30):  # then more, and the receiver stopped at once: its workers save them as they exit
             session.post(url, data=b"{}", timeout=5)
     try:

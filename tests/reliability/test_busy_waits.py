@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from typing import Callable
 from datetime import datetime, timezone
 
 import pytest
@@ -41,22 +42,29 @@ def run(sandbox_config, monkeypatch):
 
 
 @contextmanager
-def held_for(db_path, seconds: float):
-    """The write lock held by another connection for `seconds` from now, in a thread (released by then)."""
+def held_for(db_path, seconds: float, *, until: Callable[[], bool] | None = None, then_s: float = 0.0):
+    """The write lock held by another connection for `seconds` from now, in a thread; with `until`, held until it
+    is true instead (at most `seconds`: the bound only ends a broken run), then `then_s` more."""
     taken = threading.Event()
 
     def hold() -> None:
         with held_write_lock(db_path):
             taken.set()
-            time.sleep(seconds)
+            if until is None:
+                time.sleep(seconds)
+            else:
+                deadline = time.monotonic() + seconds
+                while not until() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                time.sleep(then_s)
 
     holder = threading.Thread(target=hold)
     holder.start()
-    assert taken.wait(5)
+    assert taken.wait(30)
     try:
         yield
     finally:
-        holder.join(seconds + 10)
+        holder.join(seconds + 30)
 
 
 def recharges_at_the_sandbox(server, number: str) -> list:
@@ -64,13 +72,16 @@ def recharges_at_the_sandbox(server, number: str) -> list:
         return [r for r in server.sandbox.recharges.values() if r.mobile_number == number]
 
 
-def test_a_submit_waits_out_a_hold_shorter_than_its_wait_and_says_so_once(run, sandbox_config, sandbox_server):
-    started = time.monotonic()
+def test_a_submit_waits_out_a_hold_shorter_than_its_wait_and_says_so_once(
+        run, sandbox_config, sandbox_server, monkeypatch):
+    # The notice after 0.3 s, not 1 s: the command has 1.7 s of the hold to reach its wait, on a busy machine too.
+    monkeypatch.setattr("partnerkit.store.db.LOCK_NOTICE_AFTER_S", 0.3)
     with held_for(sandbox_config.db_path, 2.0):
         result = run("recharges", "submit", "--mobile", "9811111115", "--operator-id", "1", "--amount", "175",
                      "--format", "json")
+    # It did wait for the lock: it says so (below), and it wrote and ended well (exit 0) under a hold of 2 s. Not
+    # measured by the clock: that it did not end before the hold did is what exit 0 says already.
     assert result.exit_code == 0, result.output
-    assert time.monotonic() - started >= 1.9  # it did wait for the lock
     notices = [line for line in result.stderr.splitlines() if NOTICE in line]
     assert notices == [f"{NOTICE} (a big day's match, a backup, a prune or a key rewrap can hold it for seconds); "
                        f"waiting up to {COMMAND_BUSY_TIMEOUT_MS // 1000} s"]
@@ -78,25 +89,26 @@ def test_a_submit_waits_out_a_hold_shorter_than_its_wait_and_says_so_once(run, s
     assert len(recharges_at_the_sandbox(sandbox_server, "9811111115")) == 1
 
 
-def test_each_wait_past_the_threshold_says_so_once_and_a_shorter_one_says_nothing(db_path, monkeypatch):
+def test_each_wait_past_the_threshold_says_so_once_and_a_shorter_one_says_nothing(db_path):
     # A long command (a sync of many pages, `events prune`, `keys rewrap`) may wait again minutes after its
-    # first wait ended: that is a new wait, and silence then looks like a hang.
-    monkeypatch.setattr("partnerkit.store.db.LOCK_NOTICE_AFTER_S", 0.3)  # the 1 s, shortened for the test
+    # first wait ended: that is a new wait, and silence then looks like a hang. A long hold lasts until the
+    # waiting connection has said it waits (past the threshold by definition, however busy the machine), then
+    # 0.3 s of further tries that must say nothing more; the short one is 0.05 s against the real 1 s threshold.
     notices: list[float] = []
-    db = open_db(db_path, busy_timeout_ms=5000, lock_wait=LockWait(notice=notices.append))
+    db = open_db(db_path, busy_timeout_ms=60_000, lock_wait=LockWait(notice=notices.append))
     try:
         seen = []
-        for hold in (1.0, 0.05, 1.0):  # a wait past the threshold, a short one, then a long one again
-            with held_for(db_path, hold):
-                started = time.monotonic()
+        for long in (True, False, True):  # a wait past the threshold, a short one, then a long one again
+            said = len(notices)
+            with held_for(db_path, 30 if long else 0.05, until=(lambda: len(notices) > said) if long else None,
+                          then_s=0.3):
                 with transaction(db):
-                    waited = time.monotonic() - started
+                    pass
             seen.append(len(notices))
-            assert (waited >= 0.3) == (hold == 1.0), waited
     finally:
         db.conn.close()
     assert seen == [1, 1, 2]  # one line per long wait (not one per try), none for the short wait
-    assert notices == [5.0, 5.0]  # each says how long it may wait
+    assert notices == [60.0, 60.0]  # each says how long it may wait
 
 
 def test_a_hold_longer_than_the_wait_is_one_line_exit_1_nothing_recorded_nothing_sent(
@@ -123,13 +135,12 @@ def test_a_finance_command_under_a_long_hold_says_to_try_again_and_budget_show_a
         run, sandbox_config, monkeypatch):
     monkeypatch.setattr("partnerkit.cli.context.COMMAND_BUSY_TIMEOUT_MS", 1500)
     with held_write_lock(sandbox_config.db_path):
-        started = time.monotonic()
         shown = run("budget", "show", "--format", "json")
-        took = time.monotonic() - started
         pruned = run("events", "prune")
-    # `budget show` reads the database only: no write lock, so no wait and no notice (it used to need one)
+    # `budget show` reads the database only: no write lock, so no wait and no notice (it used to need one). The
+    # lock is held all through: a command that wanted it would have ended in the 1.5 s wait's error, exit 1.
     assert shown.exit_code == 0, shown.output
-    assert took < 1.0 and NOTICE not in shown.stderr
+    assert NOTICE not in shown.stderr
     assert {row["class"] for row in json.loads(shown.stdout)} == {"general", "order_create"}
     assert pruned.exit_code == 1 and "Traceback" not in pruned.output
     assert pruned.stderr.count(NOTICE) == 1

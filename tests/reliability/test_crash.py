@@ -88,7 +88,7 @@ def _stream_with_kills(tmp_path, *, rounds: int, per_batch: int, chaos: bool) ->
                                         (f"%:{dead.pid}:%",)).fetchone()[0]
             kills.append((web_victim, in_flight, orphaned))
             order_ids += _create_orders(stack, per_batch, len(order_ids))  # the stream goes on while no worker runs
-            wait_until(lambda: len(stack.gunicorn_workers()) == 2, timeout=10, what="gunicorn's replacement worker")
+            wait_until(lambda: len(stack.gunicorn_workers()) == 2, timeout=60, what="gunicorn's replacement worker")
             stack.start_worker()
 
         def settled() -> bool:

@@ -164,6 +164,13 @@ def test_slow_answer_passes_the_client_timeout_but_the_work_is_done(alpha, sb):
             "POST", alpha.base + RECHARGES, data=body.encode(),
             headers=_signed_headers(alpha, "POST", RECHARGES, body.encode(), "slow-key-0001")))
         alpha.session.send(prepared, timeout=(2, 0.3))
+    # The client gave up 0.3 s after sending, which on a busy machine can be before the sandbox got to the
+    # request at all: the sandbox counts the fault once its answer is made (the recharge committed) and
+    # before it holds it back, so wait for the count, not for an amount of time.
+    deadline = time.monotonic() + 30
+    while sb.faults_injected.get("slow", 0) < 1:
+        assert time.monotonic() < deadline, "the slow request was never answered"
+        time.sleep(0.01)
     off(alpha)
     found = alpha.get(RECHARGES, {"search": "9000000002"}).json()
     assert [rc["status"] for rc in found] == ["SUCCESS"]       # committed before the hold
