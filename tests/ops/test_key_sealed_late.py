@@ -32,6 +32,7 @@ from partnerkit.rotation import retire_key_file, rewrap, rotate_key_file
 from partnerkit.store import open_db
 from receiver.app import create_app
 from receiver.tokens import saved_tokens
+from tests.key_rotation import rotate_and_retire_behind_the_lock
 from tests.ops.test_keys import Keys, environment
 from tests.receiver.conftest import envelope, post
 from tests.receiver.servers import PARTNERKIT
@@ -176,24 +177,10 @@ def test_a_token_whose_save_waits_for_the_write_lock_is_sealed_again_if_the_key_
     config = keys.config()
     open_db(config.db_path).conn.close()
     load_cipher(config)  # the key file, nothing sealed with it yet
-    locked, retired = threading.Event(), threading.Event()
+    retired = threading.Event()
 
-    def another_process_holds_the_lock_meanwhile() -> None:
-        other = open_db(config.db_path)
-        try:
-            other.conn.execute("BEGIN IMMEDIATE")  # a big day's match, a backup's checkpoint ...
-            locked.set()
-            time.sleep(0.5)  # the command has sealed the token and waits for the lock to save it
-            rotate_key_file(config.key_file)
-            assert retire_key_file(config.key_file, other)[1] == 1  # nothing stored needs the old key yet
-            retired.set()
-            other.conn.execute("ROLLBACK")
-        finally:
-            other.conn.close()
-
-    def lock_taken() -> None:
-        threading.Thread(target=another_process_holds_the_lock_meanwhile, daemon=True).start()
-        assert locked.wait(10)
+    def lock_taken() -> None:  # the command has sealed the token and waits for the lock to save it
+        rotate_and_retire_behind_the_lock(config, retired)
 
     new_token = "whsec_rotated_in_the_portal_0044"
     result = CliRunner().invoke(cli, ["webhooks", "token", "set", "77"], env=keys.env,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -263,30 +262,17 @@ def test_a_fetch_that_waits_for_the_write_lock_seals_with_the_key_it_finds_once_
     # The worker waits up to WORKER_BUSY_TIMEOUT_MS (15 s) for another process's write lock, longer than the
     # KEY_PICKUP_S that `keys rewrap` and `keys retire` wait: vouchers sealed before that wait, with a key that
     # `keys rotate; keys retire` dropped during it, were stored unreadable.
-    from partnerkit.rotation import retire_key_file, rotate_key_file
     from werkzeug.wrappers import Response
+
+    from tests.key_rotation import rotate_and_retire_behind_the_lock
 
     api_config = replace(api_config, voucher_key=None, voucher_key_previous=())  # the generated key file's case
     load_cipher(api_config)
     first_key = api_config.key_file.read_text().split()[0]
-    locked, rotated = threading.Event(), threading.Event()
+    rotated = threading.Event()
 
-    def another_process_holds_the_lock_meanwhile():
-        other = open_db(api_config.db_path)
-        try:
-            other.conn.execute("BEGIN IMMEDIATE")  # a big day's match, a backup's checkpoint ...
-            locked.set()
-            time.sleep(0.5)  # the fetch has its answer and waits for the lock
-            rotate_key_file(api_config.key_file)
-            assert retire_key_file(api_config.key_file, other)[1] == 1  # nothing stored needs the old key yet
-            rotated.set()
-            other.conn.execute("ROLLBACK")
-        finally:
-            other.conn.close()
-
-    def answer_with_the_lock_taken(request):
-        threading.Thread(target=another_process_holds_the_lock_meanwhile, daemon=True).start()
-        assert locked.wait(10)
+    def answer_with_the_lock_taken(request):  # the fetch then has its answer and waits for the lock
+        rotate_and_retire_behind_the_lock(api_config, rotated)
         return Response(json.dumps(detail()), content_type="application/json")
 
     httpserver.expect_request("/api/v1/orders/101").respond_with_handler(answer_with_the_lock_taken)
