@@ -79,12 +79,22 @@ def fill(directory: Path, max_bytes: int = 256 * 1024 * 1024) -> Path:
     return filler
 
 
-def truncate_wal(db_path: Path) -> None:
-    """Fold the WAL into the database and cut it to zero bytes: the next commit must grow it."""
+def truncate_wal(db_path: Path, *, attempts: int = 200) -> None:
+    """Fold the WAL into the database and cut it to zero bytes: the next commit must grow it.
+
+    The busy timeout covers waiting for the write lock and for readers, but not for the checkpoint
+    lock: while a receiver or the worker runs its own automatic checkpoint (after a commit that took
+    the WAL past its threshold), SQLite answers busy at once. So a busy answer is tried again, a
+    bounded number of times (about 10 s in all), as CI once showed it must be.
+    """
     conn = sqlite3.connect(db_path, timeout=10)
     try:
-        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        assert busy == 0, "the WAL could not be truncated"
+        for _ in range(attempts):
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the WAL could not be truncated in {attempts} attempts")
     finally:
         conn.close()
 
