@@ -347,23 +347,21 @@ def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: st
                           http_status: int | None = None, head: str = "") -> SubmitOutcome:
     """The answer names a recharge id another local row holds with other fields, or under another
     Idempotency-Key (`exc`): two recharges under one id, not a database
-    fault. Nothing is merged, the intent stays UNKNOWN with the reason in its last_error."""
+    fault. Nothing is merged, the intent stays UNKNOWN with the reason in its last_error
+    (`exc.reason`, which `store.held_elsewhere` reads back: locate never sends its key again)."""
     held = f"local recharge #{exc.holder}"
-    reason = (f"the provider answered recharge {recharge.id} ({status}), but {held} already holds that id and differs "
-              f"from it ({'; '.join(exc.differences)}): not merged")
+    reason = exc.reason(status, recharge.reference_number)
     log.error("local recharge #%s: the provider's answer names recharge %s, which local recharge #%s already holds "
               "and is not this one: not merged, the intent stays open (its last_error says what differs)", local_id,
               recharge.id, exc.holder, extra={"local_id": local_id, "recharge_id": recharge.id})
     row, paid = _kept_open(db, local_id, recharge, reason)
+    compare = store.HeldId(recharge.id, recharge.reference_number, status, exc.holder).compare
     message = (f"{head}The provider answered: recharge {recharge.id} ({recharge.reference_number}) {status}{paid}. But "
                f"{held} already holds recharge {recharge.id} and is not this one: "
                f"{'; '.join(exc.differences)}. Two recharges under one id is not a database fault, and they are not "
-               f"merged: local recharge #{local_id} stays {row.get('status') or 'open'}. Compare both with the "
-               f"provider (`partnerkit recharges show {exc.holder}`; support knows this one as "
-               f"{recharge.reference_number}): from a real provider an id given twice is its fault, to report to "
-               "support with both. A sandbox run with --fixed-ids gives the same ids at every start: with one kept "
-               "across its restarts, start a fresh database (a new PARTNERKIT_DB) or run it without --fixed-ids. Do "
-               "NOT submit it again with a new key.")
+               f"merged: local recharge #{local_id} stays {row.get('status') or 'open'}. What to do: {compare}: "
+               f"{store.HELD_ADVICE}. Its key would be answered with the same id, so `recharges locate` only searches "
+               "for it and refuses --replay. Do NOT submit it again with a new key.")
     return SubmitOutcome(local_id, row.get("status") or "INTENT", row.get("idempotency_key"),
                          row.get("client_reference"), http_status, recharge, message=message, row=row)
 

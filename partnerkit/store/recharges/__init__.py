@@ -15,8 +15,8 @@ of the same number and amount).
 
 from partnerkit.store.recharges._held import held
 from partnerkit.store.recharges._intents import (
-    RechargeHeldElsewhere, discard_refused, mark_unknown, note_error, note_performed_by_replay, record_intent,
-    record_response,
+    HELD_ADVICE, HELD_ELSEWHERE, HeldId, RechargeHeldElsewhere, discard_refused, held_elsewhere, mark_unknown,
+    note_error, note_performed_by_replay, record_intent, record_response,
 )
 from partnerkit.store.recharges._provider import (
     FINAL, LEGACY_SUCCESS, OPEN_INTENT, OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX, PERFORMED_BY_REPLAY, UNREADABLE,
@@ -32,6 +32,9 @@ from partnerkit.store.recharges._upsert import (
 
 __all__ = [
     "FINAL",
+    "HELD_ADVICE",
+    "HELD_ELSEWHERE",
+    "HeldId",
     "LEGACY_SUCCESS",
     "OPEN_INTENT",
     "OWN_REFERENCE_DIGITS",
@@ -49,6 +52,7 @@ __all__ = [
     "find",
     "get",
     "held",
+    "held_elsewhere",
     "known_recharge_states",
     "list_rows",
     "mark_escalated",

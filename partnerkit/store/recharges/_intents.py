@@ -8,13 +8,17 @@ An answer can name a recharge another row already holds: one the sync stored (or
 before this key was sent through partnerkit, its answer replayed. That is one recharge known twice,
 and the intent is merged into the row that holds it (`_merge`), when the provider's record agrees
 with that row (`disagreements`). Otherwise (another Idempotency-Key, other fields: a sandbox started
-again re-uses its ids) nothing is merged: `RechargeHeldElsewhere`, and the intent stays open.
+again re-uses its ids) nothing is merged: `RechargeHeldElsewhere`, and the intent stays open (UNKNOWN) with
+`RechargeHeldElsewhere.reason` in its last_error, which `held_elsewhere` reads back: its key is never sent
+again (the provider would answer the same id), and `HELD_ADVICE` says what to do instead.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -40,6 +44,61 @@ class RechargeHeldElsewhere(PartnerKitError):
         self.local_id, self.provider_id, self.holder, self.differences = local_id, provider_id, holder, differences
         super().__init__(f"provider recharge {provider_id} is already held by local recharge #{holder}, "
                          f"which differs from it ({'; '.join(differences)})")
+
+    def reason(self, status: str, reference_number: str | None) -> str:
+        """The intent's last_error: which recharge the answer named, which row holds it, what differs
+        (`held_elsewhere` reads it back)."""
+        answered = f"{reference_number}, {status}" if reference_number else status
+        return (f"the provider answered recharge {self.provider_id} ({answered}), but local recharge #{self.holder} "
+                f"{HELD_ELSEWHERE} ({'; '.join(self.differences)}): not merged")
+
+
+# The words of an intent's last_error that say its answer named a recharge id another local row holds
+# (`RechargeHeldElsewhere.reason`; one kept by an earlier release names no reference_number). `held_elsewhere` is
+# the one reader: `partnerkit status`, `recharges locate` and the submit hold never send such an intent's key
+# again, or advise it, since the provider answers the same id.
+HELD_ELSEWHERE = "already holds that id and differs from it"
+_HELD_REASON = re.compile(r"the provider answered recharge (\d+) \((?:(.*), )?([^,()]*)\), but local recharge "
+                          rf"#(\d+) {re.escape(HELD_ELSEWHERE)}")
+
+
+@dataclass(frozen=True)
+class HeldId:
+    """An open intent whose answer named a recharge id another local row holds, as its last_error says."""
+
+    recharge_id: int  # the id the provider's answer named
+    reference_number: str | None  # the answer's (None in a reason an earlier release kept)
+    status: str  # the answer's
+    holder: int  # the local row that holds the id
+
+    @property
+    def answered(self) -> str:
+        """The answer, as an intent's entry names it: "recharge 100001 (RCH..., PROCESSING)"."""
+        shown = f"{self.reference_number}, {self.status}" if self.reference_number else self.status
+        return f"recharge {self.recharge_id} ({shown})"
+
+    @property
+    def compare(self) -> str:
+        """The first thing to do, with what shows both recharges (HELD_ADVICE follows it)."""
+        known = f"; support knows the answered one as {self.reference_number}" if self.reference_number else ""
+        return f"compare both with the provider (`partnerkit recharges show {self.holder}`{known})"
+
+
+def held_elsewhere(error: str | None) -> HeldId | None:
+    """What an open intent's last_error says of an answer naming a recharge id another local row holds; None
+    when it says nothing of the kind."""
+    found = _HELD_REASON.match(error or "")
+    if found is None:
+        return None
+    recharge_id, reference_number, status, holder = found.groups()
+    return HeldId(int(recharge_id), reference_number, status, int(holder))
+
+
+# What to do about such an intent, after `HeldId.compare`: the words of the submit's message, `recharges locate`'s,
+# the submit hold's and `partnerkit status`'s. Each says beside it that its key is not sent again.
+HELD_ADVICE = ("from a real provider an id given twice is its fault, to report to support with both reference numbers. "
+               "A sandbox run with --fixed-ids gives the same ids at every start: with one kept across its restarts, "
+               "start a fresh database (a new PARTNERKIT_DB) or run it without --fixed-ids")
 
 
 def record_intent(db: Database, *, idempotency_key: str, mobile_number: str, operator_id: int, amount: Decimal,
