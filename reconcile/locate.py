@@ -9,7 +9,8 @@ order, each lookup sent once. Any later `locate` searches first, and sends the k
 the provider shows nothing that could be this recharge and the intent is still the request someone
 is waiting on (REPLAY_WINDOW), or when the operator asks for it (`replay=True`, `recharges locate
 --replay`). A send whose answer is a recharge it made itself is said so ("The replay performed it
-now") and noted on the row. docs/worker.md, "Locate".
+now") and noted on the row. An intent whose earlier answer named a recharge id another local row holds
+is only searched: its key would be answered with the same id. docs/worker.md, "Locate".
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
     is younger than REPLAY_WINDOW, or with `replay` (never past the key's replay window, and never
     with a new key): if its first send never arrived, that performs the recharge now. So locate is no
     read-only command within REPLAY_WINDOW of a submit, and whatever tells an operator to run it says
-    so (`partnerkit status`, the submit hold's message).
+    so (`partnerkit status`, the submit hold's message). Never for an intent whose earlier answer named
+    a recharge id another local row holds (`store.held_elsewhere`): the provider would answer the same
+    id; it is searched, and `replay` is refused (RechargeInputError, nothing sent).
     """
     now = now or utcnow()
     if local_id is not None:
@@ -104,6 +107,14 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         return SubmitOutcome(row["local_id"], row["status"], row["idempotency_key"], row["client_reference"],
                              located_by="already_known", message=describe(row), row=row)
     _close_if_never_sent(db, row)
+    # An earlier answer named a recharge id another local row holds: sending the key again is answered with the
+    # same id. Searched as usual; never sent again, by itself or asked.
+    held = store.held_elsewhere(row["last_error"])
+    if held is not None and replay:
+        raise RechargeInputError(
+            f"local recharge #{row['local_id']} is not sent again (--replay): its answer named {held.answered}, which "
+            f"local recharge #{held.holder} already holds, and the provider would answer the same id; nothing was "
+            f"sent; {held.compare}, and report an id given twice to support (without --replay locate only searches)")
     # An INTENT's submit still running (partnerkit.senders) may be waiting for the budget or for the answer: the
     # search may not show its recharge yet, and it stores the answer itself. Its key is sent again only if asked.
     search = _Search(sender=senders.row_running(database_file(db), row), sender_who=row["sender"])
@@ -112,12 +123,12 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         return found
     submitted = parse_ts(row["submitted_at"]) or now
     young = now - submitted < REPLAY_WINDOW
-    if _replayable(row, now) and (replay or (young and search.shows_none and not search.served
-                                             and search.sender is not True)):
+    if held is None and _replayable(row, now) and (replay or (young and search.shows_none and not search.served
+                                                              and search.sender is not True)):
         sent = _replay_same_key(config, db, client, row, now, search, searched=True, asked=replay)
         if sent is not None:
             return sent
-    return _unknown(db, row, now, search, young=young, asked=replay)
+    return _unknown(db, row, now, search, young=young, asked=replay, held=held)
 
 
 def _merged_before(db: Database, local_id: int) -> SubmitOutcome:
@@ -362,7 +373,7 @@ def _search_only(db: Database, client: Any, mobile: str, face: Decimal, client_r
 
 
 def _unknown(db: Database, row: dict, now: datetime, search: _Search, *, young: bool, asked: bool,
-             after_submit: bool = False) -> SubmitOutcome:
+             after_submit: bool = False, held: store.HeldId | None = None) -> SubmitOutcome:
     """The row stays UNKNOWN: what the provider showed (or why it could not be checked), and what to do."""
     local, key, reference = row["local_id"], row["idempotency_key"], row["client_reference"]
     submitted = parse_ts(row["submitted_at"]) or now
@@ -385,6 +396,12 @@ def _unknown(db: Database, row: dict, now: datetime, search: _Search, *, young: 
                  + ("; that send may have performed it, which only the next locate can tell (the same key never "
                     "makes a second recharge)." if search.replay_ambiguous else "; it was refused: nothing was done."))
     text += " Do NOT submit it again with a new key."
+    if held is not None:
+        text += (f" Its key was not sent again, and --replay is refused: an earlier answer named {held.answered}, "
+                 f"which local recharge #{held.holder} already holds, and the provider would answer the same id. "
+                 f"What to do: {held.compare}: {store.HELD_ADVICE}. Support can trace this one by Idempotency-Key "
+                 f"{key} and client_reference {reference}.")
+        return _still_unknown(db, row, text, search)
     if not _replayable(row, now):
         text += (f" Its Idempotency-Key ({key}) is too old to replay safely, so locate only searches now; contact "
                  f"support with that Idempotency-Key and client_reference {reference}.")

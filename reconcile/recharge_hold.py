@@ -55,6 +55,8 @@ class HeldRecharge:
     # known (None: a row of an older release, another host's lock not visible, an UNKNOWN row); and who it was.
     sender_running: bool | None = None
     sender: str | None = None
+    # Its answer named a recharge id another local row holds (`store.held_elsewhere`): locate only searches it.
+    held_by: store.HeldId | None = None
 
     @property
     def locate_command(self) -> str:
@@ -64,6 +66,13 @@ class HeldRecharge:
     def describe(self) -> str:
         how = ("its answer was lost" if self.state == "UNKNOWN" else
                senders.sending("recharges submit", self.sender_running, self.sender))
+        if self.held_by is not None:
+            how = (f"its answer named {self.held_by.answered}, which local recharge #{self.held_by.holder} already "
+                   "holds")
+            return (f"local recharge #{self.local_id} is {self.state}, submitted {_age(self.age)} ago and {how} "
+                    f"(Idempotency-Key {self.idempotency_key}, client_reference {self.client_reference}); "
+                    f"{self.held_by.compare}: {store.HELD_ADVICE}; `recharges locate` only searches for it (its key "
+                    "would be answered with the same id)")
         if self.replays_until is not None:
             then = (f"if the provider shows none, until {iso(self.replays_until)} it also sends it again under its "
                     "own key, which completes that request and never makes a second recharge")
@@ -117,9 +126,10 @@ def held_recharge(row: dict, now: datetime, database: str | None = None) -> Held
 
     submitted = parse_ts(row["submitted_at"]) or now
     until = submitted + REPLAY_WINDOW
+    held_by = store.held_elsewhere(row.get("last_error"))
     return HeldRecharge(row["local_id"], row["idempotency_key"], row["client_reference"], row["status"],
-                        now - submitted, until if now < until else None, senders.row_running(database, row),
-                        row.get("sender"))
+                        now - submitted, until if now < until and held_by is None else None,
+                        senders.row_running(database, row), row.get("sender"), held_by)
 
 
 def open_ones_named(db: Database, *, mobile_number: str, amount: Decimal, besides: int, now: datetime) -> str:

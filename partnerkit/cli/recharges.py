@@ -169,7 +169,10 @@ def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_numbe
     that send), later only with --replay, because if the first send never arrived that performs the
     recharge now. The same key never makes a second one. Not by itself while the `recharges submit` that
     recorded an INTENT still runs (it may be waiting for the budget or its answer, and stores that answer
-    itself): the message says so; run locate again once that command has ended.
+    itself): the message says so; run locate again once that command has ended. Never for an intent
+    whose earlier answer named a recharge id another local recharge already holds (the provider would
+    answer the same id): it is only searched, --replay is refused (exit 1), and the message says what
+    to do instead (as `partnerkit status` does).
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN still (the message says why and what to do). --mobile without a
