@@ -9,6 +9,7 @@ from typing import Any
 from partnerkit import disk
 from partnerkit.processes import holder_host
 from partnerkit.store import reports
+from partnerkit.store.recharges import HELD_ADVICE
 from partnerkit.timeutil import iso, parse_ts
 
 # A 429's block of the shared budget that still has this long to run holds every job (voucher
@@ -154,13 +155,24 @@ def _takeover_line(status: dict[str, Any]) -> str:
             "too, and then nothing is wrong. This line clears an hour after the takeover")
 
 
-def _unknown_recharges_line(status: dict[str, Any]) -> str:
+def _named_ids(named: list[str]) -> set[int]:
+    """The local ids of a status field's entries, each `#N ...`."""
+    return {int(entry.split()[0].lstrip("#")) for entry in named}
+
+
+def _unknown_recharges_line(status: dict[str, Any]) -> str | None:
     """Submits whose answer was lost, and what `recharges locate` does with each: it searches, and within 5
     minutes of the submit it also sends the key again by itself if the provider shows none (reconcile.locate),
-    which performs the recharge if the first send never arrived. Said per recharge, never "read only"."""
-    ids = ", ".join(str(i) for i in status["recharges_unknown_local_ids"])
-    more = ", ..." if status["recharges_unknown"] > len(status["recharges_unknown_local_ids"]) else ""
-    line = f"{status['recharges_unknown']} recharge(s) with an unknown outcome (local id {ids}{more}): "
+    which performs the recharge if the first send never arrived. Said per recharge, never "read only". Not of
+    those whose answer named an id another local recharge holds (their own line); None when only those are left."""
+    held = _named_ids(status["recharges_unknown_held_elsewhere"])
+    count = status["recharges_unknown"] - len(held)
+    if count <= 0:
+        return None
+    shown = [i for i in status["recharges_unknown_local_ids"] if i not in held]
+    ids = ", ".join(str(i) for i in shown)
+    more = ", ..." if count > len(shown) else ""
+    line = f"{count} recharge(s) with an unknown outcome (local id {ids or '...'}{more if ids else ''}): "
     gone = status["recharges_unknown_senders_gone"]
     if len(gone) == 1:
         # An INTENT named at once (partnerkit.senders), not minutes on: the command to run comes first.
@@ -183,6 +195,18 @@ def _unknown_recharges_line(status: dict[str, Any]) -> str:
                  "first send never arrived)")
     return line + ("; never a new key: a new `recharges submit` of the same number and amount is refused while one "
                    "is open, unless `--force`")
+
+
+def _held_elsewhere_line(status: dict[str, Any]) -> str:
+    """Submits whose answer named a recharge id another local recharge holds: `recharges locate` only searches them
+    (their key is answered with the same id), so the line says what to do instead, in the submit's words
+    (`partnerkit.store.recharges.HELD_ADVICE`)."""
+    named = status["recharges_unknown_held_elsewhere"]
+    return (f"{len(named)} recharge(s) whose answer named a recharge id another local recharge already holds "
+            f"({'; '.join(named[:5])}{'; ...' if len(named) > 5 else ''}): their outcome stays UNKNOWN; `recharges "
+            "locate` only searches for them and refuses --replay (their key would be answered with the same id), and a "
+            "new key would be a second recharge; compare both with the provider (each entry's `partnerkit recharges "
+            f"show`, and the reference number of the recharge its answer named): {HELD_ADVICE}")
 
 
 def _processing_lines(status: dict[str, Any]) -> list[str]:
@@ -244,8 +268,10 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      "fetch of every delivering order it lists (`--since TIME` reaches orders placed earlier); the worker "
                      "re-arms those the provider's failure parked at its next answer, the others hourly")
     lines += _processing_lines(status)
-    if status["recharges_unknown"]:
-        lines.append(_unknown_recharges_line(status))
+    if status["recharges_unknown"] and (unknown := _unknown_recharges_line(status)):
+        lines.append(unknown)
+    if status["recharges_unknown_held_elsewhere"]:
+        lines.append(_held_elsewhere_line(status))
     if status["order_intents_unknown"]:
         lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "

@@ -7,7 +7,7 @@ worker without talking to either (or to the provider: it spends no API budget).
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from partnerkit import disk, senders
 from partnerkit.config import Config
@@ -158,13 +158,28 @@ def _order_named(intent: dict) -> str:
             f"{intent['updated_at']}{gone})")
 
 
-def locate_replays(lost: list[dict], now: datetime) -> list[str]:
+def recharges_held_elsewhere(lost: list[dict]) -> list[tuple[dict, recharges.HeldId]]:
+    """Of the recharges `lost` names, those whose answer named a recharge id another local row holds
+    (`recharges.held_elsewhere`, their last_error), with what it says: `recharges locate` only searches them, since
+    their key is answered with the same id."""
+    return [(row, held) for row in lost if (held := recharges.held_elsewhere(row["last_error"])) is not None]
+
+
+def _held_named(row: dict, held: recharges.HeldId) -> str:
+    """A recharge of `recharges_unknown_held_elsewhere`: its answer, and the row that holds that id."""
+    return (f"#{row['local_id']} key {row['idempotency_key']} client_reference {row['client_reference']} "
+            f"({row['mobile_number']}, {from_cents(row['amount_cents'])}): its answer named {held.answered}, which "
+            f"local #{held.holder} holds (`partnerkit recharges show {held.holder}`)")
+
+
+def locate_replays(lost: list[dict], now: datetime, besides: Collection[int] = ()) -> list[str]:
     """Of the recharges `lost` names, those `recharges locate` would still send again under their own key by
-    itself (submitted less than LOCATE_REPLAY_WINDOW ago), as `#N until TIME`."""
+    itself (submitted less than LOCATE_REPLAY_WINDOW ago), as `#N until TIME`; never one of `besides` (local ids
+    whose key locate never sends again: `recharges_held_elsewhere`)."""
     replays = []
     for row in lost[:SHOWN_IDS]:
         submitted = parse_ts(row["submitted_at"])
-        if submitted is not None and now < submitted + LOCATE_REPLAY_WINDOW:
+        if submitted is not None and now < submitted + LOCATE_REPLAY_WINDOW and row["local_id"] not in besides:
             replays.append(f"#{row['local_id']} until {iso(submitted + LOCATE_REPLAY_WINDOW)}")
     return replays
 
@@ -207,6 +222,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     lease = locks.current(db, WORKER_LEASE)
     moved = taken_from_another_host(db, lease)
     lost = lost_answers(config, db, now)
+    held = recharges_held_elsewhere(lost)
+    held_ids = {row["local_id"] for row, _ in held}
     worker_ran = last_worker_run(db)
     turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
     status: dict[str, Any] = {
@@ -240,7 +257,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
                                            for r in lost[:SHOWN_IDS] if r.get("sender_gone")],
         # Of those, the ones `recharges locate` sends again under their own key by itself if the provider shows
         # none (submitted under 5 minutes ago), and until when: the attention line says which.
-        "recharges_unknown_locate_replays": locate_replays(lost, now),
+        "recharges_unknown_locate_replays": locate_replays(lost, now, besides=held_ids),
+        # Of those, every one whose answer named a recharge id another local recharge holds, with that one: locate
+        # only searches them (their key is answered with the same id); compare both with the provider instead.
+        "recharges_unknown_held_elsewhere": [_held_named(row, h) for row, h in held],
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
         "order_intents_unknown": [_order_named(i) for i in lost_orders(db, now)],
         "budget_used_this_hour": budget.get("general", {}).get("used"),
