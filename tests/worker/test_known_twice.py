@@ -11,6 +11,7 @@ Our clock is frozen with freezegun and the sandbox's (speed 0) is moved with it.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 
@@ -24,11 +25,14 @@ from partnerkit.config import config_as_env
 from partnerkit.status import collect
 from partnerkit.store import meta
 from partnerkit.store import recharges as store
+from partnerkit.timeutil import iso
 from reconcile.jobs import reconcile_day, sync_recent
 from reconcile.locate import locate
 from reconcile.recharges import submit
 from tests.sandbox_serving import serve_sandbox
-from tests.worker.worker_helpers import START, SUBMIT, config_for, frozen, later, mobile, run  # noqa: F401 (fixtures)
+from tests.worker.worker_helpers import (  # noqa: F401 (fixtures)
+    LIST, START, SUBMIT, config_for, frozen, later, mobile, run,
+)
 
 KEY, REFERENCE = "raw-key-0001", "raw-1"
 
@@ -120,6 +124,17 @@ def test_a_later_locate_merges_an_intent_found_by_its_client_reference_and_its_d
         [(kind, reference, "resolved") for kind, reference, _ in twice]
 
 
+@contextmanager
+def restarted_sandbox(config, tmp_path):
+    """The sandbox started again beside the kept database, numbering from recharge 100001 as at every start (what
+    `--fixed-ids` does), and a Config pointed at it: `with restarted_sandbox(config, tmp_path) as (again, cfg)`."""
+    from sandbox import SandboxSettings
+
+    with serve_sandbox(SandboxSettings(speed=0, processing_delay_s=600, hourly_limit=100_000),
+                       background=False) as again:
+        yield again, config_for(again.base_url, config.api_key, config.api_secret, tmp_path, http_timeout_s="2")
+
+
 def test_a_restarted_sandbox_reusing_an_id_leaves_the_intent_unknown_and_says_why(server, config, wdb, client,
                                                                                  frozen, tmp_path, run):
     """Finding 4: the quick start run again on a restarted sandbox with the old database. The new recharge
@@ -128,11 +143,7 @@ def test_a_restarted_sandbox_reusing_an_id_leaves_the_intent_unknown_and_says_wh
     first = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
     frozen.tick(3600)
     held = store.get(wdb, first.local_id)
-    from sandbox import SandboxSettings
-
-    with serve_sandbox(SandboxSettings(speed=0, processing_delay_s=600, hourly_limit=100_000),
-                       background=False) as again:
-        restarted = config_for(again.base_url, config.api_key, config.api_secret, tmp_path, http_timeout_s="2")
+    with restarted_sandbox(config, tmp_path) as (again, restarted):
         monkey = pytest.MonkeyPatch()
         for name, value in config_as_env(restarted).items():
             monkey.setenv(name, value)
@@ -158,9 +169,101 @@ def test_a_restarted_sandbox_reusing_an_id_leaves_the_intent_unknown_and_says_wh
     assert store.get(wdb, first.local_id) == held  # the row that held the id is untouched
     unknown = store.get(wdb, first.local_id + 1)
     assert unknown["status"] == "UNKNOWN" and unknown["provider_id"] is None
-    assert unknown["last_error"].startswith(f"the provider answered recharge {first.recharge.id} (PROCESSING), but "
-                                            f"local recharge #{first.local_id} already holds that id and differs")
+    answered = again.sandbox.recharges[first.recharge.id].reference_number
+    assert unknown["last_error"].startswith(f"the provider answered recharge {first.recharge.id} ({answered}, "
+                                            f"PROCESSING), but local recharge #{first.local_id} already holds that id "
+                                            "and differs")
     assert store.merged_into(wdb, first.local_id + 1) is None
+
+
+def test_an_intent_whose_answer_named_a_held_id_is_never_sent_again_and_status_says_what_to_do(
+        server, config, wdb, client, stats, frozen, tmp_path, run):
+    """Session 18: the intent left UNKNOWN by an answer naming an id local #1 holds was counted among the lost
+    answers, and `status` advised `recharges locate`, which sends its key again within 5 minutes by itself (or
+    with --replay), to be answered with the same id. Now `status` names it apart, with the row holding the id,
+    and what to do instead; locate searches and sends nothing; --replay is refused; the hold says the same. A
+    lost answer beside it is advised as before."""
+    number = mobile(5)
+    first = submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
+    frozen.tick(3600)
+    with restarted_sandbox(config, tmp_path) as (again, restarted):
+        with PartnerClient(restarted, wdb, retry=RetryPolicy(max_attempts=1)) as fresh:
+            second = submit(restarted, wdb, fresh, mobile_number=number, operator_id=1, amount=199)
+        answered = again.sandbox.recharges[first.recharge.id].reference_number
+    assert (second.status, second.recharge.id) == ("UNKNOWN", first.recharge.id)
+    lost = store.record_intent(wdb, idempotency_key="lost-key-0001", mobile_number=mobile(7), operator_id=1,
+                               amount=Decimal(100), client_reference="lost-1", submitted_at=START + timedelta(hours=1))
+    store.mark_unknown(wdb, lost, "read timed out", START + timedelta(hours=1))
+    shows = f"`partnerkit recharges show {first.local_id}`"
+    compare = f"compare both with the provider ({shows}; support knows the answered one as {answered})"
+    assert (f"What to do: {compare}: {store.HELD_ADVICE}. Its key would be answered with the same id, so "
+            "`recharges locate` only searches for it and refuses --replay. Do NOT submit it again with a new "
+            "key.") in second.message
+
+    seen = collect(config, wdb)
+    assert (seen["recharges_unknown"], seen["recharges_unknown_local_ids"]) == (2, [second.local_id, lost])
+    assert seen["recharges_unknown_held_elsewhere"] == [
+        f"#{second.local_id} key {second.idempotency_key} client_reference {second.client_reference} ({number}, "
+        f"199.00): its answer named recharge {first.recharge.id} ({answered}, PROCESSING), which local "
+        f"#{first.local_id} holds ({shows})"]
+    until = iso(START + timedelta(hours=1, minutes=5))
+    assert seen["recharges_unknown_locate_replays"] == [f"#{lost} until {until}"]  # not the held one's key
+    [unknown] = [line for line in seen["attention"] if "with an unknown outcome" in line]
+    assert unknown.startswith(f"1 recharge(s) with an unknown outcome (local id {lost}): `partnerkit recharges "
+                              "locate --local-id N` searches the provider for each")
+    assert f"by itself (#{lost} until {until}): if its first send never arrived" in unknown
+    [held] = [line for line in seen["attention"] if "already holds" in line]
+    assert held == (f"1 recharge(s) whose answer named a recharge id another local recharge already holds "
+                    f"({seen['recharges_unknown_held_elsewhere'][0]}): their outcome stays UNKNOWN; `recharges locate` "
+                    "only searches for them and refuses --replay (their key would be answered with the same id), and a "
+                    "new key would be a second recharge; compare both with the provider (each entry's `partnerkit "
+                    "recharges show`, and the reference number of the recharge its answer named): " + store.HELD_ADVICE)
+
+    # Back on a provider that shows no such recharge, 0 s after the submit: locate searches, and sends nothing.
+    kept = store.get(wdb, second.local_id)
+    stats.mark()
+    looked = locate(config, wdb, client, local_id=second.local_id)
+    assert (stats.calls(SUBMIT), stats.calls(LIST)) == (0, 1)
+    assert looked.status == "UNKNOWN" and provider_count(server, number) == 1
+    assert (f"Its key was not sent again, and --replay is refused: an earlier answer named recharge "
+            f"{first.recharge.id} ({answered}, PROCESSING), which local recharge #{first.local_id} already holds, and "
+            f"the provider would answer the same id. What to do: {compare}: {store.HELD_ADVICE}.") in looked.message
+    assert "--replay`" not in looked.message and "sends it again" not in looked.message
+    assert store.get(wdb, second.local_id) == kept
+
+    refused = run("recharges", "locate", "--local-id", str(second.local_id), "--replay")
+    assert refused.exit_code == 1 and stats.calls(SUBMIT) == 0
+    assert refused.stderr == (f"Error: local recharge #{second.local_id} is not sent again (--replay): its answer "
+                              f"named recharge {first.recharge.id} ({answered}, PROCESSING), which local recharge "
+                              f"#{first.local_id} already holds, and the provider would answer the same id; nothing "
+                              f"was sent; {compare}, and report an id given twice to support (without --replay "
+                              "locate only searches)\n")
+    again_by_hand = run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "199")
+    assert again_by_hand.exit_code == 1 and stats.calls(SUBMIT) == 0
+    assert (f"local recharge #{second.local_id} is UNKNOWN, submitted 0 s ago and its answer named recharge "
+            f"{first.recharge.id} ({answered}, PROCESSING), which local recharge #{first.local_id} already holds "
+            f"(Idempotency-Key {second.idempotency_key}, client_reference {second.client_reference}); {compare}: "
+            f"{store.HELD_ADVICE}; `recharges locate` only searches for it (its key would be answered with the same "
+            "id). If this is deliberately another") in again_by_hand.stderr
+    assert store.get(wdb, second.local_id) == kept
+
+
+@pytest.mark.parametrize("error, held", [
+    ("the provider answered recharge 100001 (RCH2026031000100001, PROCESSING), but local recharge #1 already holds "
+     "that id and differs from it (local #1 was submitted under another Idempotency-Key): not merged",
+     store.HeldId(100001, "RCH2026031000100001", "PROCESSING", 1)),
+    # As an earlier release kept it, without the answer's reference_number.
+    ("the provider answered recharge 100001 (SUCCESS), but local recharge #12 already holds that id and differs "
+     "from it (face differs (local #13 100.00, the provider's answer 150.00)): not merged",
+     store.HeldId(100001, None, "SUCCESS", 12)),
+    ("read timed out", None),
+    ("locate step 1: HTTP 500", None),
+    ("the provider answered recharge 100001 (SUCCESS) but it could not be stored: database is locked", None),
+    ("the provider answered order 5001 (ref r-1), which this store already holds for order intent #1", None),
+    (None, None),
+])
+def test_held_elsewhere_reads_the_reason_an_answer_naming_a_held_id_leaves(error, held):
+    assert store.held_elsewhere(error) == held
 
 
 # One field of the provider's record (or of the row holding its id) changed at a time: each is another recharge.
