@@ -185,7 +185,11 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datet
     `transactions`: the ids of the wallet transactions linked to each drift, by drift id
     (partnerkit.store.matching.drift_transactions); a drift it does not name has none."""
     linked = transactions or {}
-    entries = sorted((drift_entry(d, linked.get(d.id)) for d in drifts), key=_ORDER)
+    entries, at_stake = [], AtStake()
+    for drift in drifts:
+        entries.append(drift_entry(drift, linked.get(drift.id)))
+        at_stake.add(drift)
+    entries.sort(key=_ORDER)
     # One pass over the drifts counts them by kind and resolution; the three tallies are sums of its few cells.
     counts = dict.fromkeys(RESOLUTIONS, 0)
     by_kind: dict[str, int] = {}
@@ -195,9 +199,35 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datet
         if resolution in counts:
             counts[resolution] += n
             table.setdefault(kind, dict.fromkeys(RESOLUTIONS, 0))[resolution] = n
-    summary = {**report["summary"], "drifts_by_kind": by_kind, "drifts_by_kind_and_resolution": table}
+    summary = {**report["summary"], "drifts_by_kind": by_kind, "drifts_by_kind_and_resolution": table,
+               "drift_amount_by_kind": at_stake.by_kind()}
     return {**report, "resolutions_as_of": iso((as_of or utcnow()).replace(microsecond=0)), "summary": summary,
             "drifts": entries, "counts_by_status": {**report["counts_by_status"], "drifts": counts}}
+
+
+class AtStake:
+    """The amount at stake per drift kind and unit: the sum of |expected - actual| (a missing figure counts as
+    0) of the open drifts (pending and escalated), Decimal money per currency ("?" when none), and for a count
+    kind (COUNT_KINDS) vouchers, never added to money: the unit of the CSV's `unit` column."""
+
+    OPEN = frozenset(("pending", "escalated"))
+
+    def __init__(self) -> None:
+        self.sums: dict[str, dict[str, Decimal | int]] = {}
+
+    def add(self, drift: Drift) -> None:
+        """Count one drift (a resolved one adds nothing)."""
+        if drift.resolution not in self.OPEN:
+            return
+        unit = "vouchers" if drift.measure == "count" else drift.currency or "?"
+        units = self.sums.setdefault(drift.kind, {})
+        units[unit] = units.get(unit, 0) + abs((drift.expected or 0) - (drift.actual or 0))
+
+    def by_kind(self) -> dict[str, dict[str, str]]:
+        """{kind: {unit: amount}}, kinds and units sorted: money a 2-decimal string, vouchers a whole number."""
+        return {kind: {unit: str(total) if kind in _COUNTED else fmt(Decimal(total))
+                       for unit, total in sorted(units.items())}
+                for kind, units in sorted(self.sums.items())}
 
 
 _ORDER = itemgetter("kind", "reference", "id")
@@ -427,7 +457,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         unread=[] if fin["partial"] or fin.get("read_in_full") is not False else unread(report["date"],
                                                                                        report["day_read_at"]),
         currencies=_currencies(summary), movements=_movements(report), kinds=kinds, by_kind=by_kind,
-        guide=KIND_GUIDE, count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
+        guide=KIND_GUIDE, count_kinds=COUNT_KINDS, at_stake=summary.get("drift_amount_by_kind", {}))  # voucher counts are not money: "2 vouchers", never "2 INR"
 
 
 _KIND_RANK = {kind: n for n, kind in enumerate(KIND_ORDER)}

@@ -641,3 +641,30 @@ def test_drifts_show_and_list_give_the_transaction_ids(linked, invoke):
                                                                    for d in report["drifts"]}
     rows = {r["id"]: r for r in csv.DictReader(io.StringIO(invoke("drifts", "list", "--format", "csv").output))}
     assert rows[duplicate["id"]]["transaction_ids"] == f"{tx['kept_named']} {tx['kept_extra']}"
+
+
+def test_the_amount_at_stake_per_kind_sums_the_open_drifts_per_currency_and_counts_vouchers_apart(linked, db):
+    report, _ = linked
+    assert report["summary"]["drift_amount_by_kind"] == {
+        "duplicate_debit": {"INR": "598.00"},     # |98.00 - 196.00| + |500.00 - 1000.00|
+        "missing_debit": {"INR": "500.00"},
+        "missing_refund": {"INR": "225.00"},      # |40.00 - 15.00| + |300.00 - 100.00|
+        "orphan_transaction": {"INR": "7.00", "USD": "12.00"},  # no expected: counts as 0
+        "unexpected_refund": {"INR": "20.00"},
+        "voucher_shortfall": {"vouchers": "2"},   # 3 paid, 1 stored: a count, never added to rupees
+    }
+    ids = {(d["kind"], d["subject"]): d["id"] for d in report["drifts"]}
+    set_resolution(db, ids[("duplicate_debit", "recharge")], "escalated", note="sent", by="ravi", at=RUN)
+    set_resolution(db, ids[("missing_debit", "order")], "resolved", note="debited late", by="asha", at=RUN)
+    again = current_report(db, DAY)
+    at_stake = again["summary"]["drift_amount_by_kind"]
+    assert at_stake["duplicate_debit"] == {"INR": "598.00"}  # escalated is still at stake
+    assert "missing_debit" not in at_stake                   # resolved is not
+    table = render_html(again)
+    table = table[table.index('<table class="kinds">'):]
+    table = table[:table.index("</table>")]
+    cells = {kind: re.findall(r'<td class="num">([^<]*(?:<br>[^<]*)*)</td>', row)[-1]
+             for kind, row in re.findall(r'<td class="kind">(\w+)</td>(.*?)</tr>', table)}
+    assert cells == {"duplicate_debit": "598.00 INR", "missing_refund": "225.00 INR",
+                     "orphan_transaction": "7.00 INR<br>12.00 USD", "voucher_shortfall": "2 vouchers",
+                     "unexpected_refund": "20.00 INR", "missing_debit": "—"}
