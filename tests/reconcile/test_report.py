@@ -298,6 +298,16 @@ def test_references_and_ids_never_break_inside_and_every_printed_page_is_dated(r
     assert re.search(r"\.footer \{ break-before: avoid; \}", page)  # never a page with only the footer
 
 
+def test_the_page_prints_on_a4_without_splitting_a_row_or_the_chart(report):
+    """What a print of the page relies on (looked at by rendering it to PDF in headless Chromium, not here)."""
+    page = render_html(report)
+    assert re.search(r"@page \{\s*size: A4;", page)
+    printed = page[page.index("@media print"):page.index("</style>")]
+    assert re.search(r"\btr, [^{]*\.chart \{ break-inside: avoid; \}", printed)
+    assert "table.drifts td.detail { min-width: 30mm; }" in printed  # the detail is not squeezed to a word a line
+    assert '<table class="drifts">' in page and '<td class="detail">' in page
+
+
 def test_a_complete_day_without_drifts_reconciles_and_an_unfinished_one_does_not_say_so(db, ledger, config):
     good = ledger.recharge()
     ledger.debit_recharge(good)
