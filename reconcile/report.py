@@ -183,7 +183,8 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datet
     `as_of` (now by default: a stored report re-rendered shows when its resolutions were read).
 
     `transactions`: the ids of the wallet transactions linked to each drift, by drift id
-    (partnerkit.store.matching.drift_transactions); a drift it does not name has none."""
+    (partnerkit.store.matching.drift_transactions); a drift it does not name has none. The same pass sums the
+    amount at stake of the open drifts per kind (`AtStake`)."""
     linked = transactions or {}
     entries, at_stake = [], AtStake()
     for drift in drifts:
@@ -457,7 +458,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         unread=[] if fin["partial"] or fin.get("read_in_full") is not False else unread(report["date"],
                                                                                        report["day_read_at"]),
         currencies=_currencies(summary), movements=_movements(report), kinds=kinds, by_kind=by_kind,
-        guide=KIND_GUIDE, count_kinds=COUNT_KINDS, at_stake=summary.get("drift_amount_by_kind", {}))  # voucher counts are not money: "2 vouchers", never "2 INR"
+        guide=KIND_GUIDE, count_kinds=COUNT_KINDS,  # voucher counts are not money: "2 vouchers", never "2 INR"
+        at_stake=summary.get("drift_amount_by_kind", {}))
 
 
 _KIND_RANK = {kind: n for n, kind in enumerate(KIND_ORDER)}
