@@ -33,3 +33,13 @@ def spreadsheet_id(text: str) -> str:
     if _MANGLED_DIGITS.fullmatch(text):
         return "'" + text
     return spreadsheet_safe(text)
+
+
+# Identifiers sharing one cell (a drift's transaction ids) are separated by spaces, not commas: a spreadsheet
+# reads "123,456" as the number 123456.
+IDS_SEPARATOR = " "
+
+
+def spreadsheet_ids(ids: list[str] | tuple[str, ...]) -> str:
+    """Identifiers in one cell, separated by IDS_SEPARATOR, written as `spreadsheet_id` writes one."""
+    return spreadsheet_id(IDS_SEPARATOR.join(ids)) if ids else ""

@@ -286,7 +286,8 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     read_at = {entity: ledger_store.coverage(db, entity, day.isoformat()) for entity in report_mod.READ_ENTITIES}
     report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
                                      generated_at=now, day_read_at=read_at,
-                                     quarantined=ledger_store.quarantined(db, day.isoformat()))
+                                     quarantined=ledger_store.quarantined(db, day.isoformat()),
+                                     transactions=matching_store.drift_transactions(db, report_date=day.isoformat()))
     # Files first: the stored row is what marks the day as reported, so a directory that refuses the
     # files (read-only, full) must leave the day due for the next nightly run.
     if files:
@@ -351,7 +352,8 @@ def current_report(db: Any, day: date) -> dict[str, Any] | None:
     stored = report_store.get_report(db, day.isoformat())
     if stored is None:
         return None
-    return report_mod.with_drifts(stored, drift_store.list_drifts(db, report_date=day.isoformat()))
+    return report_mod.with_drifts(stored, drift_store.list_drifts(db, report_date=day.isoformat()),
+                                  transactions=matching_store.drift_transactions(db, report_date=day.isoformat()))
 
 
 # One sync at a time in a process: the worker runs its jobs in threads, and the nightly run (yesterday, in

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_safe
+from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_ids, spreadsheet_safe
 from partnerkit.money import CENT, fmt
 from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -60,8 +60,10 @@ def _shared(value: str | None) -> str | None:
     return None if value is None else sys.intern(value)  # repeated across many drifts: store once
 
 
-def drift_entry(drift: Drift) -> dict[str, Any]:
-    """A drift as it appears in the report (expected/actual as strings: money 2 decimals, counts whole)."""
+def drift_entry(drift: Drift, transaction_ids: list[str] | None = None) -> dict[str, Any]:
+    """A drift as it appears in the report (expected/actual as strings: money 2 decimals, counts whole), with the
+    ids of the wallet transactions linked to its recharge or order (partnerkit.store.matching.drift_transactions;
+    an empty list where none is)."""
     return {
         "id": drift.id, "kind": _shared(drift.kind), "subject": _shared(drift.subject), "reference": drift.reference,
         "expected": _shared(_amount(drift.expected, drift.measure)),
@@ -69,11 +71,14 @@ def drift_entry(drift: Drift) -> dict[str, Any]:
         "currency": _shared(drift.currency), "detected_at": _shared(drift.detected_at),
         "resolution": _shared(drift.resolution), "resolution_note": drift.resolution_note,
         "resolution_by": drift.resolution_by, "resolution_at": drift.resolution_at, "detail": _shared(drift.detail),
+        "transaction_ids": [] if transaction_ids is None else transaction_ids,
     }
 
 
+# An entry's keys in order: the contract's fields, then those added since (at the end, never between).
 DRIFT_ENTRY_KEYS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
-                    "resolution", "resolution_note", "resolution_by", "resolution_at", "detail")
+                    "resolution", "resolution_note", "resolution_by", "resolution_at", "detail", "transaction_ids")
+_TEXT_KEYS = len(DRIFT_ENTRY_KEYS) - 1  # every value but the last (a list of text) is text or null
 # json.dumps of such an entry, as a format string: keys in order, each value already encoded.
 _LINE = "{{" + ", ".join(f"{json.dumps(k)}: {{}}" for k in DRIFT_ENTRY_KEYS) + "}}"
 _NULL = "null"
@@ -130,11 +135,13 @@ def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime,
-                 day_read_at: Mapping[str, str | None], quarantined: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                 day_read_at: Mapping[str, str | None], quarantined: Iterable[Mapping[str, Any]] = (),
+                 transactions: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts.
 
     `day_read_at`: when the sync that last read the day's `recharges` and `transactions` in full began
-    (None: none has), which says whether the store can vouch for the whole day (`finality`)."""
+    (None: none has), which says whether the store can vouch for the whole day (`finality`). `transactions`:
+    the wallet transactions linked to each drift, by drift id (`with_drifts`)."""
     bad = [{"key": q["key"], "reason": q["reason"], "raw": q["raw"]} for q in quarantined]
     counts = {"recharges": dict(result.recharge_status), "orders": dict(result.order_status)}
     read_at = {entity: day_read_at.get(entity) for entity in READ_ENTITIES}
@@ -167,13 +174,23 @@ def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime
         "quarantined": bad,
         "wallets": {currency or "?": _wallet(w) for currency, w in sorted(result.wallets.items())},
     }
-    return with_drifts(report, drifts, as_of=generated_at)
+    return with_drifts(report, drifts, as_of=generated_at, transactions=transactions)
 
 
-def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datetime | None = None) -> dict[str, Any]:
+def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datetime | None = None,
+                transactions: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     """The report with its drift table (and drift counts) taken from the drifts' current state, read at
-    `as_of` (now by default: a stored report re-rendered shows when its resolutions were read)."""
-    entries = sorted(map(drift_entry, drifts), key=_ORDER)
+    `as_of` (now by default: a stored report re-rendered shows when its resolutions were read).
+
+    `transactions`: the ids of the wallet transactions linked to each drift, by drift id
+    (partnerkit.store.matching.drift_transactions); a drift it does not name has none. The same pass sums the
+    amount at stake of the open drifts per kind (`AtStake`)."""
+    linked = transactions or {}
+    entries, at_stake = [], AtStake()
+    for drift in drifts:
+        entries.append(drift_entry(drift, linked.get(drift.id)))
+        at_stake.add(drift)
+    entries.sort(key=_ORDER)
     # One pass over the drifts counts them by kind and resolution; the three tallies are sums of its few cells.
     counts = dict.fromkeys(RESOLUTIONS, 0)
     by_kind: dict[str, int] = {}
@@ -183,9 +200,35 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datet
         if resolution in counts:
             counts[resolution] += n
             table.setdefault(kind, dict.fromkeys(RESOLUTIONS, 0))[resolution] = n
-    summary = {**report["summary"], "drifts_by_kind": by_kind, "drifts_by_kind_and_resolution": table}
+    summary = {**report["summary"], "drifts_by_kind": by_kind, "drifts_by_kind_and_resolution": table,
+               "drift_amount_by_kind": at_stake.by_kind()}
     return {**report, "resolutions_as_of": iso((as_of or utcnow()).replace(microsecond=0)), "summary": summary,
             "drifts": entries, "counts_by_status": {**report["counts_by_status"], "drifts": counts}}
+
+
+class AtStake:
+    """The amount at stake per drift kind and unit: the sum of |expected - actual| (a missing figure counts as
+    0) of the open drifts (pending and escalated), Decimal money per currency ("?" when none), and for a count
+    kind (COUNT_KINDS) vouchers, never added to money: the unit of the CSV's `unit` column."""
+
+    OPEN = frozenset(("pending", "escalated"))
+
+    def __init__(self) -> None:
+        self.sums: dict[str, dict[str, Decimal | int]] = {}
+
+    def add(self, drift: Drift) -> None:
+        """Count one drift (a resolved one adds nothing)."""
+        if drift.resolution not in self.OPEN:
+            return
+        unit = "vouchers" if drift.measure == "count" else drift.currency or "?"
+        units = self.sums.setdefault(drift.kind, {})
+        units[unit] = units.get(unit, 0) + abs((drift.expected or 0) - (drift.actual or 0))
+
+    def by_kind(self) -> dict[str, dict[str, str]]:
+        """{kind: {unit: amount}}, kinds and units sorted: money a 2-decimal string, vouchers a whole number."""
+        return {kind: {unit: str(total) if kind in _COUNTED else fmt(Decimal(total))
+                       for unit, total in sorted(units.items())}
+                for kind, units in sorted(self.sums.items())}
 
 
 _ORDER = itemgetter("kind", "reference", "id")
@@ -194,12 +237,16 @@ _KIND_RESOLUTION = itemgetter("kind", "resolution")
 
 def _drift_json(entry: Mapping[str, Any]) -> str:
     """json.dumps(entry), at C speed per value for an entry as drift_entry makes it (its keys in order,
-    values text or null); any other entry goes through json.dumps itself."""
+    values text or null, the last a list of text); any other entry goes through json.dumps itself."""
     if tuple(entry) == DRIFT_ENTRY_KEYS:
-        try:
-            return _LINE.format(*[_NULL if v is None else _esc(v) for v in entry.values()])
-        except TypeError:  # a value that is not text: json.dumps writes it
-            pass
+        values = list(entry.values())
+        ids = values[_TEXT_KEYS]
+        if type(ids) is list:
+            try:
+                return _LINE.format(*[_NULL if v is None else _esc(v) for v in values[:_TEXT_KEYS]],
+                                    "[" + ", ".join(map(_esc, ids)) + "]")
+            except TypeError:  # a value that is not text: json.dumps writes it
+                pass
     return json.dumps(entry)
 
 
@@ -225,8 +272,9 @@ def render_json(report: Mapping[str, Any]) -> str:
 
 # The CSV's columns: a drift's fields, then (added at the end: a spreadsheet's column letters and a script's
 # indexes stay) its unit: the currency of its expected and actual, or "vouchers" for a count (COUNT_KINDS), so
-# that a pivot summing `expected` by unit never adds voucher counts to rupees.
-CSV_FIELDS = DRIFT_FIELDS + ("unit",)
+# that a pivot summing `expected` by unit never adds voucher counts to rupees; then its transaction_ids, the
+# linked wallet transactions' ids in one cell, separated by spaces (partnerkit.csvcell.spreadsheet_ids).
+CSV_FIELDS = DRIFT_FIELDS + ("unit", "transaction_ids")
 _COUNTED = frozenset(COUNT_KINDS)
 _KIND_COLUMN = DRIFT_FIELDS.index("kind")
 
@@ -261,7 +309,7 @@ def _csv_rows(entries: Iterable[Mapping[str, Any]]) -> Iterator[Any]:
                       if i in _WRITTEN_SAFE and isinstance(v, str) else v for i, v in enumerate(values)]
         if values[_KIND_COLUMN] in _COUNTED:
             values = (*values[:-1], "vouchers")
-        yield values
+        yield (*values, spreadsheet_ids(entry.get("transaction_ids") or ()))
 
 
 def render_csv(report: Mapping[str, Any]) -> str:
@@ -410,7 +458,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         unread=[] if fin["partial"] or fin.get("read_in_full") is not False else unread(report["date"],
                                                                                        report["day_read_at"]),
         currencies=_currencies(summary), movements=_movements(report), kinds=kinds, by_kind=by_kind,
-        guide=KIND_GUIDE, count_kinds=COUNT_KINDS)  # voucher counts are not money: "2 vouchers", never "2 INR"
+        guide=KIND_GUIDE, count_kinds=COUNT_KINDS,  # voucher counts are not money: "2 vouchers", never "2 INR"
+        at_stake=summary.get("drift_amount_by_kind", {}))
 
 
 _KIND_RANK = {kind: n for n, kind in enumerate(KIND_ORDER)}

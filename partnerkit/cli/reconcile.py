@@ -9,18 +9,21 @@ from typing import Callable
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
-from partnerkit.cli.output import Progress, counted, emit, format_option
+from partnerkit.cli.output import Progress, counted, emit, emit_one, format_option
 from partnerkit.cli.params import invoking_user, not_blank, output_file, past_utc_day, utc_day
-from partnerkit.csvcell import spreadsheet_id
+from partnerkit.csvcell import spreadsheet_id, spreadsheet_ids
 from partnerkit.store import drifts as drift_store
+from partnerkit.store import matching as matching_store
 from partnerkit.timeutil import utcnow
 from partnerkit.walks import stopped_by_signals
 
 # `drifts list`: JSON and CSV carry every column (scripts read the first eleven: new ones go after them);
 # the table keeps to one line a drift, with when it was first detected.
-# `unit`, added last: the currency of expected and actual, or "vouchers" for a count (as the report's CSV has it).
+# `unit`, added after them: the currency of expected and actual, or "vouchers" for a count (as the report's CSV has
+# it); then `transaction_ids`, the wallet transactions linked to the drift's recharge or order (as in the report).
 DRIFT_COLUMNS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
-                 "resolution", "resolution_by", "resolution_note", "detected_at", "resolution_at", "detail", "unit")
+                 "resolution", "resolution_by", "resolution_note", "detected_at", "resolution_at", "detail", "unit",
+                 "transaction_ids")
 DRIFT_TABLE_COLUMNS = DRIFT_COLUMNS[:12]
 
 
@@ -151,15 +154,17 @@ def drifts_group() -> None:
     """Finance's workflow: list drifts, resolve or escalate them (every change is audited)."""
 
 
-def _row(d: drift_store.Drift, fmt: str) -> dict:
-    row = {c: getattr(d, c) for c in DRIFT_COLUMNS[:-1]}
+def _row(d: drift_store.Drift, fmt: str, transaction_ids: list[str] | None) -> dict:
+    row = {c: getattr(d, c) for c in DRIFT_COLUMNS[:-2]}
     row["unit"] = "vouchers" if d.measure == "count" else d.currency
+    row["transaction_ids"] = transaction_ids or []
     if d.measure == "count":  # voucher counts print as whole numbers, money as 2 decimals
         row["expected"], row["actual"] = (None if v is None else str(v) for v in (d.expected, d.actual))
         if fmt == "table":  # the table has no unit column: "3 vouchers", never a count beside a currency
             row["expected"], row["actual"] = (v and f"{v} vouchers" for v in (row["expected"], row["actual"]))
     if fmt == "csv":  # a reference a spreadsheet would turn into another number stays as written
         row["reference"] = spreadsheet_id(d.reference)
+        row["transaction_ids"] = spreadsheet_ids(row["transaction_ids"])  # as the report's CSV writes them
     return row
 
 
@@ -175,14 +180,35 @@ def drifts_list(app: AppContext, kind: str | None, resolution: str | None, day: 
     """List drifts, newest day first.
 
     JSON and CSV give every column: id, kind, subject, reference, expected, actual, currency, report_date,
-    resolution, resolution_by, resolution_note, then detected_at, resolution_at, detail and unit (the
-    currency, or "vouchers" for a voucher count); the table the same up to detected_at, a count as "3
-    vouchers" (`drifts history ID` gives every change, with who and when).
+    resolution, resolution_by, resolution_note, then detected_at, resolution_at, detail, unit (the
+    currency, or "vouchers" for a voucher count) and transaction_ids (the wallet transactions linked to the
+    drift's recharge or order, oldest first: a JSON array, in CSV one cell separated by spaces); the table the
+    same up to detected_at, a count as "3 vouchers" (`drifts show ID` gives one drift whole, `drifts history ID`
+    every change, with who and when).
     """
-    found = drift_store.list_drifts(app.existing_db, kind=kind, resolution=resolution,
-                                    report_date=None if day is None else day.isoformat())
-    emit([_row(d, fmt) for d in found], DRIFT_TABLE_COLUMNS if fmt == "table" else DRIFT_COLUMNS, fmt,
-         empty_message="no drifts match")
+    filters = {"kind": kind, "resolution": resolution, "report_date": None if day is None else day.isoformat()}
+    db = app.existing_db
+    found = drift_store.list_drifts(db, **filters)
+    linked = matching_store.drift_transactions(db, **filters) if fmt != "table" else {}
+    emit([_row(d, fmt, linked.get(d.id)) for d in found], DRIFT_TABLE_COLUMNS if fmt == "table" else DRIFT_COLUMNS,
+         fmt, empty_message="no drifts match")
+
+
+@drifts_group.command("show")
+@click.argument("ident", metavar="ID")
+@format_option
+@pass_app
+def drifts_show(app: AppContext, ident: str, fmt: str) -> None:
+    """One drift by id, every column of `drifts list --format json`: its transaction_ids are the wallet
+    transactions linked to its recharge or order, oldest first (`transactions show TID` gives each one;
+    `drifts history ID` the drift's changes). An unknown id: exit 1."""
+    db = app.existing_db
+    drift = drift_store.get_drift(db, ident)
+    row = _row(drift, fmt, matching_store.drift_transactions(db, ids=[drift.id]).get(drift.id))
+    if fmt == "json":
+        emit_one(row, fmt)
+        return
+    emit_one(row, fmt, rows=[{"field": c, "value": row[c]} for c in DRIFT_COLUMNS], columns=["field", "value"])
 
 
 def _change(app: AppContext, ident: str, resolution: str, note: str, by: str | None) -> None:

@@ -362,9 +362,11 @@ def list_drifts(db: Database, *, kind: str | None = None, resolution: str | None
     return list(iter_drifts(db, kind=kind, resolution=resolution, report_date=report_date, ids=ids))
 
 
-def iter_drifts(db: Database, *, kind: str | None = None, resolution: str | None = None,
-                report_date: str | None = None, ids: list[str] | None = None) -> Iterator[Drift]:
-    """Like list_drifts, one at a time (a day of 100k drifts is never held twice)."""
+def drift_filter(*, kind: str | None = None, resolution: str | None = None, report_date: str | None = None,
+                 ids: list[str] | None = None) -> tuple[str, list[str]]:
+    """The WHERE clause over `drifts` (empty when nothing is asked) and its parameters that select the drifts
+    of a kind, resolution, report day and/or ids: iter_drifts's, and partnerkit.store.matching.drift_transactions's
+    for the same drifts."""
     where, params = [], []
     for column, value in (("kind", kind), ("resolution", resolution), ("report_date", report_date)):
         if value is not None:
@@ -373,7 +375,13 @@ def iter_drifts(db: Database, *, kind: str | None = None, resolution: str | None
     if ids is not None:
         where.append(f"id IN ({', '.join('?' * len(ids))})" if ids else "0")
         params.extend(ids)
-    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    return (f"WHERE {' AND '.join(where)}" if where else ""), params
+
+
+def iter_drifts(db: Database, *, kind: str | None = None, resolution: str | None = None,
+                report_date: str | None = None, ids: list[str] | None = None) -> Iterator[Drift]:
+    """Like list_drifts, one at a time (a day of 100k drifts is never held twice)."""
+    clause, params = drift_filter(kind=kind, resolution=resolution, report_date=report_date, ids=ids)
     cursor = db.execute(f"SELECT {', '.join(COLUMNS)} FROM drifts {clause}"
                         " ORDER BY report_date DESC, kind, reference", params)
     return (_from_row(r) for r in cursor)

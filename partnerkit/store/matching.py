@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, Iterable
 
-from partnerkit.store.drifts import SEEN_COLUMNS, merge_found, merge_scope, register_functions
+from partnerkit.store.drifts import SEEN_COLUMNS, drift_filter, merge_found, merge_scope, register_functions
 from partnerkit.store.recharges import OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX
 
 # Recharge states (States and transitions > Recharge); legacy values are stored as SUCCESS by the
@@ -308,6 +308,36 @@ _LINKED = """SELECT x.id FROM recharges r JOIN transactions x ON x.recharge_id =
 def linked_transactions(subject: str, reference: str) -> str:
     """SQL selecting the ids of the transactions linked to a subject (see _LINKED); both are SQL expressions."""
     return _LINKED.format(subject=subject, reference=reference)
+
+
+# The kinds whose `actual` is what the wallet shows of a recharge or an order: the sum of its linked transactions
+# (below), which the report names (drift_transactions). The others' actual is no wallet figure: a voucher count,
+# the provider's payable (unknown_to_partner), none (stuck_processing, unknown_to_provider); or their reference
+# is the transaction itself (orphan_transaction, balance_discontinuity).
+WALLET_ACTUAL_KINDS = ("missing_debit", "amount_mismatch", "duplicate_debit", "missing_refund", "unexpected_refund")
+
+# The wallet transactions behind each drift of WALLET_ACTUAL_KINDS: the debits and credits linked to its recharge
+# or order (_LINKED), on any day, which make up its `actual`; finance quotes them to the provider. Only
+# transactions the store holds: an order's transaction_id that names none is its missing_debit, not an id to
+# quote. One statement over the drifts asked for, each drift's links index lookups (no pass over `transactions`),
+# oldest transaction first. Not on the matcher's path: the report and `partnerkit drifts` read it.
+_DRIFT_TRANSACTIONS = f"""
+    SELECT d.id, t.id FROM (SELECT id, kind, subject, reference FROM drifts {{where}}) d
+    JOIN transactions t ON t.id IN ({linked_transactions("d.subject", "d.reference")})
+    WHERE d.subject IN ('recharge', 'order') AND d.kind IN ({", ".join(f"'{k}'" for k in WALLET_ACTUAL_KINDS)})
+    ORDER BY d.id, t.created_at, t.id"""
+
+
+def drift_transactions(db: Any, *, kind: str | None = None, resolution: str | None = None,
+                       report_date: str | None = None, ids: list[str] | None = None) -> dict[str, list[str]]:
+    """The ids of the wallet transactions behind each drift the filters select (as
+    partnerkit.store.drifts.iter_drifts selects them; _DRIFT_TRANSACTIONS), oldest first, by drift id; a drift
+    with none, or of a kind whose actual is no wallet figure, is absent."""
+    where, params = drift_filter(kind=kind, resolution=resolution, report_date=report_date, ids=ids)
+    linked: dict[str, list[str]] = {}
+    for drift, transaction in db.execute(_DRIFT_TRANSACTIONS.format(where=where), params):
+        linked.setdefault(drift, []).append(transaction)
+    return linked
 
 
 # What cleared a drift that is no longer detected, where the store shows it (partnerkit.store.drifts.merge_found

@@ -239,13 +239,14 @@ def test_drifts_list_gives_when_each_drift_was_detected_and_resolved_and_why(inv
     first_eleven = ["id", "kind", "subject", "reference", "expected", "actual", "currency", "report_date",
                     "resolution", "resolution_by", "resolution_note"]
     listed = json.loads(invoke("drifts", "list", "--format", "json").output)
-    assert [list(d) for d in listed] == [first_eleven + ["detected_at", "resolution_at", "detail", "unit"]] * 2
+    added = ["detected_at", "resolution_at", "detail", "unit", "transaction_ids"]  # after the eleven, in this order
+    assert [list(d) for d in listed] == [first_eleven + added] * 2
     resolved = next(d for d in listed if d["id"] == drift_ids[0])
     drift = get_drift(db, drift_ids[0])
     assert (resolved["detected_at"], resolved["resolution_at"], resolved["detail"]) == (
         drift.detected_at, drift.resolution_at, drift.detail) and drift.detail and drift.resolution_at
     as_csv = invoke("drifts", "list", "--format", "csv").output
-    assert as_csv.splitlines()[0] == ",".join(first_eleven + ["detected_at", "resolution_at", "detail", "unit"])
+    assert as_csv.splitlines()[0] == ",".join(first_eleven + added)
     assert {r["detail"] for r in csv.DictReader(io.StringIO(as_csv))} == {get_drift(db, i).detail for i in drift_ids}
     table = invoke("drifts", "list").output.splitlines()
     assert table[0].split() == [c.upper() for c in first_eleven + ["detected_at"]]
@@ -279,7 +280,7 @@ def test_report_help_says_what_each_format_holds(invoke):
 
 
 @pytest.mark.parametrize("args", [
-    ["drifts", "list"], ["drifts", "history", "d_1a2b3c4d5e6f7a8b"],
+    ["drifts", "list"], ["drifts", "history", "d_1a2b3c4d5e6f7a8b"], ["drifts", "show", "d_1a2b3c4d5e6f7a8b"],
     ["drifts", "resolve", "d_1a2b3c4d5e6f7a8b", "--note", "n"], ["drifts", "escalate", "d_1a2b3c4d5e6f7a8b", "--note", "n"],
     ["report", "--date", "2025-03-14", "--format", "html"],
 ])

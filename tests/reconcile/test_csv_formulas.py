@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from partnerkit.csvcell import spreadsheet_id, spreadsheet_safe
+from partnerkit.csvcell import spreadsheet_id, spreadsheet_ids, spreadsheet_safe
 from reconcile.matcher import match_day
 from tests.reconcile.reconcile_helpers import DAY, at
 
@@ -49,6 +49,18 @@ def test_a_cell_a_spreadsheet_would_run_is_written_as_text(text, written):
 ])
 def test_a_reference_a_spreadsheet_would_turn_into_another_number_is_written_as_text(text, written):
     assert spreadsheet_id(text) == written
+
+
+@pytest.mark.parametrize("ids, written", [
+    (["123", "456"], "123 456"),        # never "123,456", which a spreadsheet reads as 123456
+    (["0012345"], "'0012345"),           # one id: as spreadsheet_id writes it
+    (["1234567890123456789"], "'1234567890123456789"),
+    (["0012", "0013"], "0012 0013"),     # two are text already
+    (["=1+1", "5"], "'=1+1 5"),
+    ([], ""),
+])
+def test_transaction_ids_share_a_cell_separated_by_spaces_and_stay_text(ids, written):
+    assert spreadsheet_ids(ids) == written
 
 
 @pytest.fixture

@@ -186,10 +186,14 @@ def test_files_of_a_night_the_database_has_no_report_of_are_kept_aside_not_overw
 
 def test_csv_is_the_drift_table(report):
     rows = list(csv.reader(io.StringIO(render_csv(report))))
-    assert tuple(rows[0]) == CSV_FIELDS == (*DRIFT_FIELDS, "unit")  # a column is added at the end, never moved
+    # A column is added at the end, never moved: a spreadsheet's column letters and a script's indexes stay.
+    assert tuple(rows[0]) == CSV_FIELDS == (
+        "id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at", "resolution",
+        "resolution_note", "resolution_by", "resolution_at", "detail", "unit", "transaction_ids")
+    assert CSV_FIELDS[:len(DRIFT_FIELDS)] == DRIFT_FIELDS
     assert len(rows) == 1 + len(report["drifts"])
     assert {r[1] for r in rows[1:]} == {"missing_debit", "missing_refund", "orphan_transaction"}
-    assert [r[-1] for r in rows[1:]] == [d["currency"] for d in report["drifts"]] == ["INR"] * 3
+    assert [r[13] for r in rows[1:]] == [d["currency"] for d in report["drifts"]] == ["INR"] * 3
 
 
 def test_the_csv_file_is_plain_utf_8_and_says_the_unit_of_a_count(db, ledger, config):
@@ -292,6 +296,16 @@ def test_references_and_ids_never_break_inside_and_every_printed_page_is_dated(r
     assert re.search(r"@top-left \{ content: \"partnerkit reconciliation report 2025-03-14 \(UTC\)\"", page)
     assert page.count("<thead>") >= 3  # table headers repeat on every printed page
     assert re.search(r"\.footer \{ break-before: avoid; \}", page)  # never a page with only the footer
+
+
+def test_the_page_prints_on_a4_without_splitting_a_row_or_the_chart(report):
+    """What a print of the page relies on (looked at by rendering it to PDF in headless Chromium, not here)."""
+    page = render_html(report)
+    assert re.search(r"@page \{\s*size: A4;", page)
+    printed = page[page.index("@media print"):page.index("</style>")]
+    assert re.search(r"\btr, [^{]*\.chart \{ break-inside: avoid; \}", printed)
+    assert "table.drifts td.detail { min-width: 30mm; }" in printed  # the detail is not squeezed to a word a line
+    assert '<table class="drifts">' in page and '<td class="detail">' in page
 
 
 def test_a_complete_day_without_drifts_reconciles_and_an_unfinished_one_does_not_say_so(db, ledger, config):
@@ -538,3 +552,129 @@ def test_the_wallet_table_bridges_to_the_money_table_with_top_ups_and_conversion
             "table's credits (0.00) and gross debits (98.00).") in page
     assert "<tr><td>USD</td><td class=\"num\">" not in page.split("Money per currency")[1].split("</table>")[0]
     assert "All of these are top-ups and conversions, which the money table leaves out." in page
+
+
+# The drift entry's keys in the JSON: the contract's (DESIGN.md), in their order; fields added since come after.
+CONTRACT_DRIFT_KEYS = ["id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
+                       "resolution", "resolution_note", "resolution_by", "resolution_at", "detail"]
+
+
+@pytest.fixture
+def linked(db, ledger, config):
+    """A day whose drifts each have their own wallet transactions, and one matched recharge whose debit is nobody's
+    drift; returns (the report, the transaction ids by name)."""
+    tx = {}
+    good = ledger.recharge()
+    tx["good"] = ledger.debit_recharge(good, hour=8)                     # matched
+    failed = ledger.recharge("FAILED", payable="40.00", face="40.00")
+    tx["failed_debit"] = ledger.debit_recharge(failed, hour=9)
+    # A part credited back, linked by its reference_number alone, under an id that sorts first: missing_refund.
+    tx["failed_credit"] = ledger.tx("15.00", id="100", type="REFUND", reference_number=failed["reference_number"],
+                                    hour=12)
+    twice = ledger.recharge()
+    tx["twice_1"] = ledger.debit_recharge(twice, hour=10, minute=1)
+    tx["twice_2"] = ledger.debit_recharge(twice, id="0000777", hour=10, minute=7)  # duplicate_debit
+    credited = ledger.recharge()
+    tx["credited_debit"] = ledger.debit_recharge(credited, hour=10)
+    tx["credited_credit"] = ledger.credit_recharge(credited, "20.00", hour=15)  # unexpected_refund
+    failed_order = ledger.order("FAILED", amount="300.00")
+    tx["order_debit"] = ledger.debit_order(failed_order, "300.00", hour=11)
+    tx["order_refund"] = ledger.tx("100.00", type="REFUND", order_id=failed_order, hour=13)  # missing_refund
+    kept = ledger.order(amount="500.00")
+    tx["kept_named"] = ledger.debit_order(kept, "500.00", hour=11)
+    tx["kept_extra"] = ledger.tx("-500.00", type="ORDER", order_id=kept, hour=12)  # duplicate_debit
+    ledger.order(transaction_id=900_001)     # missing_debit: the transaction it names is not stored
+    tx["orphan"] = ledger.tx("-12.00", type="RECHARGE", reference_number="GHOST1", currency="USD")
+    ledger.tx("-7.00", type="RECHARGE", reference_number="GHOST2")    # orphans in two currencies
+    short = ledger.order(quantity=3, vouchers=1)                       # voucher_shortfall: 3 paid, 1 stored
+    tx["short"] = ledger.debit_order(short, "500.00", hour=11)
+    return report_day(config, db, DAY, now=RUN), tx
+
+
+def _by_kind(report, subject: str) -> dict[str, dict]:
+    return {d["kind"]: d for d in report["drifts"] if d["subject"] == subject}
+
+
+def test_each_drift_names_the_wallet_transactions_behind_its_actual_oldest_first(linked):
+    report, tx = linked
+    recharges, orders = _by_kind(report, "recharge"), _by_kind(report, "order")
+    assert (recharges["missing_refund"]["expected"], recharges["missing_refund"]["actual"]) == ("40.00", "15.00")
+    assert recharges["missing_refund"]["transaction_ids"] == [tx["failed_debit"], tx["failed_credit"]]
+    assert recharges["duplicate_debit"]["transaction_ids"] == [tx["twice_1"], tx["twice_2"]]
+    assert (orders["missing_refund"]["expected"], orders["missing_refund"]["actual"]) == ("300.00", "100.00")
+    assert orders["missing_refund"]["transaction_ids"] == [tx["order_debit"], tx["order_refund"]]
+    assert orders["duplicate_debit"]["transaction_ids"] == [tx["kept_named"], tx["kept_extra"]]
+    assert orders["missing_debit"]["transaction_ids"] == []  # the id it names is no stored transaction
+    assert recharges["unexpected_refund"]["transaction_ids"] == [tx["credited_debit"], tx["credited_credit"]]
+    # A kind whose actual is no wallet figure names none: a voucher count, here.
+    assert orders["voucher_shortfall"]["transaction_ids"] == []
+    orphans = [d for d in report["drifts"] if d["kind"] == "orphan_transaction"]
+    assert len(orphans) == 2 and all(d["transaction_ids"] == [] for d in orphans)  # the reference is the id
+    assert not any(tx["good"] in d["transaction_ids"] for d in report["drifts"])
+
+
+def test_the_json_contract_keys_stay_and_the_transaction_ids_come_after_them(linked, db):
+    report, _ = linked
+    assert {"date", "generated_at", "summary", "drifts", "counts_by_status"} <= set(report)
+    assert {"recharges_total", "orders_total", "transactions_total", "matched", "drifted", "unmatched", "spend",
+            "refunds"} <= set(report["summary"])
+    for entry in report["drifts"]:
+        assert list(entry) == CONTRACT_DRIFT_KEYS + ["transaction_ids"]
+    assert json.loads(render_json(report)) == report
+    assert current_report(db, DAY)["drifts"] == report["drifts"]  # the stored report, read again, has them too
+
+
+def test_the_csv_and_the_page_carry_the_transaction_ids(linked):
+    report, tx = linked
+    rows = {(r["kind"], r["subject"]): r for r in csv.DictReader(io.StringIO(render_csv(report)))}
+    assert list(rows[("duplicate_debit", "recharge")])[-2:] == ["unit", "transaction_ids"]
+    assert rows[("duplicate_debit", "recharge")]["transaction_ids"] == f"{tx['twice_1']} 0000777"
+    assert rows[("missing_refund", "order")]["transaction_ids"] == f"{tx['order_debit']} {tx['order_refund']}"
+    assert rows[("orphan_transaction", "transaction")]["transaction_ids"] == ""
+    page = render_html(report)
+    assert "<th>Transactions</th>" in page
+    assert f'<td class="ref txs">{tx["failed_debit"]}<br>{tx["failed_credit"]}</td>' in page
+
+
+def test_drifts_show_and_list_give_the_transaction_ids(linked, invoke):
+    report, tx = linked
+    duplicate = _by_kind(report, "order")["duplicate_debit"]
+    shown = invoke("drifts", "show", duplicate["id"], "--format", "json")
+    assert shown.exit_code == 0, shown.output
+    one = json.loads(shown.output)
+    assert (one["id"], one["expected"], one["actual"], one["unit"]) == (duplicate["id"], "500.00", "1000.00", "INR")
+    assert one["transaction_ids"] == [tx["kept_named"], tx["kept_extra"]]
+    table = invoke("drifts", "show", duplicate["id"]).output
+    assert f"transaction_ids  {tx['kept_named']},{tx['kept_extra']}" in table
+    listed = {d["id"]: d for d in json.loads(invoke("drifts", "list", "--format", "json").output)}
+    assert {i: d["transaction_ids"] for i, d in listed.items()} == {d["id"]: d["transaction_ids"]
+                                                                   for d in report["drifts"]}
+    rows = {r["id"]: r for r in csv.DictReader(io.StringIO(invoke("drifts", "list", "--format", "csv").output))}
+    assert rows[duplicate["id"]]["transaction_ids"] == f"{tx['kept_named']} {tx['kept_extra']}"
+
+
+def test_the_amount_at_stake_per_kind_sums_the_open_drifts_per_currency_and_counts_vouchers_apart(linked, db):
+    report, _ = linked
+    assert report["summary"]["drift_amount_by_kind"] == {
+        "duplicate_debit": {"INR": "598.00"},     # |98.00 - 196.00| + |500.00 - 1000.00|
+        "missing_debit": {"INR": "500.00"},
+        "missing_refund": {"INR": "225.00"},      # |40.00 - 15.00| + |300.00 - 100.00|
+        "orphan_transaction": {"INR": "7.00", "USD": "12.00"},  # no expected: counts as 0
+        "unexpected_refund": {"INR": "20.00"},
+        "voucher_shortfall": {"vouchers": "2"},   # 3 paid, 1 stored: a count, never added to rupees
+    }
+    ids = {(d["kind"], d["subject"]): d["id"] for d in report["drifts"]}
+    set_resolution(db, ids[("duplicate_debit", "recharge")], "escalated", note="sent", by="ravi", at=RUN)
+    set_resolution(db, ids[("missing_debit", "order")], "resolved", note="debited late", by="asha", at=RUN)
+    again = current_report(db, DAY)
+    at_stake = again["summary"]["drift_amount_by_kind"]
+    assert at_stake["duplicate_debit"] == {"INR": "598.00"}  # escalated is still at stake
+    assert "missing_debit" not in at_stake                   # resolved is not
+    table = render_html(again)
+    table = table[table.index('<table class="kinds">'):]
+    table = table[:table.index("</table>")]
+    cells = {kind: re.findall(r'<td class="num">([^<]*(?:<br>[^<]*)*)</td>', row)[-1]
+             for kind, row in re.findall(r'<td class="kind">(\w+)</td>(.*?)</tr>', table)}
+    assert cells == {"duplicate_debit": "598.00 INR", "missing_refund": "225.00 INR",
+                     "orphan_transaction": "7.00 INR<br>12.00 USD", "voucher_shortfall": "2 vouchers",
+                     "unexpected_refund": "20.00 INR", "missing_debit": "—"}

@@ -63,6 +63,7 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("drifts", "history"): ["d-unknown"],
         ("drifts", "list"): [],
         ("drifts", "resolve"): ["d-unknown", "--note", "n"],
+        ("drifts", "show"): ["d-unknown"],
         ("events", "list"): [],
         ("events", "prune"): [],
         ("keys", "retire"): [],
@@ -390,6 +391,7 @@ def test_a_database_path_that_is_not_a_database(db, tmp_path):
     (["drifts", "resolve", "d-unknown", "--note", "n"], "no drift with id 'd-unknown'"),
     (["drifts", "escalate", "d-unknown", "--note", "n"], "no drift with id 'd-unknown'"),
     (["drifts", "history", "d-unknown"], "no drift with id 'd-unknown'"),
+    (["drifts", "show", "d-unknown"], "no drift with id 'd-unknown'"),
     (["transactions", "show", "424242"], "no transaction with id '424242' is stored or quarantined"),
     (["transactions", "show", " "], "no transaction with id ' ' is stored or quarantined"),
     # A day no sync has read: said so, never an empty list that reads as "no transactions".
