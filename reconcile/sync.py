@@ -70,7 +70,9 @@ def days_between(first: date, last: date) -> list[str]:
     return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
 
 
-def _batches(items: Iterable[Any], size: int = BATCH) -> Iterator[list[Any]]:
+def _batches(items: Iterable[Any], size: int | None = None) -> Iterator[list[Any]]:
+    """Lists of `size` items (BATCH, read when called, as the page sizes are)."""
+    size = size or BATCH
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch

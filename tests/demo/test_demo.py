@@ -99,6 +99,12 @@ def assert_logs_carry_no_secret(done: subprocess.CompletedProcess, workdir: Path
     assert leaked == []
 
 
+def voucher_key(workdir: Path) -> str:
+    """The voucher key the run wrote in its config file."""
+    return next(line.split("=", 1)[1] for line in (workdir / "partnerkit.env").read_text().splitlines()
+                if line.startswith("PARTNERKIT_VOUCHER_KEY="))
+
+
 def check_run(done: subprocess.CompletedProcess, cwd: Path, workdir: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
@@ -119,13 +125,11 @@ def check_run(done: subprocess.CompletedProcess, cwd: Path, workdir: Path) -> No
     assert report["partial"] and "partial: made before the day ended (UTC)" in out  # the demo reports its own day
     assert "stopped the worker, the receiver and the sandbox" in out
     assert_no_survivors(workdir)
-    secret_key = next(line.split("=", 1)[1] for line in (workdir / "partnerkit.env").read_text().splitlines()
-                      if line.startswith("PARTNERKIT_VOUCHER_KEY="))
-    assert secret_key not in out + done.stderr
+    assert voucher_key(workdir) not in out + done.stderr
 
 
 @pytest.mark.timeout(240)
-def test_demo_runs_end_to_end_twice_in_the_same_workdir(tmp_path: Path) -> None:
+def test_demo_runs_end_to_end_then_again_in_the_same_workdir(tmp_path: Path) -> None:
     workdir = tmp_path / "var" / "demo"
     first = subprocess.run(demo_argv(workdir), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                            env=demo_env(), cwd=tmp_path)
@@ -134,9 +138,28 @@ def test_demo_runs_end_to_end_twice_in_the_same_workdir(tmp_path: Path) -> None:
     assert codes and not any(code in first.stdout for code in codes)  # masked: never printed
     assert_logs_carry_no_secret(first, workdir)
 
-    second = subprocess.run(demo_argv(workdir), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                            env=demo_env(), cwd=tmp_path)
-    check_run(second, tmp_path, workdir)
+    # The second run empties the directory first. Anything the first run left would show early: its database
+    # refuses the new run's voucher key at `webhooks register`, before any order. So the second run is followed
+    # until it has stored its first order (the first run's order ids again), then stopped as a user stops it.
+    first_key = voucher_key(workdir)
+    second, seen = _start_and_wait_for(workdir, tmp_path, "order 5001:")
+    try:
+        assert "a previous demo's state there was removed" in "".join(seen)
+        assert voucher_key(workdir) != first_key  # its own config file
+        assert list((workdir / "reports").iterdir()) == []  # the first run's reports are gone
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 128 + signal.SIGTERM
+        assert "every process it started has been stopped" in second.stderr.read()  # type: ignore[union-attr]
+        assert_no_survivors(workdir)
+        assert voucher_key(workdir) not in "".join(seen)
+    finally:
+        if second.poll() is None:  # a failed check above: stopped as a user would, so it stops its children
+            second.send_signal(signal.SIGTERM)
+            try:
+                second.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                second.kill()
+                second.wait()
 
 
 def test_demo_refuses_a_workdir_it_did_not_make(tmp_path: Path) -> None:
@@ -159,7 +182,8 @@ def _lines(process: subprocess.Popen) -> "queue.Queue[str]":
     return lines
 
 
-def _start_and_wait_for(workdir: Path, cwd: Path, after: str) -> subprocess.Popen:
+def _start_and_wait_for(workdir: Path, cwd: Path, after: str) -> tuple[subprocess.Popen, list[str]]:
+    """A demo run, once it has printed a line containing `after`; with the lines it printed so far."""
     process = subprocess.Popen(demo_argv(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=demo_env(), cwd=cwd)
     lines, seen = _lines(process), []
@@ -170,13 +194,13 @@ def _start_and_wait_for(workdir: Path, cwd: Path, after: str) -> subprocess.Pope
             seen.append(lines.get(timeout=1))
         except queue.Empty:
             continue
-    return process
+    return process, seen
 
 
 @pytest.mark.timeout(120)
 def test_a_dead_worker_fails_the_demo_in_one_line_and_stops_the_rest(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
-    process = _start_and_wait_for(workdir, tmp_path, "order 5003:")
+    process, _ = _start_and_wait_for(workdir, tmp_path, "order 5003:")
     try:
         worker = json.loads((workdir / "pids.json").read_text())["worker"][0]
         os.kill(worker, signal.SIGKILL)
@@ -195,7 +219,7 @@ def test_a_dead_worker_fails_the_demo_in_one_line_and_stops_the_rest(tmp_path: P
                                            (signal.SIGTERM, "order 5003:")])
 def test_a_signal_during_the_demo_stops_every_child(tmp_path: Path, signum: int, after: str) -> None:
     workdir = tmp_path / "demo"
-    process = _start_and_wait_for(workdir, tmp_path, after)
+    process, _ = _start_and_wait_for(workdir, tmp_path, after)
     try:
         pids = recorded_pids(workdir)
         assert pids and all(alive(p) for p in pids)

@@ -2,8 +2,8 @@
 voucher fetches, recharge polls and the nightly reconcile are under way; nothing acknowledged is lost,
 nothing is done twice, and the next run finishes what the killed one started.
 
-The sandbox runs at 60x (docs/sandbox.md): its 0/1/2/4/8-minute webhook retries come 1, 2, 4 and
-8 real seconds apart, and an order's fulfilment (D = 60 sandbox seconds) takes one real second.
+The sandbox runs at 120x (docs/sandbox.md): its 0/1/2/4/8-minute webhook retries come 0.5, 1, 2 and
+4 real seconds apart, and an order's fulfilment (D = 60 sandbox seconds) takes half a real second.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.reliability.crash_stack import CrashStack, Gate, wait_until
 pytest.importorskip("sandbox.testing")
 from sandbox.settings import SandboxSettings  # noqa: E402
 
-SPEED = 60.0
+SPEED = 120.0
 
 
 def _settings(**overrides) -> SandboxSettings:

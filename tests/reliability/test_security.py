@@ -257,7 +257,7 @@ def full_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("security")
     old_umask = os.umask(0)  # the kit must make its files private itself
     try:
-        settings = SandboxSettings(allow_http_webhooks=True, order_fulfilment_delay_s=2, speed=2)
+        settings = SandboxSettings(allow_http_webhooks=True, order_fulfilment_delay_s=2, speed=10)
         with sandbox_testing.SandboxServer(settings) as sandbox:
             alpha = sandbox.clients[0]
             var = root / "var"
@@ -280,10 +280,11 @@ def full_run(tmp_path_factory):
                                         "--denomination", "100", "--quantity", "11", "--format", "json").stdout)
                 order_ids = [now_order["id"], later["id"]]
 
-                def delivered_and_announced():
+                def delivered_and_announced():  # the later order's (the first one's came with its creation)
                     conn = sqlite3.connect(db_path)
                     try:
-                        done = conn.execute("SELECT COUNT(*) FROM inbox WHERE event_type = 'order.delivered'").fetchone()
+                        done = conn.execute("SELECT COUNT(*) FROM inbox WHERE event_type = 'order.delivered' AND "
+                                            "order_id = ?", (later["id"],)).fetchone()
                     finally:
                         conn.close()
                     return done[0] >= 1

@@ -15,7 +15,8 @@ from decimal import Decimal
 
 import pytest
 
-from tests.reliability.crash_stack import CrashStack, Gate
+from partnerkit.walks import PLACE_EVERY_S
+from tests.reliability.crash_stack import CrashStack, Gate, wait_until
 
 pytest.importorskip("sandbox.testing")
 from sandbox import wallets as sb_wallets  # noqa: E402
@@ -26,10 +27,11 @@ SYSTEMD_STOP_S = 60  # deploy/systemd/partnerkit-worker.service TimeoutStopSec
 
 
 class PageLog:
-    """Every transaction-list request the sandbox receives: (from_date, page)."""
+    """Every transaction-list request the sandbox receives: (from_date, page), and when (time.monotonic())."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str]] = []
+        self.times: list[float] = []
 
     def install(self, app) -> None:
         app.before_request(self._before)
@@ -38,7 +40,11 @@ class PageLog:
         from flask import request
 
         if request.path == "/api/v1/transactions":
+            self.times.append(time.monotonic())
             self.requests.append((request.args.get("from_date", ""), request.args.get("page", "1")))
+
+    def asked_at(self, from_date: str, page: str) -> float:
+        return next(at for at, asked in zip(self.times, self.requests) if asked == (from_date, page))
 
 
 def _stored(stack: CrashStack, day: str) -> int:
@@ -77,7 +83,9 @@ def test_sigterm_mid_walk_stops_the_worker_promptly_and_the_next_run_reads_on(tm
         held.wait_held(timeout=30)  # the nightly walk has read pages 1 and 2 of the night
         asked = time.monotonic()
         os.kill(worker.pid, signal.SIGTERM)
-        time.sleep(1.5)  # the worker sees the stop within a second; page 3's answer comes after it
+        # Page 3's answer comes after the worker has seen the stop (it logs this line, then ends its walks).
+        wait_until(lambda: "worker stopping" in worker.log(), timeout=SYSTEMD_STOP_S / 2, step=0.05,
+                   what="the worker seeing SIGTERM")
         held.open()
         try:
             code = worker.process.wait(timeout=SYSTEMD_STOP_S / 2)
@@ -110,8 +118,9 @@ def test_sigterm_mid_walk_stops_the_worker_promptly_and_the_next_run_reads_on(tm
 def test_sigkill_mid_walk_the_next_run_reads_on_from_the_place_noted_and_reads_no_page_twice(tmp_path):
     night = (datetime.now(timezone.utc) - timedelta(days=1)).replace(hour=10, minute=0, second=0, microsecond=0)
     day = night.date().isoformat()
-    # Page 5 is answered 6 s late, so the walk notes its place (every 5 s, at a batch boundary of two pages) once
-    # pages 5 and 6 are stored; the worker is killed while page 9 is asked for.
+    # Page 5 is answered once 5 s have passed since page 1 was asked for (the walk began before), so the walk notes
+    # its place (every 5 s, at a batch boundary of two pages) once pages 5 and 6 are stored; the worker is killed
+    # while page 9 is asked for.
     slow = Gate("GET", r"^/api/v1/transactions$", query=lambda a: a.get("from_date") == day and a.get("page") == "5")
     killed = Gate("GET", r"^/api/v1/transactions$", query=lambda a: a.get("from_date") == day and a.get("page") == "9")
     pages = PageLog()
@@ -122,7 +131,7 @@ def test_sigkill_mid_walk_the_next_run_reads_on_from_the_place_noted_and_reads_n
 
         worker = stack.start_worker()
         slow.wait_held(timeout=30)
-        time.sleep(6)  # past PLACE_EVERY_S (5 s) since the walk began
+        time.sleep(max(0.0, pages.asked_at(day, "1") + PLACE_EVERY_S + 0.2 - time.monotonic()))
         slow.open()
         killed.wait_held(timeout=30)
         worker.kill()

@@ -257,14 +257,17 @@ def test_a_fetch_that_could_not_store_its_vouchers_is_retried_as_soon_as_space_i
     """partnerkit/vouchers/_fetches.py: a StorageError after the read leaves the job leased for FetchPolicy.lease_s (120 s)."""
     fetch = Gate("GET", r"^/api/v1/orders/\d+$")
     disk = tmp_path / "disk"
-    settings = _settings(speed=1.0, order_fulfilment_delay_s=1, webhook_retry_delays_s=(1, 2, 4, 8))
+    settings = _settings(speed=1.0, order_fulfilment_delay_s=0.2, webhook_retry_delays_s=(1, 2, 4, 8))
     with tiny_filesystem(disk, "16m"), CrashStack(tmp_path, settings, gates=(fetch,),
                                                   db_path=disk / "partnerkit.db") as stack:
         stack.register_webhook()
         stack.start_receiver(workers=2)
-        stack.start_worker()
         creator = _creator(stack, tmp_path)
         order = creator.create_order(product_id=6, denomination=250, quantity=2, ref="claimed-then-full").id
+        # The worker starts once the delivery's webhook has made the fetch job: its first fetch run claims it.
+        wait_until(lambda: stack.db.execute("SELECT COUNT(*) FROM jobs WHERE order_id = ?", (order,)).fetchone()[0],
+                   timeout=20, step=0.05, what="the fetch job of the order's delivery")
+        stack.start_worker()
         fetch.wait_held(timeout=20)  # the job is claimed, the detail is on its way
         truncate_wal(stack.config.db_path)
         filler = fill(disk)

@@ -24,8 +24,18 @@ from sandbox import wallets as sb_wallets
 from tests.reliability.provider_world import RECHARGE_LIST, START, TRANSACTIONS, World, local_transactions
 
 DAY = START.date()
-PAGE = 500  # both walks' page size here (the recharge walk's is lowered to it)
-PLANTED = 4500  # nine and a bit pages of each, with what the sandbox holds already
+PAGE = 100  # both walks' page size here, and a sync's batch two pages, as with the worker's 500 and 1000
+PLANTED = 900  # nine and a bit pages of each, with what the sandbox holds already
+
+
+@pytest.fixture
+def small_pages(monkeypatch):
+    """The walks' pages and a sync's batches a fifth of the worker's (a place is a page number, whatever a page
+    holds): the same pages and batches from a fifth of the records to plant, serve, map and store."""
+    for name in ("RECHARGE_PAGE", "TRANSACTION_PAGE"):
+        monkeypatch.setattr(sync, name, PAGE)
+    for name in ("BATCH", "UPSERT_GROUP"):
+        monkeypatch.setattr(sync, name, 2 * PAGE)
 
 
 class Killed(Exception):
@@ -91,8 +101,7 @@ def walks_allowed():
 
 
 @pytest.mark.parametrize("entity, writer", [("recharges", False), ("transactions", False), ("transactions", True)])
-def test_a_walk_killed_part_way_reads_on_from_the_place_it_noted(tmp_path, monkeypatch, entity, writer):
-    monkeypatch.setattr(sync, "RECHARGE_PAGE", PAGE)
+def test_a_walk_killed_part_way_reads_on_from_the_place_it_noted(tmp_path, monkeypatch, small_pages, entity, writer):
     monkeypatch.setattr(walks, "PLACE_EVERY_S", 0.0)  # note the place after every batch (two pages)
     if writer:  # the transaction rows go through the writer thread from the first batch on, as on a busy day
         monkeypatch.setattr(ledger_writer, "STAGE_ROWS", 2 * PAGE)
@@ -127,9 +136,7 @@ def test_a_walk_killed_part_way_reads_on_from_the_place_it_noted(tmp_path, monke
 
 
 @pytest.mark.parametrize("entity", ["recharges", "transactions"])
-def test_a_walk_asked_to_stop_ends_at_its_next_batch_with_its_place_kept(tmp_path, monkeypatch, walks_allowed,
-                                                                         entity):
-    monkeypatch.setattr(sync, "RECHARGE_PAGE", PAGE)
+def test_a_walk_asked_to_stop_ends_at_its_next_batch_with_its_place_kept(tmp_path, small_pages, walks_allowed, entity):
     with freeze_time(START) as frozen, World(tmp_path, frozen) as world:
         _plant(world)
         pages = _pages(world, entity)
@@ -166,7 +173,7 @@ def test_a_sync_that_begins_while_the_worker_stops_asks_for_no_page(tmp_path, wa
         assert ledger_store.walk_positions(world.db) == []
 
 
-def test_sigterm_to_worker_once_ends_its_walk_keeps_the_place_and_runs_no_later_job(tmp_path):
+def test_sigterm_to_worker_once_ends_its_walk_keeps_the_place_and_runs_no_later_job(tmp_path, small_pages):
     sync_recent = next(spec for spec in JOBS if spec.id == "sync-recent")
     nightly = next(spec for spec in JOBS if spec.id == "nightly-report")
     def sigterm_at_page_three() -> None:
