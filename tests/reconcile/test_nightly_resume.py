@@ -25,7 +25,7 @@ from reconcile.jobs import day_synced, sync_recent
 from reconcile.scheduler import run_once
 from sandbox import orders as sb_orders
 from tests.reliability.provider_world import SPECS, START, World
-from tests.reliability.test_walk_place import PAGE, _pages, _plant
+from tests.reliability.test_walk_place import PAGE, _pages, _plant, small_pages  # noqa: F401 (a fixture)
 
 DAY = START.date()
 NEXT = DAY + timedelta(days=1)
@@ -72,8 +72,7 @@ def walks_allowed():
 
 
 def test_a_nightly_run_stopped_part_way_is_read_on_after_the_restart_and_no_page_is_read_twice(
-        tmp_path, monkeypatch, walks_allowed):
-    monkeypatch.setattr(sync, "RECHARGE_PAGE", PAGE)
+        tmp_path, small_pages, walks_allowed):
     jobs = (SPECS["sync-recent"], SPECS["nightly-report"])
 
     sent: list[int] = []
@@ -121,10 +120,9 @@ def test_a_nightly_run_stopped_part_way_is_read_on_after_the_restart_and_no_page
     assert order_walk is not None and order_walk[0] == datetime.combine(DAY, time(0), tzinfo=timezone.utc)
 
 
-def test_a_walk_begun_before_the_night_was_due_is_read_again_from_page_1(tmp_path, monkeypatch, walks_allowed):
+def test_a_walk_begun_before_the_night_was_due_is_read_again_from_page_1(tmp_path, small_pages, walks_allowed):
     """sync-recent's walk of the night and the day after, stopped at 00:45 (the hour's budget, a stop): the pages
     before its place show the night as it stood before it settled (a recharge that fails at 00:50 still PROCESSING)."""
-    monkeypatch.setattr(sync, "RECHARGE_PAGE", PAGE)
     with freeze_time(START) as frozen, World(tmp_path, frozen) as world:
         log = PageLog(world.server.app)
         _plant(world)

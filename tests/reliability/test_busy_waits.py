@@ -113,13 +113,13 @@ def test_each_wait_past_the_threshold_says_so_once_and_a_shorter_one_says_nothin
 
 def test_a_hold_longer_than_the_wait_is_one_line_exit_1_nothing_recorded_nothing_sent(
         run, sandbox_config, sandbox_server, monkeypatch):
-    monkeypatch.setattr("partnerkit.cli.context.COMMAND_BUSY_TIMEOUT_MS", 2000)  # the 30 s, shortened for the test
+    monkeypatch.setattr("partnerkit.cli.context.COMMAND_BUSY_TIMEOUT_MS", 1000)  # the 30 s, shortened for the test
     with held_write_lock(sandbox_config.db_path):
         result = run("recharges", "submit", "--mobile", "9811111116", "--operator-id", "1", "--amount", "175")
     assert result.exit_code == 1
     assert "Traceback" not in result.output
     [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert error == ("Error: cannot start a transaction: the database stayed locked for 2 s (another partnerkit "
+    assert error == ("Error: cannot start a transaction: the database stayed locked for 1 s (another partnerkit "
                      "process was writing all that time: a big day's match, a backup, a prune or a key rewrap can "
                      "hold it that long); nothing was written by this step; no recharge was sent to the provider; "
                      "submit it again once the database is free")
