@@ -155,9 +155,14 @@ def _takeover_line(status: dict[str, Any]) -> str:
             "too, and then nothing is wrong. This line clears an hour after the takeover")
 
 
+def _local_id(entry: str) -> int:
+    """The local id of an entry of a status field that names recharges, each `#N ...`."""
+    return int(entry.split()[0].lstrip("#"))
+
+
 def _named_ids(named: list[str]) -> set[int]:
-    """The local ids of a status field's entries, each `#N ...`."""
-    return {int(entry.split()[0].lstrip("#")) for entry in named}
+    """The local ids of a status field's entries (`_local_id`)."""
+    return set(map(_local_id, named))
 
 
 def _unknown_recharges_line(status: dict[str, Any]) -> str | None:
@@ -177,7 +182,7 @@ def _unknown_recharges_line(status: dict[str, Any]) -> str | None:
     if len(gone) == 1:
         # An INTENT named at once (partnerkit.senders), not minutes on: the command to run comes first.
         line += (f"the submit that recorded {gone[0]} is no longer running (killed while sending: its answer will "
-                 f"never come): `partnerkit recharges locate --local-id {gone[0].split()[0].lstrip('#')}`; ")
+                 f"never come): `partnerkit recharges locate --local-id {_local_id(gone[0])}`; ")
     elif gone:
         line += (f"the submits that recorded {', '.join(gone)} are no longer running (killed while sending: their "
                  "answers will never come): `partnerkit recharges locate --local-id N` for each; ")
