@@ -58,7 +58,8 @@ class PollSummary:
     escalated: list[str] = field(default_factory=list)
     budget_exhausted: bool = False
     not_found: list[int] = field(default_factory=list)
-    quarantined: list[int] = field(default_factory=list)  # provider ids whose record could not be read
+    quarantined: list[int] = field(default_factory=list)  # provider ids whose record could not be stored (the reason
+    # is logged): unreadable, or another recharge than the one stored under the id
     backing_off_until: str | None = None  # the provider failed recently: no call before this
     escalation_unread: list[int] = field(default_factory=list)  # past 30 minutes, not escalated until read
 
@@ -180,8 +181,8 @@ def _walk_list(db: Database, client: PartnerApi, step: ListRead, now: datetime, 
         # of the page are stored above, and the bad one counts as read (due again on its schedule,
         # never re-read in a tight loop).
         bad = store.reject(db, [(_record_id(b), f"{store.UNREADABLE} {b}", b.body) for b in getattr(result, "malformed", ())], now)
-        for provider_id, _ in bad.rejected + outcome.rejected:
-            _quarantined(provider_id, summary, read, known)
+        for provider_id, reason in bad.rejected + outcome.rejected:
+            _quarantined(provider_id, reason, summary, read, known)
             wanted.pop(provider_id, None)  # type: ignore[arg-type]
         if not wanted or not result.has_more or not records or int(records[-1].id) < floor:
             break
@@ -207,13 +208,14 @@ def _read_single(db: Database, client: PartnerApi, item: PollItem, now: datetime
     except MalformedResponse as exc:
         if exc.status is not None:
             raise  # the whole answer is unreadable (not one record): the provider's fault ends the pass
-        store.reject(db, [(item.provider_id, f"{store.UNREADABLE} {exc}", exc.body)], now)
-        _quarantined(item.provider_id, summary, read, {item.provider_id: item.local_id})
+        reason = f"{store.UNREADABLE} {exc}"
+        store.reject(db, [(item.provider_id, reason, exc.body)], now)
+        _quarantined(item.provider_id, reason, summary, read, {item.provider_id: item.local_id})
         return
     outcome = store.upsert_from_provider(db, [record], now, insert_unknown=False)
     summary.settled += len(outcome.settled)
-    for provider_id, _ in outcome.rejected:
-        _quarantined(provider_id, summary, read, {item.provider_id: item.local_id})
+    for provider_id, reason in outcome.rejected:  # unreadable, or another recharge under its id
+        _quarantined(provider_id, reason, summary, read, {item.provider_id: item.local_id})
     read.add(item.local_id)
 
 
@@ -222,13 +224,14 @@ def _record_id(bad: MalformedResponse) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _quarantined(provider_id: int | None, summary: PollSummary, read: set[int], known: dict[int, int]) -> None:
+def _quarantined(provider_id: int | None, reason: str, summary: PollSummary, read: set[int],
+                 known: dict[int, int]) -> None:
     if provider_id is None:
         return
     summary.quarantined.append(provider_id)
     if provider_id in known:
         read.add(known[provider_id])
-    log.warning("recharge %s: the provider's record could not be read; quarantined", provider_id)
+    log.warning("recharge %s: the provider's record is quarantined, not stored: %s", provider_id, reason)
 
 
 def _escalate(db: Database, candidates: tuple[PollItem, ...], now: datetime, summary: PollSummary,

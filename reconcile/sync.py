@@ -23,7 +23,9 @@ from partnerkit.store import ledger as ledger_store
 from partnerkit.store import quarantine
 from partnerkit.store.budget import walk_reserve
 from partnerkit.client._records import Recharge
-from partnerkit.store.recharges import FINAL, LEGACY_SUCCESS, known_recharge_states, mark_recharges_seen, upsert_from_provider
+from partnerkit.store.recharges import (
+    FINAL, LEGACY_SUCCESS, known_recharge_states, mark_recharges_seen, release_quarantined, upsert_from_provider,
+)
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from partnerkit.walks import READ_ALREADY, RESUME_WITHIN, KeptWalk
 from reconcile.ledger import canonical_json
@@ -107,7 +109,10 @@ def _partition(db: Any, batch: list[Any]) -> tuple[list[int], list[Any]]:
 
     Only the client's `Recharge` records (validated by `Recharge.from_payload` at the boundary) linked
     to a stored row can be unchanged: the same status and updated_at, or a stale PROCESSING read of a
-    final row (the worker's upsert skips both). The stored states come with one query per page.
+    final row (the worker's upsert skips both), and in either case the row's creation time (a record of
+    another recharge under the row's id, which the upsert quarantines, is not a read of the row's own:
+    a recharge settled at once has no updated_at, so status and updated_at alone took it for the row's).
+    The stored states come with one query per page.
     """
     typed = [r.id for r in batch if type(r) is Recharge]
     known = known_recharge_states(db, typed) if typed else {}
@@ -115,10 +120,11 @@ def _partition(db: Any, batch: list[Any]) -> tuple[list[int], list[Any]]:
     rest = []
     for record in batch:
         state = known.get(record.id) if type(record) is Recharge else None
-        if state is not None:
+        if state is not None and (state[2] is None or state[2] == record.raw.get("created_at")
+                                  or state[2] == _stored_time(record.created_at)):
             status = _STORED_STATUS.get(record.status)
             if status is not None:
-                stored, updated_at = state
+                stored, updated_at, _ = state
                 if stored in FINAL and status == "PROCESSING":
                     seen.append(record.id)
                     continue
@@ -144,7 +150,16 @@ def store_recharge_page(db: Any, batch: list[Any], now: datetime) -> tuple[set[i
     if not rest:
         return set(seen), 0
     result = upsert_from_provider(db, rest, now)
+    _log_rejected(result.rejected)
     return set(seen) | result.seen_provider_ids, result.inserted
+
+
+def _log_rejected(rejected: list[tuple[int | None, str]]) -> None:
+    """One WARNING for the records the worker's upsert quarantined instead of storing (unreadable, or another
+    recharge under a stored id), with the first reasons: names, ids and times, no secret."""
+    if rejected:
+        log.warning("quarantined %d recharge record(s), not stored: %s", len(rejected),
+                    "; ".join(reason for _, reason in rejected[:3]))
 
 
 class RechargePages:
@@ -187,7 +202,7 @@ class RechargePages:
         self._note_seen(seen)
         if self.held and not self.held.isdisjoint(seen):
             back = self.held.intersection(seen)
-            quarantine.release(self.db, "recharge", sorted(back))
+            release_quarantined(self.db, sorted(back))  # and the reasons noted on their rows
             self.held -= back
         self.pending += rest
         self.keys.update(k for r in rest for k in (r.id, r.reference_number))
@@ -198,6 +213,7 @@ class RechargePages:
         """Hand the pending records to the worker's upsert and note them seen."""
         if self.pending:
             result = upsert_from_provider(self.db, self.pending, self.now)
+            _log_rejected(result.rejected)
             self._note_seen(result.seen_provider_ids)
             self.inserted += result.inserted
             self.pending, self.keys = [], set()

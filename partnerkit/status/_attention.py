@@ -214,6 +214,17 @@ def _held_elsewhere_line(status: dict[str, Any]) -> str:
             f"show`, and the reference number of the recharge its answer named): {HELD_ADVICE}")
 
 
+def _given_twice_line(status: dict[str, Any]) -> str:
+    """Provider records a sync or the poller held in the quarantine because their id names a local recharge they are
+    not (`partnerkit.store.recharges.another_recharge`): the rows keep what they held, and what to do is the
+    submit's advice for an id given twice (`HELD_ADVICE`)."""
+    count, ids = status["recharges_id_given_twice"], status["recharges_id_given_twice_local_ids"]
+    shown = ", ".join(f"#{i}" for i in ids) + (", ..." if count > len(ids) else "")
+    return (f"{count} provider recharge record(s) quarantined, not stored, because their id names another local "
+            f"recharge ({shown}), which keeps what it held: `partnerkit recharges show N` says which id and what "
+            "differs, the day's report lists the provider's record; compare both with the provider: " + HELD_ADVICE)
+
+
 def _processing_lines(status: dict[str, Any]) -> list[str]:
     """PROCESSING past 30 minutes: escalate those read and still PROCESSING; not those the outage kept unread."""
     unread = status["recharges_past_30_min_unread"]
@@ -277,6 +288,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(unknown)
     if status["recharges_unknown_held_elsewhere"]:
         lines.append(_held_elsewhere_line(status))
+    if status["recharges_id_given_twice"]:
+        lines.append(_given_twice_line(status))
     if status["order_intents_unknown"]:
         lines.append(f"{len(status['order_intents_unknown'])} order creation(s) with an unknown outcome "
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "

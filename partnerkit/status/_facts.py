@@ -224,6 +224,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     lost = lost_answers(config, db, now)
     held = recharges_held_elsewhere(lost)
     held_ids = {row["local_id"] for row, _ in held}
+    given_twice = recharges.given_twice(db)
     worker_ran = last_worker_run(db)
     turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
     status: dict[str, Any] = {
@@ -261,6 +262,11 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         # Of those, every one whose answer named a recharge id another local recharge holds, with that one: locate
         # only searches them (their key is answered with the same id); compare both with the provider instead.
         "recharges_unknown_held_elsewhere": [_held_named(row, h) for row, h in held],
+        # Provider records held in the quarantine, not stored, because their id names a local recharge they are not
+        # (an id given twice; a `--fixed-ids` sandbox started again beside this database): how many, and the local
+        # ids of the first ten rows holding those ids, which keep what they held.
+        "recharges_id_given_twice": len(given_twice),
+        "recharges_id_given_twice_local_ids": sorted({local for _, local in given_twice})[:SHOWN_IDS],
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
         "order_intents_unknown": [_order_named(i) for i in lost_orders(db, now)],
         "budget_used_this_hour": budget.get("general", {}).get("used"),

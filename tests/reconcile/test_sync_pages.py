@@ -177,7 +177,8 @@ def test_an_unreadable_recharge_is_quarantined_and_released_once_read_again(tmp_
 def test_a_provider_read_keeps_what_it_does_not_carry_and_final_states_settle_once(tmp_path):
     """The worker's upsert assigns an indexed column only when its value changes (store/recharges/_provider.py
     _write); what it stores must still be: absent fields keep theirs, the poll schedule stays while
-    PROCESSING, the first settled_at stays, the stored client_reference wins."""
+    PROCESSING, the first settled_at stays, a reference_number or client_reference fills in where the row
+    had none (one that differs from the row's is another recharge: tests/worker/test_recharge_identity.py)."""
     db = open_db(tmp_path / "pk.db")
 
     def read(status: str, updated: str, **fields) -> dict:
@@ -190,17 +191,18 @@ def test_a_provider_read_keeps_what_it_does_not_carry_and_final_states_settle_on
                             " currency, updated_at, provider_created_at FROM recharges WHERE provider_id = 7")
         return dict(zip([c[0] for c in cursor.description], cursor.fetchone()))
 
-    upsert_from_provider(db, [read("PROCESSING", "2025-01-15T10:00:01Z", reference_number="RCH7",
-                                   client_reference="mine", operator="Jio")], NOW)
+    upsert_from_provider(db, [read("PROCESSING", "2025-01-15T10:00:01Z", operator="Jio")], NOW)
     db.execute("UPDATE recharges SET next_poll_at = '2025-01-16T01:00:05Z' WHERE provider_id = 7")
-    upsert_from_provider(db, [read("PROCESSING", "2025-01-15T10:00:02Z", client_reference="theirs")], NOW)
+    upsert_from_provider(db, [read("PROCESSING", "2025-01-15T10:00:02Z", reference_number="RCH7",
+                                   client_reference="mine")], NOW)
     assert row() == {"reference_number": "RCH7", "client_reference": "mine", "status": "PROCESSING",
                      "next_poll_at": "2025-01-16T01:00:05Z", "settled_at": None, "operator": "Jio",
                      "currency": "INR", "updated_at": "2025-01-15T10:00:02Z",
                      "provider_created_at": "2025-01-15T10:00:00Z"}
-    upsert_from_provider(db, [read("SUCCESS", "2025-01-15T10:00:09Z", reference_number="RCH7-B")], LATER)
+    upsert_from_provider(db, [read("SUCCESS", "2025-01-15T10:00:09Z")], LATER)
     settled = row()
-    assert (settled["status"], settled["next_poll_at"], settled["reference_number"]) == ("SUCCESS", None, "RCH7-B")
+    assert (settled["status"], settled["next_poll_at"], settled["reference_number"], settled["client_reference"]) == \
+        ("SUCCESS", None, "RCH7", "mine")
     assert settled["settled_at"] == "2025-01-16T02:00:00Z"
     upsert_from_provider(db, [read("REVERSED", "2025-01-15T11:00:00Z")], LATER.replace(hour=5))
     assert row()["settled_at"] == "2025-01-16T02:00:00Z" and row()["status"] == "REVERSED"  # first settle kept

@@ -8,7 +8,8 @@ both are read through `provider_fields`. Money is stored as integer paise, times
 The store is one module a concern, all re-exported here (import from `partnerkit.store.recharges`):
 `_provider` (the statuses, the fields of a provider record and the columns they set, checked at
 import), `_intents` (the submit side, and an answer naming a recharge another row holds), `_upsert`
-(provider reads, and what the sync notes of its list: `known_recharge_states`, `mark_recharges_seen`),
+(provider reads, a record naming a recharge it is not, and what the sync notes of its list: `known_recharge_states`,
+`mark_recharges_seen`),
 `_queries` (reads for the poller, locate and the CLI) and `_held` (the submit guard's read: open intents
 of the same number and amount).
 """
@@ -19,15 +20,16 @@ from partnerkit.store.recharges._intents import (
     note_error, note_performed_by_replay, record_intent, record_response,
 )
 from partnerkit.store.recharges._provider import (
-    FINAL, LEGACY_SUCCESS, OPEN_INTENT, OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX, PERFORMED_BY_REPLAY, UNREADABLE,
-    check_provider_columns, normalise_status, provider_fields,
+    FINAL, ID_GIVEN_TWICE, LEGACY_SUCCESS, OPEN_INTENT, OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX, PERFORMED_BY_REPLAY,
+    UNREADABLE, check_provider_columns, normalise_status, provider_fields,
 )
 from partnerkit.store.recharges._queries import (
     by_idempotency_key, by_provider_id, count_status, day_counts, find, get, list_rows, mark_escalated, mark_polled,
     merged_into, merged_key, open_intents, poll_candidates,
 )
 from partnerkit.store.recharges._upsert import (
-    UpsertResult, known_recharge_states, mark_recharges_seen, note_unreadable, reject, upsert_from_provider,
+    UpsertResult, another_recharge, given_twice, known_recharge_states, mark_recharges_seen, note_unreadable,
+    reject, release_quarantined, upsert_from_provider,
 )
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "HELD_ADVICE",
     "HELD_ELSEWHERE",
     "HeldId",
+    "ID_GIVEN_TWICE",
     "LEGACY_SUCCESS",
     "OPEN_INTENT",
     "OWN_REFERENCE_DIGITS",
@@ -43,6 +46,7 @@ __all__ = [
     "RechargeHeldElsewhere",
     "UNREADABLE",
     "UpsertResult",
+    "another_recharge",
     "by_idempotency_key",
     "by_provider_id",
     "check_provider_columns",
@@ -51,6 +55,7 @@ __all__ = [
     "discard_refused",
     "find",
     "get",
+    "given_twice",
     "held",
     "held_elsewhere",
     "known_recharge_states",
@@ -71,5 +76,6 @@ __all__ = [
     "record_intent",
     "record_response",
     "reject",
+    "release_quarantined",
     "upsert_from_provider",
 ]

@@ -31,6 +31,9 @@ OPEN_INTENT = ("INTENT", "UNKNOWN")
 # The same as a condition on `status`, for the statements that look for such rows (the values are ours).
 OPEN_INTENT_SQL = f"status IN ({', '.join(repr(s) for s in OPEN_INTENT)})"
 UNREADABLE = "recharge record unreadable:"  # the prefix of a quarantine reason kept in last_error
+# The prefix of the other: a record whose id names a stored recharge it is not (`_upsert.another_recharge`: a
+# provider that gave an id twice, or a `--fixed-ids` sandbox started again beside a kept database).
+ID_GIVEN_TWICE = "recharge id given twice:"
 # The prefix of the one note kept in last_error for good: a later replay of the row's Idempotency-Key
 # made the recharge (its first send never arrived). Provider reads clear last_error; not this.
 PERFORMED_BY_REPLAY = "performed by a later replay:"
@@ -109,9 +112,11 @@ def _cents(value: Decimal | None) -> int | None:
 # 18 us for the ones that changed (a day's sync updates tens of thousands), so `_write` assigns an
 # indexed column only when its value changes. `_ROW` is what it needs to know of the stored row.
 # next_poll_at has had no index since m0013 (the poller reads by status); it stays in this list because
-# it is assigned the same way, only when a read settles the recharge.
+# it is assigned the same way, only when a read settles the recharge. `_ROW` carries as well the row's
+# mobile number and face, which with its reference, client_reference and creation time tell whether a
+# record naming its provider id is its recharge (`_upsert.another_recharge`), read in the same statement.
 _INDEXED = ("provider_id", "reference_number", "client_reference", "status", "next_poll_at", "provider_created_at")
-_ROW = "local_id, updated_at, " + ", ".join(_INDEXED)
+_ROW = "local_id, updated_at, mobile_number, face_cents, " + ", ".join(_INDEXED)
 
 
 def _provider_values(f: dict, status: str, legacy: str | None, seen_at: str, http_status: int | None) -> dict:
