@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Mapping
 
-from partnerkit.money import MoneyError, to_decimal
+from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.timeutil import parse_ts
 
 MAX_ID = 2 ** 63 - 1       # SQLite's INTEGER; a larger order id cannot be stored, so it is refused
@@ -59,6 +59,13 @@ class Event:
     raw: Any                      # the parsed JSON (or None when unparseable)
     quarantine: str | None = None  # why it is kept but not applied
     is_test: bool = False
+    # What the event shows of the order that never changes, compared with the stored order holding its id but not
+    # stored from it (partnerkit.store.orders.another_order): the ref (form 1's reference_code, form 3's ref), the
+    # per-voucher denomination in cents and the order's creation time (form 1's data.created_at, the sandbox's
+    # placed_at) as received. None where the form has none or it is unreadable: the event is read as before.
+    reference_code: str | None = None
+    denomination_cents: int | None = None
+    placed_at: str | None = None
 
 
 def _is_text(value: Any) -> bool:
@@ -210,7 +217,20 @@ def normalise(body: bytes, headers: Mapping[str, str]) -> Event:
     status = status.strip().upper() if isinstance(status, str) else None
     if status not in ORDER_STATUSES:
         status = EVENT_STATUS[event_type]  # e.g. form 3 may carry a lower-case or unknown status
-    return Event(key, event_type, order_id, status, occurred_at, amount, delivered, quantity, payload)
+    ref, placed = _first(data, "reference_code", "ref"), data.get("created_at")
+    return Event(key, event_type, order_id, status, occurred_at, amount, delivered, quantity, payload,
+                 reference_code=ref if _is_text(ref) and ref else None, denomination_cents=_cents(data.get("denomination")),
+                 placed_at=placed if _is_text(placed) and placed else None)
+
+
+def _cents(value: Any) -> int | None:
+    """A per-voucher denomination in cents, to compare only: None when absent or unreadable (never a refusal)."""
+    if value is None:
+        return None
+    try:
+        return cents(to_decimal(value, field="denomination", strict=True))
+    except (MoneyError, ValueError, ArithmeticError):
+        return None
 
 
 def _quarantined(payload: Any, headers: Mapping[str, str], body: bytes, reason: str,

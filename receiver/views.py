@@ -164,7 +164,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
         log.log(level, "webhook", extra={
             "request_id": request_id, "event_id": event.event_id, "outcome": recorded.outcome,
             "event_type": event.event_type, "order_id": event.order_id, "order_status": recorded.order_status,
-            "fetch_queued": recorded.fetch_queued, "reason": event.quarantine, "ms": round(elapsed * 1000, 2)})
+            "fetch_queued": recorded.fetch_queued, "reason": recorded.reason or event.quarantine, "ms": round(elapsed * 1000, 2)})
     return _ACKS[recorded.outcome]
 
 

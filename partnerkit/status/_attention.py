@@ -225,6 +225,19 @@ def _given_twice_line(status: dict[str, Any]) -> str:
             "differs, the day's report lists the provider's record; compare both with the provider: " + HELD_ADVICE)
 
 
+def _orders_given_twice_line(status: dict[str, Any]) -> str:
+    """Stored orders a record of another order under their id was refused for (`partnerkit.store.orders
+    .another_order`): the list record quarantined, the voucher fetch parked; what to do is the advice for an id
+    given twice (`HELD_ADVICE`)."""
+    count, ids = status["orders_id_given_twice"], status["orders_id_given_twice_ids"]
+    shown = ", ".join(str(i) for i in ids) + (", ..." if count > len(ids) else "")
+    return (f"{count} stored order(s) ({shown}) whose id the provider gave to another order: that order's record "
+            "was not stored (quarantined by the order sync, or its voucher fetch parked, none of its vouchers stored), "
+            "and each stored order keeps what it held; the day's report lists the quarantined record with what "
+            "differs, `partnerkit orders show N` the parked fetch's reason; compare both with the provider (by both "
+            "refs): " + HELD_ADVICE)
+
+
 def _processing_lines(status: dict[str, Any]) -> list[str]:
     """PROCESSING past 30 minutes: escalate those read and still PROCESSING; not those the outage kept unread."""
     unread = status["recharges_past_30_min_unread"]
@@ -296,6 +309,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      "... --idempotency-key KEY` (its key and ref, never a new key), or let the order sync link it"
                      + (f"; not those marked \"{DO_NOT_REPLAY}\"" if any(DO_NOT_REPLAY in named for named in
                                                                   status["order_intents_unknown"]) else ""))
+    if status["orders_id_given_twice"]:
+        lines.append(_orders_given_twice_line(status))
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     if not status["worker_running"] and status["worker_lease_holder"] is not None:

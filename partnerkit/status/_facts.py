@@ -17,8 +17,8 @@ from partnerkit.ordering import held_elsewhere
 from partnerkit.status._attention import DO_NOT_REPLAY, attention
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
-from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, provider_failures,
-                              recharges, reports, webhook_refusals)
+from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, orders,
+                              provider_failures, recharges, reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -225,6 +225,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     held = recharges_held_elsewhere(lost)
     held_ids = {row["local_id"] for row, _ in held}
     given_twice = recharges.given_twice(db)
+    orders_given_twice = orders.given_twice(db)
     worker_ran = last_worker_run(db)
     turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
     status: dict[str, Any] = {
@@ -269,6 +270,11 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "recharges_id_given_twice_local_ids": sorted({local for _, local in given_twice})[:SHOWN_IDS],
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
         "order_intents_unknown": [_order_named(i) for i in lost_orders(db, now)],
+        # Stored orders a record of another order under their id was refused for (an id given twice; a `--fixed-ids`
+        # sandbox started again beside this database): the order sync's quarantined list records and the voucher
+        # fetches parked on another order's detail. How many orders, and the first ten ids; they keep what they held.
+        "orders_id_given_twice": len(orders_given_twice),
+        "orders_id_given_twice_ids": orders_given_twice[:SHOWN_IDS],
         "budget_used_this_hour": budget.get("general", {}).get("used"),
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).

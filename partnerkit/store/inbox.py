@@ -43,6 +43,10 @@ class EventLike(Protocol):
     quantity: int | None
     quarantine: str | None
     is_test: bool
+    # Identity facts the event shows but that are not stored from it (orders.another_order).
+    reference_code: str | None
+    denomination_cents: int | None
+    placed_at: str | None
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Recorded:
     outcome: str
     order_status: str | None = None
     fetch_queued: bool = False
+    reason: str | None = None  # why an event kept is not applied, when not its own `quarantine` (an id given twice)
 
 
 class Sealer(Protocol):
@@ -99,10 +104,20 @@ def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: 
             return Recorded(IGNORED)
         if event.is_test or event.order_id is None:
             return Recorded(ACCEPTED)
-        status, _ = orders.apply(
-            conn, event.order_id, event.status, now=now, source="webhook", occurred_at=event.occurred_at,
-            delivered_quantity=event.delivered_quantity, quantity=event.quantity,
-            amount_cents=cents(event.amount) if event.amount is not None else None)
+        try:
+            status, _ = orders.apply(
+                conn, event.order_id, event.status, now=now, source="webhook", occurred_at=event.occurred_at,
+                delivered_quantity=event.delivered_quantity, quantity=event.quantity,
+                amount_cents=cents(event.amount) if event.amount is not None else None,
+                identity={"reference_code": event.reference_code, "denomination_cents": event.denomination_cents,
+                          "placed_at": event.placed_at})
+        except orders.AnotherOrder as clash:
+            # An event of another order than the one stored under its id (compared in memory with the row apply()
+            # reads anyway): kept and acknowledged like any event, marked quarantined with the reason, and neither
+            # moves the stored order nor queues a fetch. One more statement, only for such an event.
+            conn.execute("UPDATE inbox SET state = 'quarantined', reason = ? WHERE dedup_key = ?",
+                         (clash.reason[:500], event.event_id))
+            return Recorded(IGNORED, reason=clash.reason)
         queued = False
         if event.status in orders.DELIVERING:
             # Queued even when a stale event does not move the order: the fetch job reads the

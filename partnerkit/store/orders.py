@@ -1,14 +1,23 @@
-"""Local order state: monotonic in status rank, fed by webhooks, the order sync and creates."""
+"""Local order state: monotonic in status rank, fed by webhooks, the order sync and creates.
+
+An order id is an order's identity only together with what never changes for an order (`another_order`):
+an observation under a stored id whose ref, product, denomination, quantity or placing time differs is
+another order, and `apply` refuses it (`AnotherOrder`) before writing anything.
+"""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from sqlite_utils import Database
 
-from partnerkit.store.jobs import stamp
+from partnerkit.store import quarantine
+from partnerkit.store.jobs import VOUCHER_FETCH, stamp
+from partnerkit.timeutil import parse_ts
 
 # Order states of the document ("States and transitions > Order"), ranked by progress.
 # DELIVERED, FAILED and CANCELLED are final: nothing moves an order out of them.
@@ -21,6 +30,64 @@ DELIVERING = frozenset({"DELIVERED", "PARTIALLY_DELIVERED"})
 OPEN = "placed_at IS NOT NULL AND status NOT IN ('CANCELLED', 'DELIVERED', 'FAILED')"
 FIELDS = ("reference_code", "product_id", "product_name", "currency", "denomination_cents", "quantity",
           "amount_cents", "discount_cents", "transaction_id", "email", "placed_at")
+# What never changes for an order (the document's Order fields: the partner's ref, the catalog product, the
+# per-voucher amount, the units, when it was placed), compared where both sides have it (`another_order`).
+# Not the amount (the create answer's "total after discounts and fees" is not said to be the list's "total"),
+# nor the product name, currency, e-mail or transaction id (display or payment facts, filled in later).
+IDENTITY = ("reference_code", "product_id", "denomination_cents", "quantity", "placed_at")
+# The reason's start of an order record not stored because its id names a stored order it is not: the order
+# sync's quarantine entry (`order:<id>`), a parked voucher fetch's error, a webhook event's inbox reason.
+ID_GIVEN_TWICE = "order id given twice:"
+_ROW = "status, delivered_quantity, " + ", ".join(IDENTITY)
+
+
+class AnotherOrder(Exception):
+    """An observation of an order id the store holds for another order (`another_order`): nothing was written.
+    `reason` is the quarantine reason; `str()` gives it too."""
+
+    def __init__(self, order_id: int, reason: str) -> None:
+        super().__init__(reason)
+        self.order_id = order_id
+        self.reason = reason
+
+
+def another_order(order_id: int, row: Mapping[str, Any], facts: Mapping[str, Any]) -> str | None:
+    """Why the observation `facts` (IDENTITY names, values as `apply` stores them; placed_at as stored text, an
+    RFC 3339 text or a datetime) is not the order of `row`, the stored order holding its id, as the reason to keep;
+    None when it is that order.
+
+    The document says an id identifies an order, and nothing of an id given twice (a provider that reuses or re-keys
+    ids; the sandbox started again with `--fixed-ids` beside a kept database). An id is taken as an order's identity
+    together with its facts that never change, each compared where both know it: the ref (the provider keeps a
+    client's refs unique), product, denomination, quantity, and the placing time to the second (two endpoints may
+    write it to different precisions). A few comparisons of values in hand: no statement of its own."""
+    found = [name for name in IDENTITY if facts.get(name) is not None and row.get(name) is not None
+             and not _same(name, row[name], facts[name])]
+    if not found:
+        return None
+    shown = facts.get("reference_code")
+    held = ", ".join(part for part in (row.get("reference_code") and f"ref {row['reference_code']}",
+                                       row.get("placed_at") and f"placed {row['placed_at']}") if part)
+    return (f"{ID_GIVEN_TWICE} order {order_id}{f' (ref {shown})' if shown else ''} is stored for another order"
+            f"{f' ({held})' if held else ''}, this record differs: {', '.join(found)}")
+
+
+def identity_of(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The IDENTITY facts among an observation's `apply` fields: what the order sync and the voucher fetch check."""
+    return {name: fields.get(name) for name in IDENTITY}
+
+
+def _same(name: str, stored: Any, seen: Any) -> bool:
+    if name != "placed_at":
+        return stored == seen
+    text = seen if isinstance(seen, str) else stamp(seen)
+    if str(stored)[:19] == text[:19] and text.endswith("Z") and str(stored).endswith("Z"):
+        return True  # the usual case: both UTC text (`stamp`'s, or the provider's RFC 3339 in UTC)
+    try:
+        then, now = parse_ts(str(stored)), seen if isinstance(seen, datetime) else parse_ts(seen)
+    except ValueError:
+        return True  # not a time: nothing to compare with
+    return then is None or now is None or then.replace(microsecond=0) == now.replace(microsecond=0)
 
 
 def advances(current: str | None, new: str | None) -> bool:
@@ -36,13 +103,18 @@ def advances(current: str | None, new: str | None) -> bool:
 
 def apply(conn: sqlite3.Connection, order_id: int, status: str | None, *, now: datetime, source: str,
           occurred_at: datetime | None = None, delivered_quantity: int | None = None,
-          **fields: Any) -> tuple[str | None, bool]:
-    """Merge one observation of an order (inside a transaction); return (status, whether it moved)."""
+          identity: Mapping[str, Any] | None = None, **fields: Any) -> tuple[str | None, bool]:
+    """Merge one observation of an order (inside a transaction); return (status, whether it moved).
+
+    With `identity` (IDENTITY facts the observation shows: the order sync's and the voucher fetch's whole record,
+    a webhook's ref, denomination and creation time), raises AnotherOrder, having written nothing, when the
+    observation is another order than the stored one holding its id (`another_order`). The row is read by one
+    statement either way; the comparison is of values in hand."""
     unknown = set(fields) - set(FIELDS)
     if unknown:
         raise TypeError(f"unknown order fields: {sorted(unknown)}")
     values = {k: v for k, v in fields.items() if v is not None}
-    row = conn.execute("SELECT status, delivered_quantity FROM orders WHERE id = ?", (order_id,)).fetchone()
+    row = conn.execute(f"SELECT {_ROW} FROM orders WHERE id = ?", (order_id,)).fetchone()
     at = stamp(now)
     if row is None:
         columns = {"id": order_id, "status": status or "PENDING", "status_at": stamp(occurred_at or now),
@@ -51,7 +123,11 @@ def apply(conn: sqlite3.Connection, order_id: int, status: str | None, *, now: d
         names = ", ".join(columns)
         conn.execute(f"INSERT INTO orders ({names}) VALUES ({', '.join('?' * len(columns))})", tuple(columns.values()))
         return columns["status"], True
-    current, current_delivered = row
+    current, current_delivered = row[0], row[1]
+    if identity and any(value is not None for value in row[2:]):  # none of them: an order known from webhooks only
+        reason = another_order(order_id, dict(zip(IDENTITY, row[2:])), identity)
+        if reason is not None:
+            raise AnotherOrder(order_id, reason)
     moved = advances(current, status)
     updates = dict(values)
     if moved:
@@ -123,3 +199,22 @@ def oldest_open_placed_at(db: Database) -> str | None:
     The first entry of `orders_open`, which holds the open orders only: the final ones, nearly every
     order of the store's history, are never read (the status test used to walk them all, oldest first)."""
     return db.execute(f"SELECT MIN(placed_at) FROM orders WHERE {OPEN}").fetchone()[0]
+
+
+# The reason `another_order` gives, as `given_twice` reads it back: the order id.
+_GIVEN_TWICE_REASON = re.compile(rf"(?:gave up after \d+ attempts: )?{re.escape(ID_GIVEN_TWICE)} order (\d+)\b")
+
+
+def given_twice(db: Database) -> list[int]:
+    """The ids of the stored orders that a record of another order under their id was refused for, and still is:
+    the order sync's quarantine entries (released when the order's own record is listed again) and the voucher
+    fetches parked on a detail of another order, while each is its order's newest fetch (until a read of the
+    order's own detail ends it). Sorted.
+    One range of the quarantine's primary key (its order entries, usually none) and the parked fetches."""
+    held = (entry["reason"] or "" for entry in quarantine.held(db, "order"))
+    parked = (error or "" for (error,) in db.execute(  # through `jobs_due` (state, ...): the parked ones only
+        "SELECT last_error FROM jobs AS j WHERE kind = ? AND state = 'dead' AND instr(last_error, ?) > 0"
+        " AND id = (SELECT MAX(id) FROM jobs AS k WHERE k.kind = j.kind AND k.order_id = j.order_id)",
+        (VOUCHER_FETCH, ID_GIVEN_TWICE)))
+    found = (_GIVEN_TWICE_REASON.match(reason) for reason in (*held, *parked))
+    return sorted({int(m.group(1)) for m in found if m is not None})

@@ -211,17 +211,28 @@ def _fetch_one(db: Database, api: PartnerApi, keys: KeyFollower, job: Job, polic
     if detail.malformed:
         log.warning("order detail with unreadable vouchers", extra={"order_id": job.order_id,
                                                                      "unreadable": len(detail.malformed)})
-    with transaction(db) as conn:
-        # The key is looked up here, after the read and once the write lock is ours, not once per run: a read
-        # can take seconds and the lock up to the worker's 15 s, and vouchers sealed with a key that `keys
-        # rotate` replaced and `keys retire` dropped meanwhile could never be read (crypto.KeyFollower).
-        cipher = keys.current()
-        sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
-        added = vouchers.add(conn, job.order_id, sealed, now=now)
-        status = (detail.status or "").upper()
-        orders.apply(conn, job.order_id, status, now=now, source="detail",
-                     delivered_quantity=len(detail.vouchers) if status in orders.DELIVERING else None,
-                     **_detail_fields(detail))
+    try:
+        with transaction(db) as conn:
+            status = (detail.status or "").upper()
+            # First, before any voucher: a detail of another order than the one stored under its id is refused
+            # by apply(), writing nothing (AnotherOrder), and none of its vouchers is stored under this order.
+            fields = _detail_fields(detail)
+            orders.apply(conn, job.order_id, status, now=now, source="detail",
+                         delivered_quantity=len(detail.vouchers) if status in orders.DELIVERING else None,
+                         identity=orders.identity_of(fields), **fields)
+            # The key is looked up here, after the read and once the write lock is ours, not once per run: a read
+            # can take seconds and the lock up to the worker's 15 s, and vouchers sealed with a key that `keys
+            # rotate` replaced and `keys retire` dropped meanwhile could never be read (crypto.KeyFollower).
+            cipher = keys.current()
+            sealed = [seal(cipher, job.order_id, v) for v in detail.vouchers]
+            added = vouchers.add(conn, job.order_id, sealed, now=now)
+    except orders.AnotherOrder as clash:
+        # Parked at once with the reason (`events list`), never retried in a loop: read again it is the same other
+        # order. The hourly revival reads it once more (`revive_parked_fetches`), and a read of the order's own
+        # detail ends the job as usual.
+        log.warning("voucher fetch parked: the detail is of another order", extra={
+            "order_id": job.order_id, "job_id": job.id, "reason": clash.reason})
+        return _settle(db, job, policy, now=now, outcome="id_given_twice", reason=clash.reason, give_up_after=1)
     summary.vouchers_added += added
     if verdict == "retry":
         return _settle(db, job, policy, now=now, outcome="malformed" if detail.malformed else "not_ready",

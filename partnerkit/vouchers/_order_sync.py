@@ -47,6 +47,8 @@ class SyncSummary:
     fetches_rearmed: int = 0  # parked voucher fetches given one more try because the provider answers again
     reached: str | None = None  # placed_at of the oldest order read: how far back the walk got
     intents_linked: int = 0  # order intents whose lost answer was found by their ref (now PLACED)
+    # list records quarantined, not stored, because their id names a stored order they are not (`another_order`)
+    id_given_twice: int = 0
     # None while the list reads newest first, as assumed; "oldest first" or "unsorted" when a page
     # showed otherwise (logged as a WARNING): the walk then never stops early at `since`.
     list_order: str | None = None
@@ -54,6 +56,16 @@ class SyncSummary:
 
 def _status_of(summary_item: Any) -> str:
     return str(summary_item.status or "").upper()  # the list shows lower-case values
+
+
+def _as_listed(order: Any) -> Any:
+    """A list record as the quarantine keeps it: as received when the client kept it, else its fields."""
+    raw = getattr(order, "raw", None)
+    if isinstance(raw, dict):
+        return raw
+    return {"id": order.id, "reference_code": order.reference_code, "product_id": order.product_id,
+            "denomination": order.denomination, "quantity": order.quantity, "amount": order.amount,
+            "status": order.status, "placed_at": iso(order.placed_at) if order.placed_at else None}
 
 
 def _listing_order(items: list[Any]) -> str | None:
@@ -199,8 +211,8 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
             log.warning("quarantined %d order record(s): %s", len(unreadable),
                         "; ".join(str(bad) for bad in unreadable[:3]))
         items = [o for o in page.items if o.placed_at is None or o.placed_at >= since]
-        quarantine.release(db, "order", [o.id for o in items])
         local = orders.statuses(db, [o.id for o in items])
+        clashes: list[tuple[str, Any]] = []
         with transaction(db) as conn:
             for order in items:
                 summary.seen += 1
@@ -212,14 +224,19 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
                     oldest_open = min(oldest_open or order.placed_at, order.placed_at)
                 # Always merge the list's fields, not only on a status change: an order known only
                 # from webhooks lacks placed_at, transaction_id and currency, without which it is
-                # never reconciled. apply() fills missing fields and never moves a status back.
-                _, moved = orders.apply(
-                    conn, order.id, status, now=now, source="sync", reference_code=order.reference_code,
-                    transaction_id=order.transaction_id, product_id=order.product_id,
-                    product_name=_text(order.product_name), currency=_text(order.currency),
-                    denomination_cents=cents(order.denomination), quantity=order.quantity,
-                    amount_cents=cents(order.amount), email=_text(order.email),
-                    placed_at=stamp(order.placed_at) if order.placed_at else None)
+                # never reconciled. apply() fills missing fields and never moves a status back, and
+                # refuses, writing nothing, a record of another order under a stored order's id.
+                fields = dict(reference_code=order.reference_code, transaction_id=order.transaction_id,
+                              product_id=order.product_id, product_name=_text(order.product_name),
+                              currency=_text(order.currency), denomination_cents=cents(order.denomination),
+                              quantity=order.quantity, amount_cents=cents(order.amount), email=_text(order.email),
+                              placed_at=stamp(order.placed_at) if order.placed_at else None)
+                try:
+                    _, moved = orders.apply(conn, order.id, status, now=now, source="sync",
+                                            identity=orders.identity_of(fields), **fields)
+                except orders.AnotherOrder as clash:  # the stored order keeps what it held; no fetch, no link
+                    clashes.append((clash.reason, _as_listed(order)))
+                    continue
                 summary.updated += int(moved or order.id not in local)
                 stored = vouchers.count(conn, order.id) if status in orders.DELIVERING else 0
                 # A partial delivery is re-read only when its status is news (the list has no counts).
@@ -229,10 +246,20 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
                     expected = order.quantity if status == "DELIVERED" else None
                     summary.fetches_queued += jobs.queue_if_idle(conn, order.id, now=now, expected_status=status,
                                                                  expected_count=expected)
-            delivering = [o.id for o in items if _status_of(o) in orders.DELIVERING]
+            # A record of another order under a stored id is held with the reason (one entry however often it is
+            # listed); the records read as their orders' release theirs: the row's own record listed again.
+            refused = {quarantine.id_in_key("order", key) for key in
+                       quarantine.hold_in(conn, "order", clashes, now=now)} if clashes else set()
+            stored_items = [o for o in items if str(o.id) not in refused]
+            quarantine.release_in(conn, "order", [o.id for o in stored_items])
+            delivering = [o.id for o in stored_items if _status_of(o) in orders.DELIVERING]
             # An `orders create` whose answer was lost: its intent is linked to the order carrying its ref.
             summary.intents_linked += order_intents.link_by_ref(
-                conn, [(o.reference_code, o.id, o.product_id, o.denomination, o.quantity) for o in items], now)
+                conn, [(o.reference_code, o.id, o.product_id, o.denomination, o.quantity) for o in stored_items], now)
+        if clashes:
+            summary.id_given_twice += len(clashes)
+            log.warning("quarantined %d order record(s), not stored: %s", len(clashes),
+                        "; ".join(reason for reason, _ in clashes[:3]))
         # A listed delivering order whose fetch is parked: re-armed now if the provider's failure parked it
         # (the list just answered), or whatever parked it when a person runs the sync.
         summary.fetches_rearmed += len(rearm_parked_fetches(db, now=now, policy=policy, order_ids=delivering,

@@ -62,7 +62,11 @@ def test_an_order_whose_vouchers_came_with_the_create_is_not_read_again(env, san
     # The provider's order.delivered webhook arrives after the create answered: it queues a fetch.
     app = create_app(replace(sandbox_config, log_level="ERROR"))
     try:
-        body = envelope("evt_created_order", order_id=created["id"], quantity=3)
+        # Its facts are the order's own (an event of another order under its id is kept but not applied).
+        event = json.loads(envelope("evt_created_order", order_id=created["id"], quantity=3))
+        placed = sandbox_server.sandbox.orders[created["id"]].placed_at.isoformat()
+        event["data"].update(reference_code=created["ref"], denomination="10.00", created_at=placed)
+        body = json.dumps(event).encode()
         assert post(app.test_client(), body, token="bootstrap-token-for-tests").get_json() == {"status": "accepted"}
     finally:
         app.extensions["partnerkit_receiver"].close()
