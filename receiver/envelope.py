@@ -60,12 +60,12 @@ class Event:
     quarantine: str | None = None  # why it is kept but not applied
     is_test: bool = False
     # What the event shows of the order that never changes, compared with the stored order holding its id but not
-    # stored from it (partnerkit.store.orders.another_order): the ref (form 1's reference_code, form 3's ref), the
-    # per-voucher denomination in cents and the order's creation time (form 1's data.created_at, the sandbox's
-    # placed_at) as received. None where the form has none or it is unreadable: the event is read as before.
+    # stored from it (partnerkit.store.orders.another_order): the ref (form 1's reference_code, form 3's ref) and the
+    # per-voucher denomination in cents. None where the form has none or it is unreadable: the event is read as
+    # before. Not form 1's data.created_at: the document does not say it is the order's placed_at (the list's
+    # field), and a wrong guess would turn every event of an order away; the order sync compares placed_at.
     reference_code: str | None = None
     denomination_cents: int | None = None
-    placed_at: str | None = None
 
 
 def _is_text(value: Any) -> bool:
@@ -217,10 +217,9 @@ def normalise(body: bytes, headers: Mapping[str, str]) -> Event:
     status = status.strip().upper() if isinstance(status, str) else None
     if status not in ORDER_STATUSES:
         status = EVENT_STATUS[event_type]  # e.g. form 3 may carry a lower-case or unknown status
-    ref, placed = _first(data, "reference_code", "ref"), data.get("created_at")
+    ref = _first(data, "reference_code", "ref")
     return Event(key, event_type, order_id, status, occurred_at, amount, delivered, quantity, payload,
-                 reference_code=ref if _is_text(ref) and ref else None, denomination_cents=_cents(data.get("denomination")),
-                 placed_at=placed if _is_text(placed) and placed else None)
+                 reference_code=ref if _is_text(ref) and ref else None, denomination_cents=_cents(data.get("denomination")))
 
 
 def _cents(value: Any) -> int | None:

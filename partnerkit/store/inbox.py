@@ -46,7 +46,6 @@ class EventLike(Protocol):
     # Identity facts the event shows but that are not stored from it (orders.another_order).
     reference_code: str | None
     denomination_cents: int | None
-    placed_at: str | None
 
 
 @dataclass(frozen=True)
@@ -109,8 +108,7 @@ def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: 
                 conn, event.order_id, event.status, now=now, source="webhook", occurred_at=event.occurred_at,
                 delivered_quantity=event.delivered_quantity, quantity=event.quantity,
                 amount_cents=cents(event.amount) if event.amount is not None else None,
-                identity={"reference_code": event.reference_code, "denomination_cents": event.denomination_cents,
-                          "placed_at": event.placed_at})
+                identity={"reference_code": event.reference_code, "denomination_cents": event.denomination_cents})
         except orders.AnotherOrder as clash:
             # An event of another order than the one stored under its id (compared in memory with the row apply()
             # reads anyway): kept and acknowledged like any event, marked quarantined with the reason, and neither

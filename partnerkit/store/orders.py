@@ -107,7 +107,7 @@ def apply(conn: sqlite3.Connection, order_id: int, status: str | None, *, now: d
     """Merge one observation of an order (inside a transaction); return (status, whether it moved).
 
     With `identity` (IDENTITY facts the observation shows: the order sync's and the voucher fetch's whole record,
-    a webhook's ref, denomination and creation time), raises AnotherOrder, having written nothing, when the
+    a webhook's ref and denomination), raises AnotherOrder, having written nothing, when the
     observation is another order than the stored one holding its id (`another_order`). The row is read by one
     statement either way; the comparison is of values in hand."""
     unknown = set(fields) - set(FIELDS)
