@@ -1,7 +1,7 @@
 """Local order state: monotonic in status rank, fed by webhooks, the order sync and creates.
 
 An order id is an order's identity only together with what never changes for an order (`another_order`):
-an observation under a stored id whose ref, product, denomination, quantity or placing time differs is
+an observation under a stored id whose ref, product, denomination or placing time differs is
 another order, and `apply` refuses it (`AnotherOrder`) before writing anything.
 """
 
@@ -31,10 +31,12 @@ OPEN = "placed_at IS NOT NULL AND status NOT IN ('CANCELLED', 'DELIVERED', 'FAIL
 FIELDS = ("reference_code", "product_id", "product_name", "currency", "denomination_cents", "quantity",
           "amount_cents", "discount_cents", "transaction_id", "email", "placed_at")
 # What never changes for an order (the document's Order fields: the partner's ref, the catalog product, the
-# per-voucher amount, the units, when it was placed), compared where both sides have it (`another_order`).
-# Not the amount (the create answer's "total after discounts and fees" is not said to be the list's "total"),
+# per-voucher amount, when it was placed), compared where both sides have it (`another_order`). Each of them is
+# stored only from the provider's list, its order detail or a create answer, never from a webhook. Not the
+# quantity: an order known only from webhooks has the quantity an event gave (form 3's total_vouchers), a hint
+# that must not make the order's own detail read as another order and park its vouchers. Not the amount (the create answer's "total after discounts and fees" is not said to be the list's "total"),
 # nor the product name, currency, e-mail or transaction id (display or payment facts, filled in later).
-IDENTITY = ("reference_code", "product_id", "denomination_cents", "quantity", "placed_at")
+IDENTITY = ("reference_code", "product_id", "denomination_cents", "placed_at")
 # The reason's start of an order record not stored because its id names a stored order it is not: the order
 # sync's quarantine entry (`order:<id>`), a parked voucher fetch's error, a webhook event's inbox reason.
 ID_GIVEN_TWICE = "order id given twice:"
@@ -59,7 +61,7 @@ def another_order(order_id: int, row: Mapping[str, Any], facts: Mapping[str, Any
     The document says an id identifies an order, and nothing of an id given twice (a provider that reuses or re-keys
     ids; the sandbox started again with `--fixed-ids` beside a kept database). An id is taken as an order's identity
     together with its facts that never change, each compared where both know it: the ref (the provider keeps a
-    client's refs unique), product, denomination, quantity, and the placing time to the second (two endpoints may
+    client's refs unique), product, denomination, and the placing time to the second (two endpoints may
     write it to different precisions). A few comparisons of values in hand: no statement of its own."""
     found = [name for name in IDENTITY if facts.get(name) is not None and row.get(name) is not None
              and not _same(name, row[name], facts[name])]
