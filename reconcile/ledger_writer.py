@@ -37,16 +37,28 @@ def _quarantine(db: Any, bad: list[Any], stamp: str) -> set[str]:
     return {ident for key, *_ in items if (ident := quarantine.id_in_key("transaction", key)) is not None}
 
 
+def _noted(written: Any) -> list[str]:
+    """The ids of a write's records held because their id names a stored transaction they are not, logged
+    (one WARNING a batch: the reasons carry ids, amounts and times, never a secret)."""
+    if written.given_twice:
+        log.warning("quarantined %d transaction record(s) whose id names a stored transaction they are not (the"
+                    " stored ones kept as they were): %s", len(written.given_twice),
+                    ", ".join(written.given_twice[:10]) + (", ..." if len(written.given_twice) > 10 else ""))
+    return written.given_twice
+
+
 def store_transaction_page(db: Any, batch: list[Any], stamp: str) -> tuple[int, int]:
     """Map one page of transaction records (the one alias mapping) and store it; return (stored, quarantined).
 
-    It releases nothing from the quarantine: that is the sync's (`TransactionPages`, given what is held).
+    A record whose id names a stored transaction it is not is quarantined, the stored row kept
+    (`partnerkit.store.ledger.GivenTwice`). It releases nothing from the quarantine: that is the sync's
+    (`TransactionPages`, given what is held).
     """
     page = map_page(batch)
-    ledger_store.store_transactions(db, page.runs, page.shapes, stamp)
+    given_twice = _noted(ledger_store.store_transactions(db, page.runs, page.shapes, stamp, record_json=record_json))
     if page.bad:
         _quarantine(db, page.bad, stamp)
-    return page.stored, len(page.bad)
+    return page.stored - len(given_twice), len(page.bad) + len(given_twice)
 
 
 class _Writer(threading.Thread):
@@ -59,6 +71,7 @@ class _Writer(threading.Thread):
         self.stages: queue.Queue = queue.Queue(maxsize=2)  # at most ~3 stages in memory
         self.error: BaseException | None = None
         self.written: int | None = None  # the last page marked whose stages before it are all copied
+        self.given_twice: list[str] = []  # ids of records held instead of stored (read once the thread is joined)
 
     def run(self) -> None:
         while (stage := self.stages.get()) is not None:
@@ -68,7 +81,7 @@ class _Writer(threading.Thread):
                 continue
             try:
                 if self.error is None:
-                    ledger_store.copy_stage(stage, self.path, self.stamp)
+                    self.given_twice += _noted(ledger_store.copy_stage(stage, self.path, self.stamp))
             except BaseException as exc:  # handed to the sync's thread by put() / finish()
                 self.error = exc
             finally:
@@ -110,6 +123,11 @@ class TransactionPages:
     `held`: the ids (as stored) of the transactions quarantined under `transaction:<id>` when the sync
     started. One this sync stores correctly (its last copy readable) is released by `close()`, once
     every row is written. Usually nothing is held, and then no page costs anything more.
+
+    A record whose id names a stored transaction it is not (`partnerkit.store.ledger.GivenTwice`) is held
+    by the write that finds it, the stored row kept: counted as quarantined, not stored, and its id is
+    released by no copy of this sync (the id was given twice in it). The write finds them only when it
+    changed fewer rows than it was handed: a day of new transactions pays nothing for the check.
     """
 
     def __init__(self, db: Any, stamp: str, *, held: Iterable[str] = ()) -> None:
@@ -121,6 +139,7 @@ class TransactionPages:
         self.held = set(held)
         self.readable: set[str] = set()  # held ids whose latest copy in this sync was stored
         self.released: set[str] = set()  # those released by close()
+        self.given_twice: list[str] = []  # ids of records held because their id names another stored transaction
 
     def add(self, batch: list[Any]) -> None:
         """Map one page; stage its rows; quarantine what fits no alias."""
@@ -134,10 +153,11 @@ class TransactionPages:
             self.readable -= ids  # an unreadable copy after a readable one keeps it held (in one page too)
         self.stored += page.stored
         if self.path is None:
-            ledger_store.store_transactions(self.db, page.runs, page.shapes, self.stamp)
+            self.given_twice += _noted(ledger_store.store_transactions(self.db, page.runs, page.shapes, self.stamp,
+                                                                       record_json=record_json))
             return
         if self.stage is None:
-            self.stage = ledger_store.Stage()
+            self.stage = ledger_store.Stage(record_json=record_json)
         self.stage.add(page.runs, page.shapes)
         if self.stage.rows >= STAGE_ROWS:
             self._hand_over()
@@ -164,10 +184,7 @@ class TransactionPages:
         if self.writer is None:  # fewer than STAGE_ROWS rows so far: copied here, as close() copies them
             stage, self.stage = self.stage, None
             if stage is not None:
-                try:
-                    ledger_store.copy_stage(stage, self.path, self.stamp)
-                finally:
-                    stage.close()
+                self._copy(stage)
             return page
         if self.stage is not None:
             self._hand_over()
@@ -181,18 +198,28 @@ class TransactionPages:
             if self.writer is not None:
                 self.writer.put(stage)
             else:
-                try:
-                    ledger_store.copy_stage(stage, self.path, self.stamp)  # type: ignore[arg-type]
-                finally:
-                    stage.close()
+                self._copy(stage)
         if self.writer is not None:
             writer, self.writer = self.writer, None
             writer.finish()
+            self.given_twice += writer.given_twice
+        if self.given_twice:  # another transaction under a stored id: held, whatever else this sync listed
+            self.stored -= len(self.given_twice)
+            self.quarantined += len(self.given_twice)
+            self.readable.difference_update(self.given_twice)
+            self.given_twice = []
         if self.readable:  # every row is written: a crash before this leaves them held for the next sync
             quarantine.release(self.db, "transaction", sorted(self.readable))
             self.released |= self.readable
             self.readable.clear()
         return self.stored, self.quarantined
+
+    def _copy(self, stage: Any) -> None:
+        """Copy a stage in this thread (no writer started) and free it."""
+        try:
+            self.given_twice += _noted(ledger_store.copy_stage(stage, self.path, self.stamp))  # type: ignore[arg-type]
+        finally:
+            stage.close()
 
     def __enter__(self) -> "TransactionPages":
         return self

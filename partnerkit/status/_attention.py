@@ -238,6 +238,19 @@ def _orders_given_twice_line(status: dict[str, Any]) -> str:
             "refs): " + HELD_ADVICE)
 
 
+def _transactions_given_twice_line(status: dict[str, Any]) -> str:
+    """Stored wallet transactions a listed record of another transaction under their id is held for
+    (`partnerkit.store.ledger.GivenTwice`): the record quarantined, the stored entry kept; what to do is the advice
+    for an id given twice (`HELD_ADVICE`)."""
+    count, ids = status["transactions_id_given_twice"], status["transactions_id_given_twice_ids"]
+    shown = ", ".join(ids) + (", ..." if count > len(ids) else "")
+    return (f"{count} stored wallet transaction(s) ({shown}) whose id the provider lists for another transaction: "
+            "that record was quarantined, not stored, and each stored transaction keeps what it held and stays in its "
+            "day's figures (not withdrawn while the record is held); the day's report lists the quarantined record "
+            "with what differs, `partnerkit transactions show ID` the stored one; compare both with the provider: "
+            + HELD_ADVICE)
+
+
 def _processing_lines(status: dict[str, Any]) -> list[str]:
     """PROCESSING past 30 minutes: escalate those read and still PROCESSING; not those the outage kept unread."""
     unread = status["recharges_past_30_min_unread"]
@@ -311,6 +324,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                                                                   status["order_intents_unknown"]) else ""))
     if status["orders_id_given_twice"]:
         lines.append(_orders_given_twice_line(status))
+    if status["transactions_id_given_twice"]:
+        lines.append(_transactions_given_twice_line(status))
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     if not status["worker_running"] and status["worker_lease_holder"] is not None:

@@ -226,6 +226,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     held_ids = {row["local_id"] for row, _ in held}
     given_twice = recharges.given_twice(db)
     orders_given_twice = orders.given_twice(db)
+    transactions_given_twice = ledger.given_twice(db)
     worker_ran = last_worker_run(db)
     turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
     status: dict[str, Any] = {
@@ -275,6 +276,11 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         # fetches parked on another order's detail. How many orders, and the first ten ids; they keep what they held.
         "orders_id_given_twice": len(orders_given_twice),
         "orders_id_given_twice_ids": orders_given_twice[:SHOWN_IDS],
+        # Stored wallet transactions a listed record of another transaction under their id is held for (an id given
+        # twice; a `--fixed-ids` sandbox started again beside this database), not stored: how many, and the first ten
+        # ids. They keep what they held and stay in the ledger (not withdrawn) while the record is held.
+        "transactions_id_given_twice": len(transactions_given_twice),
+        "transactions_id_given_twice_ids": transactions_given_twice[:SHOWN_IDS],
         "budget_used_this_hour": budget.get("general", {}).get("used"),
         "budget_remaining_this_hour": budget.get("general", {}).get("remaining"),
         # Who spent it (the poller's own share is counted on these; the syncs stop at two tenths left).

@@ -6,11 +6,14 @@ Rows arrive as tuples from `reconcile.ledger_fast.map_page` (integer paise, ISO 
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from partnerkit.errors import StorageError
+from partnerkit.money import fmt, from_cents
 from partnerkit.store.db import BUSY_TIMEOUT_MS, Database, run_in_transaction
 from partnerkit.store.matching import linked_transactions
 
@@ -21,6 +24,17 @@ ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "re
 # read's withdrawal check (`unlisted_transactions`) take it for unlisted.
 _REFRESH = ", ".join([f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "shape")]
                      + ["synced_at = max(transactions.synced_at, excluded.synced_at)"])
+# A wallet transaction's id is its identity only together with what never changes for a ledger entry: its
+# amount, its creation time (to the second) and, where both sides show one, its type and currency (optional
+# in DESIGN.md's alias table). A listed record under a stored id whose facts differ is another transaction:
+# the upsert leaves the row as it was (its DO UPDATE's WHERE), and the record is held in the quarantine as
+# `transaction:<id>` with a reason starting ID_GIVEN_TWICE. The links (order, recharge, reference) and the
+# balance are not compared: the latest copy of the same entry may fill them in.
+ID_GIVEN_TWICE = "transaction id given twice:"
+_SAME = ("{t}.amount_cents = {r}.amount_cents AND substr({t}.created_at, 1, 19) = substr({r}.created_at, 1, 19)"
+         " AND ifnull({t}.type = {r}.type, 1) AND ifnull({t}.currency = {r}.currency, 1)")
+_UPDATE = f"ON CONFLICT(id) DO UPDATE SET {_REFRESH} WHERE {_SAME.format(t='transactions', r='excluded')}"
+_COLUMNS = ", ".join(ROW_COLUMNS)
 
 
 @lru_cache(maxsize=64)
@@ -30,23 +44,92 @@ def _upsert(shape: int | None, with_raw: bool, synced_at: str) -> str:
     stamp = "'" + synced_at.replace("'", "''") + "'"
     values = ", ".join(["?"] * len(ROW_COLUMNS) + ["?" if with_raw else "NULL", stamp,
                                                     "NULL" if shape is None else str(int(shape))])
-    return (f"INSERT INTO transactions ({', '.join(ROW_COLUMNS)}, raw, synced_at, shape) VALUES ({values})"
-            f" ON CONFLICT(id) DO UPDATE SET {_REFRESH}")
+    return f"INSERT INTO transactions ({_COLUMNS}, raw, synced_at, shape) VALUES ({values}) {_UPDATE}"
+
+
+@dataclass(frozen=True)
+class GivenTwice:
+    """A listed record whose id names a stored transaction it is not: `row` its ROW_COLUMNS values, `shape`
+    (text) and `raw` as staged (what reconcile.ledger_fast.record_json rebuilds the record from), and
+    `stored` the ROW_COLUMNS values of the row holding the id, which keeps them."""
+
+    row: tuple
+    shape: str | None
+    raw: str | None
+    stored: tuple
+
+    @property
+    def reason(self) -> str:
+        """`transaction id given twice: transaction 700001 is stored for another transaction (ORDER -50.00 INR
+        at T1), this record differs: amount -20.00 (stored -50.00), created_at T2 (stored T1)`."""
+        (ident, kind, paise, *_, currency, created, _), (_, s_kind, s_paise, *_, s_currency, s_created, _) = \
+            self.row, self.stored
+        entry = " ".join(p for p in (s_kind, fmt(from_cents(s_paise)), s_currency) if p)
+        differs = [f"{name} {mine} (stored {theirs})" for name, mine, theirs, same in (
+            ("amount", fmt(from_cents(paise)), fmt(from_cents(s_paise)), paise == s_paise),
+            ("created_at", created, s_created, created[:19] == s_created[:19]),
+            ("type", kind, s_kind, None in (kind, s_kind) or kind == s_kind),
+            ("currency", currency, s_currency, None in (currency, s_currency) or currency == s_currency)) if not same]
+        return (f"{ID_GIVEN_TWICE} transaction {ident} is stored for another transaction ({entry} at {s_created}),"
+                f" this record differs: {', '.join(differs)}")
+
+
+class Written(NamedTuple):
+    """What a write of transaction rows did: `rows` inserted or refreshed, and the ids (as stored) of the
+    records held instead because their id names a stored transaction they are not (GivenTwice), in order."""
+
+    rows: int
+    given_twice: list[str]
+
+
+# The quarantine JSON of a record held as GivenTwice: (row, shape text, raw) -> JSON, the caller's
+# (reconcile.ledger_fast.record_json); without one, the row's columns.
+RecordJson = Callable[[tuple, "str | None", "str | None"], str]
+
+
+def _columns_json(row: tuple, shape: str | None, raw: str | None) -> str:
+    return json.dumps(dict(zip(ROW_COLUMNS, row)), sort_keys=True)
+
+
+def _hold_given_twice(conn: sqlite3.Connection, found: list[GivenTwice], record_json: RecordJson | None,
+                      seen_at: str, *, schema: str = "main") -> list[str]:
+    """Quarantine the records found, in the caller's transaction; their ids. A record held again is one entry."""
+    as_json = record_json or _columns_json
+    conn.executemany(_QUARANTINE.format(schema=schema),
+                     [(f"transaction:{g.row[0]}", g.reason, as_json(g.row, g.shape, g.raw), g.row[7][:10], seen_at,
+                       seen_at) for g in found])
+    return [g.row[0] for g in found]
+
+
+# Whether a listed row is another transaction than the stored row of its id, bound as (row values..., id):
+# run only for a write that changed fewer rows than it was handed (a clash is skipped by _UPDATE's WHERE).
+_ANOTHER = (f"SELECT {', '.join('t.' + c for c in ROW_COLUMNS)} FROM transactions t,"
+            f" (SELECT {', '.join('? AS ' + c for c in ROW_COLUMNS)}) r"
+            f" WHERE t.id = r.id AND NOT ({_SAME.format(t='t', r='r')})")
 
 
 def store_transactions(db: Database, runs: Iterable[tuple[tuple[int | None, bool], list[tuple]]],
-                       shapes: Mapping[int, str], synced_at: str) -> int:
-    """Insert or refresh transactions; return how many rows were written.
+                       shapes: Mapping[int, str], synced_at: str, *,
+                       record_json: RecordJson | None = None) -> Written:
+    """Insert or refresh transactions; return what was written.
 
     `runs`: ((shape or None, with_raw), rows), each row the ROW_COLUMNS values followed by `raw`
     when with_raw (reconcile.ledger_fast.map_page gives them); `shapes`: shape id -> shape text.
+    A row whose id names a stored transaction it is not (see _SAME) leaves the stored row as it was and
+    is quarantined (GivenTwice), in the same transaction; `record_json` gives its JSON.
     """
-    def work(conn: sqlite3.Connection) -> int:
-        before = conn.total_changes
+    def work(conn: sqlite3.Connection) -> Written:
         conn.executemany("INSERT OR IGNORE INTO transaction_shapes (id, keys) VALUES (?, ?)", shapes.items())
+        written, found = 0, []
         for (shape, with_raw), rows in runs:
-            conn.executemany(_upsert(shape, with_raw, synced_at), rows)
-        return conn.total_changes - before
+            changed = conn.executemany(_upsert(shape, with_raw, synced_at), rows).rowcount
+            written += changed
+            if changed < len(rows):  # an updated row counts, a clash skipped by _UPDATE's WHERE does not
+                for row in rows:
+                    if (stored := conn.execute(_ANOTHER, row[:len(ROW_COLUMNS)]).fetchone()) is not None:
+                        found.append(GivenTwice(row[:len(ROW_COLUMNS)], shapes.get(shape) if shape is not None
+                                                else None, row[-1] if with_raw else None, stored))
+        return Written(written, _hold_given_twice(conn, found, record_json, synced_at) if found else [])
     return run_in_transaction(db, work)
 
 
@@ -59,7 +142,8 @@ class Stage:
     copied in another (reconcile.ledger_writer.TransactionPages): one thread at a time, never both.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, record_json: RecordJson | None = None) -> None:
+        self.record_json = record_json  # the JSON of a record held as GivenTwice (see `copy_stage`)
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self.conn.execute(f"CREATE TABLE rows ({', '.join(ROW_COLUMNS)}, raw, shape)")
         self.conn.execute("BEGIN")
@@ -84,9 +168,11 @@ def _staged(shape: int | None, with_raw: bool) -> str:
     return f"INSERT INTO rows VALUES ({values})"
 
 
-def copy_stage(stage: Stage, path: str, synced_at: str) -> int:
+def copy_stage(stage: Stage, path: str, synced_at: str) -> Written:
     """Insert or refresh the staged rows in the store at `path` (in staging order), in one transaction;
-    return how many rows were written. The stage stays open (the caller closes it)."""
+    return what was written. The stage stays open (the caller closes it). Rows whose id names a stored
+    transaction they are not are quarantined instead, as `store_transactions` does (the JSON by the stage's
+    `record_json`)."""
     conn = stage.conn
     if conn.in_transaction:
         conn.execute("COMMIT")
@@ -99,10 +185,16 @@ def copy_stage(stage: Stage, path: str, synced_at: str) -> int:
         try:
             conn.executemany("INSERT OR IGNORE INTO store.transaction_shapes (id, keys) VALUES (?, ?)",
                              stage.shapes.items())
-            before = conn.total_changes
-            conn.execute(f"INSERT INTO store.transactions ({columns}, synced_at) SELECT {columns}, ? FROM main.rows"
-                         f" WHERE true ORDER BY rowid ON CONFLICT(id) DO UPDATE SET {_REFRESH}", (synced_at,))
-            written = conn.total_changes - before
+            written = conn.execute(f"INSERT INTO store.transactions ({columns}, synced_at) SELECT {columns}, ?"
+                                   f" FROM main.rows WHERE true ORDER BY rowid {_UPDATE}", (synced_at,)).rowcount
+            given_twice: list[str] = []
+            if written < stage.rows:  # an updated row counts, a clash skipped by _UPDATE's WHERE does not
+                width = len(ROW_COLUMNS)
+                found = [GivenTwice(tuple(r[:width]), None if r[width + 1] is None else stage.shapes.get(r[width + 1]),
+                                    r[width], tuple(r[width + 2:]))
+                         for r in conn.execute(_STAGED_ANOTHER).fetchall()]
+                if found:
+                    given_twice = _hold_given_twice(conn, found, stage.record_json, synced_at, schema="store")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -111,7 +203,15 @@ def copy_stage(stage: Stage, path: str, synced_at: str) -> int:
         raise StorageError(f"storing transactions failed: {exc}") from exc
     finally:
         conn.execute("DETACH DATABASE store")
-    return written
+    return Written(written, given_twice)
+
+
+# The staged rows that are another transaction than the stored row of their id (after the copy: a row the
+# copy inserted is its own), each as its ROW_COLUMNS values, raw and shape id, then the stored row's values.
+_STAGED_ANOTHER = (f"SELECT {', '.join('r.' + c for c in ROW_COLUMNS)}, r.raw, r.shape,"
+                   f" {', '.join('t.' + c for c in ROW_COLUMNS)} FROM main.rows r"
+                   f" JOIN store.transactions t ON t.id = r.id WHERE NOT ({_SAME.format(t='t', r='r')})"
+                   " ORDER BY r.rowid")
 
 
 # What `partnerkit transactions` shows of a stored transaction: its columns, and when the read that last
@@ -188,7 +288,10 @@ def unlisted_transactions(db: Database, start: str, end: str, *, listed_since: s
     One range of `transactions_created` per read. Rows inserted after the read began (rowid above
     `stored_upto`, read from the index entry itself) are passed over without reading the row, so a
     day loaded fresh costs an index scan; a day stored before costs each row's synced_at. A record
-    the read listed but could not map is held under `transaction:<id>` since then: not unlisted.
+    the read listed but could not map is held under `transaction:<id>` since then: not unlisted. Nor is
+    one whose id the provider lists for another transaction, while that record is held (ID_GIVEN_TWICE),
+    whenever it was listed: taken out, it would leave the quarantine under that same key, and the next read
+    would store the other transaction under its id and release the entry, the overwrite in two steps.
     """
     # `+t.rowid`: the rowid bound filters index entries; it must not become the plan's range instead.
     rows = db.execute(
@@ -196,8 +299,9 @@ def unlisted_transactions(db: Database, start: str, end: str, *, listed_since: s
         " LEFT JOIN transaction_shapes s ON s.id = t.shape"
         " WHERE t.created_at >= ? AND t.created_at < ? AND +t.rowid <= ? AND t.synced_at < ?"
         " AND NOT EXISTS (SELECT 1 FROM transaction_quarantine q WHERE q.key = 'transaction:' || t.id"
-        " AND q.last_seen_at >= ?) ORDER BY t.created_at, t.id LIMIT ?",
-        (start, end, stored_upto, listed_since, listed_since, limit)).fetchall()
+        " AND (q.last_seen_at >= ? OR substr(q.reason, 1, ?) = ?)) ORDER BY t.created_at, t.id LIMIT ?",
+        (start, end, stored_upto, listed_since, listed_since, len(ID_GIVEN_TWICE), ID_GIVEN_TWICE,
+         limit)).fetchall()
     return [(tuple(r[:len(ROW_COLUMNS)]), r[-2], r[-1]) for r in rows]
 
 
@@ -219,18 +323,30 @@ def withdraw_transactions(db: Database, items: Iterable[tuple[str, str, str, str
     return run_in_transaction(db, work)
 
 
+_QUARANTINE = ("INSERT INTO {schema}.transaction_quarantine (key, reason, raw, day, first_seen_at, last_seen_at)"
+               " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET reason = excluded.reason, raw = excluded.raw,"
+               " last_seen_at = excluded.last_seen_at, day = COALESCE(excluded.day, transaction_quarantine.day)")
+
+
 def quarantine(db: Database, items: Iterable[tuple[str, str, str, str | None]], seen_at: str) -> int:
     """Keep unreadable records: (key, reason, raw JSON, day or None); re-seen ones are refreshed
     (a record keyed by its id may come back with other content: the latest copy is the one kept)."""
     def work(conn: sqlite3.Connection) -> int:
         before = conn.total_changes
-        conn.executemany(
-            "INSERT INTO transaction_quarantine (key, reason, raw, day, first_seen_at, last_seen_at)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET reason = excluded.reason, raw = excluded.raw,"
-            " last_seen_at = excluded.last_seen_at, day = COALESCE(excluded.day, transaction_quarantine.day)",
-            ((k, reason, raw, day, seen_at, seen_at) for k, reason, raw, day in items))
+        conn.executemany(_QUARANTINE.format(schema="main"),
+                         ((k, reason, raw, day, seen_at, seen_at) for k, reason, raw, day in items))
         return conn.total_changes - before
     return run_in_transaction(db, work)
+
+
+def given_twice(db: Database) -> list[str]:
+    """The ids (as stored) of the stored transactions a listed record of another transaction is held for
+    (ID_GIVEN_TWICE), in the ledger's id order; released when the stored transaction's own record is listed
+    again. One range of the quarantine's primary key (its `transaction:` entries, usually none)."""
+    rows = db.execute("SELECT substr(key, 13) FROM transaction_quarantine WHERE key >= 'transaction:'"
+                      " AND key < 'transaction;' AND substr(reason, 1, ?) = ? ORDER BY length(key), key",
+                      (len(ID_GIVEN_TWICE), ID_GIVEN_TWICE)).fetchall()
+    return [ident for (ident,) in rows]
 
 
 def quarantined(db: Database, day: str | None = None) -> list[dict]:

@@ -108,8 +108,8 @@ def test_transaction_pages_store_what_page_by_page_stores(tmp_path, monkeypatch,
 
     monkeypatch.setattr(sync, "STAGE_ROWS", stage_rows)
     pages = [[_tx(1), _tx(2, note="kept in raw"), _tx(3, amount="-98.0")],  # shape only, shape + extras, whole raw
-             [_tx(4), {"no": "id"}, _tx(1, amount="-99.00")],  # a quarantine; T1 listed again: its last copy stays
-             [_tx(5, direction="DEBIT", amount="98.00")], [_tx(2, amount="-97.00")], [_tx(6)]]
+             [_tx(4), {"no": "id"}, _tx(1, reference_number="RCH1-LAST")],  # a quarantine; T1 again: its last copy stays
+             [_tx(5, direction="DEBIT", amount="98.00")], [_tx(2, reference_number="RCH2-LAST")], [_tx(6)]]
     plain, staged = open_db(tmp_path / "plain.db"), open_db(tmp_path / "staged.db")
     for page in pages:
         sync.store_transaction_page(plain, page, "2025-01-16T01:00:00Z")
@@ -118,7 +118,7 @@ def test_transaction_pages_store_what_page_by_page_stores(tmp_path, monkeypatch,
             writer.add(page)
         assert writer.close() == (8, 1)
     assert _transactions(staged) == _transactions(plain)
-    assert [r[2] for r in _transactions(staged)][:2] == [-9900, -9700]
+    assert [r[4] for r in _transactions(staged)][:2] == ["RCH1-LAST", "RCH2-LAST"]
     assert staged.execute("SELECT * FROM transaction_shapes").fetchall() == \
         plain.execute("SELECT * FROM transaction_shapes").fetchall()
     assert len(staged.execute("SELECT * FROM transaction_quarantine").fetchall()) == 1
