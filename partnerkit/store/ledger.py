@@ -25,13 +25,15 @@ ROW_COLUMNS = ("id", "type", "amount_cents", "order_id", "reference_number", "re
 _REFRESH = ", ".join([f"{c} = excluded.{c}" for c in ROW_COLUMNS[1:] + ("raw", "shape")]
                      + ["synced_at = max(transactions.synced_at, excluded.synced_at)"])
 # A wallet transaction's id is its identity only together with what never changes for a ledger entry: its
-# amount, its creation time (to the second) and, where both sides show one, its type and currency (optional
-# in DESIGN.md's alias table). A listed record under a stored id whose facts differ is another transaction:
+# creation time (to the second) and, where both sides show one, its type and currency (optional in DESIGN.md's
+# alias table). Not its amount: a provider correcting an entry in place under its id is the same entry (the
+# matcher resolves the drift it caused, tests/reconcile/test_matcher.py), and an id given again names an entry
+# made at another time anyway (the reason still lists an amount that differs). A listed record under a stored id whose facts differ is another transaction:
 # the upsert leaves the row as it was (its DO UPDATE's WHERE), and the record is held in the quarantine as
 # `transaction:<id>` with a reason starting ID_GIVEN_TWICE. The links (order, recharge, reference) and the
 # balance are not compared: the latest copy of the same entry may fill them in.
 ID_GIVEN_TWICE = "transaction id given twice:"
-_SAME = ("{t}.amount_cents = {r}.amount_cents AND substr({t}.created_at, 1, 19) = substr({r}.created_at, 1, 19)"
+_SAME = ("substr({t}.created_at, 1, 19) = substr({r}.created_at, 1, 19)"
          " AND ifnull({t}.type = {r}.type, 1) AND ifnull({t}.currency = {r}.currency, 1)")
 _UPDATE = f"ON CONFLICT(id) DO UPDATE SET {_REFRESH} WHERE {_SAME.format(t='transactions', r='excluded')}"
 _COLUMNS = ", ".join(ROW_COLUMNS)
