@@ -204,7 +204,7 @@ def test_a_restarted_fixed_ids_sandbox_beside_a_kept_database_quarantines_its_re
         assert store.get(wdb, first.local_id)["last_error"] == entry["reason"]
     status = collect(config, wdb)
     assert (status["recharges_id_given_twice"], status["recharges_id_given_twice_local_ids"]) == (2, [1, 2])
-    [line] = [a for a in status["attention"] if "quarantined, not stored" in a]
+    [line] = [a for a in status["attention"] if "recharge record(s) quarantined, not stored" in a]
     assert line == ("2 provider recharge record(s) quarantined, not stored, because their id names another local "
                     "recharge (#1, #2), which keeps what it held: `partnerkit recharges show N` says which id and "
                     "what differs, the day's report lists the provider's record; compare both with the provider: "
