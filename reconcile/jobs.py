@@ -284,7 +284,7 @@ def report_day(config: Any, db: Any, day: date, *, now: datetime | None = None,
     # When the day was last read in full: a report matched from a store that has not read the whole day since
     # it ended (a worker down since before midnight) must not read as final (report.finality).
     read_at = {entity: ledger_store.coverage(db, entity, day.isoformat()) for entity in report_mod.READ_ENTITIES}
-    report = report_mod.build_report(result, drift_store.iter_drifts(db, report_date=day.isoformat()),
+    report = report_mod.build_report(result, drift_store.iter_drift_rows(db, report_date=day.isoformat()),
                                      generated_at=now, day_read_at=read_at,
                                      quarantined=ledger_store.quarantined(db, day.isoformat()),
                                      transactions=matching_store.drift_transactions(db, report_date=day.isoformat()))
@@ -352,7 +352,7 @@ def current_report(db: Any, day: date) -> dict[str, Any] | None:
     stored = report_store.get_report(db, day.isoformat())
     if stored is None:
         return None
-    return report_mod.with_drifts(stored, drift_store.list_drifts(db, report_date=day.isoformat()),
+    return report_mod.with_drifts(stored, drift_store.iter_drift_rows(db, report_date=day.isoformat()),
                                   transactions=matching_store.drift_transactions(db, report_date=day.isoformat()))
 
 

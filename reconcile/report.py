@@ -16,7 +16,8 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from json.encoder import encode_basestring_ascii as _esc
+from itertools import chain, repeat
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal, InvalidOperation
@@ -26,7 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_ids, spreadsheet_safe
 from partnerkit.money import CENT, fmt
-from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, Drift
+from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, figure
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
 
@@ -56,21 +57,30 @@ def _amount(value: Decimal | int | None, measure: str) -> str | None:
     return fmt(value)  # type: ignore[arg-type]
 
 
-def _shared(value: str | None) -> str | None:
-    return None if value is None else sys.intern(value)  # repeated across many drifts: store once
+@lru_cache(maxsize=1 << 14)  # emptied after each drift table (with_drifts): nothing stays between reports
+def _stored_amount(stored: int, measure: str) -> str:
+    """_amount of a stored figure (partnerkit.store.drifts.figure), made once per figure: a day's drifts repeat
+    few amounts (a denomination, a fee), and the entries that show one hold the same string."""
+    return sys.intern(_amount(figure(stored, measure), measure))  # type: ignore[arg-type]
 
 
-def drift_entry(drift: Drift, transaction_ids: list[str] | None = None) -> dict[str, Any]:
-    """A drift as it appears in the report (expected/actual as strings: money 2 decimals, counts whole), with the
-    ids of the wallet transactions linked to its recharge or order (partnerkit.store.matching.drift_transactions;
-    an empty list where none is)."""
+_intern = sys.intern  # a value repeated across many drifts (a kind, a detail) is stored once
+
+
+def drift_entry(row: tuple, transaction_ids: list[str] | None = None) -> dict[str, Any]:
+    """A stored drift (a row of partnerkit.store.drifts.COLUMNS, as iter_drift_rows gives it) as it appears in the
+    report (expected/actual as strings: money 2 decimals, counts whole), with the ids of the wallet transactions
+    linked to its recharge or order (partnerkit.store.matching.drift_transactions; an empty list where none is)."""
+    (ident, kind, subject, reference, _, expected, actual, measure, currency, detail, detected_at, _, resolution,
+     note, by, at) = row
+    # kind, subject, detected_at and resolution are NOT NULL (the schema's): interned without a test for None.
     return {
-        "id": drift.id, "kind": _shared(drift.kind), "subject": _shared(drift.subject), "reference": drift.reference,
-        "expected": _shared(_amount(drift.expected, drift.measure)),
-        "actual": _shared(_amount(drift.actual, drift.measure)),
-        "currency": _shared(drift.currency), "detected_at": _shared(drift.detected_at),
-        "resolution": _shared(drift.resolution), "resolution_note": drift.resolution_note,
-        "resolution_by": drift.resolution_by, "resolution_at": drift.resolution_at, "detail": _shared(drift.detail),
+        "id": ident, "kind": _intern(kind), "subject": _intern(subject), "reference": reference,
+        "expected": None if expected is None else _stored_amount(expected, measure),
+        "actual": None if actual is None else _stored_amount(actual, measure),
+        "currency": None if currency is None else _intern(currency), "detected_at": _intern(detected_at),
+        "resolution": _intern(resolution), "resolution_note": note, "resolution_by": by, "resolution_at": at,
+        "detail": None if detail is None else _intern(detail),
         "transaction_ids": [] if transaction_ids is None else transaction_ids,
     }
 
@@ -78,10 +88,6 @@ def drift_entry(drift: Drift, transaction_ids: list[str] | None = None) -> dict[
 # An entry's keys in order: the contract's fields, then those added since (at the end, never between).
 DRIFT_ENTRY_KEYS = ("id", "kind", "subject", "reference", "expected", "actual", "currency", "detected_at",
                     "resolution", "resolution_note", "resolution_by", "resolution_at", "detail", "transaction_ids")
-_TEXT_KEYS = len(DRIFT_ENTRY_KEYS) - 1  # every value but the last (a list of text) is text or null
-# json.dumps of such an entry, as a format string: keys in order, each value already encoded.
-_LINE = "{{" + ", ".join(f"{json.dumps(k)}: {{}}" for k in DRIFT_ENTRY_KEYS) + "}}"
-_NULL = "null"
 
 
 def _money_map(values: Mapping[str, Decimal]) -> dict[str, str]:
@@ -134,10 +140,11 @@ def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime,
+def build_report(result: Any, drifts: Iterable[tuple], *, generated_at: datetime,
                  day_read_at: Mapping[str, str | None], quarantined: Iterable[Mapping[str, Any]] = (),
                  transactions: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
-    """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its drifts.
+    """The report of one day (DESIGN.md "Report JSON (contract)") from a MatchResult and its stored drifts
+    (partnerkit.store.drifts.iter_drift_rows).
 
     `day_read_at`: when the sync that last read the day's `recharges` and `transactions` in full began
     (None: none has), which says whether the store can vouch for the whole day (`finality`). `transactions`:
@@ -177,19 +184,23 @@ def build_report(result: Any, drifts: Iterable[Drift], *, generated_at: datetime
     return with_drifts(report, drifts, as_of=generated_at, transactions=transactions)
 
 
-def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datetime | None = None,
+def with_drifts(report: dict[str, Any], drifts: Iterable[tuple], *, as_of: datetime | None = None,
                 transactions: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
-    """The report with its drift table (and drift counts) taken from the drifts' current state, read at
-    `as_of` (now by default: a stored report re-rendered shows when its resolutions were read).
+    """The report with its drift table (and drift counts) taken from the drifts' current state (rows as
+    partnerkit.store.drifts.iter_drift_rows gives them), read at `as_of` (now by default: a stored report
+    re-rendered shows when its resolutions were read).
 
     `transactions`: the ids of the wallet transactions linked to each drift, by drift id
     (partnerkit.store.matching.drift_transactions); a drift it does not name has none. The same pass sums the
     amount at stake of the open drifts per kind (`AtStake`)."""
     linked = transactions or {}
     entries, at_stake = [], AtStake()
-    for drift in drifts:
-        entries.append(drift_entry(drift, linked.get(drift.id)))
-        at_stake.add(drift)
+    try:
+        for row in drifts:
+            entries.append(drift_entry(row, linked.get(row[0])))
+            at_stake.add(row)
+    finally:
+        _stored_amount.cache_clear()
     entries.sort(key=_ORDER)
     # One pass over the drifts counts them by kind and resolution; the three tallies are sums of its few cells.
     counts = dict.fromkeys(RESOLUTIONS, 0)
@@ -208,26 +219,32 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[Drift], *, as_of: datet
 
 class AtStake:
     """The amount at stake per drift kind and unit: the sum of |expected - actual| (a missing figure counts as
-    0) of the open drifts (pending and escalated), Decimal money per currency ("?" when none), and for a count
-    kind (COUNT_KINDS) vouchers, never added to money: the unit of the CSV's `unit` column."""
+    0) of the open drifts (pending and escalated), money per currency ("?" when none), and for a count kind
+    (COUNT_KINDS) vouchers, never added to money: the unit of the CSV's `unit` column. Summed as stored (integer
+    cents, counts: exact), turned into Decimal money once per kind and unit."""
 
     OPEN = frozenset(("pending", "escalated"))
+    VOUCHERS = "vouchers"
 
     def __init__(self) -> None:
-        self.sums: dict[str, dict[str, Decimal | int]] = {}
+        self.sums: dict[str, dict[str, int]] = {}
 
-    def add(self, drift: Drift) -> None:
-        """Count one drift (a resolved one adds nothing)."""
-        if drift.resolution not in self.OPEN:
+    def add(self, row: tuple) -> None:
+        """Count one stored drift (a row of partnerkit.store.drifts.COLUMNS; a resolved one adds nothing)."""
+        (_, kind, _, _, _, expected, actual, measure, currency, _, _, _, resolution, _, _, _) = row
+        if resolution not in self.OPEN:
             return
-        unit = "vouchers" if drift.measure == "count" else drift.currency or "?"
-        units = self.sums.setdefault(drift.kind, {})
-        units[unit] = units.get(unit, 0) + abs((drift.expected or 0) - (drift.actual or 0))
+        unit = self.VOUCHERS if measure == "count" else currency or "?"
+        units = self.sums.setdefault(kind, {})
+        units[unit] = units.get(unit, 0) + abs((expected or 0) - (actual or 0))
 
     def by_kind(self) -> dict[str, dict[str, str]]:
         """{kind: {unit: amount}}, kinds and units sorted: money a 2-decimal string, vouchers a whole number."""
-        return {kind: {unit: str(total) if kind in _COUNTED else fmt(Decimal(total))
-                       for unit, total in sorted(units.items())}
+        def written(kind: str, unit: str, stored: int) -> str:
+            total = figure(stored, "count" if unit == self.VOUCHERS else "money")  # Decimal money, or a count
+            return str(total) if kind in _COUNTED else fmt(Decimal(total))  # type: ignore[arg-type,return-value]
+
+        return {kind: {unit: written(kind, unit, stored) for unit, stored in sorted(units.items())}
                 for kind, units in sorted(self.sums.items())}
 
 
@@ -235,19 +252,17 @@ _ORDER = itemgetter("kind", "reference", "id")
 _KIND_RESOLUTION = itemgetter("kind", "resolution")
 
 
-def _drift_json(entry: Mapping[str, Any]) -> str:
-    """json.dumps(entry), at C speed per value for an entry as drift_entry makes it (its keys in order,
-    values text or null, the last a list of text); any other entry goes through json.dumps itself."""
-    if tuple(entry) == DRIFT_ENTRY_KEYS:
-        values = list(entry.values())
-        ids = values[_TEXT_KEYS]
-        if type(ids) is list:
-            try:
-                return _LINE.format(*[_NULL if v is None else _esc(v) for v in values[:_TEXT_KEYS]],
-                                    "[" + ", ".join(map(_esc, ids)) + "]")
-            except TypeError:  # a value that is not text: json.dumps writes it
-                pass
-    return json.dumps(entry)
+# json.dumps's own C encoder with json.dumps's settings, made once: json.dumps makes one per call, which was most of
+# the cost of a drift's line. Without the check for a value that contains itself: an entry holds text and lists.
+_encode = c_make_encoder and c_make_encoder(None, json.JSONEncoder().default, encode_basestring_ascii, None, ": ",
+                                            ", ", False, False, True)
+
+
+def _drift_lines(entries: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """json.dumps of each entry, one after the other (made in C: no Python call per drift)."""
+    if _encode is None:  # a Python without json's C speedups
+        return map(json.dumps, entries)
+    return map("".join, map(_encode, entries, repeat(0)))
 
 
 def render_json(report: Mapping[str, Any]) -> str:
@@ -262,9 +277,7 @@ def render_json(report: Mapping[str, Any]) -> str:
         body = '"drifts": []'
         return f"{head[:-2]},\n  {body}\n}}\n" if opened else f"{{{body}}}\n"
     pieces = [f"{head[:-2]},\n  " if opened else "{", '"drifts": [\n    ']
-    separator = ",\n    "
-    for entry in report["drifts"]:
-        pieces += (_drift_json(entry), separator)
+    pieces += chain.from_iterable(zip(_drift_lines(report["drifts"]), repeat(",\n    ")))  # a line, a separator
     pieces[-1] = "\n  ]"
     pieces.append("\n}\n" if opened else "}\n")
     return "".join(pieces)

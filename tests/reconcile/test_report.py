@@ -21,8 +21,8 @@ from partnerkit.store.drifts import set_resolution
 from reconcile.jobs import REPORT_FORMATS, current_report, report_day, report_filename, write_report_files
 from partnerkit.store.drifts import KINDS
 from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
-from reconcile.report import (CSV_FIELDS, DRIFT_FIELDS, chart_bars, grouped, render_csv, render_html, render_json,
-                              shown_drifts)
+from reconcile.report import (CSV_FIELDS, DRIFT_FIELDS, _stored_amount, chart_bars, grouped, render_csv, render_html,
+                              render_json, shown_drifts)
 
 MONEY = re.compile(r"^-?\d+\.\d{2}$")
 RUN = at(2, day=DAY + timedelta(days=1))
@@ -634,6 +634,13 @@ def test_the_csv_and_the_page_carry_the_transaction_ids(linked):
     page = render_html(report)
     assert "<th>Transactions</th>" in page
     assert f'<td class="ref txs">{tx["failed_debit"]}<br>{tx["failed_credit"]}</td>' in page
+
+
+def test_a_figure_is_one_string_in_every_entry_that_shows_it_and_none_is_kept_after_the_table(linked):
+    report, _ = linked
+    shown = [d[field] for d in report["drifts"] for field in ("expected", "actual") if d[field] == "500.00"]
+    assert len(shown) >= 2 and all(text is shown[0] for text in shown)  # held once, however many drifts show it
+    assert _stored_amount.cache_info().currsize == 0  # a worker keeps no day's figures between reports
 
 
 def test_drifts_show_and_list_give_the_transaction_ids(linked, invoke):
