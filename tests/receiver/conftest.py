@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from partnerkit.client import PartnerClient, RetryPolicy
 from partnerkit.config import Config, WebhookToken
 from partnerkit.crypto import Cipher
 from partnerkit.store import open_db
@@ -80,3 +81,23 @@ def post(client, body: bytes, path: str = "/webhooks/partner", **kwargs):
 
 def with_tokens(config: Config, *tokens: WebhookToken) -> Config:
     return replace(config, webhook_tokens=tuple(tokens))
+
+
+# A store and a configuration whose provider is a pytest-httpserver (the voucher fetch's and the order sync's tests,
+# which answer each read by hand): `api_config`, `store` on it, and `api`, a client of it that does not retry.
+
+@pytest.fixture
+def api_config(config, httpserver):
+    return replace(config, api_base_url=httpserver.url_for("/").rstrip("/"))
+
+
+@pytest.fixture
+def store(api_config):
+    db = open_db(api_config.db_path)
+    yield db
+    db.conn.close()
+
+
+@pytest.fixture
+def api(api_config, store):
+    return PartnerClient(api_config, store, retry=RetryPolicy(max_attempts=1), sleep=lambda s: None)

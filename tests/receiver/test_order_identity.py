@@ -34,23 +34,6 @@ REASON = ("order id given twice: order 101 (ref {ref}) is stored for another ord
           "2024-05-01T09:59:00.000000Z), this record differs: {differs}")
 
 
-@pytest.fixture
-def api_config(config, httpserver):
-    return replace(config, api_base_url=httpserver.url_for("/").rstrip("/"))
-
-
-@pytest.fixture
-def store(api_config):
-    db = open_db(api_config.db_path)
-    yield db
-    db.conn.close()
-
-
-@pytest.fixture
-def api(api_config, store):
-    return PartnerClient(api_config, store, retry=RetryPolicy(max_attempts=1), sleep=lambda s: None)
-
-
 def listed(httpserver, *items) -> None:
     """The provider's order list is `items` from now on."""
     httpserver.clear_all_handlers()

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from partnerkit.client import PartnerClient, RetryPolicy
 from partnerkit.crypto import load_cipher
 from partnerkit.store import inbox, jobs, open_db
 from partnerkit.store import vouchers as voucher_store
@@ -30,20 +29,8 @@ def detail(status="DELIVERED", codes=CODES[:2], quantity=2, order_id=101):
 
 
 @pytest.fixture
-def api_config(config, httpserver):
-    return replace(config, api_base_url=httpserver.url_for("/").rstrip("/"))
-
-
-@pytest.fixture
-def store(api_config):
-    db = open_db(api_config.db_path)
-    yield db
-    db.conn.close()
-
-
-@pytest.fixture
-def client(api_config, store):
-    return PartnerClient(api_config, store, retry=RetryPolicy(max_attempts=1), sleep=lambda s: None)
+def client(api):  # the provider's client here (tests/receiver/conftest.py's `api`), not the receiver's test client
+    return api
 
 
 def queue(db, order_id=101, status="DELIVERED", count=2):
