@@ -134,7 +134,13 @@ def release_when_logged(lock: LockWhenSent, text: str) -> Iterator[list[logging.
         root.removeHandler(handler)
 
 
-def delay_submits(server, number: str, seconds: float = 0.5) -> None:
+# How long the sandbox holds back an answer the tests lock the store against: LockWhenSent must take the write lock
+# within it, from a thread that polls the sandbox's call count. 0.5 s was not always enough under a full `make test`
+# on two cores (a fresh-clone run once got the answer stored, or the budget's write done, before the lock was taken).
+ANSWER_HELD_S = 2.0
+
+
+def delay_submits(server, number: str, seconds: float = ANSWER_HELD_S) -> None:
     """The sandbox holds this number's submit answers back (after the recharge is made)."""
     server.sandbox.settings.update({"response_delay_s": seconds, "response_delay_numbers": [number]})
 
@@ -165,7 +171,7 @@ def test_a_budget_write_that_fails_after_the_answer_leaves_the_recharge_stored(s
 
 
 def test_an_order_whose_budget_write_fails_after_the_answer_is_placed(server, config, db, client):
-    server.sandbox.settings.faults = {"slow": {"scope": CREATE, "seconds": 0.5}}
+    server.sandbox.settings.faults = {"slow": {"scope": CREATE, "seconds": ANSWER_HELD_S}}
     with LockWhenSent(server, CREATE, config.db_path) as lock, release_when_logged(lock, BOOKS_FAILED):
         outcome = place_order(config, db, client, product_id=8, denomination=100, quantity=1)
     assert lock.taken.is_set()
@@ -202,7 +208,7 @@ def test_a_recharge_answer_that_cannot_be_stored_stays_open_and_locate_links_it(
 
 
 def test_an_order_answer_that_cannot_be_stored_is_unknown_with_its_replay_never_refused(server, config, db, client):
-    server.sandbox.settings.faults = {"slow": {"scope": CREATE, "seconds": 0.5}}
+    server.sandbox.settings.faults = {"slow": {"scope": CREATE, "seconds": ANSWER_HELD_S}}
     with LockWhenSent(server, CREATE, config.db_path) as lock:
         outcome = place_order(config, db, client, product_id=8, denomination=100, quantity=1)
         assert lock.taken.is_set()

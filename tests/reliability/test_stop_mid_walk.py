@@ -27,7 +27,11 @@ SYSTEMD_STOP_S = 60  # deploy/systemd/partnerkit-worker.service TimeoutStopSec
 
 
 class PageLog:
-    """Every transaction-list request the sandbox receives: (from_date, page), and when (time.monotonic())."""
+    """Every transaction-list request the sandbox receives: (from_date, page), and when (time.monotonic()).
+
+    Installed before the gates, so a request is logged when it arrives, not when a gate lets it go on: a request
+    held until after the worker was killed must count in the run that asked for it (a fresh-clone run once logged
+    the killed page 9 after the first run's requests were counted, as if the next run had read it again)."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str]] = []
@@ -76,7 +80,7 @@ def test_sigterm_mid_walk_stops_the_worker_promptly_and_the_next_run_reads_on(tm
     held = Gate("GET", r"^/api/v1/transactions$", query=lambda a: a.get("from_date") == day and a.get("page") == "3")
     pages = PageLog()
     settings = SandboxSettings(speed=1.0, hourly_limit=100_000)
-    with CrashStack(tmp_path, settings, gates=(held, pages), extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
+    with CrashStack(tmp_path, settings, gates=(pages, held), extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
         _plant(stack, night)
 
         worker = stack.start_worker()
@@ -125,7 +129,7 @@ def test_sigkill_mid_walk_the_next_run_reads_on_from_the_place_noted_and_reads_n
     killed = Gate("GET", r"^/api/v1/transactions$", query=lambda a: a.get("from_date") == day and a.get("page") == "9")
     pages = PageLog()
     settings = SandboxSettings(speed=1.0, hourly_limit=100_000)
-    with CrashStack(tmp_path, settings, gates=(slow, killed, pages),
+    with CrashStack(tmp_path, settings, gates=(pages, slow, killed),
                     extra_env={"PARTNERKIT_DUE_HOUR_UTC": "0"}) as stack:
         _plant(stack, night)
 
