@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from http import HTTPStatus
@@ -138,7 +139,13 @@ def _post_worker_init(worker: Any) -> None:
 
 def _post_fork(server: Any, worker: Any) -> None:
     """A web worker exits when its master dies, even by SIGKILL: an orphaned sync worker would serve
-    on, holding the port, until its own timeout check noticed (up to 15 s)."""
+    on, holding the port, until its own timeout check noticed (up to 15 s).
+
+    Until the worker installs its own handlers (gunicorn's `init_process`, after this hook, and after the
+    app is loaded: seconds on a busy machine), it runs the master's, which only queue a signal for the
+    master's loop: the parent-death SIGTERM of a master killed meanwhile, or the one below, was lost, and
+    the worker lived on as an orphan (a fresh-clone test run met it). So SIGTERM ends it at once until then."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     arm = die_with_parent(server.pid)
     if arm is not None:
         arm()
