@@ -202,20 +202,30 @@ class History:
     stores: list[Store] = field(default_factory=list)
 
     def config(self, path: Path) -> Config:
-        return load_config(environ={"PARTNERKIT_DB": str(path), "PARTNERKIT_REPORT_DIR": str(self.workdir / "reports"),
+        """The settings of the store at `path`, with a report directory of its own (`_reports`)."""
+        return load_config(environ={"PARTNERKIT_DB": str(path), "PARTNERKIT_REPORT_DIR": str(_reports(path)),
                                     "PARTNERKIT_VOUCHER_KEY": "bench-history-voucher-key-32byte"})
 
     def provider(self, upto: int) -> Provider:
         return Provider(self.n, {i: p for i, p in self.pages.items() if i <= upto})
 
 
+def _reports(path: Path) -> Path:
+    """The report directory of the store at `path`: its own, so that a copy's files and its database agree."""
+    return path.with_name(path.stem + "-reports")
+
+
 def _copy(src: Path, dst: Path) -> Path:
-    """A copy of a store (its WAL checkpointed into the file first)."""
+    """A copy of a store (its WAL checkpointed into the file first), with an empty report directory: a phase runs
+    on a fresh copy of the store as it stood before, which has no stored report of the night, and the files an
+    earlier run left would be kept aside as written by another store ("replaced ... not in database"), a warning
+    a run and a cost a partner's nightly run does not have."""
     with sqlite3.connect(src) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for suffix in ("-wal", "-shm"):
         Path(str(dst) + suffix).unlink(missing_ok=True)
     shutil.copyfile(src, dst)
+    shutil.rmtree(_reports(dst), ignore_errors=True)
     return dst
 
 
