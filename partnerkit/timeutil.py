@@ -50,6 +50,25 @@ def iso(moment: datetime | None) -> str | None:
     return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def same_second(one: str | datetime | None, other: str | datetime | None) -> bool:
+    """Whether two moments, each a datetime or a time's text (any form parse_ts reads), fall in one UTC second: a
+    provider's fact written to different precisions by two endpoints, or stored by partnerkit in its own form, is
+    still the same fact. True when either is missing or is not a time: nothing to compare with (the callers tell
+    an id given twice apart by what differs, never by what cannot be read)."""
+    texts = [value if isinstance(value, str) else iso(value) for value in (one, other)]
+    if texts[0] is None or texts[1] is None:
+        return True
+    if texts[0][:19] == texts[1][:19] and texts[0].endswith("Z") and texts[1].endswith("Z"):
+        return True  # the usual case: both UTC text (`iso`'s or `stamp`'s, or the provider's RFC 3339 in UTC)
+    try:
+        moments = [value if isinstance(value, datetime) else parse_ts(value) for value in (one, other)]
+    except ValueError:
+        return True
+    if moments[0] is None or moments[1] is None:
+        return True
+    return moments[0].replace(microsecond=0) == moments[1].replace(microsecond=0)
+
+
 def parse_day(value: str) -> date:
     """Parse YYYY-MM-DD; raise ValueError with the expected form otherwise."""
     try:

@@ -17,7 +17,7 @@ from sqlite_utils import Database
 
 from partnerkit.store import quarantine
 from partnerkit.store.jobs import VOUCHER_FETCH, stamp
-from partnerkit.timeutil import parse_ts
+from partnerkit.timeutil import same_second
 
 # Order states of the document ("States and transitions > Order"), ranked by progress.
 # DELIVERED, FAILED and CANCELLED are final: nothing moves an order out of them.
@@ -80,16 +80,7 @@ def identity_of(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _same(name: str, stored: Any, seen: Any) -> bool:
-    if name != "placed_at":
-        return stored == seen
-    text = seen if isinstance(seen, str) else stamp(seen)
-    if str(stored)[:19] == text[:19] and text.endswith("Z") and str(stored).endswith("Z"):
-        return True  # the usual case: both UTC text (`stamp`'s, or the provider's RFC 3339 in UTC)
-    try:
-        then, now = parse_ts(str(stored)), seen if isinstance(seen, datetime) else parse_ts(seen)
-    except ValueError:
-        return True  # not a time: nothing to compare with
-    return then is None or now is None or then.replace(microsecond=0) == now.replace(microsecond=0)
+    return same_second(str(stored), seen) if name == "placed_at" else stored == seen
 
 
 def advances(current: str | None, new: str | None) -> bool:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partnerkit.money import MoneyError, cents, dumps, fmt, from_cents, loads, to_decimal
-from partnerkit.timeutil import iso, parse_day, parse_ts
+from partnerkit.timeutil import iso, parse_day, parse_ts, same_second
 
 
 def test_loads_never_makes_a_float():
@@ -172,3 +172,15 @@ def test_an_amount_a_person_typed_is_never_read_with_an_exponent(text):
     with pytest.raises(MoneyError, match="written with an exponent; amounts are written in digits"):
         to_decimal(text, typed=True)
     assert to_decimal("199.00", typed=True) == Decimal("199.00")
+
+
+@pytest.mark.parametrize("one, other, same", [
+    ("2026-03-10T10:00:00Z", "2026-03-10T10:00:00.000000Z", True),  # iso's and stamp's forms
+    ("2026-03-10T10:00:00.400Z", datetime(2026, 3, 10, 10, 0, 0, 900000, tzinfo=timezone.utc), True),
+    ("2026-03-10T15:30:00+05:30", "2026-03-10T10:00:00Z", True),  # another offset, the same instant
+    ("2026-03-10T10:00:01Z", "2026-03-10T10:00:00Z", False),
+    ("2026-03-10T15:30:00+05:30", "2026-03-10T15:30:00Z", False),
+    (None, "2026-03-10T10:00:00Z", True), ("not a time", "2026-03-10T10:00:00Z", True),  # nothing to compare
+])
+def test_same_second_compares_instants_to_the_second(one, other, same):
+    assert same_second(one, other) is same and same_second(other, one) is same

@@ -27,7 +27,7 @@ from partnerkit.store.recharges._provider import (
     normalise_status, provider_fields,
 )
 from partnerkit.store.recharges._queries import _rows
-from partnerkit.timeutil import iso, parse_ts
+from partnerkit.timeutil import iso, same_second
 
 
 @dataclass
@@ -117,7 +117,7 @@ def another_recharge(row: dict, f: dict) -> str | None:
     the records that reach the upsert (a sync's changed ones)."""
     found = []
     created, stored = f["created_at"], row["provider_created_at"]
-    if created is not None and stored is not None and not _same_second(stored, created):
+    if created is not None and stored is not None and not same_second(stored, created):
         found.append("created_at")
     if f["mobile_number"] and row["mobile_number"] and f["mobile_number"] != row["mobile_number"]:
         found.append("mobile_number")
@@ -143,17 +143,6 @@ def given_twice(db: Database) -> list[tuple[int, int]]:
     them. One range of the quarantine's primary key, its recharge entries (usually none), in its key order."""
     found = (_GIVEN_TWICE_REASON.match(entry["reason"] or "") for entry in quarantine.held(db, "recharge"))
     return [(int(m.group(1)), int(m.group(2))) for m in found if m is not None]
-
-
-def _same_second(stored: str, created: Any) -> bool:
-    """Whether a stored provider_created_at (`iso`'s text) and a record's created_at fall in one second."""
-    if stored[:19] == (iso(created) or "")[:19] and stored.endswith("Z"):
-        return True  # the usual case: both are `iso`'s UTC text (a stored time in another form is parsed)
-    try:
-        then = parse_ts(stored)
-    except ValueError:
-        return True  # not a time: nothing to compare with
-    return then is None or then.replace(microsecond=0) == created.replace(microsecond=0)
 
 
 def _raw_id(raw: Any) -> int | None:
