@@ -89,7 +89,7 @@ _STAMPS: dict[datetime, str] = {}  # updated_at -> stored text; a day's recharge
 
 
 def _stored_time(moment: Any) -> str | None:
-    """A recharge's updated_at as the worker's upsert stores it (None when the record has none)."""
+    """A recharge's updated_at or created_at as the worker's upsert stores it (None when the record has none)."""
     if type(moment) is not datetime:
         return None
     text = _STAMPS.get(moment)
