@@ -214,12 +214,17 @@ def _held_elsewhere_line(status: dict[str, Any]) -> str:
             f"show`, and the reference number of the recharge its answer named): {HELD_ADVICE}")
 
 
+def _first_of(count: int, ids: list[Any]) -> str:
+    """The ids an id-given-twice line names (the first SHOWN_IDS of `count`), "..." after them when there are more."""
+    return ", ".join(map(str, ids)) + (", ..." if count > len(ids) else "")
+
+
 def _given_twice_line(status: dict[str, Any]) -> str:
     """Provider records a sync or the poller held in the quarantine because their id names a local recharge they are
     not (`partnerkit.store.recharges.another_recharge`): the rows keep what they held, and what to do is the
     submit's advice for an id given twice (`HELD_ADVICE`)."""
     count, ids = status["recharges_id_given_twice"], status["recharges_id_given_twice_local_ids"]
-    shown = ", ".join(f"#{i}" for i in ids) + (", ..." if count > len(ids) else "")
+    shown = _first_of(count, [f"#{i}" for i in ids])
     return (f"{count} provider recharge record(s) quarantined, not stored, because their id names another local "
             f"recharge ({shown}), which keeps what it held: `partnerkit recharges show N` says which id and what "
             "differs, the day's report lists the provider's record; compare both with the provider: " + HELD_ADVICE)
@@ -230,7 +235,7 @@ def _orders_given_twice_line(status: dict[str, Any]) -> str:
     .another_order`): the list record quarantined, the voucher fetch parked; what to do is the advice for an id
     given twice (`HELD_ADVICE`)."""
     count, ids = status["orders_id_given_twice"], status["orders_id_given_twice_ids"]
-    shown = ", ".join(str(i) for i in ids) + (", ..." if count > len(ids) else "")
+    shown = _first_of(count, ids)
     return (f"{count} stored order(s) ({shown}) whose id the provider gave to another order: that order's record "
             "was not stored (quarantined by the order sync, or its voucher fetch parked, none of its vouchers stored), "
             "and each stored order keeps what it held; the day's report lists the quarantined record with what "
@@ -243,7 +248,7 @@ def _transactions_given_twice_line(status: dict[str, Any]) -> str:
     (`partnerkit.store.ledger.GivenTwice`): the record quarantined, the stored entry kept; what to do is the advice
     for an id given twice (`HELD_ADVICE`)."""
     count, ids = status["transactions_id_given_twice"], status["transactions_id_given_twice_ids"]
-    shown = ", ".join(ids) + (", ..." if count > len(ids) else "")
+    shown = _first_of(count, ids)
     return (f"{count} stored wallet transaction(s) ({shown}) whose id the provider lists for another transaction: "
             "that record was quarantined, not stored, and each stored transaction keeps what it held and stays in its "
             "day's figures (not withdrawn while the record is held); the day's report lists the quarantined record "
