@@ -40,7 +40,12 @@ IDENTITY = ("reference_code", "product_id", "denomination_cents", "placed_at")
 # The reason's start of an order record not stored because its id names a stored order it is not: the order
 # sync's quarantine entry (`order:<id>`), a parked voucher fetch's error, a webhook event's inbox reason.
 ID_GIVEN_TWICE = "order id given twice:"
-_ROW = "status, delivered_quantity, " + ", ".join(IDENTITY)
+# The source of an observation that is a webhook's (inbox.record): its fields only fill what the row lacks.
+# Every other source ("sync", "detail", "create": the provider's API) overwrites them (`apply`).
+WEBHOOK = "webhook"
+# The row as `apply` reads it, by one statement: the status, the delivered count and every field (the IDENTITY
+# facts among them), so a webhook's fields are compared with values in hand.
+_ROW = "status, delivered_quantity, " + ", ".join(FIELDS)
 
 
 class AnotherOrder(Exception):
@@ -99,6 +104,13 @@ def apply(conn: sqlite3.Connection, order_id: int, status: str | None, *, now: d
           identity: Mapping[str, Any] | None = None, **fields: Any) -> tuple[str | None, bool]:
     """Merge one observation of an order (inside a transaction); return (status, whether it moved).
 
+    `source` says whose observation it is: "sync", "detail" or "create" (the provider's API), whose fields
+    overwrite the row's, or "webhook" (`WEBHOOK`), whose fields are written only where the row has none: the
+    document never says that an event's `amount` / `total_amount` is the order list's "Total" (nor its
+    `quantity` / `total_vouchers` the list's "Units"), and a late or redelivered event must not change the amount
+    the matcher holds the ORDER debit against. The status only moves forward and `delivered_quantity` only
+    grows, whatever the source.
+
     With `identity` (IDENTITY facts the observation shows: the order sync's and the voucher fetch's whole record,
     a webhook's ref and denomination), raises AnotherOrder, having written nothing, when the
     observation is another order than the stored one holding its id (`another_order`). The row is read by one
@@ -117,12 +129,15 @@ def apply(conn: sqlite3.Connection, order_id: int, status: str | None, *, now: d
         conn.execute(f"INSERT INTO orders ({names}) VALUES ({', '.join('?' * len(columns))})", tuple(columns.values()))
         return columns["status"], True
     current, current_delivered = row[0], row[1]
-    if identity and any(value is not None for value in row[2:]):  # none of them: an order known from webhooks only
-        reason = another_order(order_id, dict(zip(IDENTITY, row[2:])), identity)
+    held = dict(zip(FIELDS, row[2:]))
+    if identity and any(held[name] is not None for name in IDENTITY):  # none: an order known from webhooks only
+        reason = another_order(order_id, held, identity)
         if reason is not None:
             raise AnotherOrder(order_id, reason)
     moved = advances(current, status)
-    updates = dict(values)
+    # A webhook fills a field the row lacks, never one the API (or an earlier event) gave: its amount and
+    # quantity are hints, not the list's total (see the docstring).
+    updates = {name: value for name, value in values.items() if source != WEBHOOK or held[name] is None}
     if moved:
         updates.update(status=status, status_at=stamp(occurred_at or now), source=source)
     if delivered_quantity is not None and delivered_quantity > (current_delivered or 0):
