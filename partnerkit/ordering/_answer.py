@@ -98,13 +98,10 @@ def _store(conn: Any, keys: KeyFollower, intent: dict, request: OrderRequest, cr
     order has stored now."""
     cipher = keys.current()
     sealed = [seal(cipher, created.id, v) for v in created.vouchers]
-    orders.apply(conn, created.id, status, now=now, source="create", reference_code=created.ref,
-                 transaction_id=created.transaction_id, product_id=created.product_id,
-                 quantity=created.quantity, amount_cents=cents(created.amount),
-                 denomination_cents=cents(created.denomination), discount_cents=cents(created.discount),
+    orders.apply(conn, created.id, status, now=now, source="create", transaction_id=created.transaction_id,
+                 quantity=created.quantity, amount_cents=cents(created.amount), discount_cents=cents(created.discount),
                  email=request.email if mine else None,
-                 placed_at=stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None,
-                 delivered_quantity=len(sealed) if status in orders.DELIVERING else None)
+                 delivered_quantity=len(sealed) if status in orders.DELIVERING else None, **_identity(created))
     voucher_store.add(conn, created.id, sealed, now=now)
     stored = voucher_store.count(conn, created.id)
     if status in orders.DELIVERING and stored < created.quantity:
@@ -114,18 +111,33 @@ def _store(conn: Any, keys: KeyFollower, intent: dict, request: OrderRequest, cr
     return stored
 
 
+def _identity(created: Any) -> dict[str, Any]:
+    """The IDENTITY facts of a create answer (`orders.another_order`), as `_store` would store them."""
+    return {"reference_code": created.ref, "product_id": created.product_id,
+            "denomination_cents": cents(created.denomination),
+            "placed_at": stamp(created.placed_at) if isinstance(created.placed_at, datetime) else None}
+
+
 def _clash(conn: Any, intent: dict, created: Any) -> str | None:
     """Who already holds the order id an answer names, when it is another order than the answer's: another intent
-    placed it (`order_intents.order_id` is UNIQUE), or the stored order carries another ref (the provider keeps a
-    client's refs unique, and an order's ref never changes). As a phrase naming it ("order intent #1 (ref R,
-    product 8, 1 x 100.00)"); None when the id is free or is this answer's order."""
+    placed it (`order_intents.order_id` is UNIQUE), or the order stored under it is another order by the check the
+    order sync, the voucher fetch and the receiver make (`orders.another_order`: its ref, product, denomination or
+    placing time, to the second, differs from the answer's, each where both have one). As a phrase naming it
+    ("order intent #1 (ref R, product 8, 1 x 100.00)"); None when the id is free or is this answer's order."""
     holder = order_intents.holding(conn, created.id, besides=intent["id"])
     if holder is not None:
         return _name(holder)
     stored = orders.get(conn, created.id)
-    if stored is not None and stored["reference_code"] and created.ref and stored["reference_code"] != created.ref:
-        return f"the order stored from the provider's list (ref {stored['reference_code']})"
-    return None
+    facts = _identity(created)
+    if stored is None or orders.another_order(created.id, stored, facts) is None:
+        return None
+    held = ", ".join(part for part in (
+        stored["reference_code"] and f"ref {stored['reference_code']}",
+        stored["product_id"] is not None and f"product {stored['product_id']}",
+        stored["denomination_cents"] is not None and f"denomination {fmt(from_cents(stored['denomination_cents']))}",
+        stored["placed_at"] and f"placed {stored['placed_at']}") if part)
+    return (f"the order stored from the provider's records ({held}), from which this answer differs in "
+            f"{', '.join(orders.differences(stored, facts))}")
 
 
 # The words of an intent's error that say its answer named an order id held for another order (`_held_elsewhere`):

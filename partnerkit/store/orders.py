@@ -68,8 +68,7 @@ def another_order(order_id: int, row: Mapping[str, Any], facts: Mapping[str, Any
     together with its facts that never change, each compared where both know it: the ref (the provider keeps a
     client's refs unique), product, denomination, and the placing time to the second (two endpoints may
     write it to different precisions). A few comparisons of values in hand: no statement of its own."""
-    found = [name for name in IDENTITY if facts.get(name) is not None and row.get(name) is not None
-             and not _same(name, row[name], facts[name])]
+    found = differences(row, facts)
     if not found:
         return None
     shown = facts.get("reference_code")
@@ -77,6 +76,13 @@ def another_order(order_id: int, row: Mapping[str, Any], facts: Mapping[str, Any
                                        row.get("placed_at") and f"placed {row['placed_at']}") if part)
     return (f"{ID_GIVEN_TWICE} order {order_id}{f' (ref {shown})' if shown else ''} is stored for another order"
             f"{f' ({held})' if held else ''}, this record differs: {', '.join(found)}")
+
+
+def differences(row: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
+    """The IDENTITY names whose value in `facts` differs from the stored `row`'s, each compared where both have one
+    (the comparison `another_order` makes; in IDENTITY's order)."""
+    return [name for name in IDENTITY if facts.get(name) is not None and row.get(name) is not None
+            and not _same(name, row[name], facts[name])]
 
 
 def identity_of(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -310,6 +310,46 @@ def test_an_answer_naming_an_order_id_held_for_another_intent_stores_nothing_and
     assert line.endswith('or let the order sync link it; not those marked "do not replay it"')
 
 
+# An order the order sync stored under id 5001 (the sandbox's first order id), placed elsewhere long before.
+STORED_5001 = dict(reference_code="same-ref-0001", product_id=7, denomination_cents=1000, quantity=1,
+                   amount_cents=1000, transaction_id=700009, placed_at="2024-01-02T03:04:05.000000Z")
+
+
+def test_an_answer_whose_id_is_stored_for_another_order_of_the_same_ref_stores_nothing(server, env, db):
+    """The create path checks the whole identity, as the order sync, the voucher fetch and the receiver do
+    (`orders.another_order`: ref, product, denomination, placed_at). The order stored under the answer's id carries
+    the answer's ref, but another product, denomination and placing time: another order (a provider that gave the id
+    twice). Only the ref was compared, so the answer was written over it and the intent marked PLACED."""
+    with transaction(db) as conn:
+        order_store.apply(conn, 5001, "DELIVERED", now=utcnow(), source="sync", **STORED_5001)
+    held = order_store.get(db, 5001)
+    answered = run(env, *ORDER, "--ref", "same-ref-0001", "--format", "json", code=3)
+    [order] = provider_orders(server)
+    assert (order.id, order.ref, order.product_id) == (5001, "same-ref-0001", 8)
+    intent = order_intents.by_key(db, json.loads(answered.stdout)["idempotency_key"])
+    holder = ("the order stored from the provider's records (ref same-ref-0001, product 7, denomination 10.00, placed "
+              "2024-01-02T03:04:05.000000Z), from which this answer differs in product_id, denomination_cents, "
+              "placed_at")
+    assert (intent["state"], intent["order_id"]) == ("UNKNOWN", None)
+    assert intent["error"] == (f"the provider answered order 5001 (ref same-ref-0001), which this store already "
+                               f"holds for {holder}: not stored")
+    assert (f"the provider answered with order 5001 (DELIVERED, 95.00, ref same-ref-0001), but this store already "
+            f"holds order 5001 for {holder}. Two orders under one id is not a database fault") in answered.stderr
+    assert order_store.get(db, 5001) == held, "nothing of the answer written over the stored order"
+    assert db.execute("SELECT count(*) FROM vouchers WHERE order_id = 5001").fetchone() == (0,)
+
+
+def test_an_answer_whose_id_is_stored_from_webhooks_only_is_that_order(server, env, db):
+    """An order known only from its events holds no fact to compare (a webhook stores none of them): the answer
+    naming its id is that order, stored over it, the intent PLACED."""
+    with transaction(db) as conn:
+        order_store.apply(conn, 5001, "PROCESSING", now=utcnow(), source="webhook", quantity=1)
+    placed = json.loads(run(env, *ORDER, "--format", "json").stdout)
+    stored = order_store.get(db, 5001)
+    assert placed["id"] == 5001 and order_intents.by_key(db, placed["idempotency_key"])["state"] == "PLACED"
+    assert (stored["reference_code"], stored["product_id"], stored["status"]) == (placed["ref"], 8, "DELIVERED")
+
+
 def test_an_intent_without_its_senders_lock_keeps_the_quarter_hour_rule(config, db):
     """A row of an older release (or of a sender that could not take a lock) says nothing of its sender: `status`
     names it only once a send could not last that long, as before."""
