@@ -12,7 +12,7 @@ from partnerkit.cli.output import Progress, emit, emit_newest, emit_one, format_
 from partnerkit.cli.params import ID, at_most_int64, moment
 from partnerkit.money import MoneyError, from_cents, to_decimal
 from partnerkit.ordering import HOLD_HOURS
-from partnerkit.store import inbox, jobs, orders
+from partnerkit.store import Database, inbox, jobs, orders, quarantine
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.timeutil import iso, utcnow
 from partnerkit.vouchers import catch_up_orders
@@ -58,12 +58,40 @@ def list_command(app: AppContext, status: str | None, limit: int, fmt: str) -> N
                 empty_message=f"no orders in status {status.upper()}" if status else "no orders known yet")
 
 
+def _held(db: Database, order_id: int) -> list[dict]:
+    """Why records of this order are held rather than applied, as `orders show` lists them (`held`): the order
+    sync's quarantine entry under its id (`order:<id>`: a list record of another order under this id, or one it
+    could not read), then the receiver's events of another order under this id, one entry a reason. Each with
+    source, reason, events (webhook events kept; null for the order sync's record), first_seen_at and
+    last_seen_at."""
+    held = []
+    entry = quarantine.held_entry(db, "order", str(order_id))
+    if entry is not None:
+        held.append({"source": "order_sync", "reason": entry["reason"], "events": None,
+                     "first_seen_at": entry["first_seen_at"], "last_seen_at": entry["last_seen_at"]})
+    held += [{"source": "webhook", **group} for group in inbox.given_twice_of(db, order_id)]
+    return held
+
+
+def _held_line(entry: dict) -> str:
+    """One `held` entry on one line of the table."""
+    count = f", {entry['events']} event(s)" if entry["events"] is not None else ""
+    return (f"{entry['source']}: {entry['reason']} (first seen {entry['first_seen_at']}, last seen "
+            f"{entry['last_seen_at']}{count})")
+
+
 @orders_group.command("show")
 @click.argument("order_id", type=ID)
 @format_option
 @pass_app
 def show_command(app: AppContext, order_id: int, fmt: str) -> None:
-    """One local order: state, vouchers stored, fetch job, and its events."""
+    """One local order: state, vouchers stored, fetch job, why records of it are held, and its events.
+
+    `held` lists what is kept but not applied to this order: the order sync's quarantined list record under its
+    id (another order under this id: "order id given twice: ...", or a record it could not read) and the
+    receiver's events of another order under this id, each with its reason and when first and last seen
+    (webhook events counted). Empty when nothing is held. A voucher fetch parked on another order's detail
+    shows in `job_last_error`."""
     row = orders.get(app.existing_db, order_id)
     if row is None:
         raise click.ClickException(f"order {order_id} is not known locally (try `partnerkit orders sync`)")
@@ -71,12 +99,14 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
     row["vouchers_stored"] = voucher_store.count(app.db, order_id)
     job = jobs.latest_for_orders(app.db, [order_id]).get(order_id) or {}
     row.update({f"job_{k}": v for k, v in job.items()})
+    held = _held(app.db, order_id)
     events = inbox.listing(app.db, order_id=order_id, limit=50)
     for event in events:
         # `duplicates`, as in `events list`; `duplicate_count` stays as a deprecated JSON alias.
         event["duplicates"] = event["duplicate_count"]
-    emit_one(row, fmt, json_value={**row, "events": events},
-             rows=[{"field": k, "value": v} for k, v in row.items()], columns=["field", "value"])
+    rows = [{"field": k, "value": v} for k, v in row.items()]
+    rows += [{"field": "held", "value": _held_line(entry)} for entry in held] or [{"field": "held", "value": None}]
+    emit_one(row, fmt, json_value={**row, "held": held, "events": events}, rows=rows, columns=["field", "value"])
     if fmt == "table" and events:
         click.echo("")
         emit(events, ["dedup_key", "event_type", "status", "state", "duplicates", "received_at"], fmt)

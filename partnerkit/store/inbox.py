@@ -179,6 +179,20 @@ def listing(db: Database, *, limit: int = 100, state: str | None = None, order_i
     return rows
 
 
+def given_twice_of(db: Database, order_id: int) -> list[dict]:
+    """The events of `order_id` kept but not applied because they are of another order under its id (`record`:
+    their reason starts with `orders.ID_GIVEN_TWICE`), one entry a reason: reason, events (how many),
+    first_seen_at (the first one's receipt) and last_seen_at (the last delivery of any), oldest first.
+    Through `inbox_order_id`: the order's own events only (`partnerkit orders show`)."""
+    cursor = db.execute(
+        "SELECT reason, COUNT(*) AS events, MIN(received_at) AS first_seen_at, MAX(last_seen_at) AS last_seen_at"
+        " FROM inbox WHERE order_id = ? AND state = 'quarantined' AND substr(reason, 1, ?) = ?"
+        " GROUP BY reason ORDER BY first_seen_at, reason",
+        (order_id, len(orders.ID_GIVEN_TWICE), orders.ID_GIVEN_TWICE))
+    names = [c[0] for c in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
 def counts(db: Database) -> dict[str, int]:
     """Inbox rows by state (the states that have any), and the total of duplicate deliveries.
 

@@ -90,6 +90,7 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     not_run = {("drifts", "history"), ("drifts", "show"), ("worker",)}  # need a drift / run every job: their own tests
     assert set(printed) == (ONE_OBJECT | LISTING) - not_run
     assert printed[("orders", "create")]["id"] == order["id"] == printed[("orders", "show")]["id"]
+    assert printed[("orders", "show")]["held"] == []  # why records of it are held: nothing here
     assert printed[("webhooks", "delete")] == {"id": 1, "deleted_at_provider": True, "token_forgotten": True}
     # Times are UTC with a Z suffix in every command, the provider's records included (`webhooks list`
     # and `deliveries` printed "+00:00" while `webhooks update` and every local listing printed "Z").

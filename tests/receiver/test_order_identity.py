@@ -250,3 +250,51 @@ def test_a_quantity_an_event_gave_never_makes_the_orders_own_record_another_orde
     summary = sync(api_config, store, api)
     assert summary.id_given_twice == 0 and quarantine.held(store, "order") == []
     assert stored(store)["status"] == "DELIVERED" and stored(store)["reference_code"] is not None
+
+
+def test_orders_show_says_why_records_of_the_order_are_held(api_config, store, api, httpserver, client):
+    """`orders show` lists what is kept but not applied to the order (`held`): the order sync's quarantined record
+    under its id and the receiver's events of another order under it, each with its reason and when first and last
+    seen. Before, the order showed nothing of it: only `partnerkit status` named the id."""
+    from click.testing import CliRunner
+
+    from partnerkit.cli import cli
+    from partnerkit.config import config_as_env
+
+    env = config_as_env(api_config)
+
+    def show(fmt: str):
+        result = CliRunner().invoke(cli, ["orders", "show", "101", "--format", fmt], env=env, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout) if fmt == "json" else result.stdout
+
+    listed(httpserver, first())
+    sync(api_config, store, api)
+    assert show("json")["held"] == []
+    listed(httpserver, first(reference_code="R999", status="delivered"))
+    for minutes in (15, 30):
+        sync(api_config, store, api, NOW + timedelta(minutes=minutes))
+    other = json.loads(envelope("evt_other"))
+    other["data"].update(id=101, reference_code="REF-2")
+    for answer in ("ignored", "duplicate"):  # the same event delivered again: seen again, not a second event
+        assert post(client, json.dumps(other).encode()).get_json() == {"status": answer}
+    other.update(event_id="evt_other_2")
+    assert post(client, json.dumps(other).encode()).get_json() == {"status": "ignored"}
+
+    synced, heard = show("json")["held"]
+    assert synced == {"source": "order_sync", "reason": REASON.format(ref="R999", differs="reference_code"),
+                      "events": None, "first_seen_at": "2024-05-01T10:15:00Z", "last_seen_at": "2024-05-01T10:30:00Z"}
+    assert (heard["source"], heard["events"]) == ("webhook", 2)
+    assert heard["reason"] == ("order id given twice: order 101 (ref REF-2) is stored for another order (ref R101, "
+                               "placed 2024-05-01T09:59:00.000000Z), this record differs: reference_code")
+    received = store.execute("SELECT min(received_at), max(last_seen_at) FROM inbox WHERE order_id = 101").fetchone()
+    assert (heard["first_seen_at"], heard["last_seen_at"]) == received
+    table = [line[len("held"):].strip() for line in show("table").splitlines() if line.startswith("held ")]
+    assert table == [
+        f"order_sync: {synced['reason']} (first seen 2024-05-01T10:15:00Z, last seen 2024-05-01T10:30:00Z)",
+        f"webhook: {heard['reason']} (first seen {received[0]}, last seen {received[1]}, 2 event(s))"]
+
+    # The order's own record listed again releases the sync's entry; the events stay as they were kept.
+    listed(httpserver, first(status="delivered"))
+    sync(api_config, store, api, NOW + timedelta(minutes=45))
+    assert [entry["source"] for entry in show("json")["held"]] == ["webhook"]
