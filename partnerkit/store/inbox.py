@@ -105,7 +105,7 @@ def record(db: Database, event: EventLike, body: bytes, *, cipher: Sealer, now: 
             return Recorded(ACCEPTED)
         try:
             status, _ = orders.apply(
-                conn, event.order_id, event.status, now=now, source="webhook", occurred_at=event.occurred_at,
+                conn, event.order_id, event.status, now=now, source=orders.WEBHOOK, occurred_at=event.occurred_at,
                 delivered_quantity=event.delivered_quantity, quantity=event.quantity,
                 amount_cents=cents(event.amount) if event.amount is not None else None,
                 identity={"reference_code": event.reference_code, "denomination_cents": event.denomination_cents})
