@@ -132,7 +132,29 @@ def _register_commands() -> None:
             register(cli)
 
 
+def _first_sentence(text: str) -> str:
+    """The first sentence of a help text's first paragraph, whole (click's own short help is cut to fit the line
+    with "...", which left a command's summary mid-sentence in `partnerkit --help`; a definition list wraps it)."""
+    words = text.partition("\n\n")[0].split()
+    if words and words[0] == "\b":
+        words = words[1:]
+    for i, word in enumerate(words):
+        if word.endswith(".") and (i == len(words) - 1 or not words[i + 1][0].islower()):
+            return " ".join(words[:i + 1])
+    return " ".join(words)
+
+
+def _whole_summaries(group: click.Group) -> None:
+    """Give every command under `group` that has no short help of its own its help's first sentence as one."""
+    for command in group.commands.values():
+        if not command.short_help and command.help:
+            command.short_help = _first_sentence(command.help)
+        if isinstance(command, click.Group):
+            _whole_summaries(command)
+
+
 _register_commands()
+_whole_summaries(cli)
 
 
 def main() -> None:

@@ -24,7 +24,8 @@ def _budget(app: AppContext) -> Budget:
     return Budget.from_config(app.config.require("api_key"), app.existing_db)
 
 
-@click.group("budget")
+@click.group("budget", short_help="The API request budget every process using this database shares, and the"
+             " provider's 429 blocks of it.")
 def budget_group() -> None:
     """The API request budget every process using this database shares (PARTNERKIT_HOURLY_BUDGET an hour,
     PARTNERKIT_ORDER_BUDGET_PER_MINUTE order creations a minute), and the provider's 429 blocks of it."""

@@ -8,7 +8,8 @@ from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit_one, format_option
 
 
-@click.command("status")
+@click.command("status", short_help="What needs a person now, and the facts behind it: webhooks, recharges, orders,"
+                                   " budget, reports, drifts, the worker, disk space (--check for monitoring).")
 @format_option
 @click.option("--check", is_flag=True,
               help="Exit 1 when anything needs attention (the same figures are printed), for a monitor or cron.")
