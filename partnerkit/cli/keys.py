@@ -142,7 +142,9 @@ def rotate_command(app: AppContext) -> None:
         previous = rotate_key_file(config.key_file)
         click.echo(f"rotated the voucher key in {config.key_file}: a new key is first, "
                    f"{counted(previous, 'previous key')} kept below it", err=True)
-    click.echo(f"{counted(needing.current + needing.previous + needing.clear_bodies, 'stored value')} will need `keys rewrap`", err=True)
+    # Counted by field (a voucher's code, PIN and claim URL each), where rewrap counts the rows it re-seals.
+    click.echo(f"{counted(needing.current + needing.previous + needing.clear_bodies, 'sealed value')} (voucher codes, "
+               "PINs and claim URLs, webhook tokens, webhook bodies) will need `keys rewrap`", err=True)
     click.echo(NEXT_STEP_ENV if config.voucher_key else NEXT_STEP_FILE, err=True)
 
 

@@ -150,6 +150,7 @@ def test_key_file_rotate_rewrap_retire(tmp_path):
     run.after_pickup()
     assert rotated.stdout == ""
     assert "1 previous key kept below it" in rotated.stderr
+    assert "(voucher codes, PINs and claim URLs, webhook tokens, webhook bodies) will need `keys rewrap`" in rotated.stderr
     assert "no restart is needed" in rotated.stderr and "keys rewrap" in rotated.stderr
     assert "within 9 s" in rotated.stderr and "rewrap and retire wait that out" in rotated.stderr
     new, kept = read_key_file(key_file)
