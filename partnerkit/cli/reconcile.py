@@ -14,6 +14,7 @@ from partnerkit.cli.params import invoking_user, not_blank, output_file, past_ut
 from partnerkit.csvcell import spreadsheet_id, spreadsheet_ids
 from partnerkit.store import drifts as drift_store
 from partnerkit.store import matching as matching_store
+from partnerkit.store import reports as report_store
 from partnerkit.timeutil import utcnow
 from partnerkit.walks import stopped_by_signals
 
@@ -92,7 +93,21 @@ def reconcile_command(app: AppContext, day: date) -> None:
                f"{s['matched']:,} matched, {s['drifted']:,} drifted, "
                f"{s['unmatched']:,} unmatched, {counted(len(report['drifts']), 'drift')}; "
                f"report in {app.config.report_dir}", err=True)
+    _nothing_recorded(app, report)
     _in_progress(day)
+
+
+def _nothing_recorded(app: AppContext, report: dict) -> None:
+    """Say so when the day holds nothing at all: an empty day is legitimate (exit 0, its report kept), but a
+    mistyped date (1999 for 2026) reads the same, and its report is easy to take for a quiet day's."""
+    s = report["summary"]
+    if any(s.get(key) for key in ("recharges_total", "orders_total", "transactions_total", "quarantined",
+                                  "drifted")) or report["drifts"]:
+        return
+    first = report_store.first_activity_day(app.db)
+    since = f"; the first day the store holds any is {first}" if first is not None and first > report["date"] else ""
+    click.echo(f"nothing was recorded on {report['date']} (no recharge, transaction or order): was the date "
+               f"right?{since}", err=True)
 
 
 @click.command("report")

@@ -163,8 +163,9 @@ def test_status_names_nights_older_than_the_catch_up_that_were_never_reported(sa
     """The nightly run catches up 31 nights; older ones without a report are left to `reconcile --date`."""
     from partnerkit.store import reports
 
-    reports.save_report(db, {"date": "2026-09-30", "generated_at": "2026-10-01T01:00:00Z", "summary": {}, "drifts": []})
-    reports.save_report(db, {"date": "2026-10-10", "generated_at": "2026-10-11T01:00:00Z", "summary": {}, "drifts": []})
+    busy = {"recharges_total": 2, "orders_total": 0, "transactions_total": 2, "drifted": 0}  # the account's days
+    reports.save_report(db, {"date": "2026-09-30", "generated_at": "2026-10-01T01:00:00Z", "summary": busy, "drifts": []})
+    reports.save_report(db, {"date": "2026-10-10", "generated_at": "2026-10-11T01:00:00Z", "summary": busy, "drifts": []})
     with freeze_time("2026-11-22T00:30:00Z"):  # before the due hour: the catch-up reaches 2026-10-21..2026-11-20
         status = collect(sandbox_config, db)
     assert status["nights_never_reported"] == ["2026-10-01..2026-10-09", "2026-10-11..2026-10-20"]

@@ -311,12 +311,15 @@ def test_reconcile_on_a_database_that_does_not_exist_creates_it_with_a_warning(s
     day = (today - timedelta(days=1)).isoformat()
     first = CliRunner().invoke(cli, ["reconcile", "--date", day])
     assert first.exit_code == 0, first.output
-    warning, reading, summary = first.stderr.splitlines()
+    warning, reading, summary, nothing = first.stderr.splitlines()
     assert warning == (f"warning: database {str(missing)!r} did not exist and was created; if that is not the "
                        "worker's database, check PARTNERKIT_DB or --config")
     assert reading == (f"{day}: syncing {day}..{today} from the provider ({today} so far): the day after too, for a "
                        "credit back or a debit dated after midnight")
     assert summary.startswith(f"{day}: 0 recharges, 0 orders, 0 transactions; 0 matched") and missing.exists()
+    # The sandbox's day so far (synced too) holds its seeded records: the first day the store holds any.
+    assert nothing == (f"nothing was recorded on {day} (no recharge, transaction or order): was the date right?; "
+                       f"the first day the store holds any is {today}")
     assert (tmp_path / "reports" / f"partnerkit-report-{day}.json").exists()
     again = CliRunner().invoke(cli, ["reconcile", "--date", day])
     assert again.exit_code == 0 and again.stderr.startswith(f"{day}: ") and "warning" not in again.stderr

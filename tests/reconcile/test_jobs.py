@@ -388,6 +388,7 @@ def test_a_night_reconciled_by_hand_does_not_hide_the_nights_before_it(config, d
 
 def test_nights_older_than_the_catch_up_are_named_in_a_warning(config, db, caplog):
     provider = FakeProvider()
+    _ghost_debits(provider, {date(2025, 1, 27): ("12.00", "988.00")})  # the account's first day: it holds a debit
     reconcile_day(config, db, provider, date(2025, 1, 27), now=datetime(2025, 1, 28, 1, tzinfo=timezone.utc))
     with freeze_time("2025-03-20T01:00:00Z"), caplog.at_level("WARNING", logger="reconcile.jobs"):
         reported = [r["date"] for r in nightly(config, db, provider)]

@@ -409,3 +409,29 @@ def test_an_orders_reference_code_is_found_through_its_index_which_no_webhook_wr
     [plan] = [p for s, p in recorded.plans.items() if "o.reference_code = :reference" in s]
     assert plan.count("SEARCH o USING COVERING INDEX orders_reference (reference_code=?)") == 4, plan
     assert not [line for line in plan if line.startswith("SCAN o")], plan
+
+
+def test_the_stores_first_night_is_a_probe_of_an_index_a_term(store):
+    """`reports.first_night` (every nightly run and every `status`): the first day holding a record is one probe
+    of each record table's index by creation day, and the first day synced one probe of sync_coverage's key an
+    entity (MIN(day) over the table read every row: its key is (entity, day)), never a read of the history."""
+    from partnerkit.store import reports
+
+    config, _ = store
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        try:
+            first = reports.first_night(db)
+        finally:
+            db.conn.close()
+    [records] = [p for s, p in recorded.plans.items() if "MIN(provider_created_at)" in s]
+    assert records == ["SCAN CONSTANT ROW",
+                       "SCALAR SUBQUERY 1", "SEARCH recharges USING COVERING INDEX recharges_provider_created",
+                       "SCALAR SUBQUERY 2", "SEARCH recharges USING INDEX recharges_newest",
+                       "SCALAR SUBQUERY 3", "SEARCH transactions USING COVERING INDEX transactions_created",
+                       "SCALAR SUBQUERY 4", "SEARCH orders USING COVERING INDEX orders_placed_at (placed_at>?)"]
+    [found] = [p for s, p in recorded.plans.items() if s.startswith("SELECT date FROM reports WHERE date < ?")]
+    assert found == ["SEARCH reports USING INDEX sqlite_autoindex_reports_1 (date<?)"]
+    [covered] = [p for s, p in recorded.plans.items() if "FROM sync_coverage" in s]
+    assert "SEARCH c USING PRIMARY KEY (entity=?)" in covered and not plans.scans(covered), covered
+    assert first == DAYS[0].isoformat()
