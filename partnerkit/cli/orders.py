@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
+from decimal import Decimal
 
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, emit, emit_newest, emit_one, format_option
-from partnerkit.cli.params import ID, at_most_int64, moment
-from partnerkit.money import MoneyError, from_cents, to_decimal
+from partnerkit.cli.params import ID, at_most_int64, idempotency_key, moment, positive_amount, some_text
+from partnerkit.money import from_cents
 from partnerkit.ordering import HOLD_HOURS
 from partnerkit.store import Database, inbox, jobs, orders, quarantine
 from partnerkit.store import vouchers as voucher_store
@@ -42,7 +43,8 @@ def orders_group() -> None:
 
 
 @orders_group.command("list")
-@click.option("--status", help="Only orders in this status (any case).")
+@click.option("--status", type=click.Choice(list(orders.RANK), case_sensitive=False),
+              help="Only orders in this status, in any case (the document's order states).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
               help="At most this many orders, newest first (a note on stderr says so when there are more, in every format).")
 @format_option
@@ -115,13 +117,15 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 @orders_group.command("create")
 @click.option("--product-id", type=ID, required=True,
               help="The provider's product id (its catalog: GET /api/v1/products).")
-@click.option("--denomination", required=True, help="Per-voucher amount, e.g. 500 or 500.00.")
+@click.option("--denomination", required=True, callback=positive_amount,
+              help="Per-voucher amount, e.g. 500 or 500.00.")
 @click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64,
               help="Number of vouchers (at most the product's max_quantity).")
-@click.option("--ref", help="Your reference code for the order (the provider refuses a second order with it; "
-                            "a UUID is generated when omitted).")
+@click.option("--ref", callback=some_text,
+              help="Your reference code for the order (the provider refuses a second order with it; a UUID is "
+                   "generated when omitted).")
 @click.option("--email", help="Customer e-mail.")
-@click.option("--idempotency-key", help="The key of an earlier attempt (printed when its answer was lost): "
+@click.option("--idempotency-key", callback=idempotency_key, help="The key of an earlier attempt (printed when its answer was lost): "
                                         "replays it with the same ref, never ordering twice.")
 @click.option("--force", is_flag=True,
               help="Place this order although an earlier one of the same product, denomination and quantity, sent "
@@ -130,7 +134,7 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
                    "nothing sent. The key of an intent that may have placed its order (not REFUSED) resumes it, --force or not.")
 @format_option
 @pass_app
-def create_command(app: AppContext, product_id: int, denomination: str, quantity: int, ref: str | None,
+def create_command(app: AppContext, product_id: int, denomination: Decimal, quantity: int, ref: str | None,
                    email: str | None, idempotency_key: str | None, force: bool, fmt: str) -> None:
     """Place a voucher order (wallet debited); vouchers delivered at once are stored encrypted.
 
@@ -150,11 +154,7 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
     """
     from partnerkit.ordering import place_order
 
-    try:
-        amount = to_decimal(denomination, field="--denomination", strict=True, typed=True)
-    except MoneyError as exc:
-        raise click.BadParameter(str(exc), param_hint="--denomination") from exc
-    outcome = place_order(app.config, app.db, _client(app), product_id=product_id, denomination=amount,
+    outcome = place_order(app.config, app.db, _client(app), product_id=product_id, denomination=denomination,
                           quantity=quantity, ref=ref, email=email, idempotency_key=idempotency_key, force=force)
     row = {"id": outcome.order_id, "ref": outcome.ref, "status": outcome.status or outcome.state,
            "amount": outcome.amount, "quantity": outcome.request.quantity, "vouchers_stored": outcome.vouchers_stored,

@@ -105,13 +105,16 @@ def emit(rows: Iterable[dict], columns: Sequence[str], fmt_name: str, *, empty_m
 
 
 def emit_newest(rows: Sequence[dict], limit: int, noun: str, columns: Sequence[str], fmt_name: str, *,
-                empty_message: str | None = None) -> None:
+                empty_message: str | None = None, one: str | None = None) -> None:
     """Print a listing read with `limit + 1` rows: the first `limit`, and a note on stderr when there
     were more, in every format: a listing cut at its default limit would read as all there is, and a
-    script reading JSON or CSV from stdout never sees stderr mixed in (as `transactions list` does)."""
+    script reading JSON or CSV from stdout never sees stderr mixed in (as `transactions list` does).
+    `noun` is the plural ("orders"); `one` the singular, for --limit 1 (default: `noun` without its "s")."""
     emit(rows[:limit], columns, fmt_name, empty_message=empty_message)
     if len(rows) > limit:
-        click.echo(f"the newest {limit} {noun} are shown; --limit N shows more", err=True)
+        shown = (f"the newest {one or noun.removesuffix('s')} is shown" if limit == 1
+                 else f"the newest {limit} {noun} are shown")
+        click.echo(f"{shown}; --limit N shows more", err=True)
 
 
 def emit_one(record: Mapping[str, Any], fmt_name: str, *, columns: Sequence[str] | None = None,

@@ -10,15 +10,18 @@ from __future__ import annotations
 import getpass
 import os
 from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import click
 
+from partnerkit.money import MoneyError, to_decimal
 from partnerkit.timeutil import parse_day, parse_ts, utcnow
 
 MAX_INT64 = 2 ** 63 - 1
 FIRST_DAY = date(1970, 1, 1)
+NICKNAME_MAX = 40  # Limits: nickname, alphanumeric, max 40 characters
 LAST_DAY = date(2999, 12, 31)  # far enough; date.max + 1 day would overflow in the report windows
 
 
@@ -73,6 +76,74 @@ def moment(ctx: click.Context, param: click.Parameter, value: str | None) -> dat
         return parse_ts(value, field=field)
     except ValueError as exc:  # click prefixes the option's name itself
         raise click.BadParameter(str(exc).removeprefix(f"{field}: ")) from None
+
+
+def _typed(param: click.Parameter, value: str, *, strict: bool) -> Decimal:
+    field = param.opts[0] if param.opts else "amount"
+    try:
+        return to_decimal(value, field=field, strict=strict, typed=True)
+    except MoneyError as exc:  # click prefixes the option's name itself
+        raise click.BadParameter(str(exc).removeprefix(f"{field}: ")) from None
+
+
+def typed_amount(ctx: click.Context, param: click.Parameter, value: str | None) -> Decimal | None:
+    """Callback: an amount a person typed (digits, at most 2 decimals), as a Decimal; never rounded."""
+    return None if value is None else _typed(param, value, strict=True)
+
+
+def positive_amount(ctx: click.Context, param: click.Parameter, value: str | None) -> Decimal | None:
+    """Callback: a typed amount greater than zero (an order's denomination: "Greater than 0.00")."""
+    amount = typed_amount(ctx, param, value)
+    if amount is not None and amount <= 0:
+        raise click.BadParameter(f"{value!r} is not greater than 0")
+    return amount
+
+
+def idempotency_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: an Idempotency-Key as the client sends it (Limits: 8 to 256 characters; a header, so visible
+    ASCII), refused before anything is recorded or sent; None when not given (the command generates one)."""
+    if value is None:
+        return None
+    from partnerkit.client import check_idempotency_key
+
+    try:
+        return check_idempotency_key(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def some_text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: a text that must not be blank, kept as typed (an order's ref is sent as given)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty")
+    return value
+
+
+def whole_rupees(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: a recharge's face value, refused before any call where the provider would refuse it ("amount
+    must be a whole rupee greater than zero": a fraction is a 400, never rounded). Kept as typed (the submit
+    reads it again)."""
+    if value is None:
+        return None
+    amount = _typed(param, value, strict=False)
+    if amount <= 0 or amount != amount.to_integral_value():
+        raise click.BadParameter(f"{value!r} is not a whole number of rupees greater than zero (e.g. 199)")
+    return value
+
+
+def indian_mobile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: a mobile number as the provider takes it ("Digits only, 10 digits for India, no country
+    prefix, spaces or dashes"), refused before any call; ASCII digits only (int() would read "９")."""
+    if value is not None and not (len(value) == 10 and value.isascii() and value.isdigit()):
+        raise click.BadParameter(f"{value!r} is not a mobile number: 10 digits, no +91, spaces or dashes")
+    return value
+
+
+def nickname(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback: a recharge's nickname as the provider takes it (Limits: "Alphanumeric, max 40 characters")."""
+    if value is not None and not (value.isascii() and value.isalnum() and len(value) <= NICKNAME_MAX):
+        raise click.BadParameter(f"must be letters and digits only, at most {NICKNAME_MAX} characters")
+    return value
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

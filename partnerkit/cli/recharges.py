@@ -15,7 +15,7 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit_newest, emit_one, format_option
-from partnerkit.cli.params import ID, MAX_INT64
+from partnerkit.cli.params import ID, MAX_INT64, idempotency_key, indian_mobile, nickname, whole_rupees
 from partnerkit.money import from_cents
 from partnerkit.store import recharges as store
 
@@ -71,18 +71,19 @@ def recharges_group() -> None:
 
 
 @recharges_group.command("submit")
-@click.option("--mobile", "mobile_number", required=True, help="10 digits, no +91, spaces or dashes.")
+@click.option("--mobile", "mobile_number", required=True, callback=indian_mobile,
+              help="10 digits, no +91, spaces or dashes.")
 @click.option("--operator-id", type=ID, required=True, help="Numeric operator id (not the display name).")
-@click.option("--amount", required=True, help="Face value in whole rupees, e.g. 199.")
+@click.option("--amount", required=True, callback=whole_rupees, help="Face value in whole rupees, e.g. 199.")
 @click.option("--client-reference", help="Your reference, echoed on every read (generated when omitted).")
 @click.option("--circle-id", type=ID, help="Only when the operator needs a circle.")
 @click.option("--postpaid", "is_postpaid", is_flag=True, default=None, help="Pay a postpaid bill (default: prepaid).")
 @click.option("--special", "is_special", is_flag=True, default=None, help="Special recharge (operators that support it).")
-@click.option("--nickname", help="Label for the vendor: letters and digits, at most 40.")
+@click.option("--nickname", callback=nickname, help="Label for the vendor: letters and digits, at most 40.")
 @click.option("--force", is_flag=True,
               help="Deliberately another recharge of this number and amount: sent even while an earlier one is "
                    "unresolved here (INTENT or UNKNOWN), and past the provider's duplicate guard (force=true).")
-@click.option("--idempotency-key",
+@click.option("--idempotency-key", callback=idempotency_key,
               help="Your own key for this submit (generated when omitted), or an earlier submit's key to locate that "
                    "one instead: 8-256 visible ASCII characters, no spaces (it is sent as a header). A key refused "
                    "is an error with nothing recorded or sent.")
@@ -149,8 +150,9 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
 
 @recharges_group.command("locate")
 @click.option("--local-id", type=ID, help="A local recharge (e.g. UNKNOWN after a timeout).")
-@click.option("--mobile", "mobile_number", help="Number searched when there is no local id (with --amount).")
-@click.option("--amount", help="Face value in whole rupees; required with --mobile.")
+@click.option("--mobile", "mobile_number", callback=indian_mobile,
+              help="Number searched when there is no local id (with --amount).")
+@click.option("--amount", callback=whole_rupees, help="Face value in whole rupees; required with --mobile.")
 @click.option("--client-reference", help="Match this client_reference, with --mobile.")
 @click.option("--replay", is_flag=True,
               help="When the search finds nothing to link, send it again under its Idempotency-Key, however long "

@@ -28,6 +28,10 @@ FIELDS = ["id", "type", "amount", "currency", "created_at", "balance_after", "re
 TABLE_COLUMNS = FIELDS[:-1]
 QUARANTINE_COLUMNS = ["key", "id", "day", "reason", "first_seen_at", "last_seen_at", "record"]
 QUARANTINE_TABLE_COLUMNS = ["id", "day", "reason", "last_seen_at"]
+# The transaction types partnerkit names (the document shows no transaction fields; the sandbox's ledger writes
+# these, docs/sandbox.md): a refund is RECHARGE_REFUND or ORDER_REFUND, never REFUND. The mapping stores any
+# type the provider gives, upper-cased, so `--type` also takes one of those where a stored transaction has it.
+KNOWN_TYPES = ("RECHARGE", "RECHARGE_REFUND", "ORDER", "ORDER_REFUND", "TOPUP", "ADJUSTMENT")
 
 
 def _text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -107,7 +111,8 @@ def transactions_group() -> None:
               help="The UTC day, YYYY-MM-DD: transactions the provider dated that day. Required unless --reference "
                    "or --order is given (those search every stored day: a refund can come days later).")
 @click.option("--type", "kind", callback=_type,
-              help="Only this transaction type, in any case, as the provider names it (RECHARGE, REFUND, ORDER, ...).")
+              help=f"Only this transaction type, in any case: {', '.join(KNOWN_TYPES)}, or another the provider "
+                   "gives (a type none of the transactions listed has, and none of these, is a usage error).")
 @click.option("--reference", callback=_text,
               help="Only those paying for the recharge with this reference_number (a recharge drift's reference), "
                    "or for the order with this reference_code, linked as the matcher links them: by recharge_id or "
@@ -154,6 +159,8 @@ def list_command(app: AppContext, day: date | None, kind: str | None, reference:
         start, end = day.isoformat(), (day + timedelta(days=1)).isoformat()
     stored, total = ledger.list_transactions(db, start=start, end=end, kind=kind, reference=reference,
                                              order_id=order_id, limit=limit)
+    if kind is not None and kind not in KNOWN_TYPES and not total:
+        _unknown_type(kind)
     filters = ([f"of type {kind}"] * bool(kind) + [f"paying for reference {reference}"] * bool(reference)
                + [f"paying for order {order_id}"] * (order_id is not None))
     where = f"on {day}" if day is not None else "on any stored day"
@@ -170,10 +177,22 @@ def list_command(app: AppContext, day: date | None, kind: str | None, reference:
                    f"withdrawn): `partnerkit transactions list --date {day} --quarantined`", err=True)
 
 
+def _unknown_type(kind: str) -> None:
+    """A usage error (exit 2, with the usage line): `--type` names no type partnerkit knows, and no transaction
+    listed has it, so the filter can never match (a mistyped REFUND printed "no transactions" and exit 0)."""
+    ctx = click.get_current_context()
+    param = next(p for p in ctx.command.params if p.name == "kind")
+    raise click.BadParameter(f"{kind!r} is not a transaction type: one of {', '.join(KNOWN_TYPES)} (any case), or "
+                             "another the provider gives where a stored transaction has it (none listed here does)",
+                             ctx=ctx, param=param)
+
+
 def _say_cut(shown: int, total: int, noun: str) -> None:
     """On stderr, in every format: a list cut at --limit must not read as all there is."""
     if total > shown:
-        click.echo(f"the first {shown:,} of {total:,} {noun} are shown (oldest first); --limit N shows more", err=True)
+        first = "the first" if shown == 1 else f"the first {shown:,}"
+        click.echo(f"{first} of {total:,} {noun} {'is' if shown == 1 else 'are'} shown (oldest first); --limit N "
+                   "shows more", err=True)
 
 
 @transactions_group.command("show")

@@ -100,20 +100,28 @@ def webhooks_group() -> None:
 @click.option("--events", "events", multiple=True, type=click.Choice(ORDER_EVENTS),
               help="Event type to subscribe to (repeat; default: all order events).")
 @click.option("--credential-id", type=ID, help="Sign with this API credential's signing secret.")
+@click.option("--again", is_flag=True,
+              help="Register another webhook although an active one already delivers to this URL (each event then "
+                   "arrives twice, stored once). Without it that is refused, nothing created.")
 @format_option
 @pass_app
 def register_command(app: AppContext, url: str, name: str, events: tuple[str, ...], credential_id: int | None,
-                     fmt: str) -> None:
+                     again: bool, fmt: str) -> None:
     """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver.
 
-    Then it reads the provider's webhooks and warns about every other one delivering to the same URL: one
-    whose token is saved here doubles each event (stored once); one whose token is not (a register stopped
-    after the provider created it: the token is shown only once) has its deliveries refused. `partnerkit
-    webhooks delete N` removes either."""
+    First it reads the provider's webhooks (one request; the tokens saved here when the list cannot be
+    read): an active webhook already delivering to the same URL is refused (exit 2, nothing created), naming
+    it (running README's setup a second time created a second one, and every event then arrived twice).
+    --again registers another all the same. One whose token is not saved here (a register stopped after the
+    provider created it: the token is shown only once) has its deliveries refused: `partnerkit webhooks
+    delete N` removes it, then register. After registering, it warns about every other webhook with the URL."""
     from receiver.tokens import save_sealed
 
     client = _client(app)
     client.check_account()  # another account's key: refused before a voucher key file is generated here
+    listed, unlisted = _provider_webhooks(client)
+    if not again:
+        _refuse_same_url(app, url, listed, unlisted)
     # The key is checked before the webhook is created: the token comes back only once, and a key
     # refused after that would leave a webhook at the provider whose deliveries nothing accepts. The
     # token is sealed with the key file as it is once the answer is in (`save_sealed`): a rotation and a
@@ -130,35 +138,81 @@ def register_command(app: AppContext, url: str, name: str, events: tuple[str, ..
                f"accepts deliveries signed with it for X-Webhook-ID {created.id} (running receivers pick it up "
                "within seconds)", err=True)
     _warn_off_path(app, url)
-    for line in _same_url(app, client, {url, created.url}, webhook_id):
+    for line in _same_url(app, listed, unlisted, {url, created.url}, webhook_id):
         click.echo(line, err=True)
 
 
-def _same_url(app: AppContext, client: Any, urls: set[str], new_id: str) -> list[str]:
+def _provider_webhooks(client: Any) -> tuple[list | None, Exception | None]:
+    """The provider's webhooks (read once, before the register: the check and the warnings after it share
+    the read), or None and why they could not be read."""
+    from partnerkit.errors import ApiError
+
+    try:
+        return client.list_webhooks(), None
+    except ApiError as exc:
+        return None, exc
+
+
+def _known_here(app: AppContext, webhook_id: str) -> bool:
+    """Whether the receiver holds a token for this webhook: saved by a register, or bound in the settings."""
+    return (any(row["webhook_id"] == webhook_id for row in webhook_tokens.listing(app.db))
+            or any(t.webhook_id == webhook_id for t in app.config.webhook_tokens))
+
+
+def _refuse_same_url(app: AppContext, url: str, listed: list | None, unlisted: Exception | None) -> None:
+    """A usage error (exit 2, nothing created) when an active webhook already delivers to `url`: at the
+    provider (`is_active` not false; the list's fields are "not shown", so one without it counts as active),
+    or, when the list could not be read, among the tokens saved here."""
+    if listed is not None:
+        same = [str(w.id) for w in listed if w.url == url and w.is_active is not False]
+        source = " (active at the provider)"
+    else:
+        same = [row["webhook_id"] for row in webhook_tokens.listing(app.db) if row["url"] == url]
+        source = f", as far as the tokens saved here tell (the provider's webhooks could not be listed: {unlisted})"
+    if not same:
+        return
+    lost = [i for i in same if not _known_here(app, i)]
+    said = (f"webhook {same[0]} already delivers to {url}{source}" if len(same) == 1
+            else f"webhooks {', '.join(same)} already deliver to {url}{source}")
+    if lost:
+        said += (f"; the token of {', '.join(lost)} is not saved here (a register stopped after the provider created "
+                 f"it: the token is shown only once), so the receiver refuses its deliveries: `partnerkit webhooks "
+                 f"delete {lost[0]}`, then register again")
+    else:
+        said += "; the receiver already accepts its deliveries, nothing to register"
+    raise click.UsageError(f"{said}; --again registers another webhook all the same (each event then arrives "
+                           "twice)", ctx=click.get_current_context())
+
+
+def _same_url(app: AppContext, listed: list | None, unlisted: Exception | None, urls: set[str],
+              new_id: str) -> list[str]:
     """A warning for each other webhook at the provider that delivers to this URL (after the new one's token is
     saved: a failure here loses nothing). A second webhook to the same receiver doubles every delivery; one whose
     token is not saved here is what a register stopped after the provider created it leaves (the token is shown
-    only once), and its deliveries are refused. Read from the provider's list, not from the saved tokens alone,
-    which never hold such a webhook; when the list cannot be read, from the saved tokens, saying so."""
-    from partnerkit.errors import ApiError
-
+    only once), and its deliveries are refused. Read from the provider's list (read before the register), not
+    from the saved tokens alone, which never hold such a webhook; when the list cannot be read, from the saved
+    tokens, saying so."""
     saved = {row["webhook_id"]: row for row in webhook_tokens.listing(app.db)}
     bound = {t.webhook_id for t in app.config.webhook_tokens if t.webhook_id is not None}
     lines = []
     saved_here = [i for i, row in saved.items() if row["url"] in urls and i != new_id]
-    try:
-        listed = client.list_webhooks()
-    except ApiError as exc:
+    paused: set[str] = set()
+    if listed is None:
         others = saved_here
-        lines.append(f"warning: the provider's webhooks could not be listed ({exc}) to look for another webhook "
+        lines.append(f"warning: the provider's webhooks could not be listed ({unlisted}) to look for another webhook "
                      "delivering to this URL; `partnerkit webhooks list` shows them, and whether each one's token "
                      "is saved")
     else:
         others = [str(w.id) for w in listed if w.url in urls and str(w.id) != new_id]
+        paused = {str(w.id) for w in listed if w.is_active is False}
         gone = [i for i in saved_here if i not in {str(w.id) for w in listed}]
         lines += [f"warning: a token is still saved for webhook {i}, which delivered to this URL but which the "
                   f"provider no longer lists; `partnerkit webhooks delete {i}` forgets it" for i in gone]
     for other in others:
+        if other in paused:
+            lines.append(f"warning: webhook {other} (inactive) has this URL too: `partnerkit webhooks update {other} "
+                         f"--active` would make each event arrive twice; `partnerkit webhooks delete {other}` removes it")
+            continue
         if other in saved or other in bound:
             lines.append(f"warning: webhook {other} already delivers to this URL: each event now arrives twice "
                          f"(stored once); `partnerkit webhooks delete {other}` removes the old one")

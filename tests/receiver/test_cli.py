@@ -238,3 +238,5 @@ def test_a_listing_cut_by_its_limit_says_so(client, env, group):
         shown = CliRunner().invoke(cli, [group, "list", "--limit", "2", "--format", fmt], env=env)
         assert shown.exit_code == 0 and shown.stderr.strip() == f"the newest 2 {group} are shown; --limit N shows more"
         assert len(json.loads(shown.stdout) if fmt == "json" else shown.stdout.splitlines()[1:]) == 2
+    one = CliRunner().invoke(cli, [group, "list", "--limit", "1"], env=env)  # "the newest 1 orders are shown"
+    assert one.exit_code == 0 and one.stderr.strip() == f"the newest {group[:-1]} is shown; --limit N shows more"

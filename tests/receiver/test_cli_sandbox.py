@@ -100,7 +100,7 @@ def test_webhooks_retry_takes_format_like_every_other_webhooks_command(env, sand
 def test_webhooks_delete_removes_it_at_the_provider_and_forgets_its_token(env, sandbox_config, sandbox_server):
     env = {**env, "PARTNERKIT_WEBHOOK_TOKENS": ""}  # empty counts as unset: only saved tokens are accepted
     run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
-    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner", "--name", "second")
+    run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner", "--name", "second", "--again")
     result = run(env, "webhooks", "delete", "1", "--format", "json")
     assert json.loads(result.stdout) == {"id": 1, "deleted_at_provider": True, "token_forgotten": True}
     assert "deleted at the provider" in result.stderr and "no webhook token is accepted" not in result.stderr
@@ -191,7 +191,7 @@ def test_webhook_events_are_a_json_array_and_joined_text_in_tables(env):
                           "events": events}
     listed, = json.loads(run(env, "webhooks", "list", "--format", "json").stdout)
     assert listed["events"] == events
-    assert run(env, "webhooks", "register", *args, "--format", "csv").stdout.splitlines() == [
+    assert run(env, "webhooks", "register", *args, "--again", "--format", "csv").stdout.splitlines() == [
         "id,name,url,events", '2,partnerkit,https://127.0.0.1:9/webhooks/partner,"order.delivered,order.failed"']
     table = run(env, "webhooks", "list").stdout.splitlines()
     assert [line.split()[3] for line in table[1:]] == ["order.delivered,order.failed"] * 2
@@ -222,34 +222,58 @@ def test_a_url_off_the_receivers_path_is_warned_about(env):
     assert "warning" not in renamed.stderr
 
 
-def test_registering_the_same_url_twice_is_warned_about(env):
-    """Running the README's flow a second time registered a second webhook to the same receiver, and
-    every event then came twice (absorbed as duplicates, but each delivery counted)."""
-    first = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+def test_registering_the_same_url_twice_is_refused_unless_again(env, sandbox_server):
+    """Running the README's flow a second time registered a second webhook to the same receiver, and only
+    warned afterwards: every event then came twice (absorbed as duplicates, but each delivery counted)."""
+    url = "https://127.0.0.1:9/webhooks/partner"
+    first = run(env, "webhooks", "register", "--url", url)
     assert "already" not in first.stderr
-    second = run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner")
+    second = run(env, "webhooks", "register", "--url", url, code=2)
+    lines = second.stderr.strip().splitlines()
+    assert lines[0].startswith("Usage: ") and " webhooks register " in lines[0] and second.stdout == ""
+    assert lines[-1] == (f"Error: webhook 1 already delivers to {url} (active at the provider); the receiver already "
+                         "accepts its deliveries, nothing to register; --again registers another webhook all the same "
+                         "(each event then arrives twice)")
+    assert sorted(sandbox_server.sandbox.webhooks) == [1], "nothing created"
+    again = run(env, "webhooks", "register", "--url", url, "--again")
+    assert "webhook 2 registered" in again.stderr
     assert ("warning: webhook 1 already delivers to this URL: each event now arrives twice (stored once); "
-            "`partnerkit webhooks delete 1` removes the old one") in second.stderr
+            "`partnerkit webhooks delete 1` removes the old one") in again.stderr
+    # Another URL, or the same one once the webhook there is paused, is registered as before.
+    assert "webhook 3 registered" in run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner?b=1",
+                                         code=0).stderr
+    run(env, "webhooks", "update", "1", "--inactive")
+    run(env, "webhooks", "update", "2", "--inactive")
+    resumed = run(env, "webhooks", "register", "--url", url)
+    assert "webhook 4 registered" in resumed.stderr
+    assert ("warning: webhook 1 (inactive) has this URL too: `partnerkit webhooks update 1 --active` would make each "
+            "event arrive twice; `partnerkit webhooks delete 1` removes it") in resumed.stderr
 
 
 def test_registering_again_names_the_webhook_a_stopped_register_left_without_its_token(env, sandbox_config,
                                                                                        sandbox_server):
     """A register killed after the provider created the webhook loses its token (shown only once). Running it
     again warned about nothing (the check read only the saved tokens), and from then on every event also went to
-    the first webhook, whose deliveries the receiver refuses."""
+    the first webhook, whose deliveries the receiver refuses. Now it is refused, naming it and what to do."""
     url = "https://127.0.0.1:9/webhooks/partner"
     db = open_db(sandbox_config.db_path)
     with PartnerClient(sandbox_config, db) as client:
         lost = client.create_webhook(name="partnerkit", url=url, events=["order.created"])  # what the kill left
     db.conn.close()
     no_unbound = {k: v for k, v in env.items() if k != "PARTNERKIT_WEBHOOK_TOKENS"}
-    second = run(no_unbound, "webhooks", "register", "--url", url)
+    refused = run(no_unbound, "webhooks", "register", "--url", url, code=2)
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"Error: webhook {lost.id} already delivers to {url} (active at the provider); the token of {lost.id} is not "
+        "saved here (a register stopped after the provider created it: the token is shown only once), so the "
+        f"receiver refuses its deliveries: `partnerkit webhooks delete {lost.id}`, then register again; --again "
+        "registers another webhook all the same (each event then arrives twice)")
+    second = run(no_unbound, "webhooks", "register", "--url", url, "--again")
     assert (f"warning: webhook {lost.id} also delivers to this URL, and its token is not saved here (a `webhooks "
             "register` stopped after the provider created it leaves such a webhook: the token is shown only once): "
             "the receiver refuses each of its deliveries (401, reason no_token) and the provider marks them failed "
             f"after its retries; `partnerkit webhooks delete {lost.id}` removes it") in second.stderr
 
-    third = run(env, "webhooks", "register", "--url", url)  # PARTNERKIT_WEBHOOK_TOKENS holds an unbound token
+    third = run(env, "webhooks", "register", "--url", url, "--again")  # PARTNERKIT_WEBHOOK_TOKENS: an unbound token
     warnings = [line for line in third.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 2, third.stderr
     assert warnings[0].startswith(f"warning: webhook {lost.id} also delivers to this URL, and its token is not "
@@ -259,25 +283,32 @@ def test_registering_again_names_the_webhook_a_stopped_register_left_without_its
     assert warnings[1] == ("warning: webhook 2 already delivers to this URL: each event now arrives twice (stored "
                            "once); `partnerkit webhooks delete 2` removes the old one")
 
-    # A saved token of a webhook the provider no longer has (deleted at the provider, or a sandbox restarted).
+    # A saved token of a webhook the provider no longer has (deleted at the provider, or a sandbox restarted):
+    # not a webhook that delivers, so no reason to refuse; the leftover token is named.
     with sandbox_server.sandbox.lock:
-        del sandbox_server.sandbox.webhooks[2]
+        for webhook_id in (1, 2, 3):
+            del sandbox_server.sandbox.webhooks[webhook_id]
     fourth = run(env, "webhooks", "register", "--url", url)
     assert ("warning: a token is still saved for webhook 2, which delivered to this URL but which the provider no "
             "longer lists; `partnerkit webhooks delete 2` forgets it") in fourth.stderr
-    assert "webhook 2 already" not in fourth.stderr and "warning: webhook 3 already delivers" in fourth.stderr
+    assert "webhook 4 registered" in fourth.stderr and "already delivers" not in fourth.stderr
 
-    # The provider's list cannot be read: the new webhook is registered all the same, and the check says so.
+    # The provider's list cannot be read: the tokens saved here still name webhook 4 (refused), and with
+    # --again the new webhook is registered all the same, the check saying what it could not read.
     faults = f"{sandbox_server.base_url}/sandbox/faults/http_500"
     assert requests.put(faults, json={"scope": "GET /api/v1/webhooks"}, timeout=5).status_code < 300
     try:
-        fifth = run(env, "webhooks", "register", "--url", url)
+        fifth = run(env, "webhooks", "register", "--url", url, code=2)
+        sixth = run(env, "webhooks", "register", "--url", url, "--again")
     finally:
         requests.delete(faults, timeout=5)
-    assert "webhook 5 registered" in fifth.stderr
-    assert "warning: the provider's webhooks could not be listed (" in fifth.stderr
-    assert "warning: webhook 4 already delivers to this URL" in fifth.stderr  # its token is saved: known here
-    assert f"webhook {lost.id} also" not in fifth.stderr
+    assert fifth.stderr.strip().splitlines()[-1].startswith(
+        f"Error: webhooks 2, 3, 4 already deliver to {url}, as far as the tokens saved here tell (the provider's "
+        "webhooks could not be listed: HTTP 500"), fifth.stderr
+    assert "webhook 5 registered" in sixth.stderr
+    assert "warning: the provider's webhooks could not be listed (" in sixth.stderr
+    assert "warning: webhook 4 already delivers to this URL" in sixth.stderr  # its token is saved: known here
+    assert f"webhook {lost.id} also" not in sixth.stderr
 
 
 def test_a_token_or_secret_in_an_answer_whose_shape_is_not_shown_is_masked():

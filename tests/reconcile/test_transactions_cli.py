@@ -95,6 +95,7 @@ def test_the_balance_chain_s_order_puts_a_whole_second_before_its_fractions_and_
 @pytest.mark.parametrize("args, expected", [
     (["--type", "recharge"], ["first", "second", "orphan"]),
     (["--type", " Topup "], ["topup"]),
+    (["--type", "refund"], ["order_refund"]),  # a type of the provider's own, stored: filtered as any other
     (["--order", "{oid}"], ["named", "order_refund"]),
     (["--reference", "GHOST1"], ["orphan"]),
 ])
@@ -142,9 +143,27 @@ def test_an_order_id_given_as_the_reference_points_to_order(invoke, db, day):
 
 
 def test_nothing_matching_on_a_day_read_in_full_is_an_empty_list(invoke, day):
-    assert listed(invoke, "--date", DAY.isoformat(), "--type", "CASHBACK") == []
-    code, out, err = run(invoke, "transactions", "list", "--date", DAY.isoformat(), "--type", "CASHBACK")
-    assert (code, out, err) == (0, "", f"no transactions on {DAY} of type CASHBACK\n")
+    assert listed(invoke, "--date", DAY.isoformat(), "--type", "order_refund") == []  # this provider says REFUND
+    code, out, err = run(invoke, "transactions", "list", "--date", DAY.isoformat(), "--type", "ORDER_REFUND")
+    assert (code, out, err) == (0, "", f"no transactions on {DAY} of type ORDER_REFUND\n")
+
+
+@pytest.mark.parametrize("args", [["--date", DAY.isoformat()], ["--reference", "GHOST1"]])
+def test_a_type_neither_known_nor_stored_is_a_usage_error_naming_the_types(invoke, day, args):
+    """`--type CASHBACK` (or a mistyped one) printed "no transactions ... of type CASHBACK" and exit 0: a filter
+    that can never match read as an empty day."""
+    code, out, err = run(invoke, "transactions", "list", *args, "--type", "cashback")
+    assert (code, out) == (2, "")
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("Usage: ") and len(lines) == 4
+    assert lines[-1] == ("Error: Invalid value for '--type': 'CASHBACK' is not a transaction type: one of RECHARGE, "
+                         "RECHARGE_REFUND, ORDER, ORDER_REFUND, TOPUP, ADJUSTMENT (any case), or another the provider "
+                         "gives where a stored transaction has it (none listed here does)")
+
+
+def test_a_list_of_one_says_so_in_the_singular(invoke, day):
+    code, _, err = run(invoke, "transactions", "list", "--date", DAY.isoformat(), "--limit", "1")
+    assert code == 0 and err == "the first of 6 transactions is shown (oldest first); --limit N shows more\n"
 
 
 def test_a_day_no_sync_has_read_is_refused_rather_than_listed_empty(invoke, day):

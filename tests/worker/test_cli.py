@@ -70,7 +70,10 @@ def test_failed_exits_1_and_a_bad_number_is_refused_locally(run):
     assert failed.exit_code == 1 and "credited back" in failed.output
     bad = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", "+91 98765", "--operator-id", "1",
                                    "--amount", "10"])
-    assert bad.exit_code == 1 and "exactly 10 digits" in bad.output
+    # Refused while parsing, as the provider would ("invalid mobile number"): a usage error, nothing sent.
+    assert bad.exit_code == 2 and bad.output.splitlines()[0].startswith("Usage: ")
+    assert bad.output.splitlines()[-1] == ("Error: Invalid value for '--mobile': '+91 98765' is not a mobile number: "
+                                           "10 digits, no +91, spaces or dashes")
 
 
 def test_locate_by_hand_needs_a_local_id_or_number_and_amount(run):
@@ -205,15 +208,15 @@ def test_a_worker_on_a_database_that_does_not_exist_creates_it_and_says_so_once(
 
 
 @pytest.mark.parametrize("key", ["my key 0001", "ключ-0001-abc"])
-def test_a_key_the_client_would_refuse_is_one_line_with_nothing_recorded_or_sent(run, server, key):
+def test_a_key_the_client_would_refuse_is_one_line_with_nothing_recorded_or_sent(run, server, config, key):
     """The client refuses such a key when sending it; submit recorded the intent first, so it printed a
     traceback and left an UNKNOWN recharge that was never sent (findings-dev F1)."""
     result = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", mobile(0), "--operator-id", "1",
                                       "--amount", "10", "--idempotency-key", key])
-    assert result.exit_code == 1
-    assert result.output.splitlines() == [
-        "Error: Idempotency-Key must be visible ASCII without spaces (it is sent as a header)"]
-    assert json.loads(run("recharges", "list", "--format", "json").stdout) == []
+    assert result.exit_code == 2 and result.output.splitlines()[0].startswith("Usage: ")  # a usage error
+    assert result.output.splitlines()[-1] == ("Error: Invalid value for '--idempotency-key': Idempotency-Key must be "
+                                              "visible ASCII without spaces (it is sent as a header)")
+    assert not config.db_path.exists()  # refused while parsing: not even a database opened
     assert server.sandbox.calls["POST /api/v1/recharges"] == 0
 
 
