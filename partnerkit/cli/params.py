@@ -121,22 +121,31 @@ def some_text(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 def whole_rupees(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Callback: a recharge's face value, refused before any call where the provider would refuse it ("amount
-    must be a whole rupee greater than zero": a fraction is a 400, never rounded). Kept as typed (the submit
-    reads it again)."""
+    must be a whole rupee greater than zero": a fraction is a 400, never rounded), by the submit's own rule
+    (reconcile.recharges.validate_amount). Kept as typed (the submit reads it again)."""
     if value is None:
         return None
-    amount = _typed(param, value, strict=False)
-    if amount <= 0 or amount != amount.to_integral_value():
-        raise click.BadParameter(f"{value!r} is not a whole number of rupees greater than zero (e.g. 199)")
+    from reconcile.recharges import RechargeInputError, validate_amount
+
+    try:
+        validate_amount(_typed(param, value, strict=False))
+    except RechargeInputError:
+        raise click.BadParameter(f"{value!r} is not a whole number of rupees greater than zero (e.g. 199)") from None
     return value
 
 
 def indian_mobile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Callback: a mobile number as the provider takes it ("Digits only, 10 digits for India, no country
-    prefix, spaces or dashes"), refused before any call; ASCII digits only (int() would read "９")."""
-    if value is not None and not (len(value) == 10 and value.isascii() and value.isdigit()):
-        raise click.BadParameter(f"{value!r} is not a mobile number: 10 digits, no +91, spaces or dashes")
-    return value
+    prefix, spaces or dashes"), refused before any call by the submit's own rule
+    (reconcile.recharges.validate_mobile)."""
+    if value is None:
+        return None
+    from reconcile.recharges import RechargeInputError, validate_mobile
+
+    try:
+        return validate_mobile(value)
+    except RechargeInputError:
+        raise click.BadParameter(f"{value!r} is not a mobile number: 10 digits, no +91, spaces or dashes") from None
 
 
 def nickname(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
