@@ -154,7 +154,7 @@ def create_command(app: AppContext, product_id: int, denomination: str, quantity
         amount = to_decimal(denomination, field="--denomination", strict=True, typed=True)
     except MoneyError as exc:
         raise click.BadParameter(str(exc), param_hint="--denomination") from exc
-    outcome = place_order(app.config, app.db, _client(app), product_id=product_id, denomination=amount,
+    outcome = place_order(app.config, app.existing_db_to_send, _client(app), product_id=product_id, denomination=amount,
                           quantity=quantity, ref=ref, email=email, idempotency_key=idempotency_key, force=force)
     row = {"id": outcome.order_id, "ref": outcome.ref, "status": outcome.status or outcome.state,
            "amount": outcome.amount, "quantity": outcome.request.quantity, "vouchers_stored": outcome.vouchers_stored,
