@@ -10,6 +10,7 @@ does not need it is never refused for lack of it.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -101,6 +102,10 @@ ENV_NAMES = {
     "log_level": "PARTNERKIT_LOG_LEVEL",
 }
 
+# PARTNERKIT_CONFIG names the file itself; it is read from the environment only.
+KNOWN_NAMES = frozenset(ENV_NAMES.values()) | {"PARTNERKIT_CONFIG"}
+SETTINGS_TABLE = "see README's \"Configuration\" table for the known names"
+
 REQUIRED_HINTS = {
     "api_base_url": "give the provider's base URL without /api/v1, e.g. https://api.provider.example",
     "api_key": "the API key issued by the provider",
@@ -186,6 +191,26 @@ def _voucher_key(name: str, raw: str) -> str:
     return value
 
 
+def misspelled_setting(name: str, *, in_file: bool) -> str | None:
+    """What to tell about `name` if it is a partnerkit setting mistyped ("did you mean X?"), or None (a known
+    name, or someone else's).
+
+    A name is taken as meant for partnerkit when it starts with PARTNERKIT_ in any case (`partnerkit_db`),
+    or, in a --config file (which holds partnerkit's settings), when it is close to a known one (`PARTNERKT_DB`,
+    difflib's ratio at least 0.8): ignored, its setting would silently stay at its default. An unrelated name
+    (`TZ`, `PYTHONUNBUFFERED`) is not: the file may set it for the services too."""
+    if name in KNOWN_NAMES:
+        return None
+    upper = name.upper()
+    ours = upper.startswith(PREFIX)
+    if upper in KNOWN_NAMES:
+        return f"did you mean {upper}? (names are case-sensitive)"
+    close = difflib.get_close_matches(upper, sorted(KNOWN_NAMES), n=1, cutoff=0.8) if ours or in_file else []
+    if close:
+        return f"did you mean {close[0]}?"
+    return SETTINGS_TABLE if ours else None
+
+
 def parse_previous_voucher_keys(raw: str) -> tuple[str, ...]:
     """Parse `KEY,KEY,...` (keys a rotation replaced, read only); raise ConfigError naming the entry."""
     name = "PARTNERKIT_VOUCHER_KEY_PREVIOUS"
@@ -235,6 +260,8 @@ _AMBIGUOUS = {
     "semicolon": "a line starting with `;` (systemd reads it as a comment, --config would not): use `#`",
     "comment_continued": "a comment ending in a backslash (systemd before 254 reads the next line as comment too)",
     "name": "a name that is not a shell variable name (letters, digits, `_`): systemd ignores such a line",
+    "bom": "a UTF-8 byte order mark before a setting (systemd's EnvironmentFile= reads it as part of the name and "
+           "ignores the line): save the file as UTF-8 without BOM, or begin it with a comment line",
     "control": "a control character other than a tab",
     "space": "whitespace other than spaces and tabs around a value (python-dotenv strips it, systemd keeps it)",
 }
@@ -270,11 +297,20 @@ def parse_env_text(text: str, name: str = "--config file") -> dict[str, str]:
     Only the forms that systemd's EnvironmentFile=, docker compose's env_file and python-dotenv all read
     alike are accepted; anything else is a ConfigError naming `name` and the line, never quoting it (it
     may hold a secret). A line that is not KEY=VALUE is refused too, where those readers would skip it
-    and a setting would silently fall back to its default.
+    and a setting would silently fall back to its default, and so is a name meant for partnerkit but
+    mistyped (`misspelled_setting`), naming the line and the setting it is close to.
+
+    A UTF-8 byte order mark (an editor's "UTF-8 with BOM") is dropped when the first line is blank or a
+    comment; before a setting it is refused, since systemd reads it as part of that name and ignores the line.
     """
     values: dict[str, str] = {}
+    bom = text.startswith("\ufeff")
+    if bom:
+        text = text[1:]
     for number, line in enumerate(text.split("\n"), start=1):
         stripped = line.strip(" \t")
+        if bom and number == 1 and stripped and not stripped.startswith("#"):
+            raise ConfigError(f"{name} line 1 has {_AMBIGUOUS['bom']}")
         if not stripped:
             continue
         if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in line):
@@ -295,6 +331,8 @@ def parse_env_text(text: str, name: str = "--config file") -> dict[str, str]:
                 problem = "export"
             elif not _ENV_NAME.fullmatch(key):
                 problem = "name"
+            elif (mistyped := misspelled_setting(key, in_file=True)) is not None:
+                raise ConfigError(f"{name} line {number}: {key} is not a partnerkit setting: {mistyped}")
             else:
                 raw = match.group("value")
                 problem = _value_problem(raw)
@@ -326,6 +364,37 @@ def read_env_file(path: str | os.PathLike, name: str = "--config file") -> dict[
     return parse_env_text(text, shown)
 
 
+def _gather(environ: Mapping[str, str] | None, config_file: str | os.PathLike | None,
+            config_source: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The raw PARTNERKIT_* values `load_config` reads (the file's, overlaid by the environment's), and where
+    each came from ("the environment", or "--config file 'PATH'" / "PARTNERKIT_CONFIG file 'PATH'")."""
+    env = os.environ if environ is None else environ
+    if config_file is None and env.get("PARTNERKIT_CONFIG"):
+        config_file, config_source = env["PARTNERKIT_CONFIG"], "PARTNERKIT_CONFIG"
+    source: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    if config_file is not None:
+        source.update(read_env_file(config_file, f"{config_source} file"))
+        origin.update(dict.fromkeys(source, f"{config_source} file {str(config_file)!r}"))
+    for name, raw in env.items():
+        # Only names that look like partnerkit's: the environment holds everybody else's variables too.
+        if name.upper().startswith(PREFIX):
+            mistyped = misspelled_setting(name, in_file=False)
+            if mistyped is not None:
+                raise ConfigError(f"{name} is not a partnerkit setting (set in the environment): {mistyped}")
+            source[name], origin[name] = raw, "the environment"
+    return source, origin
+
+
+def setting_origin(name: str, environ: Mapping[str, str] | None = None,
+                   config_file: str | os.PathLike | None = None, *, config_source: str = "--config") -> str | None:
+    """Where `load_config` (given the same arguments) took the setting `name` (e.g. PARTNERKIT_DB) from: "the
+    environment", "--config file 'PATH'" or "PARTNERKIT_CONFIG file 'PATH'"; None when it is the default
+    (not set, or empty). For messages that name a path: it says which line to correct."""
+    source, origin = _gather(environ, config_file, config_source)
+    return origin[name] if source.get(name, "").strip() else None
+
+
 def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None, *,
                 config_source: str = "--config") -> Config:
     """Build a validated Config from a .env-style file overlaid by the environment (`environ`, else os.environ).
@@ -334,20 +403,17 @@ def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.
     empty value names none), exactly as the CLI's `--config FILE` wins over `PARTNERKIT_CONFIG`: so
     `receiver.app:create_app()` under plain gunicorn and a program calling `load_config()` read the
     file the commands read. `config_source` says where an explicit `config_file` came from (`--config`
-    or `PARTNERKIT_CONFIG`), for errors; a file named by the variable is always called that."""
-    env = os.environ if environ is None else environ
-    if config_file is None and env.get("PARTNERKIT_CONFIG"):
-        config_file, config_source = env["PARTNERKIT_CONFIG"], "PARTNERKIT_CONFIG"
-    source: dict[str, str] = {}
-    if config_file is not None:
-        source.update(read_env_file(config_file, f"{config_source} file"))
-    source.update({k: v for k, v in env.items() if k.startswith(PREFIX)})
+    or `PARTNERKIT_CONFIG`), for errors; a file named by the variable is always called that.
 
-    known = set(ENV_NAMES.values()) | {"PARTNERKIT_CONFIG"}  # PARTNERKIT_CONFIG names the file itself
+    A name meant for partnerkit but mistyped is refused, never ignored (`misspelled_setting`): in the file,
+    an unknown PARTNERKIT_* name, the prefix in another case, or a name close to a known one; in the
+    environment, the first two (other variables there are not partnerkit's to judge)."""
+    source, _ = _gather(environ, config_file, config_source)
+
     values: dict[str, object] = {}
     for name, raw in source.items():
-        if name.startswith(PREFIX) and name not in known:
-            raise ConfigError(f"{name} is not a partnerkit setting (see `partnerkit config` for the known ones)")
+        if name not in KNOWN_NAMES:
+            continue  # another program's variable in the file (TZ, PYTHONUNBUFFERED): mistyped ones were refused
         if name == "PARTNERKIT_CONFIG" or raw.strip() == "":
             continue  # an empty value means "use the default", as in most .env tooling
         if name == "PARTNERKIT_DB":

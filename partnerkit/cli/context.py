@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from partnerkit.config import Config, load_config
+from partnerkit.config import Config, load_config, setting_origin
 from partnerkit.store import Database, open_db
 from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, LockWait
 
@@ -20,6 +20,27 @@ _NOT_SENT = {
 }
 
 
+# What a command that sends money would record in a new, empty database if PARTNERKIT_DB were mistyped: a real
+# debit the worker never polls and no report matches against the right store (`AppContext.existing_db_to_send`).
+_SENDS = {"recharges submit": "recharge", "orders create": "order"}
+
+# The commands that say themselves that they created the database, after checks that must come first (a
+# refused start leaves no database behind); `AppContext.db` says it for every other command.
+_SAY_CREATED_THEMSELVES = {"serve", "run", "reconcile", "webhooks token set"}
+
+
+def _command() -> str:
+    """The running command's path without the program name ("recharges submit"), or "" outside click."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.command_path.partition(" ")[2] if ctx is not None else ""
+
+
+class MissingDatabase(click.ClickException):
+    """A command that sends money was given a database that does not exist: exit 2, as a setting is wrong."""
+
+    exit_code = 2
+
+
 def lock_wait_notice(waited_s: float) -> None:
     """The one line a command prints when it has waited a second for another process's write lock."""
     click.echo(f"waiting for the database: another partnerkit process is writing (a big day's match, a backup, a "
@@ -29,9 +50,7 @@ def lock_wait_notice(waited_s: float) -> None:
 def command_lock_wait() -> LockWait:
     """How the running command waits for the write lock: the notice line, and what its error says if the wait
     runs out (for a command that sends a write, that nothing was sent)."""
-    ctx = click.get_current_context(silent=True)
-    path = ctx.command_path.partition(" ")[2] if ctx is not None else ""
-    return LockWait(notice=lock_wait_notice, gave_up=_NOT_SENT.get(path, "try again in a minute"))
+    return LockWait(notice=lock_wait_notice, gave_up=_NOT_SENT.get(_command(), "try again in a minute"))
 
 
 class AppContext:
@@ -52,7 +71,11 @@ class AppContext:
 
     @property
     def db(self) -> Database:
-        """The store, created (empty, migrated) if the file does not exist yet."""
+        """The store, created (empty, migrated) if the file does not exist yet, and then said so on stderr.
+
+        A mistyped PARTNERKIT_DB (or a relative one from another working directory) lands here too: the
+        warning names the absolute path and where the setting came from, once, before the command goes on
+        (serve, run, reconcile and `webhooks token set` say it themselves, after their own checks)."""
         if self._db is None:
             path = self.config.db_path
             created = not path.exists()
@@ -60,6 +83,8 @@ class AppContext:
             # out another process's long write (the nightly match) rather than meet "database is locked".
             self._db = open_db(path, busy_timeout_ms=COMMAND_BUSY_TIMEOUT_MS, lock_wait=command_lock_wait())
             self.db_created = created
+            if created and _command() not in _SAY_CREATED_THEMSELVES:
+                click.echo(f"warning: {created_line(path, origin=self.db_origin())}", err=True)
         return self._db
 
     @property
@@ -73,13 +98,49 @@ class AppContext:
             self.existing_path()
         return self.db
 
+    @property
+    def existing_db_to_send(self) -> Database:
+        """The store, for a command that sends money (`recharges submit`, `orders create`): a database that does
+        not exist is refused (exit 2) before anything is recorded or sent.
+
+        Created on the spot, it would hold the intent and the answer of a real debit where the worker never
+        polls it and the nightly match never finds it. A path that could not be created anyway is named as
+        opening it would (exit 1, `refuse_uncreatable`), as for every command."""
+        if self._db is None:
+            path = self.config.db_path
+            if not path.exists():
+                refuse_uncreatable(path)
+                what = _SENDS.get(_command(), "request")
+                raise MissingDatabase(
+                    f"database {os.path.abspath(path)!r} does not exist ({self.db_origin()}): no {what} was sent, "
+                    "as it would be recorded in a new, empty database; check PARTNERKIT_DB or --config, or, if "
+                    "this is a first start, create the database on purpose by starting the worker once "
+                    "(`partnerkit worker --once`) and run this command again")
+        return self.db
+
     def existing_path(self) -> Path:
         """PARTNERKIT_DB, named in a ClickException when there is no such file (see `existing_db`)."""
         path = self.config.db_path
         if not path.exists():
-            raise click.ClickException(f"cannot open database {str(path)!r}: it does not exist "
-                                       "(check PARTNERKIT_DB or --config; the worker creates it)")
+            relative = "" if path.is_absolute() else f"; {self.db_origin()}"
+            raise click.ClickException(f"cannot open database {os.path.abspath(path)!r}: it does not exist "
+                                       f"(check PARTNERKIT_DB or --config; the worker creates it{relative})")
         return path
+
+    def db_origin(self) -> str:
+        """Where PARTNERKIT_DB came from, as the messages about a missing database say it: "PARTNERKIT_DB, from
+        the environment", "PARTNERKIT_DB 'var/pk.db' from --config file 'x.env', relative to the working
+        directory", "PARTNERKIT_DB not set: the default 'var/partnerkit.db', relative to the working directory".
+
+        A relative path is resolved against the working directory, as systemd and a shell hand the process
+        the same text (README, "Configuration"); the messages show it made absolute beside this."""
+        path = self.config.db_path
+        where = setting_origin("PARTNERKIT_DB", config_file=self.config_file, config_source=self.config_source)
+        if path.is_absolute():
+            return f"PARTNERKIT_DB, from {where}" if where else "PARTNERKIT_DB not set: the default"
+        said = (f"PARTNERKIT_DB {str(path)!r} from {where}" if where
+                else f"PARTNERKIT_DB not set: the default {str(path)!r}")
+        return f"{said}, relative to the working directory"
 
 
 def refuse_uncreatable(path: Path) -> None:
@@ -97,15 +158,17 @@ def refuse_uncreatable(path: Path) -> None:
                                    "written by this user")
 
 
-def created_line(path: Path, *, done: bool = True) -> str:
+def created_line(path: Path, *, done: bool = True, origin: str | None = None) -> str:
     """What a service or a command that may create the database says when it does (`AppContext.db_created`;
-    `done=False`: about to, for the worker, which opens it itself).
+    `done=False`: about to, for the worker, which opens it itself), the path made absolute; `origin`
+    (`AppContext.db_origin`) says where PARTNERKIT_DB came from.
 
     Creating it is right at a first start (the receiver's, the worker's), but a mistyped PARTNERKIT_DB
     creates one too, and then the receiver stores events the worker never reads, or the worker reports a
     day from an empty store: the path is named, so that one line in the log tells the two apart."""
     what = "did not exist and was created" if done else "does not exist: the worker creates it"
-    return (f"database {str(path)!r} {what} (a first start); if partnerkit already keeps its database elsewhere, "
+    named = f"{os.path.abspath(path)!r}" + (f" ({origin})" if origin else "")
+    return (f"database {named} {what} (a first start); if partnerkit already keeps its database elsewhere, "
             "check PARTNERKIT_DB or --config: the receiver, the worker and the commands must all use the same one")
 
 

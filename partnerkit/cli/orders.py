@@ -154,8 +154,8 @@ def create_command(app: AppContext, product_id: int, denomination: Decimal, quan
     """
     from partnerkit.ordering import place_order
 
-    outcome = place_order(app.config, app.db, _client(app), product_id=product_id, denomination=denomination,
-                          quantity=quantity, ref=ref, email=email, idempotency_key=idempotency_key, force=force)
+    outcome = place_order(app.config, app.existing_db_to_send, _client(app), product_id=product_id,
+                          denomination=denomination, quantity=quantity, ref=ref, email=email, idempotency_key=idempotency_key, force=force)
     row = {"id": outcome.order_id, "ref": outcome.ref, "status": outcome.status or outcome.state,
            "amount": outcome.amount, "quantity": outcome.request.quantity, "vouchers_stored": outcome.vouchers_stored,
            "idempotency_key": outcome.idempotency_key}

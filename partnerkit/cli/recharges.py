@@ -107,7 +107,7 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     """
     from reconcile.recharges import submit
 
-    outcome = submit(app.config, app.db, _client(app), **fields)
+    outcome = submit(app.config, app.existing_db_to_send, _client(app), **fields)
     _finish(outcome, fmt)
 
 

@@ -1,6 +1,8 @@
 """The CLI edge: one-line errors, exit codes, no tracebacks."""
 
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -131,3 +133,118 @@ def test_sandbox_stops_cleanly_on_sigterm_as_on_ctrl_c(serving):
         process.kill()
     assert process.returncode == 0, err
     assert "sandbox stopped" in out + err and "Traceback" not in err
+
+
+# --- a database that does not exist: said once by a command that creates it, refused by one that sends money ---
+
+def _clean_env(**values):
+    """Only these PARTNERKIT_* variables (CliRunner overlays the test process's environment)."""
+    env = {name: None for name in os.environ if name.upper().startswith("PARTNERKIT_")}
+    env.update(values)
+    return env
+
+
+def _created(path, origin):
+    return (f"warning: database {str(path)!r} ({origin}) did not exist and was created (a first start); if partnerkit "
+            "already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the "
+            "commands must all use the same one")
+
+
+@pytest.mark.parametrize("how", ["environment", "--config", "PARTNERKIT_CONFIG", "default"])
+def test_a_command_that_creates_the_database_says_so_once_with_the_absolute_path_and_its_origin(
+        how, sandbox_server, tmp_path, monkeypatch):
+    # `--config ../var/try/partnerkit.env webhooks list` from a subdirectory created sub/var/try/partnerkit.db
+    # without a word, and showed the saved webhook token as not saved.
+    client = sandbox_server.clients[0]
+    (tmp_path / "var" / "try").mkdir(parents=True)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    env = _clean_env(PARTNERKIT_API_BASE_URL=sandbox_server.base_url, PARTNERKIT_API_KEY=client.key,
+                     PARTNERKIT_API_SECRET=client.secret)
+    args = ["webhooks", "list", "--format", "json"]
+    relative = "relative to the working directory"
+    if how == "environment":
+        env["PARTNERKIT_DB"] = str(tmp_path / "typo.db")
+        path, origin = tmp_path / "typo.db", "PARTNERKIT_DB, from the environment"
+    elif how == "default":
+        path = tmp_path / "sub" / "var" / "partnerkit.db"
+        origin = f"PARTNERKIT_DB not set: the default 'var/partnerkit.db', {relative}"
+    else:
+        (tmp_path / "var" / "try" / "partnerkit.env").write_text("PARTNERKIT_DB=var/try/partnerkit.db\n")
+        path = tmp_path / "sub" / "var" / "try" / "partnerkit.db"
+        origin = f"PARTNERKIT_DB 'var/try/partnerkit.db' from {how} file '../var/try/partnerkit.env', {relative}"
+        if how == "--config":
+            args = ["--config", "../var/try/partnerkit.env", *args]
+        else:
+            env["PARTNERKIT_CONFIG"] = "../var/try/partnerkit.env"
+    first = CliRunner().invoke(cli, args, env=env)
+    assert first.exit_code == 0, first.output
+    assert first.stderr.splitlines()[0] == _created(path, origin)
+    assert first.stderr.count("did not exist") == 1 and path.exists()
+    again = CliRunner().invoke(cli, args, env=env)
+    assert again.exit_code == 0 and "did not exist" not in again.stderr
+
+
+def test_a_failed_call_on_a_new_database_still_named_it_first(sandbox_server, tmp_path):
+    # A refused key (401) after the database was created: the warning came first, so the path is on screen.
+    missing = tmp_path / "typo" / "pk.db"
+    env = _clean_env(PARTNERKIT_DB=str(missing), PARTNERKIT_API_BASE_URL=sandbox_server.base_url,
+                     PARTNERKIT_API_KEY="pk_not_issued", PARTNERKIT_API_SECRET="sk_not_issued_secret")
+    result = CliRunner().invoke(cli, ["webhooks", "list"], env=env)
+    assert result.exit_code == 1
+    warning, error = result.stderr.splitlines()
+    assert warning == _created(missing, "PARTNERKIT_DB, from the environment") and error.startswith("Error: ")
+
+
+SENDS = [
+    (["recharges", "submit", "--mobile", "9876543210", "--operator-id", "1", "--amount", "10"], "recharge"),
+    (["orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1"], "order"),
+]
+
+
+@pytest.mark.parametrize("args, what", SENDS, ids=["recharges submit", "orders create"])
+def test_a_command_that_sends_money_refuses_a_database_that_does_not_exist(args, what, tmp_path, monkeypatch):
+    # `PARTNERKIT_DB=/tmp/x/typo.db partnerkit recharges submit ...` created typo.db without a word, made a real
+    # debit and recorded it where the worker never polls. Refused before any call: the provider's port is
+    # closed, so a call would have been exit 1 ("connection failed").
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    env = _clean_env(PARTNERKIT_API_BASE_URL=f"http://127.0.0.1:{closed}", PARTNERKIT_API_KEY="k",
+                     PARTNERKIT_API_SECRET="s")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "partnerkit.env").write_text("PARTNERKIT_DB=typo/partnerkit.db\n")
+    monkeypatch.chdir(tmp_path / "sub")
+    for extra, path, origin in [
+        ({"PARTNERKIT_DB": str(tmp_path / "x" / "typo.db")}, tmp_path / "x" / "typo.db",
+         "PARTNERKIT_DB, from the environment"),
+        ({"PARTNERKIT_CONFIG": "../partnerkit.env"}, tmp_path / "sub" / "typo" / "partnerkit.db",
+         "PARTNERKIT_DB 'typo/partnerkit.db' from PARTNERKIT_CONFIG file '../partnerkit.env', relative to the "
+         "working directory"),
+    ]:
+        result = CliRunner().invoke(cli, args, env={**env, **extra})
+        assert (result.exit_code, result.stdout) == (2, "")
+        assert result.stderr.strip() == (
+            f"Error: database {str(path)!r} does not exist ({origin}): no {what} was sent, as it would be recorded "
+            "in a new, empty database; check PARTNERKIT_DB or --config, or, if this is a first start, create the "
+            "database on purpose by starting the worker once (`partnerkit worker --once`) and run this command again")
+        assert not path.parent.exists()
+
+
+def test_a_mistyped_setting_in_the_environment_suggests_the_name_meant_even_to_partnerkit_config():
+    # It said "see `partnerkit config` for the known ones": the very command that failed.
+    result = CliRunner().invoke(cli, ["config"], env=_clean_env(PARTNERKIT_DBB="x.db"))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("Error: PARTNERKIT_DBB is not a partnerkit setting (set in the environment): "
+                                     "did you mean PARTNERKIT_DB?")
+
+
+@pytest.mark.parametrize("line", ["PARTNERKT_DB=x.db", "partnerkit_db=x.db", "Partnerkit_DB="])
+def test_a_mistyped_name_in_the_config_file_is_exit_2_naming_the_line(line, tmp_path):
+    file = tmp_path / "partnerkit.env"
+    file.write_text(f"TZ=UTC\n{line}\n")
+    result = CliRunner().invoke(cli, ["--config", str(file), "config"], env=_clean_env())
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"Error: --config file {str(file)!r} line 2: {line.partition('=')[0]} is not a "
+                                    "partnerkit setting: did you mean PARTNERKIT_DB?")
+    assert not (tmp_path / "var").exists()

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from partnerkit.config import ENV_NAMES, Config, ConfigError, WebhookToken, config_as_env, load_config
+from partnerkit.config import (ENV_NAMES, Config, ConfigError, WebhookToken, config_as_env, load_config, parse_env_text,
+                               setting_origin)
 
 
 def test_defaults_match_the_design_table():
@@ -220,3 +221,90 @@ def test_an_unreadable_config_file_is_named_without_its_content(tmp_path, conten
     with pytest.raises(ConfigError, match=message) as info:
         load_config(environ={}, config_file=file)
     assert "hunter2" not in str(info.value)
+
+
+# --- a name meant for partnerkit but mistyped is refused, never ignored (its setting would stay at the default) ---
+
+@pytest.mark.parametrize("line, meant", [
+    ("PARTNERKT_DB=x.db", "PARTNERKIT_DB"),  # close to a known name, without the prefix
+    ("partnerkit_db=x.db", "PARTNERKIT_DB"),  # the prefix in another case
+    ("Partnerkit_DB=", "PARTNERKIT_DB"),  # even empty: it was meant to say "the default"
+    ("PARTNERKIT_DBB=x.db", "PARTNERKIT_DB"),
+    ("PARTNERKIT_API_KEYS=pk_live_1", "PARTNERKIT_API_KEY"),
+    ("PARTNER_KIT_REPORT_DIR=/srv/reports", "PARTNERKIT_REPORT_DIR"),
+])
+def test_a_mistyped_name_in_the_file_is_named_with_its_line_and_the_setting_meant(line, meant, tmp_path):
+    file = tmp_path / "partnerkit.env"
+    file.write_text(f"# partnerkit\nTZ=UTC\n{line}\n", encoding="utf-8")
+    name = line.partition("=")[0]
+    case = " (names are case-sensitive)" if name.upper() == meant else ""
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={}, config_file=file)
+    assert str(info.value) == (f"--config file {str(file)!r} line 3: {name} is not a partnerkit setting: "
+                               f"did you mean {meant}?{case}")
+    assert "x.db" not in str(info.value) and "pk_live_1" not in str(info.value)  # the value is never quoted
+
+
+def test_an_unknown_partnerkit_name_close_to_none_points_to_the_settings_table(tmp_path):
+    file = tmp_path / "partnerkit.env"
+    file.write_text("PARTNERKIT_SOMETHING_ELSE=1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^--config file .* line 1: PARTNERKIT_SOMETHING_ELSE is not a partnerkit "
+                                          r"setting: see README's \"Configuration\" table for the known names$"):
+        load_config(environ={}, config_file=file)
+
+
+def test_other_programs_names_in_the_file_stay_allowed(tmp_path):
+    file = tmp_path / "partnerkit.env"
+    file.write_text("TZ=UTC\nPYTHONUNBUFFERED=1\nLANG=C.UTF-8\nPARTNERKIT_TOLERANCE_S=60\n", encoding="utf-8")
+    assert load_config(environ={}, config_file=file).tolerance_s == 60
+
+
+@pytest.mark.parametrize("name, message", [
+    ("partnerkit_db", "partnerkit_db is not a partnerkit setting (set in the environment): did you mean "
+                      "PARTNERKIT_DB? (names are case-sensitive)"),
+    ("Partnerkit_DB", "Partnerkit_DB is not a partnerkit setting (set in the environment): did you mean "
+                      "PARTNERKIT_DB? (names are case-sensitive)"),
+    ("PARTNERKIT_DBB", "PARTNERKIT_DBB is not a partnerkit setting (set in the environment): did you mean "
+                       "PARTNERKIT_DB?"),
+])
+def test_a_mistyped_partnerkit_name_in_the_environment_is_refused_with_the_name_meant(name, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={name: "/srv/x.db"})
+    assert str(info.value) == message
+
+
+def test_unrelated_environment_variables_are_not_refused():
+    # Only the PARTNERKIT_ prefix (in any case) marks a name as partnerkit's there: the environment holds
+    # every other program's variables, and one that happens to look like a setting is not partnerkit's to judge.
+    assert load_config(environ={"PARTNERKT_DB": "/srv/x.db", "TZ": "UTC", "PATH": "/bin"}) == Config()
+
+
+@pytest.mark.parametrize("first", ["# partnerkit settings", "", "  "])
+def test_a_byte_order_mark_before_a_comment_or_blank_line_is_dropped(first, tmp_path):
+    """Notepad's "UTF-8 with BOM": every reader (systemd too) then reads the settings alike."""
+    file = tmp_path / "partnerkit.env"
+    file.write_bytes(f"\ufeff{first}\nPARTNERKIT_DB=/srv/a.db\n".encode("utf-8"))
+    assert load_config(environ={}, config_file=file).db_path == Path("/srv/a.db")
+
+
+def test_a_byte_order_mark_before_a_setting_is_named():
+    # systemd's EnvironmentFile= would read the name as "\ufeffPARTNERKIT_DB" and drop the line: the services
+    # would use the default database while the commands used /srv/a.db (tests/foundation/test_env_file.py).
+    with pytest.raises(ConfigError, match="^--config file line 1 has a UTF-8 byte order mark before a setting .*: "
+                                          "save the file as UTF-8 without BOM, or begin it with a comment line$"):
+        parse_env_text("\ufeffPARTNERKIT_DB=/srv/a.db\n")
+
+
+@pytest.mark.parametrize("environ, file_line, origin", [
+    ({"PARTNERKIT_DB": "/srv/env.db"}, "PARTNERKIT_DB=/srv/file.db", "the environment"),
+    ({}, "PARTNERKIT_DB=/srv/file.db", "--config file '{file}'"),
+    ({"PARTNERKIT_DB": ""}, "PARTNERKIT_DB=/srv/file.db", None),  # empty in the environment: the default wins
+    ({}, "PARTNERKIT_TOLERANCE_S=60", None),
+])
+def test_setting_origin_says_where_load_config_took_the_value_from(environ, file_line, origin, tmp_path):
+    file = tmp_path / "partnerkit.env"
+    file.write_text(file_line + "\n", encoding="utf-8")
+    expected = origin.format(file=file) if origin else None
+    assert setting_origin("PARTNERKIT_DB", environ=environ, config_file=file) == expected
+    assert setting_origin("PARTNERKIT_DB", environ={"PARTNERKIT_CONFIG": str(file)}) == (
+        f"PARTNERKIT_CONFIG file {str(file)!r}" if "file.db" in file_line else None)

@@ -140,7 +140,7 @@ def test_the_model_reads_as_the_reviewer_measured_on_systemd_252():
     ("; a comment to systemd only\n", 1, "a line starting with `;`"),
     ("# a comment that goes on \\\nPARTNERKIT_DB=/srv/a.db\n", 1, "a comment ending in a backslash"),
     ("PARTNERKIT-DB=/srv/a.db\n", 1, "a name that is not a shell variable name"),
-    ("\ufeffPARTNERKIT_DB=/srv/a.db\n", 1, "a name that is not a shell variable name"),  # a byte order mark
+    ("\ufeffPARTNERKIT_DB=/srv/a.db\n", 1, "a UTF-8 byte order mark before a setting"),  # systemd: "\ufeffPARTNERKIT_DB"
     ("PARTNERKIT_DB=/srv/a.db\x0b\n", 1, "a control character"),
     ("PARTNERKIT_DB=\u00a0/srv/a.db\n", 1, "whitespace other than spaces and tabs"),
     ("PARTNERKIT_DB=/srv/a.db\nPARTNERKIT_API_SECRET hunter2\n", 2, "is not KEY=VALUE"),
@@ -166,6 +166,10 @@ def test_what_systemd_reads_otherwise_is_refused_naming_the_line(text, line, say
     ("PARTNERKIT_API_KEY=\nPARTNERKIT_API_SECRET=''\n", {"PARTNERKIT_API_KEY": "", "PARTNERKIT_API_SECRET": ""}),
     ("PARTNERKIT_TOLERANCE_S=30\r\nPARTNERKIT_TOLERANCE_S=60\r\n", {"PARTNERKIT_TOLERANCE_S": "60"}),  # CRLF; last wins
     ("OTHER_TOOL=value=with=equals\n", {"OTHER_TOOL": "value=with=equals"}),
+    # A byte order mark ("UTF-8 with BOM") before a comment or a blank line: systemd takes it for the start of
+    # a name, which ends at the line's end without `=`, so the line is dropped whole, as a comment is.
+    ("\ufeff# partnerkit\nPARTNERKIT_DB=/srv/a.db\n", {"PARTNERKIT_DB": "/srv/a.db"}),
+    ("\ufeff\nPARTNERKIT_DB=/srv/a.db\n", {"PARTNERKIT_DB": "/srv/a.db"}),
 ])
 def test_what_is_accepted_reads_as_systemd_and_dotenv_read_it(text, expected, tmp_path):
     file = tmp_path / "partnerkit.env"

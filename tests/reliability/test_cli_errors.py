@@ -407,7 +407,16 @@ def test_an_unreachable_provider_is_one_line_with_exit_1(tmp_path):
     # One write (the client retries for a few seconds first; the bad-database cases above show that
     # every provider command reaches the same edge).
     args = ["orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1"]
+    existing_database(tmp_path)  # a command that sends money refuses a missing one before any call (below)
     assert_one_line_error(*run_in_process(args, environment(tmp_path)), code=1, match="connection failed")
+
+
+@pytest.mark.parametrize("path", [("recharges", "submit"), ("orders", "create")], ids=" ".join)
+def test_a_command_that_sends_money_refuses_a_database_that_does_not_exist_with_exit_2(path, tmp_path):
+    # Created on the spot, it would record a real debit where the worker never polls (a mistyped PARTNERKIT_DB).
+    code, stderr, stdout = run_in_process([*path, *valid_args(path, tmp_path)], environment(tmp_path))
+    assert_one_line_error(code, stderr, stdout, code=2, match=f"database {str(tmp_path / 'pk.db')!r} does not exist")
+    assert not (tmp_path / "pk.db").exists()
 
 
 @pytest.mark.parametrize("args, code, match", [
@@ -455,6 +464,7 @@ def test_an_unreachable_provider_is_one_line_with_exit_1(tmp_path):
     (["budget", "unblock", "--note", ""], 2, "must not be empty"),
 ])
 def test_bad_values_are_one_line(args, code, match, tmp_path):
+    existing_database(tmp_path)  # submit and create check their values after refusing a missing database
     result = run_in_process(args, environment(tmp_path))
     assert_one_line_error(*result, code=code, usage=code == 2, match=match)
 
