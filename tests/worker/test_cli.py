@@ -18,6 +18,8 @@ from tests.worker.worker_helpers import mobile
 
 @pytest.fixture
 def run(config, monkeypatch):
+    """The CLI in process with the test's settings; the database is not created here: `recharges submit` refuses
+    a missing one (exit 2), so a test that submits takes `wdb`, and one that must open none can check it."""
     for name, value in config_as_env(config).items():
         monkeypatch.setenv(name, value)
     runner = CliRunner()
@@ -28,7 +30,7 @@ def run(config, monkeypatch):
     return invoke
 
 
-def test_submit_prints_the_document_fields_with_money_as_strings(run):
+def test_submit_prints_the_document_fields_with_money_as_strings(run, wdb):
     result = run("recharges", "submit", "--mobile", mobile(5), "--operator-id", "1", "--amount", "199",
                  "--client-reference", "shop-42", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -39,7 +41,7 @@ def test_submit_prints_the_document_fields_with_money_as_strings(run):
     assert "polls it until it settles" in result.stderr
 
 
-def test_list_and_show_by_local_id_provider_id_or_reference(run):
+def test_list_and_show_by_local_id_provider_id_or_reference(run, wdb):
     run("recharges", "submit", "--mobile", mobile(0), "--operator-id", "1", "--amount", "99")
     listed = json.loads(run("recharges", "list", "--format", "json").stdout)
     [row] = listed
@@ -55,7 +57,7 @@ def test_list_and_show_by_local_id_provider_id_or_reference(run):
     assert missing.exit_code == 1 and "no recharge with id" in missing.output
 
 
-def test_a_409_names_the_force_option_and_exits_non_zero(run):
+def test_a_409_names_the_force_option_and_exits_non_zero(run, wdb):
     number = mobile(0)
     assert run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "50").exit_code == 0
     again = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "50"])
@@ -64,7 +66,7 @@ def test_a_409_names_the_force_option_and_exits_non_zero(run):
     assert forced.exit_code == 0
 
 
-def test_failed_exits_1_and_a_bad_number_is_refused_locally(run):
+def test_failed_exits_1_and_a_bad_number_is_refused_locally(run, wdb):
     failed = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", mobile(4), "--operator-id", "1",
                                       "--amount", "10"])
     assert failed.exit_code == 1 and "credited back" in failed.output
@@ -76,7 +78,7 @@ def test_failed_exits_1_and_a_bad_number_is_refused_locally(run):
                                            "10 digits, no +91, spaces or dashes")
 
 
-def test_locate_by_hand_needs_a_local_id_or_number_and_amount(run):
+def test_locate_by_hand_needs_a_local_id_or_number_and_amount(run, wdb):
     usage = CliRunner().invoke(cli, ["recharges", "locate", "--mobile", "9876543210"])
     assert usage.exit_code == 2 and "--local-id N, or --mobile M --amount A" in usage.output
     run("recharges", "submit", "--mobile", mobile(5), "--operator-id", "1", "--amount", "75")
@@ -132,7 +134,7 @@ def test_list_help_says_what_intent_and_unknown_mean(run):
     assert "INTENT: recorded, no answer yet" in text and "UNKNOWN: the answer was lost" in text
 
 
-def test_submit_with_the_key_of_a_local_recharge_answers_as_locate_and_sends_nothing_new(run, server):
+def test_submit_with_the_key_of_a_local_recharge_answers_as_locate_and_sends_nothing_new(run, server, wdb):
     """`--idempotency-key K` of a recharge partnerkit recorded: the same request is that recharge's locate
     (its step 1 replays K); another request under K is one line naming it. Never "database write failed"."""
     number = mobile(0)
