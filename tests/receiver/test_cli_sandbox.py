@@ -25,6 +25,15 @@ def env(sandbox_config):
     return config_as_env(sandbox_config)
 
 
+@pytest.fixture
+def existing_db(sandbox_config):
+    """The database, created before the command as the worker's first start would: `orders create` refuses a
+    missing one (exit 2), and any other command that creates it says so first on stderr."""
+    database = open_db(sandbox_config.db_path)
+    yield database
+    database.conn.close()
+
+
 def run(env, *args, code: int = 0):
     result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
     assert result.exit_code == code, result.output
@@ -43,7 +52,8 @@ def test_webhooks_test_prints_the_answer_fields_not_a_python_repr(env):
     assert answer["success"] is True and answer["data"]["message"] == "test delivery queued"
 
 
-def test_orders_create_checks_the_voucher_key_before_the_wallet_is_debited(env, sandbox_config, sandbox_server):
+def test_orders_create_checks_the_voucher_key_before_the_wallet_is_debited(env, sandbox_config, sandbox_server,
+                                                                           existing_db):
     sandbox_config.key_file.parent.mkdir(parents=True, exist_ok=True)
     sandbox_config.key_file.write_text("damaged\n")  # too short to be a key: restore it from its backup
     result = run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1", code=2)
@@ -55,7 +65,8 @@ def test_orders_create_checks_the_voucher_key_before_the_wallet_is_debited(env, 
     assert sandbox_server.sandbox.webhooks == {}, "no webhook created whose token could not be stored"
 
 
-def test_an_order_whose_vouchers_came_with_the_create_is_not_read_again(env, sandbox_config, sandbox_server):
+def test_an_order_whose_vouchers_came_with_the_create_is_not_read_again(env, sandbox_config, sandbox_server,
+                                                                        existing_db):
     created = json.loads(run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "3",
                              "--format", "json").stdout)
     assert created["status"] == "DELIVERED" and created["vouchers_stored"] == 3
@@ -177,7 +188,7 @@ def test_webhooks_update_refusals_are_one_line_and_change_nothing(env, sandbox_s
     assert (hook.name, hook.url, hook.updated_at) == ("partnerkit", "https://127.0.0.1:9/webhooks/partner", None)
 
 
-def test_webhooks_update_of_an_unknown_webhook_is_one_line_with_exit_1(env, sandbox_server):
+def test_webhooks_update_of_an_unknown_webhook_is_one_line_with_exit_1(env, sandbox_server, existing_db):
     result = run(env, "webhooks", "update", "424242", "--name", "x", code=1)
     assert result.stderr.strip().splitlines() == [
         "Error: webhook 424242: the provider has no such webhook (`partnerkit webhooks list` shows yours)"]
@@ -222,7 +233,7 @@ def test_a_url_off_the_receivers_path_is_warned_about(env):
     assert "warning" not in renamed.stderr
 
 
-def test_registering_the_same_url_twice_is_refused_unless_again(env, sandbox_server):
+def test_registering_the_same_url_twice_is_refused_unless_again(env, sandbox_server, existing_db):
     """Running the README's flow a second time registered a second webhook to the same receiver, and only
     warned afterwards: every event then came twice (absorbed as duplicates, but each delivery counted)."""
     url = "https://127.0.0.1:9/webhooks/partner"
@@ -378,14 +389,15 @@ def test_webhooks_retry_failed_stops_before_the_hours_last_requests(env, sandbox
     assert sorted(d.max_attempts for d in sandbox_server.sandbox.deliveries.values()) == [5, 5, 6, 6]
 
 
-def test_webhooks_retry_without_an_id_or_failed_is_a_usage_error(env):
+def test_webhooks_retry_without_an_id_or_failed_is_a_usage_error(env, existing_db):
     result = CliRunner().invoke(cli, ["webhooks", "retry"], env=env)
     assert result.exit_code == 2 and "give one or more DELIVERY_IDs, or --failed" in result.stderr
     none = run(env, "webhooks", "retry", "--failed")
     assert none.stderr.strip() == "no failed deliveries to re-queue" and none.stdout == ""
 
 
-def test_a_mistyped_voucher_key_creates_no_webhook_and_places_no_order(env, sandbox_config, sandbox_server):
+def test_a_mistyped_voucher_key_creates_no_webhook_and_places_no_order(env, sandbox_config, sandbox_server,
+                                                                       existing_db):
     """Finding 1: the key is checked before the provider is called (the token comes back only once; the
     wallet is debited at creation)."""
     created = json.loads(run(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "2",
