@@ -66,9 +66,9 @@ def test_judge_follows_the_table(account_wallets, has_account, key_wallets, verd
 def test_a_second_account_is_refused_before_it_sends_or_stores_anything(sandbox_server, tmp_path):
     alpha, beta = settings(sandbox_server, tmp_path, "alpha"), settings(sandbox_server, tmp_path, "beta")
     today = utcnow().date().isoformat()
+    db = open_db(alpha.db_path)  # created beforehand, as submit refuses a missing database (exit 2, no account read)
     assert cli_run(alpha, "recharges", "submit", "--mobile", "9811111110", "--operator-id", "1",
                    "--amount", "111").exit_code == 0
-    db = open_db(alpha.db_path)
     tables = ("recharges", "order_intents", "budget_events", "transactions", "transaction_quarantine", "drifts",
               "wallet_snapshots", "sync_walks", "orders", "webhook_tokens")
     stored = {table: db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in tables}
@@ -120,6 +120,7 @@ def test_run_refuses_another_accounts_key_before_the_receiver_starts(sandbox_ser
 
 def test_a_rotated_key_of_the_same_account_is_taken_on_its_first_call(sandbox_server, tmp_path):
     alpha = settings(sandbox_server, tmp_path, "alpha")
+    open_db(alpha.db_path).conn.close()  # submit refuses a missing database
     assert cli_run(alpha, "recharges", "submit", "--mobile", mobile(0), "--operator-id", "1",
                    "--amount", "50").exit_code == 0
     issued = requests.post(f"{sandbox_server.base_url}/sandbox/clients/alpha/keys", json={}, timeout=5)
