@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from partnerkit.cli import cli
 from partnerkit.cli.output import emit, emit_one
 from partnerkit.config import config_as_env
+from partnerkit.store import open_db
 from partnerkit.timeutil import utcnow
 from tests.reliability.test_cli_errors import leaves
 from tests.worker.worker_helpers import mobile
@@ -49,6 +50,7 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
         assert isinstance(value, shape), f"`{' '.join(path)}` printed a {type(value).__name__}: {value!r}"
         return value
 
+    open_db(sandbox_config.db_path).conn.close()  # `orders create` and `recharges submit` refuse a missing one
     order = run("orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1")
     run("orders", "show", str(order["id"]))
     run("orders", "sync")

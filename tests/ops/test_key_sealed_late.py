@@ -83,6 +83,7 @@ def tokens_saved(config) -> list[tuple[str, str]]:
 def test_orders_create_seals_the_vouchers_of_a_slow_answer_with_the_key_file_as_it_is_then(
         sandbox_server, sandbox_config, tmp_path):
     env = environment(tmp_path, **config_as_env(sandbox_config))
+    open_db(sandbox_config.db_path).conn.close()  # `orders create` refuses a missing database (not a missing key file)
     sandbox_server.sandbox.settings.faults = {"slow": {"scope": "POST /api/v1/orders", "seconds": HOLD_S}}
     proc = started(env, "orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "2",
                    "--format", "json")
