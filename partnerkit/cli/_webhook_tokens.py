@@ -120,7 +120,7 @@ def token_set_command(app: AppContext, webhook_id: int) -> None:
         warnings = check_token(token, webhook)
         db = app.db
         keys = KeyFollower(app.config)
-        click.echo(f"warning: {created_line(app.config.db_path)}", err=True)
+        click.echo(f"warning: {created_line(app.config.db_path, origin=app.db_origin())}", err=True)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     replaced = save_sealed(db, keys, webhook, token,

@@ -8,7 +8,7 @@ from typing import Callable
 
 import click
 
-from partnerkit.cli.context import AppContext, pass_app
+from partnerkit.cli.context import AppContext, created_line, pass_app
 from partnerkit.cli.output import Progress, counted, emit, emit_one, format_option
 from partnerkit.cli.params import invoking_user, not_blank, output_file, past_utc_day, utc_day
 from partnerkit.csvcell import spreadsheet_id, spreadsheet_ids
@@ -82,8 +82,7 @@ def reconcile_command(app: AppContext, day: date) -> None:
     if app.db_created:
         # Allowed (the sync reads the day from the provider first), but a mistyped PARTNERKIT_DB lands
         # here too, and then every recharge the provider lists is reported as unknown_to_partner.
-        click.echo(f"warning: database {str(app.config.db_path)!r} did not exist and was created; if that is "
-                   "not the worker's database, check PARTNERKIT_DB or --config", err=True)
+        click.echo(f"warning: {created_line(app.config.db_path, origin=app.db_origin())}", err=True)
     progress = Progress(day)
     with stopped_by_signals(lambda line: click.echo(line, err=True)):  # Ctrl-C: WalkStopped, one line
         report = reconcile_day(app.config, app.db, client, day, progress=progress, reading=_reading(progress))

@@ -78,7 +78,7 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
     if not new:
         check_listen(host, int(port))
     if app.db_created:
-        click.echo(f"warning: {created_line(config.db_path)}", err=True)
+        click.echo(f"warning: {created_line(config.db_path, origin=app.db_origin())}", err=True)
     env = dict(os.environ)
     if app.config_file:
         env["PARTNERKIT_CONFIG"] = os.path.abspath(app.config_file)

@@ -45,7 +45,7 @@ def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no
     configure_logging(config)
     check_voucher_key(config)  # a key that opens none of the stored vouchers: refused before any job seals
     if not config.db_path.exists():  # the worker opens (and creates) it itself: said before, in its log
-        log.warning(created_line(config.db_path, done=False))
+        log.warning(created_line(config.db_path, done=False, origin=app.db_origin()))
     if once:
         results = run_once(config)
         emit(results, ["job", "outcome", "duration_ms", "result"], fmt)

@@ -72,8 +72,8 @@ def test_same_event_to_two_workers_at_once_is_accepted_once(tmp_path):
     assert log.count('"msg": "webhook"') == 2 * events
     assert TOKEN not in log and not re.search(r"[0-9a-f]{64}", log)  # no token, no signature
     # A first start creates the database, and says so once (a mistyped PARTNERKIT_DB would too).
-    assert log.count(f"warning: database {str(tmp_path / 'pk.db')!r} did not exist and was created (a first "
-                     "start)") == 1
+    assert log.count(f"warning: database {str(tmp_path / 'pk.db')!r} (PARTNERKIT_DB, from the environment) did not "
+                     "exist and was created (a first start)") == 1
 
 
 def test_serve_refuses_to_start_without_a_token(tmp_path):

@@ -209,8 +209,8 @@ def test_token_set_on_a_database_that_does_not_exist_creates_it_only_for_a_token
     saved = run("webhooks", "token", "set", "77", input=NEW_TOKEN + "\n")
     path = tmp_path / "var" / "pk.db"
     assert saved.stderr.splitlines()[0] == (
-        f"warning: database {str(path)!r} did not exist and was created (a first start); if partnerkit already keeps "
-        "its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the commands must "
+        f"warning: database {str(path)!r} (PARTNERKIT_DB, from the environment) did not exist and was created (a "
+        "first start); if partnerkit already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the commands must "
         "all use the same one")
     assert saved.stderr.splitlines()[-1] == "webhook 77: token saved; running receivers accept it within seconds"
     app = create_app(run.config())
