@@ -120,7 +120,8 @@ def _child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
-# (database path, master id) once this process, the gunicorn master, recorded itself as serving (`_when_ready`).
+# (database path, master id) once this process, the gunicorn master, recorded itself as serving (`_when_ready`), by
+# pid: a web worker forked from it inherits the dict, and only the master that wrote the record marks it stopped.
 _SERVING: dict[int, tuple[str, str]] = {}
 
 
