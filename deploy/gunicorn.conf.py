@@ -7,7 +7,9 @@ The values come from receiver.gunicorn_app.gunicorn_options(), the same function
 uses, so the two ways of running the receiver cannot drift apart: sync workers (answering a request
 gunicorn refuses itself in the receiver's JSON, not gunicorn's HTML page), the document's
 30-second receiver timeout, graceful shutdown, gunicorn's own log lines as partnerkit's redacted JSON, the cyclic GC told to skip what a worker loaded at
-start-up (gc.freeze), each worker's count of refused deliveries saved as it exits (worker_exit), and an access log of method, path, status, size
+start-up (gc.freeze), each worker's count of refused deliveries saved as it exits (worker_exit), the master
+recorded in the database once it listens and marked stopped as it stops cleanly (when_ready, on_exit: `partnerkit
+status` names a master that was killed), and an access log of method, path, status, size
 and duration only (never headers such as X-Signature or X-SERVICE-WEBHOOK-TOKEN, never the query
 string). RECEIVER_BIND and RECEIVER_WORKERS override the bind address and worker count.
 PROMETHEUS_MULTIPROC_DIR must name an empty directory writable by the service so that /metrics sums

@@ -120,8 +120,72 @@ def _child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
+# (database path, master id) once this process, the gunicorn master, recorded itself as serving (`_when_ready`), by
+# pid: a web worker forked from it inherits the dict, and only the master that wrote the record marks it stopped.
+_SERVING: dict[int, tuple[str, str]] = {}
+
+
+def _listening_on(listener: Any) -> str:
+    """A gunicorn listener as `--bind` names it: `127.0.0.1:8000`, `[::1]:8000`, `unix:/run/x.sock`."""
+    text = str(listener)
+    for scheme in ("http://", "https://"):
+        text = text.removeprefix(scheme)
+    return text
+
+
+def _when_ready(server: Any) -> None:
+    """Record in the database, once the master listens, that it serves: its pid and host, its addresses, since
+    when (partnerkit.status.note_receiver_started), so `partnerkit status` can name it once it is killed.
+
+    In the master only, before its first worker forks (gunicorn's `when_ready`): one small write per start,
+    never one by a web worker or a request. It never stops the receiver from serving: a database this master
+    cannot write now (locked past its wait, a full disk) is a WARNING, and the start goes unrecorded."""
+    from partnerkit.config import ConfigError, load_config
+    from partnerkit.status import note_receiver_started
+    from partnerkit.store import open_db
+
+    try:
+        config = load_config()
+    except ConfigError:  # plain gunicorn: create_app() names the problem as the worker boots
+        return
+    try:
+        db = open_db(config.db_path)
+        try:
+            holder = note_receiver_started(db, [_listening_on(listener) for listener in server.LISTENERS])
+        finally:
+            db.conn.close()
+    except Exception as exc:  # bookkeeping only: receiving matters more
+        server.log.warning("receiver start not recorded in the database (partnerkit status cannot tell if this "
+                           "master is killed): %s: %s", type(exc).__name__, exc)
+        return
+    _SERVING[os.getpid()] = (str(config.db_path), holder)
+
+
+def _note_stopped(server: Any) -> None:
+    """Mark this master's record stopped cleanly (gunicorn's shutdown ran to its end: `on_exit`)."""
+    serving = _SERVING.pop(os.getpid(), None)
+    if serving is None:
+        return
+    from partnerkit.status import note_receiver_stopped
+    from partnerkit.store import open_db
+
+    db_path, holder = serving
+    try:
+        db = open_db(db_path)
+        try:
+            note_receiver_stopped(db, holder)
+        finally:
+            db.conn.close()
+    except Exception as exc:  # the record then reads as a master killed: say why here
+        server.log.warning("receiver stop not recorded in the database (partnerkit status will name this master "
+                           "as killed until a receiver starts again): %s: %s", type(exc).__name__, exc)
+
+
 def _on_exit(server: Any) -> None:
-    """Remove the private metrics directory `partnerkit serve` created."""
+    """Mark this master stopped cleanly in the database (`_when_ready` recorded it), and remove the private
+    metrics directory `partnerkit serve` created."""
+    if server is not None:
+        _note_stopped(server)
     directory = os.environ.get("RECEIVER_METRICS_DIR_OWNED")
     if directory and directory == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         shutil.rmtree(directory, ignore_errors=True)
@@ -186,7 +250,8 @@ def gunicorn_options(bind: str = DEFAULT_BIND, workers: int = 2, *, log_level: s
         "post_worker_init": _post_worker_init,
         "worker_exit": _worker_exit,
         "child_exit": _child_exit,
-        "on_exit": _on_exit,
+        "when_ready": _when_ready,  # records this master as serving (partnerkit status names it once killed)
+        "on_exit": _on_exit,  # ... and as stopped cleanly
     }
 
 

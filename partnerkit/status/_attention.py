@@ -141,6 +141,24 @@ def _worker_line(status: dict[str, Any]) -> str:
     return line
 
 
+def _receiver_lines(status: dict[str, Any]) -> list[str]:
+    """A receiver's gunicorn master of this host that is gone without stopping cleanly (kill -9, the OOM killer,
+    a crash): nothing receives its deliveries. Never one stopped cleanly (a partner may stop it on purpose),
+    nor one of another host or container (`running` is None: it cannot be seen from here)."""
+    lines = []
+    for master in status["receiver_masters"]:
+        if master["running"] is False and master["stopped_at"] is None:
+            bind = ", ".join(master["bind"]) or "an address it did not record"
+            lines.append(f"the receiver (pid {master['pid']} on {master['host']}, bound to {bind}, started "
+                         f"{master['started_at']}) is no longer running and did not stop cleanly: webhooks sent to "
+                         "it are not being received; start it again (`partnerkit serve`, or `systemctl start "
+                         "partnerkit-receiver`); the provider retries each delivery for 15 minutes, then gives up: "
+                         "`partnerkit webhooks retry --failed` asks it to send those again (it may refuse one that "
+                         "used all its attempts), and the worker's order catch-up repairs what they carried either "
+                         "way")
+    return lines
+
+
 def _takeover_line(status: dict[str, Any]) -> str:
     """The worker lease taken from a worker on another host: two hosts on one file, or a move under way."""
     previous, taken_at = status["worker_lease_previous_host"], status["worker_lease_taken_over_at"]
@@ -333,6 +351,7 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(_transactions_given_twice_line(status))
     if status["open_drifts"]:
         lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
+    lines += _receiver_lines(status)
     if not status["worker_running"] and status["worker_lease_holder"] is not None:
         lines.append(_worker_line(status))
     elif (not status["worker_running"] and status["worker_last_job_at"] is None

@@ -15,6 +15,7 @@ from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
 from partnerkit.ordering import held_elsewhere
 from partnerkit.status._attention import DO_NOT_REPLAY, attention
+from partnerkit.status._receiver import receiver_facts
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
 from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, orders,
@@ -309,6 +310,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
                              f"{w['started_at']})" for w in ledger.walk_positions(db)],
         "open_drifts": open_drifts["pending"],
         "escalated_drifts": open_drifts["escalated"],
+        # The receiver's gunicorn masters as each recorded itself, and whether one of this host runs.
+        **receiver_facts(db),
         "worker_running": worker_running(lease, now),
         "worker_lease_holder": lease.holder if lease is not None else None,
         "worker_lease_expires_at": lease.expires_at if lease is not None else None,

@@ -1,7 +1,7 @@
 """The shared `meta` table: one text value per key, with when it was set (the order sync's watermark,
 the poller's backoff, the worker's last run, the budget's notes, the provider's standing failures, a
-worker lease taken over from another host, the last duplicate webhook delivery). JSON values are the
-caller's to encode."""
+worker lease taken over from another host, the last duplicate webhook delivery, the receiver's gunicorn
+masters). JSON values are the caller's to encode."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ def get(db: Database | sqlite3.Connection, key: str) -> str | None:
     """The value of `key`, or None (read on a handle, or inside the caller's transaction)."""
     row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     return None if row is None else row[0]
+
+
+def with_prefix(db: Database | sqlite3.Connection, prefix: str) -> list[tuple[str, str]]:
+    """Every (key, value) whose key starts with `prefix` (a non-empty ASCII text), by key: a range of the
+    key's index, never a scan of the table."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)  # the first text after every key with the prefix
+    return [(row[0], row[1]) for row in
+            db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (prefix, end))]
 
 
 def put(conn: sqlite3.Connection, key: str, value: str, *, now: datetime) -> None:

@@ -1,0 +1,64 @@
+"""The receiver's facts for `partnerkit status`: which gunicorn masters serve, and one killed on this host.
+
+The master records itself when it is ready and marks itself stopped when it stops cleanly
+(`note_receiver_started`, `note_receiver_stopped`: receiver.gunicorn_app's `when_ready` and `on_exit` hooks,
+in the master only, never in a web worker or a request; partnerkit.store.receivers keeps the rows). A master
+that never marked itself stopped and whose process is gone was killed: `status` names it at once, as it
+names a worker that died holding its lease. Whether it runs is `processes.holder_alive`'s answer, so a
+master of another host or container is never judged (it cannot be seen from here).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from datetime import datetime
+from typing import Any, Iterable
+
+from partnerkit.processes import _pid_namespace, holder_alive
+from partnerkit.store import Database, receivers
+from partnerkit.timeutil import iso, utcnow
+
+
+def master_id() -> str:
+    """This process's id as a master: `host:pid:pid-namespace:random`, the worker lease holder's form."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_pid_namespace()}:{uuid.uuid4().hex[:8]}"
+
+
+def master_running(master: receivers.Master) -> bool | None:
+    """Whether a recorded master still runs: True or False for one of this host and pid namespace (a pid reused
+    by a later process is not it), None when this process cannot see it (another host or container)."""
+    return holder_alive(master.holder, since=master.started_at.timestamp())
+
+
+def note_receiver_started(db: Database, bind: Iterable[str], *, now: datetime | None = None) -> str:
+    """Record that this process, a receiver's gunicorn master, now serves on `bind`; its id (for
+    `note_receiver_stopped`). A master of this host that no longer runs is superseded by this one: the
+    receiver was started again."""
+    now = now or utcnow()
+    holder = master_id()
+    receivers.started(db, receivers.Master(holder, tuple(bind), now), now=now,
+                      superseded=lambda other: other.stopped_at is None and master_running(other) is False)
+    return holder
+
+
+def note_receiver_stopped(db: Database, holder: str, *, now: datetime | None = None) -> None:
+    """Record that the master `holder` stopped cleanly (gunicorn's shutdown ran to its end)."""
+    receivers.stopped(db, holder, now=now or utcnow())
+
+
+def receiver_facts(db: Database) -> dict[str, Any]:
+    """The status fields: `receiver_running` (True while a master recorded on this host runs, False when
+    masters were recorded here and none runs, None when none was, or only on hosts this cannot see) and
+    `receiver_masters` (each recorded master, the newest first, with `running` as `master_running` says,
+    False once it stopped cleanly)."""
+    shown = []
+    for master in receivers.masters(db):
+        running = False if master.stopped_at is not None else master_running(master)
+        shown.append({"pid": master.pid, "host": master.host, "bind": list(master.bind),
+                      "started_at": iso(master.started_at), "stopped_at": iso(master.stopped_at),
+                      "running": running})
+    host = socket.gethostname()
+    here = [m["running"] for m in shown if m["host"] == host and m["running"] is not None]
+    return {"receiver_running": any(here) if here else None, "receiver_masters": shown}
