@@ -30,6 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     options = gunicorn_options(args.bind, args.workers)
     options.pop("on_exit")
+    options.pop("when_ready")  # the receiver's master records itself in its database; the bare app has none
     GunicornApplication(create_bare_app, options).run()
 
 

@@ -26,7 +26,7 @@ import sqlite_utils
 
 from partnerkit.errors import StorageError
 from partnerkit.files import make_private_dirs, sync_directory
-from partnerkit.store import locks
+from partnerkit.store import locks, receivers
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store.drifts import SYSTEM_ACTOR
 from partnerkit.timeutil import iso, parse_ts
@@ -155,14 +155,17 @@ def _second(stamp: str | None) -> str | None:
 
 def _forget_leases(path: Path, names: Sequence[str]) -> tuple[str, ...]:
     """Delete the leases `names` from the copy at `path` (its last writer, gone since: a worker of the
-    backup's time); return their holders."""
-    if not names:
-        return ()
+    backup's time), and the receiver masters it recorded (`partnerkit.store.receivers`: a receiver of the
+    backup's time, never marked stopped in the copy, would read as killed until a receiver starts); return
+    the leases' holders."""
     marks = ", ".join("?" for _ in names)
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        holders = tuple(row[0] for row in conn.execute(f"SELECT holder FROM locks WHERE name IN ({marks})", tuple(names)))
+        holders = tuple(row[0] for row in conn.execute(f"SELECT holder FROM locks WHERE name IN ({marks})",
+                                                       tuple(names))) if names else ()
         with conn:
-            conn.execute(f"DELETE FROM locks WHERE name IN ({marks})", tuple(names))
+            if names:
+                conn.execute(f"DELETE FROM locks WHERE name IN ({marks})", tuple(names))
+            conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?", (receivers.PREFIX, receivers.PREFIX[:-1] + "/"))
     return holders
 
 

@@ -388,3 +388,29 @@ def test_a_restore_refuses_while_another_restore_of_the_database_runs(crashed):
     assert refused.stderr.strip() == (f"Error: another `partnerkit restore` of {live} is running (its copy "
                                       f"{running}): let it finish")
     assert running.read_bytes() == b"half a copy" and rows(live) == 300
+
+
+def test_a_restored_copy_forgets_the_receiver_masters_of_its_time(tmp_path):
+    """A backup taken while the receiver ran holds its master's row, never marked stopped in the copy: restored,
+    `partnerkit status` would name that master as killed until a receiver starts. The copy forgets them."""
+    from partnerkit.store import receivers
+    from partnerkit.store.backup import restore
+
+    live, saved = tmp_path / "lib" / "partnerkit.db", tmp_path / "backup.db"
+    write_rows(live, 0, 3)
+    database = open_db(live)
+    now = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
+    master = receivers.Master(f"{os.uname().nodename}:999999:0:abc", ("127.0.0.1:8000",), now)
+    receivers.started(database, master, superseded=lambda other: False, now=now)
+    assert [m.holder for m in receivers.masters(database)] == [master.holder]
+    backup(database, saved)
+    database.conn.close()
+
+    done = restore(saved, live, latest_schema=99)
+    assert done.replaced is not None
+    assert rows(live) == 3
+    restored = open_db(live)
+    try:
+        assert receivers.masters(restored) == []
+    finally:
+        restored.conn.close()
