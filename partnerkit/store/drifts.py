@@ -228,8 +228,8 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     (audit `reopened`). One found again with other figures (expected, actual or currency; or another
     detail after an automatic resolution: see figure_change) is pending again, whoever resolved or escalated it (audit `changed`, with the old and new figures).
 
-    `seen`: a temp table of SEEN_COLUMNS, the drifts of `merge_scope` as the read that found `m_found` saw them,
-    when that read ended before this transaction began (reconcile.matcher.match_day). A drift whose row differs
+    `seen`: a temp table of SEEN_COLUMNS keyed by id, the drifts of `merge_scope` as the read that found `m_found`
+    saw them, when that read ended before this transaction began (reconcile.matcher.match_day). A drift whose row differs
     now, or that it did not see, was recorded or decided since (the poller's stuck_processing, finance's
     resolution, another run of the day): the older candidates neither resolve nor update it; the next run
     judges it (counted as `newer`).
@@ -240,11 +240,10 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
         conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
     conn.execute("CREATE TEMP TABLE m_moved (id TEXT PRIMARY KEY)")
     if seen is not None:
-        # The snapshot is a temp table without a key (matching.find makes it with CREATE TABLE AS), and SQLite made
-        # no index of its own for the join below: it read the whole snapshot for each stored drift in scope, so
-        # a day matched again cost the square of its drifts (a re-match of bench.reconcile's 100k day, 10,010
-        # drifts: 25 s in this statement, under the write lock). One index, made where it is read.
-        conn.execute(f"CREATE INDEX IF NOT EXISTS temp.{seen}_id ON {seen} (id)")
+        # Each stored drift in scope is looked up in the snapshot by its id, which must be the snapshot's key
+        # (matching.find makes it so): without one, SQLite made no index of its own for this join and read the
+        # whole snapshot for each drift, so a day matched again cost the square of its drifts (a re-match of
+        # bench.reconcile's 100k day, 10,010 drifts: 25 s in this statement, under the write lock).
         differs = " OR ".join(f"n.{c} IS NOT s.{c}" for c in SEEN_COLUMNS[1:])
         conn.execute(f"INSERT INTO m_moved SELECT n.id FROM ({merge_scope(', '.join(SEEN_COLUMNS))}) n"
                      f" LEFT JOIN {seen} s ON s.id = n.id WHERE s.id IS NULL OR {differs}", p)

@@ -380,7 +380,9 @@ def find(conn: sqlite3.Connection, *, day: str) -> None:
     conn.execute("CREATE TEMP TABLE m_found (id TEXT PRIMARY KEY, kind, subject, reference, expected_cents,"
                  " actual_cents, currency, detail)")
     conn.execute("INSERT OR IGNORE INTO m_found SELECT drift_id(kind, subject, reference), * FROM m_candidate")
-    conn.execute(f"CREATE TEMP TABLE m_seen AS {merge_scope(', '.join(SEEN_COLUMNS))}", {"day": day})
+    # Keyed by id where it is made: the merge looks each stored drift up in it (merge_found, `seen`).
+    conn.execute(f"CREATE TEMP TABLE m_seen (id TEXT PRIMARY KEY, {', '.join(SEEN_COLUMNS[1:])}) WITHOUT ROWID")
+    conn.execute(f"INSERT INTO m_seen {merge_scope(', '.join(SEEN_COLUMNS))}", {"day": day})
 
 
 def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:

@@ -23,6 +23,6 @@ def test_a_day_matched_again_looks_each_drift_up_in_the_snapshot_by_its_id(db, d
         match_day(again, DAY, now=RUN)
         again.conn.close()
     [plan] = [plan for sql, plan in recorded.plans.items() if sql.startswith("INSERT INTO m_moved")]
-    assert any(line.startswith("SEARCH s USING INDEX") for line in plan), plan
+    assert any(line.startswith("SEARCH s USING PRIMARY KEY (id=?)") for line in plan), plan  # m_seen's key
     assert not any(line.startswith("SCAN s") for line in plan), plan
     assert [(d.id, d.resolution, d.last_detected_at) for d in list_drifts(db)] == before and len(before) == 3
