@@ -1,13 +1,14 @@
-"""A day matched again looks each drift up by its id in the merge's tables: the snapshot the match read, and the
-drifts it resolves, reopens or restores; never the whole of one of them for each drift
-(partnerkit.store.drifts.merge_found)."""
+"""The merge's access paths (partnerkit.store.drifts.merge_found): a day matched again looks each drift up by its id
+in the merge's tables, the snapshot the match read and the drifts it resolves, reopens or restores, never the whole
+of one of them for each drift; and the day's drifts are written in the order of their ids, the order of the indexes
+keyed by them."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from partnerkit.store import open_db, plans
-from partnerkit.store.drifts import drift_id, get_drift, list_drifts, set_resolution
+from partnerkit.store.drifts import audit_trail, drift_id, get_drift, list_drifts, set_resolution
 from reconcile.matcher import match_day
 from tests.reconcile.reconcile_helpers import DAY, at
 
@@ -56,3 +57,12 @@ def test_the_drifts_a_match_resolves_reopens_or_restores_are_each_read_by_their_
                   if sql.startswith("UPDATE drifts") and f"FROM {table} {alias} WHERE {alias}.id = drifts.id" in sql]
         lookup = plan[plan.index("CORRELATED SCALAR SUBQUERY 1") + 1]
         assert lookup == f"SEARCH {alias} USING PRIMARY KEY (id=?)", plan
+
+
+def test_the_new_drifts_and_their_audit_rows_are_written_in_the_order_of_their_ids(db, ledger):
+    for status in ("SUCCESS", "FAILED", "SUCCESS", "PROCESSING", "SUCCESS", "REVERSED"):
+        ledger.recharge(status)  # no debit: each a missing_debit (the PROCESSING one stuck too), in the day's order
+    ledger.tx("-5.00", type="RECHARGE", reference_number="GHOST")  # an orphan, found on the wallet's side
+    match_day(db, DAY, now=RUN)
+    written = [d.id for d in sorted(list_drifts(db), key=lambda d: audit_trail(db, d.id)[0]["seq"])]
+    assert written == sorted(written) and len(written) == 8
