@@ -382,7 +382,7 @@ def find(conn: sqlite3.Connection, *, day: str) -> None:
     # In id order (the first of a repeated id kept, as without it): the merge then writes the new drifts and their
     # audit rows in the order of the two indexes keyed by the drift id (the drifts' primary key, drift_audit_drift)
     # and of `m_state`, one walk through each instead of a page anywhere per drift. At 1M (100,100 drifts) the merge
-    # took 1.6-2.5 CPU-seconds in that order and 1.3-1.4 in this one; the sort here costs 0.1-0.2.
+    # took 1.6-2.5 CPU-seconds in candidate order and 1.2-1.4 in this one; the sort is within the noise of `find`.
     conn.execute("INSERT OR IGNORE INTO m_found SELECT drift_id(kind, subject, reference), * FROM m_candidate"
                  " ORDER BY 1, m_candidate.rowid")
     # Keyed by id where it is made: the merge looks each stored drift up in it (merge_found, `seen`).
