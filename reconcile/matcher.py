@@ -229,10 +229,12 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
         try:
             with _LedgerSide(conn, params, tuple(wallet_types), path) as ledger_side:
                 matching.build(conn, params)
+                # The totals need none of the wallet's side: here they run while it works, not after it.
+                raw = matching.day_summary(conn, params)
                 ledger = ledger_side.result()
             matching.add_candidates(conn, ledger.candidates)
             matching.find(conn, day=day.isoformat())
-            raw = matching.day_summary(conn, params)
+            raw.update(matching.found_summary(conn))
             wallets = wallet_balances(conn, day, now, ledger.totals, snapshots_through=snapshots_through)
         except BaseException:
             matching.drop(conn)

@@ -189,7 +189,7 @@ LEFT JOIN drift_audit p ON p.seq = (
 # Of a drift found again: whether it is new, the figure change (figure_change's note, NULL when none) and
 # whether partnerkit resolved it automatically (its state is restored when its figures did not change).
 _STATE = f"""
-CREATE TEMP TABLE m_state AS
+INSERT INTO m_state
 SELECT id, is_new, reopens, auto,
        CASE WHEN NOT is_new AND (old_expected IS NOT expected OR old_actual IS NOT actual OR old_currency IS NOT currency
                                  OR (auto AND old_detail IS NOT detail))
@@ -201,7 +201,12 @@ FROM (SELECT f.id, d.id IS NULL AS is_new, d.resolution != 'pending' AS reopens,
              COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor
                       AND {AUTO_RESOLVED.format(id='d.id')}, 0) AS auto
       FROM m_found f LEFT JOIN drifts d USING (id) WHERE f.id NOT IN (SELECT id FROM m_moved))"""
-_MERGE_TEMP = ("m_state", "m_restore", "m_gone", "m_moved")
+# The merge's temp tables, each keyed by the drift id: the merge's UPDATEs read a drift's row of one of them in a
+# subquery per drift they change (`WHERE r.id = drifts.id`), which without a key read the whole table each time
+# (the square of the drifts changed: 4.8 s for the 10,010 of bench.reconcile's 100k day, under the write lock).
+_MERGE_TABLES = ("m_moved (id TEXT PRIMARY KEY)", "m_state (id TEXT PRIMARY KEY, is_new, reopens, auto, change)",
+                 "m_restore (id TEXT PRIMARY KEY, resolution, note, by, at)", "m_gone (id TEXT PRIMARY KEY, note)")
+_MERGE_TEMP = tuple(table.split()[0] for table in _MERGE_TABLES)
 # What a merge compares to tell a drift recorded or decided since its candidates' snapshot (merge_found, `seen`):
 # the poller's open_drift moves last_detected_at and the figures, finance's resolution the resolution columns.
 SEEN_COLUMNS = ("id", "report_date", "expected_cents", "actual_cents", "currency", "detail", "last_detected_at",
@@ -228,8 +233,8 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     (audit `reopened`). One found again with other figures (expected, actual or currency; or another
     detail after an automatic resolution: see figure_change) is pending again, whoever resolved or escalated it (audit `changed`, with the old and new figures).
 
-    `seen`: a temp table of SEEN_COLUMNS, the drifts of `merge_scope` as the read that found `m_found` saw them,
-    when that read ended before this transaction began (reconcile.matcher.match_day). A drift whose row differs
+    `seen`: a temp table of SEEN_COLUMNS keyed by id, the drifts of `merge_scope` as the read that found `m_found`
+    saw them, when that read ended before this transaction began (reconcile.matcher.match_day). A drift whose row differs
     now, or that it did not see, was recorded or decided since (the poller's stuck_processing, finance's
     resolution, another run of the day): the older candidates neither resolve nor update it; the next run
     judges it (counted as `newer`).
@@ -238,23 +243,23 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     register_functions(conn)
     for name in _MERGE_TEMP:
         conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
-    conn.execute("CREATE TEMP TABLE m_moved (id TEXT PRIMARY KEY)")
+    for table in _MERGE_TABLES:
+        conn.execute(f"CREATE TEMP TABLE {table} WITHOUT ROWID")
     if seen is not None:
-        # The snapshot is a temp table without a key (matching.find makes it with CREATE TABLE AS), and SQLite made
-        # no index of its own for the join below: it read the whole snapshot for each stored drift in scope, so
-        # a day matched again cost the square of its drifts (a re-match of bench.reconcile's 100k day, 10,010
-        # drifts: 25 s in this statement, under the write lock). One index, made where it is read.
-        conn.execute(f"CREATE INDEX IF NOT EXISTS temp.{seen}_id ON {seen} (id)")
+        # Each stored drift in scope is looked up in the snapshot by its id, which must be the snapshot's key
+        # (matching.find makes it so): without one, SQLite made no index of its own for this join and read the
+        # whole snapshot for each drift, so a day matched again cost the square of its drifts (a re-match of
+        # bench.reconcile's 100k day, 10,010 drifts: 25 s in this statement, under the write lock).
         differs = " OR ".join(f"n.{c} IS NOT s.{c}" for c in SEEN_COLUMNS[1:])
         conn.execute(f"INSERT INTO m_moved SELECT n.id FROM ({merge_scope(', '.join(SEEN_COLUMNS))}) n"
                      f" LEFT JOIN {seen} s ON s.id = n.id WHERE s.id IS NULL OR {differs}", p)
     conn.execute(_STATE, p)
-    conn.execute("CREATE TEMP TABLE m_restore AS"
+    conn.execute("INSERT INTO m_restore"
                  + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE auto AND change IS NULL)"), p)
     # The day's open drifts not found again, taken before the merge (which touches only found ones):
     # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
     cleared = f"COALESCE(': ' || ({cleared_by}), '')" if cleared_by else "''"
-    conn.execute("CREATE TEMP TABLE m_gone AS SELECT d.id, 'no longer detected on ' || :day || ' run'"
+    conn.execute("INSERT INTO m_gone SELECT d.id, 'no longer detected on ' || :day || ' run'"
                  f" || {cleared} AS note"
                  " FROM drifts d WHERE d.report_date = :day AND d.resolution != 'resolved'"
                  " AND NOT EXISTS (SELECT 1 FROM m_found f WHERE f.id = d.id)"

@@ -6,9 +6,9 @@ currency, detail) with the day's recharge and order drifts; the day's transactio
 `partnerkit.store.matching_ledger` (possibly run on another connection meanwhile) through
 `add_candidates`; `find` keys them by drift id and notes the stored drifts as the snapshot sees them;
 `day_summary` gives the report's recharge and order totals (and the day's spend as the document means
-it). All of that only reads the store (temp tables are not the main database), so it runs in a read
-transaction; `apply_candidates` then merges the candidates into `drifts` (stable ids, audit trail,
-automatic resolution) in the one short write transaction.
+it), `found_summary` what it says of the drifts. All of that only reads the store (temp tables are not
+the main database), so it runs in a read transaction; `apply_candidates` then merges the candidates
+into `drifts` (stable ids, audit trail, automatic resolution) in the one short write transaction.
 
 Parameters (named): :start, :end (the day as an ISO range), :day, :now, :stuck_before.
 
@@ -372,15 +372,22 @@ CLEARED_BY = f"""
 
 
 def find(conn: sqlite3.Connection, *, day: str) -> None:
-    """The day's drifts by id (`m_found`, for `day_summary` and the merge) and, of the stored ones the merge
+    """The day's drifts by id (`m_found`, for `found_summary` and the merge) and, of the stored ones the merge
     may touch (those found, the day's open ones), what this snapshot sees of each (`m_seen`: SEEN_COLUMNS).
 
     Part of the read: a drift whose row differs from `m_seen` at the merge was recorded or decided after the
     snapshot, and the merge leaves it as it is (partnerkit.store.drifts.merge_found, `seen`)."""
     conn.execute("CREATE TEMP TABLE m_found (id TEXT PRIMARY KEY, kind, subject, reference, expected_cents,"
                  " actual_cents, currency, detail)")
-    conn.execute("INSERT OR IGNORE INTO m_found SELECT drift_id(kind, subject, reference), * FROM m_candidate")
-    conn.execute(f"CREATE TEMP TABLE m_seen AS {merge_scope(', '.join(SEEN_COLUMNS))}", {"day": day})
+    # In id order (the first of a repeated id kept, as without it): the merge then writes the new drifts and their
+    # audit rows in the order of the two indexes keyed by the drift id (the drifts' primary key, drift_audit_drift)
+    # and of `m_state`, one walk through each instead of a page anywhere per drift. At 1M (100,100 drifts) the merge
+    # took 1.6-2.5 CPU-seconds in candidate order and 1.2-1.4 in this one; the sort is within the noise of `find`.
+    conn.execute("INSERT OR IGNORE INTO m_found SELECT drift_id(kind, subject, reference), * FROM m_candidate"
+                 " ORDER BY 1, m_candidate.rowid")
+    # Keyed by id where it is made: the merge looks each stored drift up in it (merge_found, `seen`).
+    conn.execute(f"CREATE TEMP TABLE m_seen (id TEXT PRIMARY KEY, {', '.join(SEEN_COLUMNS[1:])}) WITHOUT ROWID")
+    conn.execute(f"INSERT INTO m_seen {merge_scope(', '.join(SEEN_COLUMNS))}", {"day": day})
 
 
 def apply_candidates(conn: sqlite3.Connection, *, day: str, now: str) -> dict[str, int]:
@@ -445,7 +452,10 @@ def _day_recharges(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[di
 
 
 def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, Any]:
-    """Totals of the day's recharges and orders (call after `find`, before `drop`)."""
+    """Totals of the day's recharges and orders (call after `build`, before `drop`).
+
+    They read the store and `build`'s tables, never the drifts found (`found_summary`), so the matcher runs them
+    while the wallet's side is still at work on a day big enough for it to have its own connection."""
     one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
     recharge_status, spend = _day_recharges(conn, params)
     for currency, cents in (*conn.execute(_SPEND_OF_DRIFTED), *conn.execute(_SPEND_OF_ORDERS)):
@@ -454,9 +464,6 @@ def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, A
         "recharge_status": recharge_status,
         "spend_cents": dict(sorted(spend.items())),
         "orders_total": one("SELECT COUNT(*) FROM m_order"),
-        "drifted": one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_found"
-                       " WHERE subject IN ('recharge', 'order'))"),
-        "unmatched": one("SELECT COUNT(*) FROM m_found WHERE kind = 'orphan_transaction'"),
         "order_status": dict(conn.execute("SELECT status, COUNT(*) FROM m_order GROUP BY 1 ORDER BY 1").fetchall()),
         "conversions": _rows(conn.execute(
             """SELECT id AS order_id, currency AS order_currency, amount_cents AS order_amount_cents,
@@ -464,6 +471,17 @@ def day_summary(conn: sqlite3.Connection, params: dict[str, Any]) -> dict[str, A
                       named_id AS transaction_id
                FROM m_oagg WHERE named_id IS NOT NULL AND wallet_currency IS NOT NULL AND currency IS NOT NULL
                  AND wallet_currency != currency ORDER BY id""")),
+    }
+
+
+def found_summary(conn: sqlite3.Connection) -> dict[str, Any]:
+    """What the report says of the day's drifts (call after `find`, before `drop`): the recharges and orders
+    that drifted, the orphans, and every drift id."""
+    one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    return {
+        "drifted": one("SELECT COUNT(*) FROM (SELECT DISTINCT subject, reference FROM m_found"
+                       " WHERE subject IN ('recharge', 'order'))"),
+        "unmatched": one("SELECT COUNT(*) FROM m_found WHERE kind = 'orphan_transaction'"),
         "detected_ids": [r[0] for r in conn.execute("SELECT id FROM m_found ORDER BY id").fetchall()],
     }
 
