@@ -9,7 +9,8 @@ from partnerkit.cli.output import emit_one, format_option
 
 
 @click.command("status", short_help="What needs a person now, and the facts behind it: webhooks, recharges, orders,"
-                                   " budget, reports, drifts, the worker, disk space (--check for monitoring).")
+                                   " budget, reports, drifts, the receiver and the worker, disk space (--check for"
+                                   " monitoring).")
 @format_option
 @click.option("--check", is_flag=True,
               help="Exit 1 when anything needs attention (the same figures are printed), for a monitor or cron.")
@@ -18,7 +19,8 @@ def status_command(app: AppContext, fmt: str, check: bool) -> None:
     """Last webhook, deliveries the receiver refused in the last hour (by reason), voucher backlog and parked
     jobs, PROCESSING recharges, recharges and orders whose answer was lost (naming at once a submit whose
     process was killed while sending), budget, the provider failing every call, last report (and one overdue two hours
-    past PARTNERKIT_DUE_HOUR_UTC), open drifts, the worker (and whether its process still runs), the free space
+    past PARTNERKIT_DUE_HOUR_UTC), open drifts, the receiver's gunicorn master and the worker (and whether their processes still run: one
+    killed on this host is named), the free space
     on PARTNERKIT_DB's filesystem, and what needs a person now.
 
     Exit codes: 0; 1 with --check when the `attention` list is not empty, and 1 when the database cannot be
