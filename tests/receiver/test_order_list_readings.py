@@ -48,6 +48,7 @@ def test_a_partner_without_orders_syncs_and_reconciles_when_the_empty_list_is_a_
             "PARTNERKIT_API_KEY": client.key, "PARTNERKIT_API_SECRET": client.secret,
             "PARTNERKIT_REPORT_DIR": str(tmp_path / "reports")}))
         runner = CliRunner()
+        open_db(tmp_path / "partnerkit.db").conn.close()  # submit refuses a database that does not exist
         submitted = runner.invoke(cli, ["recharges", "submit", "--mobile", "9800000010", "--operator-id", "1",
                                         "--amount", "50"], env=env)
         assert submitted.exit_code == 0, submitted.output
