@@ -205,7 +205,11 @@ def misspelled_setting(name: str, *, in_file: bool) -> str | None:
     ours = upper.startswith(PREFIX)
     if upper in KNOWN_NAMES:
         return f"did you mean {upper}? (names are case-sensitive)"
-    close = difflib.get_close_matches(upper, sorted(KNOWN_NAMES), n=1, cutoff=0.8) if ours or in_file else []
+    if ours:  # past the prefix they share, which alone made PARTNERKIT_FOO "close" to PARTNERKIT_DB
+        close = [PREFIX + match for match in difflib.get_close_matches(
+            upper[len(PREFIX):], sorted(known[len(PREFIX):] for known in KNOWN_NAMES), n=1, cutoff=0.8)]
+    else:
+        close = difflib.get_close_matches(upper, sorted(KNOWN_NAMES), n=1, cutoff=0.8) if in_file else []
     if close:
         return f"did you mean {close[0]}?"
     return SETTINGS_TABLE if ours else None

@@ -266,6 +266,11 @@ def test_other_programs_names_in_the_file_stay_allowed(tmp_path):
                       "PARTNERKIT_DB? (names are case-sensitive)"),
     ("PARTNERKIT_DBB", "PARTNERKIT_DBB is not a partnerkit setting (set in the environment): did you mean "
                        "PARTNERKIT_DB?"),
+    ("PARTNERKIT_REPORTDIR", "PARTNERKIT_REPORTDIR is not a partnerkit setting (set in the environment): did you "
+                             "mean PARTNERKIT_REPORT_DIR?"),
+    # Judged past the prefix every setting shares: nothing is close to FOO, so no name is guessed.
+    ("PARTNERKIT_FOO", "PARTNERKIT_FOO is not a partnerkit setting (set in the environment): see README's "
+                       "\"Configuration\" table for the known names"),
 ])
 def test_a_mistyped_partnerkit_name_in_the_environment_is_refused_with_the_name_meant(name, message):
     with pytest.raises(ConfigError) as info:
