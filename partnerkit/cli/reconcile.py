@@ -104,7 +104,7 @@ def _nothing_recorded(app: AppContext, report: dict) -> None:
                                   "drifted")) or report["drifts"]:
         return
     first = report_store.first_activity_day(app.db)
-    since = f"; the first day the store holds any is {first}" if first is not None and first > report["date"] else ""
+    since = f" (the first day the store holds any is {first})" if first is not None and first > report["date"] else ""
     click.echo(f"nothing was recorded on {report['date']} (no recharge, transaction or order): was the date "
                f"right?{since}", err=True)
 

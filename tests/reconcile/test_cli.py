@@ -319,8 +319,8 @@ def test_reconcile_on_a_database_that_does_not_exist_creates_it_with_a_warning(s
                        "credit back or a debit dated after midnight")
     assert summary.startswith(f"{day}: 0 recharges, 0 orders, 0 transactions; 0 matched") and missing.exists()
     # The sandbox's day so far (synced too) holds its seeded records: the first day the store holds any.
-    assert nothing == (f"nothing was recorded on {day} (no recharge, transaction or order): was the date right?; "
-                       f"the first day the store holds any is {today}")
+    assert nothing == (f"nothing was recorded on {day} (no recharge, transaction or order): was the date right? ("
+                       f"the first day the store holds any is {today})")
     assert (tmp_path / "reports" / f"partnerkit-report-{day}.json").exists()
     again = CliRunner().invoke(cli, ["reconcile", "--date", day])
     assert again.exit_code == 0 and again.stderr.startswith(f"{day}: ") and "warning" not in again.stderr

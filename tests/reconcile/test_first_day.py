@@ -52,8 +52,8 @@ def test_a_mistyped_old_day_moves_neither_status_nor_the_catch_up_back(tmp_path)
 
         typo = CliRunner().invoke(cli, ["reconcile", "--date", TYPO], env=config_as_env(config))
         assert typo.exit_code == 0, typo.output  # an empty day is legitimate: its report is written
-        assert (f"nothing was recorded on {TYPO} (no recharge, transaction or order): was the date right?; "
-                f"the first day the store holds any is {FIRST}") in typo.stderr.splitlines()
+        assert (f"nothing was recorded on {TYPO} (no recharge, transaction or order): was the date right? ("
+                f"the first day the store holds any is {FIRST})") in typo.stderr.splitlines()
         assert report_store.get_report(db, TYPO)["summary"]["recharges_total"] == 0
         assert report_store.store_first_day(db) == TYPO  # the day was synced and reported: no longer the first night
         assert report_store.first_night(db) == FIRST.isoformat()
