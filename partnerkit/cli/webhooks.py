@@ -159,15 +159,38 @@ def _known_here(app: AppContext, webhook_id: str) -> bool:
             or any(t.webhook_id == webhook_id for t in app.config.webhook_tokens))
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _url_key(url: str | None) -> str:
+    """A URL as the same receiver: scheme and host in lower case (RFC 3986 says they are case-insensitive), the
+    scheme's default port dropped, an empty path as "/"; the path and query as given (a server may tell them
+    apart by case). Text that does not parse is compared as it is."""
+    from urllib.parse import urlsplit
+
+    text = (url or "").strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return text
+    if not parts.scheme or not parts.hostname:
+        return text
+    scheme = parts.scheme.lower()
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # hostname is lower case already
+    netloc = host if port in (None, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{parts.path or '/'}" + (f"?{parts.query}" if parts.query else "")
+
+
 def _refuse_same_url(app: AppContext, url: str, listed: list | None, unlisted: Exception | None) -> None:
     """A usage error (exit 2, nothing created) when an active webhook already delivers to `url`: at the
     provider (`is_active` not false; the list's fields are "not shown", so one without it counts as active),
     or, when the list could not be read, among the tokens saved here."""
     if listed is not None:
-        same = [str(w.id) for w in listed if w.url == url and w.is_active is not False]
+        same = [str(w.id) for w in listed if _url_key(w.url) == _url_key(url) and w.is_active is not False]
         source = " (active at the provider)"
     else:
-        same = [row["webhook_id"] for row in webhook_tokens.listing(app.db) if row["url"] == url]
+        same = [row["webhook_id"] for row in webhook_tokens.listing(app.db) if _url_key(row["url"]) == _url_key(url)]
         source = f", as far as the tokens saved here tell (the provider's webhooks could not be listed: {unlisted})"
     if not same:
         return
@@ -195,7 +218,8 @@ def _same_url(app: AppContext, listed: list | None, unlisted: Exception | None, 
     saved = {row["webhook_id"]: row for row in webhook_tokens.listing(app.db)}
     bound = {t.webhook_id for t in app.config.webhook_tokens if t.webhook_id is not None}
     lines = []
-    saved_here = [i for i, row in saved.items() if row["url"] in urls and i != new_id]
+    keys = {_url_key(u) for u in urls}
+    saved_here = [i for i, row in saved.items() if _url_key(row["url"]) in keys and i != new_id]
     paused: set[str] = set()
     if listed is None:
         others = saved_here
@@ -203,7 +227,7 @@ def _same_url(app: AppContext, listed: list | None, unlisted: Exception | None, 
                      "delivering to this URL; `partnerkit webhooks list` shows them, and whether each one's token "
                      "is saved")
     else:
-        others = [str(w.id) for w in listed if w.url in urls and str(w.id) != new_id]
+        others = [str(w.id) for w in listed if _url_key(w.url) in keys and str(w.id) != new_id]
         paused = {str(w.id) for w in listed if w.is_active is False}
         gone = [i for i in saved_here if i not in {str(w.id) for w in listed}]
         lines += [f"warning: a token is still saved for webhook {i}, which delivered to this URL but which the "

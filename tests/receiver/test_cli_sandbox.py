@@ -246,6 +246,10 @@ def test_registering_the_same_url_twice_is_refused_unless_again(env, sandbox_ser
                          "accepts its deliveries, nothing to register; --again registers another webhook all the same "
                          "(each event then arrives twice)")
     assert sorted(sandbox_server.sandbox.webhooks) == [1], "nothing created"
+    # The same receiver written another way: scheme and host in another case, the scheme's default port.
+    shouted = run(env, "webhooks", "register", "--url", "HTTPS://127.0.0.1:9/webhooks/partner", code=2)
+    assert "Error: webhook 1 already delivers to HTTPS://127.0.0.1:9/webhooks/partner" in shouted.stderr
+    assert sorted(sandbox_server.sandbox.webhooks) == [1], "nothing created"
     again = run(env, "webhooks", "register", "--url", url, "--again")
     assert "webhook 2 registered" in again.stderr
     assert ("warning: webhook 1 already delivers to this URL: each event now arrives twice (stored once); "
