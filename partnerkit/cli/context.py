@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import click
@@ -115,7 +116,7 @@ class AppContext:
                     f"database {os.path.abspath(path)!r} does not exist ({self.db_origin()}): no {what} was sent, "
                     "as it would be recorded in a new, empty database; check PARTNERKIT_DB or --config, or, if "
                     "this is a first start, create the database on purpose by starting the worker once "
-                    "(`partnerkit worker --once`) and run this command again")
+                    f"(`{self.command_line('worker --once')}`) and run this command again")
         return self.db
 
     def existing_path(self) -> Path:
@@ -126,6 +127,13 @@ class AppContext:
             raise click.ClickException(f"cannot open database {os.path.abspath(path)!r}: it does not exist "
                                        f"(check PARTNERKIT_DB or --config; the worker creates it{relative})")
         return path
+
+    def command_line(self, command: str) -> str:
+        """`partnerkit COMMAND` as this run would have to be given it to read the same settings: with the --config
+        file it was given (PARTNERKIT_CONFIG, like every other setting, is inherited by the next command)."""
+        if self.config_file and self.config_source == "--config":
+            return f"partnerkit --config {shlex.quote(self.config_file)} {command}"
+        return f"partnerkit {command}"
 
     def db_origin(self) -> str:
         """Where PARTNERKIT_DB came from, as the messages about a missing database say it: "PARTNERKIT_DB, from

@@ -229,6 +229,12 @@ def test_a_command_that_sends_money_refuses_a_database_that_does_not_exist(args,
             "in a new, empty database; check PARTNERKIT_DB or --config, or, if this is a first start, create the "
             "database on purpose by starting the worker once (`partnerkit worker --once`) and run this command again")
         assert not path.parent.exists()
+    # Given with --config, the advice carries it: run literally, `partnerkit worker --once` alone would read no file.
+    given = CliRunner().invoke(cli, ["--config", "../partnerkit.env", *args], env=env)
+    assert given.exit_code == 2
+    assert given.stderr.strip().endswith(
+        "create the database on purpose by starting the worker once (`partnerkit --config ../partnerkit.env worker "
+        "--once`) and run this command again")
 
 
 def test_a_mistyped_setting_in_the_environment_suggests_the_name_meant_even_to_partnerkit_config():
