@@ -145,7 +145,9 @@ def create_command(app: AppContext, product_id: int, denomination: Decimal, quan
     then is printed (the same key with --idempotency-key, never a new one), and `partnerkit orders
     sync` links the order carrying its ref. Exit code 3 too, nothing stored, when the answer names an
     order id this database holds for another order (a provider giving one id twice, or a --fixed-ids
-    sandbox started again beside a kept database): the message names the intent that holds it.
+    sandbox started again beside a kept database): the message names the intent that holds it. Exit code 2,
+    nothing recorded or sent, for a bad option or setting, and for a database (PARTNERKIT_DB) that does not
+    exist (the message says how to create it on purpose).
 
     Run again without the key, the same order is refused (exit 1, nothing sent) while an earlier one of
     the same product, denomination and quantity from the last 24 hours is unresolved (UNKNOWN, or still

@@ -103,7 +103,9 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     with a new key) or the intent stays INTENT (the answer came but the database could not store it:
     the message names the recharge, and that locate links it once the database takes writes), or the
     answer names a recharge another local row holds with other fields (the message names the row and
-    each difference: not a database fault; compare both with the provider).
+    each difference: not a database fault; compare both with the provider). Exit code 2, nothing recorded or
+    sent, for a bad option or setting, and for a database (PARTNERKIT_DB) that does not exist: a mistyped path
+    would record a real debit where the worker never looks (the message says how to create it on purpose).
     """
     from reconcile.recharges import submit
 
