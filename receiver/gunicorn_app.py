@@ -161,8 +161,16 @@ def _when_ready(server: Any) -> None:
     _SERVING[os.getpid()] = (str(config.db_path), holder)
 
 
+# How long a stopping master waits for the database's write lock to mark its record stopped: another process may
+# hold it for seconds (the nightly match's merge, `keys rewrap`, a backup), and a stop not recorded reads as a
+# master killed. Within deploy/systemd/partnerkit-receiver.service's TimeoutStopSec (35 s) after gunicorn's
+# graceful_timeout (10 s) for the workers.
+STOP_MARK_WAIT_MS = 20_000
+
+
 def _note_stopped(server: Any) -> None:
-    """Mark this master's record stopped cleanly (gunicorn's shutdown ran to its end: `on_exit`)."""
+    """Mark this master's record stopped cleanly (gunicorn's shutdown ran to its end: `on_exit`), waiting up to
+    STOP_MARK_WAIT_MS for the write lock."""
     serving = _SERVING.pop(os.getpid(), None)
     if serving is None:
         return
@@ -171,7 +179,7 @@ def _note_stopped(server: Any) -> None:
 
     db_path, holder = serving
     try:
-        db = open_db(db_path)
+        db = open_db(db_path, busy_timeout_ms=STOP_MARK_WAIT_MS)
         try:
             note_receiver_stopped(db, holder)
         finally:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
+import time
 from datetime import timedelta
 
 from click.testing import CliRunner
@@ -72,6 +74,27 @@ def test_status_names_a_killed_receiver_until_one_starts_again_and_not_after_a_c
     assert (code, stopped["receiver_running"], stopped["attention"]) == (0, False, [])
     [record] = stopped["receiver_masters"]
     assert record["running"] is False and record["stopped_at"] is not None  # stopped cleanly, and when
+
+
+def test_a_clean_stop_while_another_process_holds_the_write_lock_is_still_recorded(tmp_path):
+    """A `systemctl stop` during the nightly match (which holds the write lock for seconds) was named as a kill:
+    the stopping master gave up on the lock after the 5 s every other write waits, and `status --check` failed
+    until a receiver started again. It waits up to STOP_MARK_WAIT_MS (20 s) for that one write."""
+    env = env_for(tmp_path)
+    config = load_config(environ=env)
+    with ServedReceiver(env, tmp_path / "served.log", workers=1) as served:
+        other = sqlite3.connect(config.db_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process's long write
+        served.process.terminate()
+        time.sleep(7)  # held past the 5 s; the master reached on_exit meanwhile and waits for the lock
+        other.execute("COMMIT")
+        other.close()
+        assert served.process.wait(timeout=60) == 0
+    assert "stop not recorded" not in served.log()
+    code, stopped = _status(env)
+    assert (code, stopped["receiver_running"], stopped["attention"]) == (0, False, [])
+    [record] = stopped["receiver_masters"]
+    assert record["stopped_at"] is not None
 
 
 def test_plain_gunicorn_config_records_the_master_too(monkeypatch):
