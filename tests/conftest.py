@@ -3,11 +3,25 @@ as a real HTTP server on loopback)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from partnerkit.config import load_config
 from partnerkit.store import open_db
 from tests.sandbox_serving import serve_sandbox
+
+
+@pytest.fixture(autouse=True)
+def _root_log_level():
+    """Put the root logger's level back after each test. `configure_logging` sets it from PARTNERKIT_LOG_LEVEL
+    (ERROR in many tests, through the CLI), and a later test in the same process that waits for a WARNING or
+    INFO line (a lock released when partnerkit says it waits) then never saw it: failures that depended on
+    which test xdist had run before."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
 
 
 @pytest.fixture
