@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -72,6 +73,13 @@ def _pid_namespace() -> str:
         return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
     except OSError:
         return ""
+
+
+def new_holder() -> str:
+    """A holder id for a process that records itself (the worker's lease, a receiver's gunicorn master):
+    host:pid:pid-namespace:random, the form `holder_is_gone` and `holder_alive` read (the namespace tells
+    containers apart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_pid_namespace()}:{uuid.uuid4().hex[:8]}"
 
 
 def holder_is_gone(holder: str) -> bool:

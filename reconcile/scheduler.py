@@ -20,7 +20,6 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from datetime import timedelta, timezone
 from typing import Any, Callable, Sequence
 
@@ -30,7 +29,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from partnerkit.config import Config
 from partnerkit.errors import PartnerKitError, StorageError
-from partnerkit.processes import _pid_namespace, holder_is_gone  # noqa: F401 - both part of this module's API
+from partnerkit.processes import _pid_namespace, holder_is_gone, new_holder  # noqa: F401 - part of this module's API
 from partnerkit.processes import holder_host, other_host
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
@@ -55,11 +54,6 @@ class WorkerBusy(PartnerKitError):
 
 class WorkerRefused(PartnerKitError):
     """The worker must not start here (inside gunicorn)."""
-
-
-def new_holder() -> str:
-    """A lease holder id: host:pid:pid-namespace:random (the namespace tells containers apart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_pid_namespace()}:{uuid.uuid4().hex[:8]}"
 
 
 def process_prefix() -> str:

@@ -10,20 +10,13 @@ master of another host or container is never judged (it cannot be seen from here
 
 from __future__ import annotations
 
-import os
 import socket
-import uuid
 from datetime import datetime
 from typing import Any, Iterable
 
-from partnerkit.processes import _pid_namespace, holder_alive
+from partnerkit.processes import holder_alive, new_holder
 from partnerkit.store import Database, receivers
 from partnerkit.timeutil import iso, utcnow
-
-
-def master_id() -> str:
-    """This process's id as a master: `host:pid:pid-namespace:random`, the worker lease holder's form."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_pid_namespace()}:{uuid.uuid4().hex[:8]}"
 
 
 def master_running(master: receivers.Master) -> bool | None:
@@ -37,7 +30,7 @@ def note_receiver_started(db: Database, bind: Iterable[str], *, now: datetime | 
     `note_receiver_stopped`). A master of this host that no longer runs is superseded by this one: the
     receiver was started again."""
     now = now or utcnow()
-    holder = master_id()
+    holder = new_holder()  # the worker lease holder's form
     receivers.started(db, receivers.Master(holder, tuple(bind), now), now=now,
                       superseded=lambda other: other.stopped_at is None and master_running(other) is False)
     return holder
