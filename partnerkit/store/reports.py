@@ -103,11 +103,13 @@ _FOUND_SOMETHING = " OR ".join(f"json_extract(body, '$.summary.{field}') > 0" fo
 
 def _a_day(stamp: str | None) -> bool:
     """Whether a stored time begins with a YYYY-MM-DD day (one that does not is no first day)."""
-    try:
-        date.fromisoformat(str(stamp)[:10])
-    except ValueError:
+    if stamp is None:
         return False
-    return stamp is not None
+    try:
+        date.fromisoformat(stamp[:10])
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def first_activity_day(db: Database) -> str | None:
