@@ -145,6 +145,16 @@ def list_command(app: AppContext, day: date | None, kind: str | None, reference:
         raise click.UsageError("give --date YYYY-MM-DD, or --reference / --order (which search every stored day)")
     db = app.existing_db
     held = quarantine.held(db, "transaction", day=day.isoformat()) if day is not None else []
+    start = end = None
+    if day is not None:
+        start, end = day.isoformat(), (day + timedelta(days=1)).isoformat()
+    stored: list[dict] = []
+    total = 0
+    if not quarantined:
+        stored, total = ledger.list_transactions(db, start=start, end=end, kind=kind, reference=reference,
+                                                 order_id=order_id, limit=limit)
+        if kind is not None and kind not in KNOWN_TYPES and not total:
+            _unknown_type(kind)  # a usage error comes first and alone: before any note or warning about the day
     if day is not None:
         _check_day_read(db, day, sum(entry["day"] == day.isoformat() for entry in held))
     if quarantined:
@@ -154,13 +164,6 @@ def list_command(app: AppContext, day: date | None, kind: str | None, reference:
              empty_message=f"no transaction record of {day} is quarantined")
         _say_cut(len(shown), len(rows), "quarantined records")
         return
-    start = end = None
-    if day is not None:
-        start, end = day.isoformat(), (day + timedelta(days=1)).isoformat()
-    stored, total = ledger.list_transactions(db, start=start, end=end, kind=kind, reference=reference,
-                                             order_id=order_id, limit=limit)
-    if kind is not None and kind not in KNOWN_TYPES and not total:
-        _unknown_type(kind)
     filters = ([f"of type {kind}"] * bool(kind) + [f"paying for reference {reference}"] * bool(reference)
                + [f"paying for order {order_id}"] * (order_id is not None))
     where = f"on {day}" if day is not None else "on any stored day"

@@ -161,6 +161,21 @@ def test_a_type_neither_known_nor_stored_is_a_usage_error_naming_the_types(invok
                          "gives where a stored transaction has it (none listed here does)")
 
 
+@pytest.mark.parametrize("read", ["before_it_ended", "part_way", "never"])
+def test_an_unknown_type_is_the_usage_error_alone_whatever_the_day_s_read(invoke, ledger, read):
+    """The note (or warning, or error) about how far the day was read came before the usage error of `--type FOO`:
+    a usage error comes first and alone, as click's own do."""
+    if read != "never":
+        ledger.tx("-5.00", type="RECHARGE")
+    if read == "before_it_ended":
+        ledger.read_in_full()  # the 15-minute sync's read at 23:50: a note about the day
+    code, out, err = run(invoke, "transactions", "list", "--date", DAY.isoformat(), "--type", "foo")
+    assert (code, out) == (2, "")
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("Usage: ") and len(lines) == 4, err
+    assert lines[-1].startswith("Error: Invalid value for '--type': 'FOO' is not a transaction type")
+
+
 def test_a_list_of_one_says_so_in_the_singular(invoke, day):
     code, _, err = run(invoke, "transactions", "list", "--date", DAY.isoformat(), "--limit", "1")
     assert code == 0 and err == "the first of 6 transactions is shown (oldest first); --limit N shows more\n"
