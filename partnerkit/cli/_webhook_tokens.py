@@ -119,8 +119,9 @@ def token_set_command(app: AppContext, webhook_id: int) -> None:
         token = _read_token()
         warnings = check_token(token, webhook)
         db = app.db
-        keys = KeyFollower(app.config)
+        # Said before the key is read: a voucher key file generated beside the new database is named after it.
         click.echo(f"warning: {created_line(app.config.db_path, origin=app.db_origin())}", err=True)
+        keys = KeyFollower(app.config)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     replaced = save_sealed(db, keys, webhook, token,

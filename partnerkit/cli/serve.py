@@ -72,13 +72,13 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
         check_voucher_key(config)  # a configured key, or a key file left beside, that cannot be read
         check_listen(host, int(port))
     db = app.db  # first: a path that holds no database must not get a voucher key file beside it
+    if app.db_created:  # said at once, as every command names the database before the voucher key file
+        click.echo(f"warning: {created_line(config.db_path, origin=app.db_origin())}", err=True)
     require_some_token(config, db)  # nor a receiver that is refused for want of a token
     cipher = load_cipher(config)  # creates the voucher key file once, before workers race for it
     require_tokens(config, db, cipher)
     if not new:
         check_listen(host, int(port))
-    if app.db_created:
-        click.echo(f"warning: {created_line(config.db_path, origin=app.db_origin())}", err=True)
     env = dict(os.environ)
     if app.config_file:
         env["PARTNERKIT_CONFIG"] = os.path.abspath(app.config_file)

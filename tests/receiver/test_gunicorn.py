@@ -76,6 +76,18 @@ def test_same_event_to_two_workers_at_once_is_accepted_once(tmp_path):
                      "exist and was created (a first start)") == 1
 
 
+def test_a_first_start_names_the_database_before_the_voucher_key_file_it_generates(tmp_path):
+    """The voucher key line came first, then the database's: every other command names the database first."""
+    env = {k: v for k, v in env_for(tmp_path).items() if k != "PARTNERKIT_VOUCHER_KEY"}
+    with ServedReceiver(env, tmp_path / "serve.log", workers=1) as served:
+        pass
+    lines = [line for line in served.log().splitlines() if not line.startswith("{")]  # not gunicorn's JSON lines
+    assert lines[0].startswith(f"warning: database {str(tmp_path / 'pk.db')!r} (PARTNERKIT_DB, from the environment) "
+                               "did not exist and was created (a first start)"), lines
+    assert lines[1].startswith("PARTNERKIT_VOUCHER_KEY is not set: generated a voucher key in "), lines
+    assert lines[2].startswith("partnerkit receiver on http://127.0.0.1:"), lines
+
+
 def test_serve_refuses_to_start_without_a_token(tmp_path):
     env = {k: v for k, v in env_for(tmp_path).items() if k != "PARTNERKIT_WEBHOOK_TOKENS"}
     result = subprocess.run([PARTNERKIT, "serve", "--bind", "127.0.0.1:1"], env=env, capture_output=True, text=True,

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -218,6 +221,22 @@ def test_token_set_on_a_database_that_does_not_exist_creates_it_only_for_a_token
         assert deliver(app, "evt_first", NEW_TOKEN) == 200
     finally:
         app.extensions["partnerkit_receiver"].close()
+
+
+def test_token_set_names_the_new_database_before_the_voucher_key_file_it_generates(tmp_path):
+    """The voucher key line came first, then the database's: every other command names the database first.
+    A real process, as an operator runs it: the key's line is a log warning, printed on stderr when no logging is
+    configured (pytest's own log capture would take it from an in-process run)."""
+    path = tmp_path / "var" / "pk.db"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PARTNERKIT_")}, "PARTNERKIT_DB": str(path)}
+    result = subprocess.run([str(Path(sys.executable).with_name("partnerkit")), "webhooks", "token", "set", "77"],
+                            input=NEW_TOKEN + "\n", env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"warning: database {str(path)!r} (PARTNERKIT_DB, from the environment) did not exist "
+                               "and was created (a first start)"), lines
+    assert lines[1].startswith("PARTNERKIT_VOUCHER_KEY is not set: generated a voucher key in "), lines
+    assert lines[-1] == "webhook 77: token saved; running receivers accept it within seconds"
 
 
 def test_an_unbound_token_never_tried_is_warned_about_once_at_start(tmp_path, caplog):
