@@ -64,20 +64,24 @@ def _held(db: Database, order_id: int) -> list[dict]:
     """Why records of this order are held rather than applied, as `orders show` lists them (`held`): the order
     sync's quarantine entry under its id (`order:<id>`: a list record of another order under this id, or one it
     could not read), then the receiver's events of another order under this id, one entry a reason. Each with
-    source, reason, events (webhook events kept; null for the order sync's record), first_seen_at and
-    last_seen_at."""
+    source, reason, events (the webhook events it keeps: 0 for the order sync's entry, which keeps no event),
+    records (the records it keeps, whatever the source: 1 for the order sync's, the latest copy of the list
+    record, as the quarantine keeps one a key; the events for a webhook entry), first_seen_at and last_seen_at.
+    `events` was null for the order sync's entry before `records` came: a number in every entry now."""
     held = []
     entry = quarantine.held_entry(db, "order", str(order_id))
     if entry is not None:
-        held.append({"source": "order_sync", "reason": entry["reason"], "events": None,
+        held.append({"source": "order_sync", "reason": entry["reason"], "events": 0, "records": 1,
                      "first_seen_at": entry["first_seen_at"], "last_seen_at": entry["last_seen_at"]})
-    held += [{"source": "webhook", **group} for group in inbox.given_twice_of(db, order_id)]
+    held += [{"source": "webhook", "reason": group["reason"], "events": group["events"], "records": group["events"],
+              "first_seen_at": group["first_seen_at"], "last_seen_at": group["last_seen_at"]}
+             for group in inbox.given_twice_of(db, order_id)]
     return held
 
 
 def _held_line(entry: dict) -> str:
     """One `held` entry on one line of the table."""
-    count = f", {entry['events']} event(s)" if entry["events"] is not None else ""
+    count = f", {entry['events']} event(s)" if entry["source"] == "webhook" else ""  # the sync's: its one record
     return (f"{entry['source']}: {entry['reason']} (first seen {entry['first_seen_at']}, last seen "
             f"{entry['last_seen_at']}{count})")
 
@@ -91,8 +95,10 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 
     `held` lists what is kept but not applied to this order: the order sync's quarantined list record under its
     id (another order under this id: "order id given twice: ...", or a record it could not read) and the
-    receiver's events of another order under this id, each with its reason and when first and last seen
-    (webhook events counted). Empty when nothing is held. A voucher fetch parked on another order's detail
+    receiver's events of another order under this id, each with its reason and when first and last seen.
+    In JSON each entry counts what it keeps: `events`, the webhook events (0 for the order sync's entry) and
+    `records`, the records whatever the source (the order sync's entry keeps 1: the latest copy). Empty when
+    nothing is held. A voucher fetch parked on another order's detail
     shows in `job_last_error`."""
     row = orders.get(app.existing_db, order_id)
     if row is None:

@@ -282,9 +282,12 @@ def test_orders_show_says_why_records_of_the_order_are_held(api_config, store, a
     assert post(client, json.dumps(other).encode()).get_json() == {"status": "ignored"}
 
     synced, heard = show("json")["held"]
+    # `events` is a number in every entry (it was null for the sync's, which keeps no event), `records` what each
+    # entry keeps whatever its source: the sync's one record (its latest copy), the webhook's events.
     assert synced == {"source": "order_sync", "reason": REASON.format(ref="R999", differs="reference_code"),
-                      "events": None, "first_seen_at": "2024-05-01T10:15:00Z", "last_seen_at": "2024-05-01T10:30:00Z"}
-    assert (heard["source"], heard["events"]) == ("webhook", 2)
+                      "events": 0, "records": 1, "first_seen_at": "2024-05-01T10:15:00Z",
+                      "last_seen_at": "2024-05-01T10:30:00Z"}
+    assert (heard["source"], heard["events"], heard["records"]) == ("webhook", 2, 2)
     assert heard["reason"] == ("order id given twice: order 101 (ref REF-2) is stored for another order (ref R101, "
                                "placed 2024-05-01T09:59:00.000000Z), this record differs: reference_code")
     received = store.execute("SELECT min(received_at), max(last_seen_at) FROM inbox WHERE order_id = 101").fetchone()
