@@ -20,7 +20,14 @@ from partnerkit.money import from_cents
 from partnerkit.store import recharges as store
 
 EXIT_UNKNOWN = 3
-TABLE_COLUMNS = ["local_id", "id", "reference_number", "status", "mobile_number", "face", "payable", "created_at"]
+# `amount` is the face value the partner asked for (the submit's --amount, stored with the intent; a row known only
+# from the provider's list holds its face there): known when `face`, the provider's figure, is not yet (INTENT, and
+# UNKNOWN: the answer never came). The table shows it before FACE; CSV adds it after its earlier columns, which keep
+# their places for a script that reads them by position.
+TABLE_COLUMNS = ["local_id", "id", "reference_number", "status", "mobile_number", "amount", "face", "payable",
+                 "created_at"]
+CSV_COLUMNS = ["local_id", "id", "reference_number", "status", "mobile_number", "face", "payable", "created_at",
+               "amount"]
 # JSON field names follow the document's Recharge record; partnerkit's own fields come after.
 VIEW_FIELDS = ["id", "reference_number", "status", "sub_status", "mobile_number", "operator_id", "operator",
                "amount", "face", "discount", "payable", "currency", "vendor_recharge_id", "operator_txn_id",
@@ -47,6 +54,11 @@ def recharge_view(row: dict) -> dict[str, Any]:
     return {name: view[name] for name in VIEW_FIELDS}
 
 
+def _columns(fmt: str) -> list[str]:
+    """The columns of a recharge row in a table or CSV (JSON prints every field)."""
+    return CSV_COLUMNS if fmt == "csv" else TABLE_COLUMNS
+
+
 def _client(app: AppContext) -> Any:
     from partnerkit.client import PartnerClient
 
@@ -57,7 +69,7 @@ def _client(app: AppContext) -> Any:
 def _finish(outcome: Any, fmt: str) -> None:
     """Print the outcome row, the message on stderr, and exit with the documented code."""
     if outcome.row:
-        emit_one(recharge_view(outcome.row), fmt, columns=TABLE_COLUMNS)
+        emit_one(recharge_view(outcome.row), fmt, columns=_columns(fmt))
     click.echo(outcome.message, err=True)
     if outcome.status in store.OPEN_INTENT:  # no answer known: locate it, never submit again
         sys.exit(EXIT_UNKNOWN)
@@ -126,9 +138,14 @@ def list_command(app: AppContext, fmt: str, status: str | None, limit: int) -> N
     """Recharges partnerkit knows, newest first.
 
     A store holds every recharge since the first day (a million a day for a busy partner): the newest
-    100 are listed unless --limit says more, as `orders list` and `events list` do."""
+    100 are listed unless --limit says more, as `orders list` and `events list` do.
+
+    AMOUNT is the face value asked for (the submit's --amount), known from the moment the intent is
+    recorded; FACE and PAYABLE are the provider's figures, blank until its answer comes (an INTENT, and
+    an UNKNOWN one, whose answer was lost, show AMOUNT only). CSV adds amount as its last
+    column; JSON has had it all along."""
     views = [recharge_view(r) for r in store.list_rows(app.existing_db, status=status, limit=limit + 1)]
-    emit_newest(views, limit, "recharges", TABLE_COLUMNS, fmt,
+    emit_newest(views, limit, "recharges", _columns(fmt), fmt,
                 empty_message=f"no recharges in status {status.upper()}" if status else "no recharges")
 
 

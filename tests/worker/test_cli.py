@@ -57,6 +57,34 @@ def test_list_and_show_by_local_id_provider_id_or_reference(run, wdb):
     assert missing.exit_code == 1 and "no recharge with id" in missing.output
 
 
+def test_an_unknown_recharge_shows_the_amount_asked_for_apart_from_the_provider_s_face(run, wdb):
+    """FACE was blank for an UNKNOWN recharge (its answer never came), though the amount asked for is known: AMOUNT
+    shows it, and FACE stays the provider's figure, blank, never filled with a number the provider did not give."""
+    from datetime import datetime, timezone
+    from decimal import Decimal
+
+    from partnerkit.store import recharges as store
+
+    asked, answered_number = mobile(1), mobile(0)
+    lost = store.record_intent(wdb, idempotency_key="key-lost-answer", mobile_number=asked, operator_id=1,
+                               amount=Decimal("149"), client_reference=None,
+                               submitted_at=datetime(2025, 3, 14, 9, tzinfo=timezone.utc))
+    store.mark_unknown(wdb, lost, "timeout", datetime(2025, 3, 14, 9, 1, tzinfo=timezone.utc))
+    assert run("recharges", "submit", "--mobile", answered_number, "--operator-id", "1", "--amount", "99").exit_code == 0
+    header, answered, unknown = (line.split() for line in run("recharges", "list").stdout.splitlines())
+    assert header == ["LOCAL_ID", "ID", "REFERENCE_NUMBER", "STATUS", "MOBILE_NUMBER", "AMOUNT", "FACE", "PAYABLE",
+                      "CREATED_AT"]
+    assert unknown == [str(lost), "UNKNOWN", asked, "149.00"]  # no id, reference, face, payable or time yet
+    assert answered[4:8] == [answered_number, "99.00", "99.00", "96.52"]  # asked for, and the provider's face
+    rows = list(csv.DictReader(io.StringIO(run("recharges", "list", "--format", "csv").stdout)))
+    assert list(rows[0]) == ["local_id", "id", "reference_number", "status", "mobile_number", "face", "payable",
+                             "created_at", "amount"]  # the earlier columns keep their places
+    assert [(r["status"], r["amount"], r["face"]) for r in rows] == [(answered[3], "99.00", "99.00"),
+                                                                    ("UNKNOWN", "149.00", "")]
+    listed = json.loads(run("recharges", "list", "--format", "json").stdout)
+    assert [(r["amount"], r["face"]) for r in listed] == [("99.00", "99.00"), ("149.00", None)]
+
+
 def test_a_409_names_the_force_option_and_exits_non_zero(run, wdb):
     number = mobile(0)
     assert run("recharges", "submit", "--mobile", number, "--operator-id", "1", "--amount", "50").exit_code == 0
