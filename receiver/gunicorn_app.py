@@ -186,7 +186,7 @@ def _note_stopped(server: Any) -> None:
             db.conn.close()
     except Exception as exc:  # the record then reads as a master killed: say why here
         server.log.warning("receiver stop not recorded in the database (partnerkit status will name this master "
-                           "as killed until a receiver starts again): %s: %s", type(exc).__name__, exc)
+                           "as killed until a receiver starts again on its address): %s: %s", type(exc).__name__, exc)
 
 
 def _on_exit(server: Any) -> None:

@@ -27,12 +27,26 @@ def master_running(master: receivers.Master) -> bool | None:
 
 def note_receiver_started(db: Database, bind: Iterable[str], *, now: datetime | None = None) -> str:
     """Record that this process, a receiver's gunicorn master, now serves on `bind`; its id (for
-    `note_receiver_stopped`). A master of this host that no longer runs is superseded by this one: the
-    receiver was started again."""
+    `note_receiver_stopped`).
+
+    The rows it drops are its predecessors only: masters of this host killed (no longer running, never marked
+    stopped) that listened on an address this one listens on, the restart that repairs them. It never drops a
+    master that runs (the other half of a blue/green pair, another port's receiver), nor one killed on an address
+    it does not serve: that one stays named by `partnerkit status` until a master listens on its address again,
+    whatever else starts on this host meanwhile."""
     now = now or utcnow()
     holder = new_holder()  # the worker lease holder's form
-    receivers.started(db, receivers.Master(holder, tuple(bind), now), now=now,
-                      superseded=lambda other: other.stopped_at is None and master_running(other) is False)
+    addresses = tuple(bind)
+    verdicts: dict[str, bool | None] = {}
+
+    def running(other: receivers.Master) -> bool | None:  # None: stopped cleanly, or not judged from here
+        if other.holder not in verdicts:
+            verdicts[other.holder] = None if other.stopped_at is not None else master_running(other)
+        return verdicts[other.holder]
+
+    receivers.started(db, receivers.Master(holder, addresses, now), now=now,
+                      superseded=lambda other: running(other) is False and not set(other.bind).isdisjoint(addresses),
+                      kept=lambda other: running(other) is not None)
     return holder
 
 

@@ -6,8 +6,11 @@ killed (kill -9, the OOM killer, a power cut) never gets to mark its row: `partn
 (`masters`) and names such a master of its own host (partnerkit.status). One row per master, keyed by its id
 (`host:pid:pid-namespace:random`, as the worker lease's holder), so two masters on one database (other
 ports) never overwrite each other. The rows stay few: a master starting drops the rows its caller judges
-superseded (masters of its host that no longer run), those stopped cleanly over KEEP_STOPPED ago, and any
-beyond the newest KEPT.
+superseded (a master killed on an address this one now listens on: this start is its restart) and those stopped
+cleanly over KEEP_STOPPED ago, and keeps of the rest the rows its caller vouches for (a master that runs, one killed
+whose address no master listens on again yet: `partnerkit status` names it), plus the newest KEPT stopped cleanly
+and the newest KEPT never marked stopped (masters of hosts it cannot see). A row is crowded out only by newer rows
+of its own kind: a receiver restarted again and again never pushes out another receiver's row.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from partnerkit.timeutil import iso, parse_ts
 
 PREFIX = "receiver.master."
 KEEP_STOPPED = timedelta(days=30)  # a master stopped cleanly is forgotten this long after it stopped
-KEPT = 5  # the newest masters kept, whatever else: another host's killed ones are never superseded here
+KEPT = 5  # of each kind: the newest masters stopped cleanly kept, and the newest never marked stopped that
+# no one vouches for (another host's or container's, which this host cannot judge)
 
 
 @dataclass(frozen=True)
@@ -69,23 +73,28 @@ def masters(db: Database) -> list[Master]:
     return sorted(found, key=lambda m: m.started_at, reverse=True)
 
 
-def started(db: Database, master: Master, *, superseded: Callable[[Master], bool], now: datetime) -> None:
-    """Record `master` as serving, in one transaction with the pruning: the rows `superseded` judges so, those
-    stopped cleanly over KEEP_STOPPED before `now`, and the oldest beyond KEPT are dropped."""
+def started(db: Database, master: Master, *, superseded: Callable[[Master], bool], now: datetime,
+            kept: Callable[[Master], bool] = lambda other: False) -> None:
+    """Record `master` as serving, in one transaction with the pruning: the rows `superseded` judges so and those
+    stopped cleanly over KEEP_STOPPED before `now` are dropped; the rows `kept` vouches for stay, whatever their
+    number; of the others, the newest KEPT - 1 stopped cleanly stay (`master` makes KEPT once it stops), and the
+    newest KEPT never marked stopped."""
     with transaction(db) as conn:
         meta.put(conn, PREFIX + master.holder, master._value(), now=now)
-        kept = []
+        stopped_rows: list[tuple[str, Master]] = []
+        unmarked_rows: list[tuple[str, Master]] = []
         for key, value in meta.with_prefix(conn, PREFIX):
             other = _read(key, value)
             if other is None or other.holder == master.holder:
                 continue  # a row of a later release is left as it is
             if superseded(other) or (other.stopped_at is not None and now - other.stopped_at > KEEP_STOPPED):
                 meta.delete(conn, key)
-            else:
-                kept.append((key, other))
-        kept.sort(key=lambda row: row[1].started_at, reverse=True)
-        for key, _ in kept[KEPT - 1:]:
-            meta.delete(conn, key)
+            elif not kept(other):
+                (unmarked_rows if other.stopped_at is None else stopped_rows).append((key, other))
+        for rows, room in ((stopped_rows, KEPT - 1), (unmarked_rows, KEPT)):  # `master`, stopped, is the KEPT-th
+            rows.sort(key=lambda row: row[1].started_at, reverse=True)
+            for key, _ in rows[room:]:
+                meta.delete(conn, key)
 
 
 def stopped(db: Database, holder: str, *, now: datetime) -> bool:

@@ -40,7 +40,27 @@ def _receiver_lines(status: dict) -> list[str]:
     return [line for line in status["attention"] if line.startswith("the receiver (")]
 
 
-def test_status_names_a_killed_receiver_until_one_starts_again_and_not_after_a_clean_stop(tmp_path):
+def _served_on(env: dict[str, str], log_path, port: int) -> ServedReceiver:
+    """`partnerkit serve --workers 1` on a given loopback port (a restart on the address a master had)."""
+    served = ServedReceiver(env, log_path, workers=1)
+    served.port, served.base_url = port, f"http://127.0.0.1:{port}"
+    served._argv[served._argv.index("--bind") + 1] = f"127.0.0.1:{port}"
+    return served
+
+
+def _kill_master(served: ServedReceiver) -> int:
+    """SIGKILL `served`'s gunicorn master (no on_exit) and wait for its web workers to follow; its pid."""
+    master = served.process.pid  # `partnerkit serve` replaced itself with the gunicorn master
+    workers = children(master)
+    assert workers, "the master's web worker"
+    served.process.kill()
+    served.process.wait()
+    wait_until(lambda: not any(alive(pid) for pid in workers), timeout=60, step=0.1,
+               what="the killed master's web workers gone (their parent-death signal)")
+    return master
+
+
+def test_status_names_a_killed_receiver_until_one_starts_again_on_its_address_and_not_after_a_clean_stop(tmp_path):
     env = env_for(tmp_path)
     with ServedReceiver(env, tmp_path / "first.log", workers=1) as first:
         master = first.process.pid  # `partnerkit serve` replaced itself with the gunicorn master
@@ -50,12 +70,7 @@ def test_status_names_a_killed_receiver_until_one_starts_again_and_not_after_a_c
         assert (record["pid"], record["host"], record["bind"]) == (master, socket.gethostname(),
                                                                    [f"127.0.0.1:{first.port}"])
         assert record["running"] is True and record["stopped_at"] is None
-        workers = children(master)
-        assert workers, "the master's web worker"
-        first.process.kill()  # SIGKILL the master: no on_exit
-        first.process.wait()
-        wait_until(lambda: not any(alive(pid) for pid in workers), timeout=60, step=0.1,
-                   what="the killed master's web workers gone (their parent-death signal)")
+        assert _kill_master(first) == master
         code, killed = _status(env)
     assert code == 1
     assert killed["receiver_running"] is False
@@ -65,15 +80,67 @@ def test_status_names_a_killed_receiver_until_one_starts_again_and_not_after_a_c
                            "start it again (`partnerkit serve`")
     assert "`partnerkit webhooks retry --failed`" in line and "order catch-up" in line
 
-    with ServedReceiver(env, tmp_path / "second.log", workers=1) as second:  # started again (another port here)
+    with ServedReceiver(env, tmp_path / "elsewhere.log", workers=1) as elsewhere:  # another address: no repair
+        code, meanwhile = _status(env)
+        assert (code, meanwhile["receiver_running"], _receiver_lines(meanwhile)) == (1, True, [line])
+        assert [m["pid"] for m in meanwhile["receiver_masters"]] == [elsewhere.process.pid, master]
+
+    with _served_on(env, tmp_path / "second.log", first.port) as second:  # started again on its address
         code, again = _status(env)
         assert (code, again["receiver_running"], _receiver_lines(again)) == (0, True, [])
-        assert [m["pid"] for m in again["receiver_masters"]] == [second.process.pid]  # the killed one superseded
+        pids = [m["pid"] for m in again["receiver_masters"]]
+        assert pids == [second.process.pid, elsewhere.process.pid] and master not in pids  # the killed one superseded
     assert second.process.returncode == 0  # SIGTERM: gunicorn's own shutdown, on_exit included
     code, stopped = _status(env)
     assert (code, stopped["receiver_running"], stopped["attention"]) == (0, False, [])
-    [record] = stopped["receiver_masters"]
-    assert record["running"] is False and record["stopped_at"] is not None  # stopped cleanly, and when
+    assert [(m["pid"], m["running"]) for m in stopped["receiver_masters"]] == [(second.process.pid, False),
+                                                                              (elsewhere.process.pid, False)]
+    assert all(m["stopped_at"] is not None for m in stopped["receiver_masters"])  # stopped cleanly, and when
+
+
+def test_two_receivers_on_one_host_and_one_database_never_prune_each_other(tmp_path):
+    """Two `partnerkit serve` on one host and one database (two binds; a blue/green pair while both run): each start
+    pruned the rows of this host's masters that no longer ran, and the oldest beyond the newest 5 in all. So one
+    receiver killed was cleared by the other's restart (`status --check` passed, nothing listened on its port), and
+    one running was pushed out by the other's restarts (no longer counted, and no line once it was killed)."""
+    env = env_for(tmp_path)
+    config = load_config(environ=env)
+    db = open_db(config.db_path)
+    try:
+        with ServedReceiver(env, tmp_path / "blue.log", workers=1) as blue:
+            with ServedReceiver(env, tmp_path / "green.log", workers=1) as green:
+                code, both = _status(env)
+                assert (code, both["receiver_running"]) == (0, True)
+                assert [(m["pid"], m["running"]) for m in both["receiver_masters"]] == [(green.process.pid, True),
+                                                                                        (blue.process.pid, True)]
+            with _served_on(env, tmp_path / "green-2.log", green.port) as green_again:  # green restarted cleanly
+                # ... and restarted over and over (this process stands in for each, on green's address)
+                for _ in range(receivers.KEPT + 1):
+                    note_receiver_stopped(db, note_receiver_started(db, [f"127.0.0.1:{green.port}"]))
+                code, crowded = _status(env)
+                assert code == 0 and _receiver_lines(crowded) == []
+                running = {m["pid"]: m["running"] for m in crowded["receiver_masters"] if m["stopped_at"] is None}
+                assert running == {blue.process.pid: True, green_again.process.pid: True}  # blue still counted
+                assert len(crowded["receiver_masters"]) == 2 + receivers.KEPT  # the newest 5 clean stops kept
+
+                killed = _kill_master(blue)
+                code, named = _status(env)
+                assert (code, named["receiver_running"]) == (1, True)
+                [line] = _receiver_lines(named)
+                assert line.startswith(f"the receiver (pid {killed} on {socket.gethostname()}, bound to "
+                                       f"127.0.0.1:{blue.port}, started ")
+            with _served_on(env, tmp_path / "green-3.log", green.port):  # the other receiver's restart
+                code, still = _status(env)
+                assert (code, _receiver_lines(still)) == (1, [line])  # blue still named: nothing listens on its port
+
+            with _served_on(env, tmp_path / "blue-2.log", blue.port) as blue_again:  # blue's own restart repairs it
+                code, repaired = _status(env)
+                assert (code, repaired["receiver_running"], _receiver_lines(repaired)) == (0, True, [])
+                pids = [m["pid"] for m in repaired["receiver_masters"]]
+                assert pids[0] == blue_again.process.pid and killed not in pids
+        assert blue_again.process.returncode == 0
+    finally:
+        db.conn.close()
 
 
 def test_a_clean_stop_while_another_process_holds_the_write_lock_is_still_recorded(tmp_path):
@@ -126,9 +193,21 @@ def test_a_master_of_another_host_is_never_judged_and_the_records_stay_few(tmp_p
     for age in (10, 5, 3, 2):
         served_and_stopped(age)
     kept = receivers.masters(db)
-    assert [m.started_at for m in kept] == [now - timedelta(days=age) for age in (1, 2, 3, 5, 10)]
-    assert all(m.stopped_at is not None for m in kept)  # the other host's, never stopped, was the oldest
+    # The newest 5 stopped cleanly; the other host's master is not crowded out by this host's restarts (it may
+    # still run there, where its own `partnerkit status` counts it) ...
+    assert [m.started_at for m in kept] == [now - timedelta(days=age) for age in (1, 2, 3, 5, 10)] + [
+        elsewhere.started_at]
     status = collect(config, db)
     assert status["receiver_running"] is False and status["attention"] == []
-    assert len(meta.with_prefix(db, receivers.PREFIX)) == receivers.KEPT
+
+    # ... only by newer rows of its own kind, never marked stopped, of hosts this one cannot see (a container
+    # recreated under a new hostname leaves one each time it is killed): the newest 5 of those are kept.
+    for n in range(receivers.KEPT):
+        other = receivers.Master(f"container-{n}:1:4026531836:{n:08x}", ("0.0.0.0:8000",), now - timedelta(hours=n))
+        receivers.started(db, other, superseded=lambda m: False, now=other.started_at)
+    note_receiver_stopped(db, note_receiver_started(db, ["127.0.0.1:8000"], now=now), now=now)
+    kept = receivers.masters(db)
+    assert elsewhere.holder not in [m.holder for m in kept]
+    assert sum(m.stopped_at is None for m in kept) == receivers.KEPT
+    assert len(meta.with_prefix(db, receivers.PREFIX)) == 2 * receivers.KEPT
     db.conn.close()
