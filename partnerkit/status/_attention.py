@@ -151,8 +151,9 @@ def _receiver_lines(status: dict[str, Any]) -> list[str]:
             bind = ", ".join(master["bind"]) or "an address it did not record"
             lines.append(f"the receiver (pid {master['pid']} on {master['host']}, bound to {bind}, started "
                          f"{master['started_at']}) is no longer running and did not stop cleanly: webhooks sent to "
-                         "it are not being received; start it again (`partnerkit serve`, or `systemctl start "
-                         "partnerkit-receiver`); the provider retries each delivery for 15 minutes, then gives up: "
+                         "it are not being received; start it again on that address (`partnerkit serve --bind ADDRESS`, "
+                         "or `systemctl start partnerkit-receiver`: that start clears this line; an address no "
+                         "longer used is cleared by starting a receiver on it once and stopping it); the provider retries each delivery for 15 minutes, then gives up: "
                          "`partnerkit webhooks retry --failed` asks it to send those again (it may refuse one that "
                          "used all its attempts), and the worker's order catch-up repairs what they carried either "
                          "way")

@@ -77,7 +77,7 @@ def test_status_names_a_killed_receiver_until_one_starts_again_on_its_address_an
     [line] = _receiver_lines(killed)
     assert line.startswith(f"the receiver (pid {master} on {socket.gethostname()}, bound to 127.0.0.1:{first.port}, "
                            f"started {record['started_at']}) {KILLED}: webhooks sent to it are not being received; "
-                           "start it again (`partnerkit serve`")
+                           "start it again on that address (`partnerkit serve --bind ADDRESS`")
     assert "`partnerkit webhooks retry --failed`" in line and "order catch-up" in line
 
     with ServedReceiver(env, tmp_path / "elsewhere.log", workers=1) as elsewhere:  # another address: no repair
