@@ -129,6 +129,12 @@ def parse_error_body(content: bytes) -> tuple[Any, str | None, str | None]:
     return body, code, message
 
 
+def provider_said(body: Any) -> bool:
+    """True when an error body is one of the provider's own error shapes (all four carry an `error` key),
+    not a gateway's or load balancer's page."""
+    return isinstance(body, dict) and "error" in body
+
+
 def error_from_response(
     status: int,
     content: bytes,
@@ -140,7 +146,7 @@ def error_from_response(
 ) -> errors.ApiStatusError:
     """The exception for one error response, carrying everything the response said."""
     body, code, message = parse_error_body(content)
-    said = isinstance(body, dict) and "error" in body  # one of the provider's error shapes (all four carry it)
+    said = provider_said(body)
     if message is None:
         message = reason or f"HTTP {status}"
     cls = _classify(status, code, message, method=method, path=path, said=said)

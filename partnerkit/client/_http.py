@@ -35,7 +35,7 @@ from requests.adapters import HTTPAdapter
 
 from partnerkit import errors, money
 from partnerkit.account import AccountGuard
-from partnerkit.client._errors import error_from_response
+from partnerkit.client._errors import error_from_response, provider_said
 from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
 from partnerkit.store import provider_failures
 from partnerkit.store.budget import Budget
@@ -365,8 +365,11 @@ class Transport:
             # budget gets the RateLimited error at once instead of sleeping here.
             return spend.wait
         if err.status >= 500:
-            # Any other write is re-sent only on a 503 with Retry-After: the provider says it did nothing.
-            return repeatable or (err.status == 503 and err.retry_after is not None)
+            # Any other write is re-sent only on a 503 with Retry-After in one of the provider's error shapes (an
+            # `error` key): the provider says it did nothing. A gateway's 503 (an empty body, an HTML page, its own
+            # JSON) may come after it forwarded the request, and a write without an Idempotency-Key (POST
+            # /webhooks) sent again would then be made twice: raised instead, as `is_ambiguous` reads it.
+            return repeatable or (err.status == 503 and err.retry_after is not None and provider_said(err.body))
         return False
 
     @staticmethod

@@ -124,6 +124,19 @@ def test_write_not_retried_on_503_without_retry_after(client, httpserver):
     assert len(httpserver.log) == 1
 
 
+@pytest.mark.parametrize("body", ["", "<html><body>503 Service Temporarily Unavailable</body></html>",
+                                  '{"message": "Service Unavailable"}'])
+def test_write_not_resent_on_a_gateways_503_even_with_retry_after(client, httpserver, sleeps, body):
+    # A load balancer's 503 may come after it forwarded the request: POST /webhooks carries no Idempotency-Key,
+    # so a second send would register a second webhook (every event then delivered twice).
+    httpserver.expect_request("/api/v1/webhooks", method="POST").respond_with_response(
+        Response(body, status=503, headers={"Retry-After": "0"}))
+    with pytest.raises(errors.ServiceUnavailable) as info:
+        client.create_webhook(name="n", url="https://example.test/hook", events=["order.delivered"])
+    assert len(httpserver.log) == 1 and sleeps == []
+    assert errors.is_ambiguous(info.value)
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
