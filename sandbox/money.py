@@ -45,7 +45,13 @@ def parse_amount(value) -> Decimal | None:
             return None
     else:
         return None
-    return result if result.is_finite() else None
+    if not result.is_finite():
+        return None
+    try:
+        result.quantize(CENT)  # beyond the context's 28 digits (1E+30) no cent can be counted: not an amount
+    except InvalidOperation:
+        return None
+    return result
 
 
 def parse_int(value) -> int | None:

@@ -29,6 +29,11 @@ def test_preview_error_rows(alpha, body, message):
     assert r.json() == {"error": {"message": message}}
 
 
+def test_preview_of_an_amount_too_large_to_count_in_cents_is_refused_not_a_500(alpha):
+    r = alpha.post(PREVIEW, {"operator_id": 1, "amount": "1E+30"})
+    assert (r.status_code, r.json()) == (400, {"error": {"message": "invalid request body"}})
+
+
 def test_preview_malformed_json(alpha):
     r = alpha.post(PREVIEW, raw=b'{"operator_id": 1,')
     assert (r.status_code, r.json()) == (400, {"error": {"message": "invalid request body"}})
@@ -72,6 +77,7 @@ SUBMIT_ERRORS = [
     ({"amount": "100.50"}, 400, "amount must be a whole rupee greater than zero"),
     ({"amount": 0}, 400, "amount must be a whole rupee greater than zero"),
     ({"amount": -5}, 400, "amount must be a whole rupee greater than zero"),
+    ({"amount": "1E+30"}, 400, "amount must be a whole rupee greater than zero"),  # no cent countable: not a 500
     ({"operator_id": 0}, 400, "operator_id is required"),
     ({"operator_id": None}, 400, "operator_id is required"),
     ({"operator_id": 77}, 400, "unknown operator"),
