@@ -163,11 +163,14 @@ def test_a_wallet_no_entry_of_the_day_moved_is_not_said_to_lack_the_providers_ba
     assert row.count("no entry this day") == 3 and "not given by the provider" not in row  # opening, closing, then
 
 
-def test_a_broken_chain_shows_in_the_roll_forward(db, ledger, report_of):
+def test_a_broken_chain_shows_in_the_roll_forward(db, ledger, report_of, config):
     ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", hour=1)
     ledger.tx("-100.00", type="TOPUP", balance_after="850.00", hour=3)  # 900.00 expected
     w = report_of()["wallets"]["INR"]
     assert (w["opening_balance"], w["closing_balance"], w["roll_forward_difference"]) == ("0.00", "850.00", "-50.00")
+    page = (config.report_dir / "partnerkit-report-2025-03-14.html").read_text()
+    # which way, in words: a signed "-50.00 away" left finance to guess
+    assert "The closing balance is 50.00 below opening + credits − debits (more left the wallet" in page
 
 
 # --- whether the day is final ------------------------------------------------------------------
