@@ -10,7 +10,9 @@ the provider shows nothing that could be this recharge and the intent is still t
 is waiting on (REPLAY_WINDOW), or when the operator asks for it (`replay=True`, `recharges locate
 --replay`). A send whose answer is a recharge it made itself is said so ("The replay performed it
 now") and noted on the row. An intent whose earlier answer named a recharge id another local row holds
-is only searched: its key would be answered with the same id. docs/worker.md, "Locate".
+is only searched: its key would be answered with the same id. So is one whose key answered another request's
+recharge (`store.key_taken`): the same answer would come back; a send that meets such an answer raises
+`errors.ReplayMismatch`, the row left open (`reconcile.recharges.answer_of_another`). docs/worker.md, "Locate".
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from partnerkit.store import recharges as store
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.recharges import (RechargeInputError, SubmitOutcome, SubmitRequest, answer_held_elsewhere,
-                                 answer_not_stored, describe, merged_answer, status_from_answer, stored_status,
-                                 validate_amount, validate_key, validate_mobile)
+                                 answer_not_stored, answer_of_another, describe, merged_answer, status_from_answer,
+                                 stored_status, validate_amount, validate_key, validate_mobile)
 
 log = logging.getLogger("reconcile.locate")
 
@@ -89,7 +91,9 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
     read-only command within REPLAY_WINDOW of a submit, and whatever tells an operator to run it says
     so (`partnerkit status`, the submit hold's message). Never for an intent whose earlier answer named
     a recharge id another local row holds (`store.held_elsewhere`): the provider would answer the same
-    id; it is searched, and `replay` is refused (RechargeInputError, nothing sent).
+    id; nor for one whose key answered another request's recharge (`store.key_taken`): the same answer would
+    come back. Such an intent is searched, and `replay` is refused (RechargeInputError, nothing sent). A send
+    whose answer is another request's recharge raises `errors.ReplayMismatch`, the row left open.
     """
     now = now or utcnow()
     if local_id is not None:
@@ -115,6 +119,15 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
             f"local recharge #{row['local_id']} is not sent again (--replay): its answer named {held.answered}, which "
             f"local recharge #{held.holder} already holds, and the provider would answer the same id; nothing was "
             f"sent; {held.compare}, and report an id given twice to support (without --replay locate only searches)")
+    # An earlier answer to its key was another request's recharge: the key was used first elsewhere, and sending it
+    # again brings the same answer back. Searched as usual (by number and client_reference); never sent again.
+    taken = store.key_taken(row["last_error"])
+    if taken is not None and replay:
+        raise RechargeInputError(
+            f"local recharge #{row['local_id']} is not sent again (--replay): its Idempotency-Key "
+            f"{row['idempotency_key']} {store.KEY_TAKEN} ({taken.answered}: {taken.differences}), and the provider "
+            f"would answer the same; nothing was sent; this recharge was not made under that key. What to do: "
+            f"{store.key_taken_advice(row['local_id'])} (without --replay locate only searches)")
     # An INTENT's submit still running (partnerkit.senders) may be waiting for the budget or for the answer: the
     # search may not show its recharge yet, and it stores the answer itself. Its key is sent again only if asked.
     search = _Search(sender=senders.row_running(database_file(db), row), sender_who=row["sender"])
@@ -123,12 +136,12 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         return found
     submitted = parse_ts(row["submitted_at"]) or now
     young = now - submitted < REPLAY_WINDOW
-    if held is None and _replayable(row, now) and (replay or (young and search.shows_none and not search.served
-                                                              and search.sender is not True)):
+    if held is None and taken is None and _replayable(row, now) and (
+            replay or (young and search.shows_none and not search.served and search.sender is not True)):
         sent = _replay_same_key(config, db, client, row, now, search, searched=True, asked=replay)
         if sent is not None:
             return sent
-    return _unknown(db, row, now, search, young=young, asked=replay, held=held)
+    return _unknown(db, row, now, search, young=young, asked=replay, held=held, taken=taken)
 
 
 def _merged_before(db: Database, local_id: int) -> SubmitOutcome:
@@ -190,7 +203,15 @@ def locate_after_submit(config: Config, db: Database, client: Any, local_id: int
         raise lost
     quick = client.once()
     search = _Search()
-    found = _replay_same_key(config, db, quick, row, now, search, searched=False, asked=False)
+    try:
+        found = _replay_same_key(config, db, quick, row, now, search, searched=False, asked=False)
+    except errors.ReplayMismatch as taken:
+        # The key answered another request's recharge (the row stays open, saying so). The search may still find
+        # this one by its client_reference; if not, the caller hears the replay's answer for what it is.
+        found = _search(db, quick, row, now, search, pages=1)
+        if found is None:
+            raise errors.ReplayMismatch(f"The submit's answer was lost ({lost}). {taken}", method=taken.method,
+                                        path=taken.path) from None
     if found is None:
         found = _search(db, quick, row, now, search, pages=1)
     if found is None:
@@ -205,7 +226,8 @@ def _replay_same_key(config: Config, db: Database, client: Any, row: dict, now: 
     answer, recharge id included, or, if the first send never arrived, performs it now.
 
     None when nothing was linked: the key is too old to send, or the send met an error (kept in
-    `search.replay_error`: that send's own outcome is unknown too)."""
+    `search.replay_error`: that send's own outcome is unknown too). An answer that is another request's
+    recharge (the key was used first elsewhere) raises `errors.ReplayMismatch`, the row left open saying so."""
     if not _replayable(row, now):
         search.notes.append(f"same Idempotency-Key: not tried (older than "
                             f"{_hours(KEY_LIFETIME - KEY_REPLAY_MARGIN)} hours; the provider forgets a key after "
@@ -292,7 +314,9 @@ def _search(db: Database, client: Any, row: dict, now: datetime, search: _Search
     found = _candidates(client, row["mobile_number"], submitted, search, pages)
     if not found and len(search.unchecked) > unanswered:
         return None
-    by_reference = [r for r in found if row["client_reference"] and r.client_reference == row["client_reference"]]
+    # A record carrying this client_reference but not this request (another number's face, operator) is not it.
+    by_reference = [r for r in found if row["client_reference"] and r.client_reference == row["client_reference"]
+                    and not store.request_disagreements(row, r)]
     if len(by_reference) == 1:
         return _link(db, row, by_reference[0], by_reference[0].status, "client_reference")
     search.notes.append(f"search by number and client_reference {row['client_reference']}: "
@@ -320,6 +344,11 @@ def _link(db: Database, row: dict, recharge: Any, status: str, step: str, *, htt
     try:
         linked = store.record_response(db, row["local_id"], recharge, status=stored, seen_at=utcnow(),
                                        http_status=http_status, how=f"locate, by {step.replace('_', ' ')}")
+    except store.AnswerOfAnotherRequest as exc:
+        if step != "idempotency_key":
+            raise  # the search links only records that are the request (`_search`): never met
+        raise answer_of_another(db, row["local_id"], row["idempotency_key"], recharge, stored, exc,
+                                head="Its Idempotency-Key was sent again: ") from None
     except store.RechargeHeldElsewhere as exc:
         return answer_held_elsewhere(db, row["local_id"], recharge, stored, exc, http_status=http_status,
                                      head=f"Located by {step.replace('_', ' ')}: ")
@@ -373,7 +402,8 @@ def _search_only(db: Database, client: Any, mobile: str, face: Decimal, client_r
 
 
 def _unknown(db: Database, row: dict, now: datetime, search: _Search, *, young: bool, asked: bool,
-             after_submit: bool = False, held: store.HeldId | None = None) -> SubmitOutcome:
+             after_submit: bool = False, held: store.HeldId | None = None,
+             taken: store.KeyTaken | None = None) -> SubmitOutcome:
     """The row stays UNKNOWN: what the provider showed (or why it could not be checked), and what to do."""
     local, key, reference = row["local_id"], row["idempotency_key"], row["client_reference"]
     submitted = parse_ts(row["submitted_at"]) or now
@@ -395,6 +425,13 @@ def _unknown(db: Database, row: dict, now: datetime, search: _Search, *, young: 
         text += (f" Sending its Idempotency-Key again failed{' too' if after_submit else ''} ({search.replay_error})"
                  + ("; that send may have performed it, which only the next locate can tell (the same key never "
                     "makes a second recharge)." if search.replay_ambiguous else "; it was refused: nothing was done."))
+    if taken is not None:
+        # Not made under its key, which answers another recharge: a new key is what is left, once checked.
+        text += (f" Its key was not sent again, and --replay is refused: its Idempotency-Key {key} {store.KEY_TAKEN}: "
+                 f"the provider answered {taken.answered}, not this request ({taken.differences}), so this recharge "
+                 f"was not made under that key, and sending it again would bring the same answer. What to do: "
+                 f"{store.key_taken_advice(local)}. Support can trace this one by client_reference {reference}.")
+        return _still_unknown(db, row, text, search)
     text += " Do NOT submit it again with a new key."
     if held is not None:
         text += (f" Its key was not sent again, and --replay is refused: an earlier answer named {held.answered}, "

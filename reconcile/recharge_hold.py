@@ -14,6 +14,11 @@ sent, naming each such intent and the command that settles it, as `orders create
 order (`partnerkit.ordering.UnresolvedOrder`). `force=True` (`--force`) submits another recharge
 deliberately: one flag for both guards, the local one and the provider's (force=true), since a
 deliberate second recharge of the number and amount has to pass both.
+
+An open intent whose Idempotency-Key answered another request's recharge (`store.key_taken`: the key was used
+first elsewhere, and the provider replayed that recharge's answer) holds nothing back: its request was answered,
+and the answer says it was not made under that key. What is left to do is a new key, after checking
+(`store.key_taken_advice`), which the hold would otherwise refuse; the provider's own duplicate guard still applies.
 """
 
 from __future__ import annotations
@@ -110,8 +115,10 @@ class UnresolvedRecharge(errors.PartnerKitError):
 def refuse_if_held(db: Database | sqlite3.Connection, *, mobile_number: str, amount: Decimal,
                    now: datetime) -> None:
     """Raise UnresolvedRecharge when an open intent of `mobile_number` and `amount` was submitted within
-    HOLD_WINDOW of `now`. Asked inside the transaction that records the new intent."""
-    held = store.held(db, mobile_number=mobile_number, amount=amount, since=now - HOLD_WINDOW)
+    HOLD_WINDOW of `now` (not one whose key answered another recharge: module docstring). Asked inside the
+    transaction that records the new intent."""
+    held = [row for row in store.held(db, mobile_number=mobile_number, amount=amount, since=now - HOLD_WINDOW)
+            if store.key_taken(row["last_error"]) is None]  # answered: not made under its key (module docstring)
     if held:
         # Asked inside the transaction that holds the write lock: no held row changes meanwhile, so a sender
         # whose lock is free has not stored its answer and never will.
@@ -138,7 +145,7 @@ def open_ones_named(db: Database, *, mobile_number: str, amount: Decimal, beside
     could not be read: the 409 is what the caller must hear)."""
     try:
         rows = [r for r in store.open_intents(db, mobile_number=mobile_number, amount=amount)
-                if r["local_id"] != besides]
+                if r["local_id"] != besides and store.key_taken(r["last_error"]) is None]
         database = database_file(db)
         held = [held_recharge(row, now, database) for row in rows]
         # Read outside a transaction: a submit whose lock is free now may have stored its answer since the rows

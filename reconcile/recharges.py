@@ -6,9 +6,12 @@ before the request exists, sends it once, and stores the answer. An ambiguous fa
 500, an unreadable answer) marks the row UNKNOWN and locates it at once (`reconcile.locate`, in the
 document's order, bounded in time). partnerkit never re-sends with a new key on its own.
 
-An answer naming a recharge the store already holds (the sync stored it before its key was sent
-through partnerkit) is that recharge: the intent is merged into its row (`merged_answer`). One whose
-record disagrees with the row holding its id is not, and the intent stays UNKNOWN (`answer_held_elsewhere`).
+An answer that is not the request (its mobile number, operator id, face or client_reference differs) is
+another request's, replayed under the same Idempotency-Key: nothing is linked, the intent stays UNKNOWN with
+the reason, and `errors.ReplayMismatch` is raised (`answer_of_another`), as `orders create` does. An answer
+naming a recharge the store already holds (the sync stored it before its key was sent through partnerkit) is
+that recharge: the intent is merged into its row (`merged_answer`). One whose record disagrees with the row
+holding its id is not, and the intent stays UNKNOWN (`answer_held_elsewhere`).
 """
 
 from __future__ import annotations
@@ -247,6 +250,8 @@ def _record_and_send(config: Config, db: Database, client: PartnerApi, key: str,
     try:
         row = store.record_response(db, local_id, result.recharge, status=status, seen_at=utcnow(),
                                     http_status=result.http_status)
+    except store.AnswerOfAnotherRequest as exc:
+        raise answer_of_another(db, local_id, key, result.recharge, status, exc) from None
     except store.RechargeHeldElsewhere as exc:
         return answer_held_elsewhere(db, local_id, result.recharge, status, exc, http_status=result.http_status)
     except errors.StorageError as exc:
@@ -340,6 +345,38 @@ def merged_answer(local_id: int, row: dict, recharge: Any, *, http_status: int |
                "recharge, stored once.")
     return SubmitOutcome(row["local_id"], row["status"], row["idempotency_key"], row["client_reference"], http_status,
                          recharge, located_by=located_by, message=message, row=row, merged_from=local_id)
+
+
+def answer_of_another(db: Database, local_id: int, key: str, recharge: Any, status: str,
+                      exc: store.AnswerOfAnotherRequest, *, head: str = "") -> errors.ReplayMismatch:
+    """The answer to intent `local_id`'s Idempotency-Key is another request's recharge (`exc`: what differs): the
+    key was already used for another recharge, and the provider replayed its original answer. This recharge was
+    not made under the key, and the answered one is not linked to it: the intent stays open (UNKNOWN) with
+    `exc.reason` in its last_error (`store.key_taken` reads it back: its key is never sent again, since the same
+    answer would come back). Returns the error to raise (`orders create`'s `ReplayMismatch`, exit 1)."""
+    log.error("local recharge #%s: the provider answered its Idempotency-Key with recharge %s, another request's: "
+              "not linked, the intent stays open (its last_error says what differs)", local_id, recharge.id,
+              extra={"local_id": local_id, "recharge_id": recharge.id})
+    row, _ = _kept_open(db, local_id, recharge, exc.reason(status))
+    kept = ("with this reason in its last_error (`partnerkit status` names it); its key is never sent again (the "
+            "same answer would come back)" if store.key_taken(row.get("last_error")) else
+            "though this reason could not be written to it now (a send of its key would meet the same answer)")
+    answered = store.provider_fields(recharge)
+    theirs = ", ".join(part for part in (
+        answered["mobile_number"], answered["operator_id"] is not None and f"operator {answered['operator_id']}",
+        isinstance(answered["face"], Decimal) and f"face {fmt(answered['face'])}") if part)
+    reference = f"{recharge.reference_number}, " if recharge.reference_number else ""
+    mine = (f"local recharge #{local_id}: {row['mobile_number']}, operator {row['operator_id']}, "
+            f"amount {fmt(from_cents(row['amount_cents']))}" if row else f"local recharge #{local_id}")
+    known = (f" (recharge {recharge.id} is local #{exc.holder} here: `partnerkit recharges show {exc.holder}`)"
+             if exc.holder is not None else "")
+    message = (f"{head}Idempotency-Key {key} belongs to recharge {recharge.id} "
+               f"({reference}{status}{': ' + theirs if theirs else ''}), not to this request ({mine}): "
+               f"{'; '.join(exc.differences)}. The key {store.KEY_TAKEN}, whose answer the provider replayed: this "
+               f"recharge was not made under it, and recharge {recharge.id} is not linked to it{known}. Local recharge "
+               f"#{local_id} stays {row.get('status') or 'open'}, {kept}. What to do: "
+               f"{store.key_taken_advice(local_id)}.")
+    return errors.ReplayMismatch(message, method="POST", path="/api/v1/recharges")
 
 
 def answer_held_elsewhere(db: Database, local_id: int, recharge: Any, status: str,

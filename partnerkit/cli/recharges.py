@@ -115,9 +115,13 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     with a new key) or the intent stays INTENT (the answer came but the database could not store it:
     the message names the recharge, and that locate links it once the database takes writes), or the
     answer names a recharge another local row holds with other fields (the message names the row and
-    each difference: not a database fault; compare both with the provider). Exit code 2, nothing recorded or
-    sent, for a bad option or setting, and for a database (PARTNERKIT_DB) that does not exist: a mistyped path
-    would record a real debit where the worker never looks (the message says how to create it on purpose).
+    each difference: not a database fault; compare both with the provider). An answer under the key that is
+    another request's recharge (its number, operator, face or client_reference not this one's: the key was
+    used first by another program of the account) is an error (exit 1): nothing is linked, the recharge
+    stays UNKNOWN, and the message says what to do (check with `recharges locate`, then submit without
+    --idempotency-key). Exit code 2, nothing recorded or sent, for a bad option or setting, and for a
+    database (PARTNERKIT_DB) that does not exist: a mistyped path would record a real debit where the
+    worker never looks (the message says how to create it on purpose).
     """
     from reconcile.recharges import submit
 
@@ -192,8 +196,10 @@ def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_numbe
     recorded an INTENT still runs (it may be waiting for the budget or its answer, and stores that answer
     itself): the message says so; run locate again once that command has ended. Never for an intent
     whose earlier answer named a recharge id another local recharge already holds (the provider would
-    answer the same id): it is only searched, --replay is refused (exit 1), and the message says what
-    to do instead (as `partnerkit status` does).
+    answer the same id), nor for one whose key answered another request's recharge (the same answer
+    would come back; a replay that meets such an answer is an error, exit 1, and links nothing): it is
+    only searched, --replay is refused (exit 1), and the message says what to do instead (as
+    `partnerkit status` does).
 
     Exit code 0 when the recharge is SUCCESS, PROCESSING or REVERSED, 1 when it FAILED or on an error,
     3 when its outcome is UNKNOWN still (the message says why and what to do). --mobile without a

@@ -9,7 +9,7 @@ from typing import Any
 from partnerkit import disk
 from partnerkit.processes import holder_host
 from partnerkit.store import reports
-from partnerkit.store.recharges import HELD_ADVICE
+from partnerkit.store.recharges import HELD_ADVICE, KEY_TAKEN, key_taken_advice
 from partnerkit.timeutil import iso, parse_ts
 
 # A 429's block of the shared budget that still has this long to run holds every job (voucher
@@ -188,8 +188,9 @@ def _unknown_recharges_line(status: dict[str, Any]) -> str | None:
     """Submits whose answer was lost, and what `recharges locate` does with each: it searches, and within 5
     minutes of the submit it also sends the key again by itself if the provider shows none (reconcile.locate),
     which performs the recharge if the first send never arrived. Said per recharge, never "read only". Not of
-    those whose answer named an id another local recharge holds (their own line); None when only those are left."""
-    held = _named_ids(status["recharges_unknown_held_elsewhere"])
+    those whose answer named an id another local recharge holds, nor of those whose key answered another recharge
+    (each their own line); None when only those are left."""
+    held = _named_ids(status["recharges_unknown_held_elsewhere"]) | _named_ids(status["recharges_unknown_key_taken"])
     count = status["recharges_unknown"] - len(held)
     if count <= 0:
         return None
@@ -231,6 +232,17 @@ def _held_elsewhere_line(status: dict[str, Any]) -> str:
             "locate` only searches for them and refuses --replay (their key would be answered with the same id), and a "
             "new key would be a second recharge; compare both with the provider (each entry's `partnerkit recharges "
             f"show`, and the reference number of the recharge its answer named): {HELD_ADVICE}")
+
+
+def _key_taken_line(status: dict[str, Any]) -> str:
+    """Submits whose Idempotency-Key answered another request's recharge (`partnerkit.store.recharges.key_taken`):
+    not made under that key; `recharges locate` only searches them, and what is left is a new key, after checking
+    (`key_taken_advice`, the submit's words)."""
+    named = status["recharges_unknown_key_taken"]
+    return (f"{len(named)} recharge(s) whose Idempotency-Key {KEY_TAKEN} ({'; '.join(named[:5])}"
+            f"{'; ...' if len(named) > 5 else ''}): the provider answered with that recharge, so these were not made "
+            "under their key and it is not linked to them; they stay UNKNOWN, `recharges locate` only searches for "
+            "them and refuses --replay (the same answer would come back); " + key_taken_advice("N"))
 
 
 def _first_of(count: int, ids: list[Any]) -> str:
@@ -338,6 +350,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(unknown)
     if status["recharges_unknown_held_elsewhere"]:
         lines.append(_held_elsewhere_line(status))
+    if status["recharges_unknown_key_taken"]:
+        lines.append(_key_taken_line(status))
     if status["recharges_id_given_twice"]:
         lines.append(_given_twice_line(status))
     if status["order_intents_unknown"]:

@@ -173,10 +173,24 @@ def _held_named(row: dict, held: recharges.HeldId) -> str:
             f"local #{held.holder} holds (`partnerkit recharges show {held.holder}`)")
 
 
+def recharges_key_taken(lost: list[dict]) -> list[tuple[dict, recharges.KeyTaken]]:
+    """Of the recharges `lost` names, those whose Idempotency-Key answered another request's recharge
+    (`recharges.key_taken`, their last_error), with what it says: not made under that key; `recharges locate` only
+    searches them, since their key brings the same answer back."""
+    return [(row, taken) for row in lost if (taken := recharges.key_taken(row["last_error"])) is not None]
+
+
+def _taken_named(row: dict, taken: recharges.KeyTaken) -> str:
+    """A recharge of `recharges_unknown_key_taken`: its request, and the recharge its key answered instead."""
+    return (f"#{row['local_id']} key {row['idempotency_key']} client_reference {row['client_reference']} "
+            f"({row['mobile_number']}, {from_cents(row['amount_cents'])}): its key answered {taken.answered}, another "
+            f"recharge ({taken.differences})")
+
+
 def locate_replays(lost: list[dict], now: datetime, besides: Collection[int] = ()) -> list[str]:
     """Of the recharges `lost` names, those `recharges locate` would still send again under their own key by
     itself (submitted less than LOCATE_REPLAY_WINDOW ago), as `#N until TIME`; never one of `besides` (local ids
-    whose key locate never sends again: `recharges_held_elsewhere`)."""
+    whose key locate never sends again: `recharges_held_elsewhere`, `recharges_key_taken`)."""
     replays = []
     for row in lost[:SHOWN_IDS]:
         submitted = parse_ts(row["submitted_at"])
@@ -224,7 +238,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     moved = taken_from_another_host(db, lease)
     lost = lost_answers(config, db, now)
     held = recharges_held_elsewhere(lost)
-    held_ids = {row["local_id"] for row, _ in held}
+    taken = recharges_key_taken(lost)
+    held_ids = {row["local_id"] for row, _ in held} | {row["local_id"] for row, _ in taken}
     given_twice = recharges.given_twice(db)
     orders_given_twice = orders.given_twice(db)
     transactions_given_twice = ledger.given_twice(db)
@@ -265,6 +280,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         # Of those, every one whose answer named a recharge id another local recharge holds, with that one: locate
         # only searches them (their key is answered with the same id); compare both with the provider instead.
         "recharges_unknown_held_elsewhere": [_held_named(row, h) for row, h in held],
+        # Of those, every one whose Idempotency-Key answered another request's recharge (the key was used first
+        # elsewhere): not made under that key, and not linked to that recharge; locate only searches them (the same
+        # answer would come back); if the customer still needs one, check, then submit it with a new key.
+        "recharges_unknown_key_taken": [_taken_named(row, t) for row, t in taken],
         # Provider records held in the quarantine, not stored, because their id names a local recharge they are not
         # (an id given twice; a `--fixed-ids` sandbox started again beside this database): how many, and the local
         # ids of the first ten rows holding those ids, which keep what they held.

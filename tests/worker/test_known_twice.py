@@ -267,14 +267,9 @@ def test_held_elsewhere_reads_the_reason_an_answer_naming_a_held_id_leaves(error
 
 
 # One field of the provider's record (or of the row holding its id) changed at a time: each is another recharge.
+# One of the request's own (mobile number, operator id, face, client_reference) makes the answer another request's
+# first, whoever holds its id (test_a_replayed_answer_to_another_request_is_never_linked...).
 @pytest.mark.parametrize("answer, holder, named", [
-    ({"mobile_number": "9800000099"}, {}, "mobile_number differs (local #2 9800000001, the provider's answer "
-                                          "9800000099, local #1 9800000001)"),
-    ({"operator_id": 2}, {}, "operator_id differs (local #2 1, the provider's answer 2)"),
-    ({"face": "150.00", "payable": "147.00"}, {}, "face differs (local #2 100.00, the provider's answer 150.00, "
-                                                  "local #1 100.00)"),
-    ({"client_reference": "someone-else"}, {}, "client_reference differs (the provider's answer someone-else, "
-                                               "local #1 raw-1)"),
     ({"reference_number": "RCH-OTHER"}, {}, "reference_number differs"),
     ({"created_at": "2026-03-11T10:00:00Z"}, {}, "created_at differs (the provider's answer 2026-03-11T10:00:00Z, "
                                                  "local #1 2026-03-10T10:00:00Z)"),
@@ -304,6 +299,37 @@ def test_the_answer_is_merged_only_when_the_record_agrees_with_the_row_holding_i
     assert store.list_rows(db) == before and store.merged_into(db, intent) is None
 
 
+@pytest.mark.parametrize("answer, named", [
+    ({"mobile_number": "9800000099"}, "mobile_number differs (local #2 9800000001, the provider's answer 9800000099)"),
+    ({"operator_id": 2}, "operator_id differs (local #2 1, the provider's answer 2)"),
+    ({"face": "150.00", "payable": "147.00"}, "face differs (local #2 100.00, the provider's answer 150.00)"),
+    ({"client_reference": "someone-else"}, "client_reference differs (local #2 raw-1, the provider's answer "
+                                           "someone-else)"),
+])
+@pytest.mark.parametrize("synced", [True, False])
+def test_a_replayed_answer_to_another_request_is_never_linked_nor_merged(db, answer, named, synced):
+    """The request's own fields, each changed alone, make the answer another request's (its key used first
+    elsewhere), whether the sync stored that recharge already or not: nothing written to either row, and the
+    exception names the row holding it, if any."""
+    record = {"id": 100001, "reference_number": "RCH2026031000100001", "status": "SUCCESS",
+              "mobile_number": "9800000001", "face": "100.00", "discount": "2.00", "payable": "98.00",
+              "currency": "INR", "client_reference": REFERENCE, "created_at": "2026-03-10T10:00:00Z", **answer}
+    if synced:
+        store.upsert_from_provider(db, [record], START)
+    else:
+        store.record_intent(db, idempotency_key="another-0001", mobile_number="9800000002", operator_id=1,
+                            amount=Decimal(5), client_reference="unrelated", submitted_at=START)  # local #1
+    intent = store.record_intent(db, idempotency_key=KEY, mobile_number="9800000001", operator_id=1,
+                                 amount=Decimal(100), client_reference=REFERENCE, submitted_at=START)
+    before = store.list_rows(db)
+    with pytest.raises(store.AnswerOfAnotherRequest, match="provider recharge 100001 is not the request of local "
+                                                           "recharge #2") as raised:
+        store.record_response(db, intent, {**record, "operator_id": answer.get("operator_id", 1)}, status="SUCCESS",
+                              seen_at=START, http_status=200)
+    assert raised.value.differences == [named] and raised.value.holder == (1 if synced else None)
+    assert store.list_rows(db) == before and store.merged_into(db, intent) is None
+
+
 def test_a_row_submitted_under_another_key_is_never_merged_into(db):
     """Two partnerkit submits whose answers name one id: a row holds one Idempotency-Key."""
     record = {"id": 100001, "reference_number": "RCH1", "status": "SUCCESS", "mobile_number": "9800000001",
@@ -323,12 +349,11 @@ def test_a_row_submitted_under_another_key_is_never_merged_into(db):
 def test_a_local_id_given_again_after_a_merge_keeps_both_merge_records(db):
     """SQLite gives the highest local id again once its row is gone: the next intent carries the merged one's
     id, and may be merged in turn. Neither record of the two is lost; the id answers with the later."""
-    def record(rid: int) -> dict:
+    def record(rid: int) -> dict:  # placed without a client_reference: the sync does not link an intent to it
         return {"id": rid, "reference_number": f"RCH{rid}", "status": "SUCCESS", "mobile_number": "9800000001",
-                "face": "100.00", "discount": "2.00", "payable": "98.00", "client_reference": f"ref-{rid}",
-                "created_at": "2026-03-10T10:00:00Z"}
+                "face": "100.00", "discount": "2.00", "payable": "98.00", "created_at": "2026-03-10T10:00:00Z"}
 
-    def intent(key: str) -> int:  # its own client_reference: the sync does not link it
+    def intent(key: str) -> int:
         return store.record_intent(db, idempotency_key=key, mobile_number="9800000001", operator_id=1,
                                    amount=Decimal(100), client_reference=f"mine-{key}", submitted_at=START)
 

@@ -7,17 +7,18 @@ both are read through `provider_fields`. Money is stored as integer paise, times
 
 The store is one module a concern, all re-exported here (import from `partnerkit.store.recharges`):
 `_provider` (the statuses, the fields of a provider record and the columns they set, checked at
-import), `_intents` (the submit side, and an answer naming a recharge another row holds), `_upsert`
-(provider reads, a record naming a recharge it is not, and what the sync notes of its list: `known_recharge_states`,
-`mark_recharges_seen`),
+import), `_intents` (the submit side, an answer that is another request's, and one naming a recharge another
+row holds), `_upsert` (provider reads, a record naming a recharge it is not, and what the sync notes of its
+list: `known_recharge_states`, `mark_recharges_seen`),
 `_queries` (reads for the poller, locate and the CLI) and `_held` (the submit guard's read: open intents
 of the same number and amount).
 """
 
 from partnerkit.store.recharges._held import held
 from partnerkit.store.recharges._intents import (
-    HELD_ADVICE, HELD_ELSEWHERE, HeldId, RechargeHeldElsewhere, discard_refused, held_elsewhere, mark_unknown,
-    note_error, note_performed_by_replay, record_intent, record_response,
+    HELD_ADVICE, HELD_ELSEWHERE, KEY_TAKEN, AnswerOfAnotherRequest, HeldId, KeyTaken, RechargeHeldElsewhere,
+    discard_refused, held_elsewhere, key_taken, key_taken_advice, mark_unknown, note_error, note_performed_by_replay,
+    record_intent, record_response, request_disagreements,
 )
 from partnerkit.store.recharges._provider import (
     FINAL, ID_GIVEN_TWICE, LEGACY_SUCCESS, OPEN_INTENT, OWN_REFERENCE_DIGITS, OWN_REFERENCE_PREFIX, PERFORMED_BY_REPLAY,
@@ -33,11 +34,14 @@ from partnerkit.store.recharges._upsert import (
 )
 
 __all__ = [
+    "AnswerOfAnotherRequest",
     "FINAL",
     "HELD_ADVICE",
     "HELD_ELSEWHERE",
     "HeldId",
     "ID_GIVEN_TWICE",
+    "KEY_TAKEN",
+    "KeyTaken",
     "LEGACY_SUCCESS",
     "OPEN_INTENT",
     "OWN_REFERENCE_DIGITS",
@@ -58,6 +62,8 @@ __all__ = [
     "given_twice",
     "held",
     "held_elsewhere",
+    "key_taken",
+    "key_taken_advice",
     "known_recharge_states",
     "list_rows",
     "mark_escalated",
@@ -76,6 +82,7 @@ __all__ = [
     "record_intent",
     "record_response",
     "reject",
+    "request_disagreements",
     "release_quarantined",
     "upsert_from_provider",
 ]

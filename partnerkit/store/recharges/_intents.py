@@ -11,6 +11,13 @@ with that row (`disagreements`). Otherwise (another Idempotency-Key, other field
 again re-uses its ids) nothing is merged: `RechargeHeldElsewhere`, and the intent stays open (UNKNOWN) with
 `RechargeHeldElsewhere.reason` in its last_error, which `held_elsewhere` reads back: its key is never sent
 again (the provider would answer the same id), and `HELD_ADVICE` says what to do instead.
+
+Before either, the answer is compared with the intent that asked for it (`disagreements` without a holder: the
+mobile number, the operator id, the face against the amount asked, and the client_reference when both know one).
+An answer that is not the request's is another request's, replayed under the same Idempotency-Key (another program
+of the partner used the key first): nothing is linked or merged, `AnswerOfAnotherRequest`, and the intent stays open
+(UNKNOWN) with `AnswerOfAnotherRequest.reason` in its last_error, which `key_taken` reads back: its key is never sent
+again (the same wrong answer would come back).
 """
 
 from __future__ import annotations
@@ -51,6 +58,71 @@ class RechargeHeldElsewhere(PartnerKitError):
         answered = f"{reference_number}, {status}" if reference_number else status
         return (f"the provider answered recharge {self.provider_id} ({answered}), but local recharge #{self.holder} "
                 f"{HELD_ELSEWHERE} ({'; '.join(self.differences)}): not merged")
+
+
+class AnswerOfAnotherRequest(PartnerKitError):
+    """The provider's answer to an intent's Idempotency-Key is not the intent's request: its mobile number, operator
+    id, face or client_reference differs (`differences`, one phrase each, `disagreements`' words). The key was
+    already used for another recharge, whose original answer the provider replayed ("replays the original
+    response, including the recharge id"): this intent was not made under it. Nothing was written (the intent stays
+    open); `holder` is the local row that holds the answered recharge, if one does."""
+
+    def __init__(self, local_id: int, provider_id: int, reference_number: str | None, differences: list[str],
+                 holder: int | None = None) -> None:
+        self.local_id, self.provider_id, self.reference_number = local_id, provider_id, reference_number
+        self.differences, self.holder = differences, holder
+        super().__init__(f"provider recharge {provider_id} is not the request of local recharge #{local_id} "
+                         f"({'; '.join(differences)}): its Idempotency-Key {KEY_TAKEN}")
+
+    def reason(self, status: str) -> str:
+        """The intent's last_error: which recharge answered its key, and what differs (`key_taken` reads it)."""
+        answered = f"{self.reference_number}, {status}" if self.reference_number else status
+        return (f"the provider answered recharge {self.provider_id} ({answered}) to its Idempotency-Key, "
+                f"{KEY_TAKEN_REASON} ({'; '.join(self.differences)}): not linked, and this recharge was not made "
+                "under that key")
+
+
+# The words that say an intent's Idempotency-Key answered another recharge (`AnswerOfAnotherRequest`), in the
+# messages and in its last_error; `key_taken` is the one reader of that last_error: `partnerkit status`, `recharges
+# locate` and the submit hold never send such an intent's key again (the same answer would come back).
+KEY_TAKEN = "was already used for another recharge"
+KEY_TAKEN_REASON = f"which {KEY_TAKEN}"
+_TAKEN_REASON = re.compile(r"the provider answered recharge (\d+) \((?:(.*), )?([^,()]*)\) to its Idempotency-Key, "
+                           rf"{re.escape(KEY_TAKEN_REASON)} \((.*)\): not linked")
+
+
+@dataclass(frozen=True)
+class KeyTaken:
+    """An open intent whose Idempotency-Key answered another recharge, as its last_error says."""
+
+    recharge_id: int  # the recharge the answer named: another request's
+    reference_number: str | None
+    status: str  # the answer's
+    differences: str  # what differs from this intent's request, as one text
+
+    @property
+    def answered(self) -> str:
+        """The answer, as an intent's entry names it: "recharge 100004 (RCH..., SUCCESS)"."""
+        shown = f"{self.reference_number}, {self.status}" if self.reference_number else self.status
+        return f"recharge {self.recharge_id} ({shown})"
+
+
+def key_taken(error: str | None) -> KeyTaken | None:
+    """What an open intent's last_error says of an answer to its key that was another recharge's; None when it
+    says nothing of the kind."""
+    found = _TAKEN_REASON.match(error or "")
+    if found is None:
+        return None
+    recharge_id, reference_number, status, differences = found.groups()
+    return KeyTaken(int(recharge_id), reference_number, status, differences)
+
+
+def key_taken_advice(local_id: int | str) -> str:
+    """What to do about such an intent: the words of the submit's message, `recharges locate`'s and `partnerkit
+    status`'s (`local_id`: "N" for a line naming several)."""
+    return (f"if the customer still needs it, check first that no recharge of it exists (`partnerkit recharges "
+            f"locate --local-id {local_id}` searches the provider for it by number and client_reference, and never "
+            "sends this key again), then submit it again without --idempotency-key: a new key")
 
 
 # The words of an intent's last_error that say its answer named a recharge id another local row holds
@@ -131,9 +203,10 @@ def record_response(db: Database, local_id: int, recharge: Any, *, status: str, 
                     http_status: int | None = None, how: str = "the submit's answer") -> dict:
     """Link a local row to the provider's recharge and store its fields; return the row.
 
-    When another row already holds the recharge, the intent is merged into it if it is the same
-    recharge (module docstring), in one transaction, and that row is returned: its `local_id` is not
-    `local_id` then. `how` says what named the recharge (kept with the merge). Otherwise
+    An answer that is not the intent's request (`disagreements` without a holder) is another request's:
+    AnswerOfAnotherRequest, with nothing written. When another row already holds the recharge, the intent is
+    merged into it if it is the same recharge (module docstring), in one transaction, and that row is returned:
+    its `local_id` is not `local_id` then. `how` says what named the recharge (kept with the merge). Otherwise
     RechargeHeldElsewhere, with nothing written."""
     fields = provider_fields(recharge)
     stored, legacy = normalise_status(status)
@@ -141,6 +214,11 @@ def record_response(db: Database, local_id: int, recharge: Any, *, status: str, 
     with transaction(db) as conn:
         holder = _rows(conn.execute("SELECT * FROM recharges WHERE provider_id = ? AND local_id != ?",
                                     (fields["id"], local_id)))
+        # First the request itself: an answer that is not it is another request's, whoever holds its id.
+        intent = _rows(conn.execute("SELECT * FROM recharges WHERE local_id = ?", (local_id,)))
+        if intent and (differences := disagreements(intent[0], None, fields)):
+            raise AnswerOfAnotherRequest(local_id, fields["id"], fields["reference_number"], differences,
+                                         holder[0]["local_id"] if holder else None)
         if holder:
             into = _merge_or_refuse(conn, local_id, holder[0], fields, http_status=http_status, seen_at=seen_at,
                                     how=how)
@@ -151,33 +229,54 @@ def record_response(db: Database, local_id: int, recharge: Any, *, status: str, 
     return get(db, into) or {}
 
 
-def disagreements(intent: dict, holder: dict, fields: dict) -> list[str]:
+def disagreements(intent: dict, holder: dict | None, fields: dict) -> list[str]:
     """Why the provider's record `fields`, the intent that asked for it and the row that holds its id are not
     one recharge, one phrase each (none: they are). A field is compared where more than one of them knows it:
-    the mobile number, the operator (id; display name), the face, the client_reference, the reference_number
-    and the creation time. A row holds one Idempotency-Key: a holder with its own is always another submit."""
+    the mobile number, the operator (id; display name), the face (the intent's amount asked), the
+    client_reference, the reference_number and the creation time. A row holds one Idempotency-Key: a holder
+    with its own is always another submit.
+
+    Without a holder, the record against the request alone (`record_response`, before any holder): the mobile
+    number, the operator id, the face against the amount asked, and the client_reference the request carried
+    when the record has one (the document omits it when none was sent). An answer to the intent's own
+    request, first or replayed, agrees with it on all four."""
     found = []
-    if holder["idempotency_key"] is not None:
+    if holder is not None and holder["idempotency_key"] is not None:
         found.append(f"local #{holder['local_id']} was submitted under another Idempotency-Key")
-    if intent["provider_id"] is not None:
+    if holder is not None and intent["provider_id"] is not None:
         found.append(f"local #{intent['local_id']} is already linked to recharge {intent['provider_id']}")
-    mine, theirs = f"local #{intent['local_id']}", f"local #{holder['local_id']}"
+    empty = dict.fromkeys(("mobile_number", "operator_id", "operator", "face_cents", "amount_cents",
+                           "client_reference", "reference_number", "provider_created_at"))
+    held_row = empty if holder is None else holder
+    mine = f"local #{intent['local_id']}"
+    theirs = "" if holder is None else f"local #{holder['local_id']}"
     compared = (
-        ("mobile_number", intent["mobile_number"], fields["mobile_number"], holder["mobile_number"] or None),
-        ("operator_id", intent["operator_id"], fields["operator_id"], holder["operator_id"]),
-        ("operator", None, fields["operator"], holder["operator"]),
+        ("mobile_number", intent["mobile_number"], fields["mobile_number"], held_row["mobile_number"] or None),
+        ("operator_id", intent["operator_id"], fields["operator_id"], held_row["operator_id"]),
+        ("operator", None, fields["operator"], held_row["operator"]),
         ("face", from_cents(intent["amount_cents"]), fields["face"],
-         from_cents(holder["face_cents"] if holder["face_cents"] is not None else holder["amount_cents"])),
-        ("client_reference", None, fields["client_reference"], holder["client_reference"]),
-        ("reference_number", None, fields["reference_number"], holder["reference_number"]),
-        ("created_at", None, fields["created_at"], parse_ts(holder["provider_created_at"])),
+         from_cents(held_row["face_cents"] if held_row["face_cents"] is not None else held_row["amount_cents"])),
+        # The request's own client_reference only against the record's: a row the sync stored keeps the provider's.
+        ("client_reference", intent["client_reference"] if holder is None else None, fields["client_reference"],
+         held_row["client_reference"]),
+        ("reference_number", None, fields["reference_number"], held_row["reference_number"]),
+        ("created_at", None, fields["created_at"], parse_ts(held_row["provider_created_at"])),
     )
     for name, asked, answered, held in compared:
+        if holder is None and answered is None:
+            continue  # the request alone: compared only with what the record says
         known = [(who, value) for who, value in ((mine, asked), ("the provider's answer", answered), (theirs, held))
                  if value is not None]
         if len({_shown(value) for _, value in known}) > 1:
             found.append(f"{name} differs ({', '.join(f'{who} {_shown(value)}' for who, value in known)})")
     return found
+
+
+def request_disagreements(intent: dict, recharge: Any) -> list[str]:
+    """Why a provider record `recharge` (a client record or a raw dict) is not the request intent `intent` made,
+    one phrase each (none: it may be): `disagreements` without a holder, as `record_response` checks an answer.
+    `recharges locate` asks it of what its search matched, before linking."""
+    return disagreements(intent, None, provider_fields(recharge))
 
 
 def _shown(value: Any) -> str:
