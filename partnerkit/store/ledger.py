@@ -159,6 +159,13 @@ class Stage:
             self.rows += len(rows)
         self.shapes.update(shapes)
 
+    def span(self) -> tuple[str, str] | None:
+        """The earliest and the latest `created_at` staged (as text), or None when nothing is: what a read
+        listed, for its withdrawal check (reconcile.ledger_writer.withdraw_unlisted). One scan of the stage
+        in SQLite, on the thread that copies it: nothing per row in Python."""
+        lo, hi = self.conn.execute("SELECT min(created_at), max(created_at) FROM rows").fetchone()
+        return None if lo is None else (lo, hi)
+
     def close(self) -> None:
         """Free the stage."""
         self.conn.close()
@@ -279,6 +286,23 @@ def count_transactions(db: Database, start: str, end: str) -> int:
     """How many stored transactions were created in [start, end) (the created_at index alone)."""
     return db.execute("SELECT count(*) FROM transactions WHERE created_at >= ? AND created_at < ?",
                       (start, end)).fetchone()[0]
+
+
+def stamped_span(db: Database, start: str, end: str, *, synced_at: str) -> tuple[str, str] | None:
+    """The earliest and the latest `created_at` in [start, end) of the rows whose `synced_at` is exactly
+    `synced_at` (those the read begun then listed and no later read has listed since), or None.
+
+    Two probes of `transactions_created`, one from each end, each stopping at its first such row: a row
+    passed over costs its `synced_at`. Give the narrowest range that can hold what is sought.
+    """
+    found = []
+    for way in ("ASC", "DESC"):
+        row = db.execute("SELECT created_at FROM transactions WHERE created_at >= ? AND created_at < ?"
+                         f" AND synced_at = ? ORDER BY created_at {way} LIMIT 1", (start, end, synced_at)).fetchone()
+        if row is None:
+            return None
+        found.append(row[0])
+    return found[0], found[1]
 
 
 def unlisted_transactions(db: Database, start: str, end: str, *, listed_since: str, stored_upto: int,
