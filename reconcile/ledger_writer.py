@@ -11,7 +11,6 @@ import logging
 import queue
 import threading
 from datetime import date, datetime, timedelta
-from operator import itemgetter
 from typing import Any, Iterable
 
 from partnerkit.money import fmt, from_cents
@@ -31,7 +30,6 @@ WITHDRAW_ALWAYS = 10
 _LOST_MOST = ("the provider's transaction list of %s..%s no longer lists more than half of the %d stored transactions"
               " of those days: none withdrawn (a list that loses that much at once is taken for the provider's"
               " fault); the next complete read of those days checks again")
-_CREATED = itemgetter(7)  # a row's created_at (partnerkit.store.ledger.ROW_COLUMNS)
 
 
 def hull(one: tuple[str, str] | None, other: tuple[str, str] | None) -> tuple[str, str] | None:
@@ -84,7 +82,6 @@ class _Writer(threading.Thread):
         self.error: BaseException | None = None
         self.written: int | None = None  # the last page marked whose stages before it are all copied
         self.given_twice: list[str] = []  # ids of records held instead of stored (read once the thread is joined)
-        self.span: tuple[str, str] | None = None  # of the rows copied (read once the thread is joined)
 
     def run(self) -> None:
         while (stage := self.stages.get()) is not None:
@@ -95,7 +92,6 @@ class _Writer(threading.Thread):
             try:
                 if self.error is None:
                     self.given_twice += _noted(ledger_store.copy_stage(stage, self.path, self.stamp))
-                    self.span = hull(self.span, stage.span())
             except BaseException as exc:  # handed to the sync's thread by put() / finish()
                 self.error = exc
             finally:
@@ -154,14 +150,17 @@ class TransactionPages:
         self.readable: set[str] = set()  # held ids whose latest copy in this sync was stored
         self.released: set[str] = set()  # those released by close()
         self.given_twice: list[str] = []  # ids of records held because their id names another stored transaction
-        # The earliest and the latest created_at of the rows listed and written (given twice too: the provider
-        # listed an entry at that time), complete after close(): see withdraw_unlisted. Taken from each stage by
-        # SQLite where it is copied; per page in Python only for an in-memory store (no stages).
+        # The earliest and the latest created_at among the first and the last row of each batch added (given twice
+        # too: the provider listed an entry then): a span this read listed, for withdraw_unlisted. Two rows a batch,
+        # nothing per record: exact for a list in time order (newest first, as the sandbox's), narrower otherwise.
         self.span: tuple[str, str] | None = None
 
     def add(self, batch: list[Any]) -> None:
         """Map one page; stage its rows; quarantine what fits no alias."""
         page = map_page(batch)
+        if page.runs:
+            edges = page.runs[0][1][0][7], page.runs[-1][1][-1][7]  # created_at (ledger_store.ROW_COLUMNS)
+            self.span = hull(self.span, (min(edges), max(edges)))
         if self.held:
             self.readable.update(self.held.intersection([row[0] for _, rows in page.runs for row in rows]))
         if page.bad:
@@ -173,8 +172,6 @@ class TransactionPages:
         if self.path is None:
             self.given_twice += _noted(ledger_store.store_transactions(self.db, page.runs, page.shapes, self.stamp,
                                                                        record_json=record_json))
-            for _, rows in page.runs:
-                self.span = hull(self.span, (min(map(_CREATED, rows)), max(map(_CREATED, rows))))
             return
         if self.stage is None:
             self.stage = ledger_store.Stage(record_json=record_json)
@@ -223,7 +220,6 @@ class TransactionPages:
             writer, self.writer = self.writer, None
             writer.finish()
             self.given_twice += writer.given_twice
-            self.span = hull(self.span, writer.span)
         if self.given_twice:  # another transaction under a stored id: held, whatever else this sync listed
             self.stored -= len(self.given_twice)
             self.quarantined += len(self.given_twice)
@@ -239,7 +235,6 @@ class TransactionPages:
         """Copy a stage in this thread (no writer started) and free it."""
         try:
             self.given_twice += _noted(ledger_store.copy_stage(stage, self.path, self.stamp))  # type: ignore[arg-type]
-            self.span = hull(self.span, stage.span())
         finally:
             stage.close()
 

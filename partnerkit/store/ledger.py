@@ -159,13 +159,6 @@ class Stage:
             self.rows += len(rows)
         self.shapes.update(shapes)
 
-    def span(self) -> tuple[str, str] | None:
-        """The earliest and the latest `created_at` staged (as text), or None when nothing is: what a read
-        listed, for its withdrawal check (reconcile.ledger_writer.withdraw_unlisted). One scan of the stage
-        in SQLite, on the thread that copies it: nothing per row in Python."""
-        lo, hi = self.conn.execute("SELECT min(created_at), max(created_at) FROM rows").fetchone()
-        return None if lo is None else (lo, hi)
-
     def close(self) -> None:
         """Free the stage."""
         self.conn.close()

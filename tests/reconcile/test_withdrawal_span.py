@@ -158,3 +158,24 @@ def test_rows_another_read_listed_meanwhile_do_not_widen_a_read_in_two_parts(ldb
     sync.sync_transactions(ldb, provider, D, D, now=T4)  # reads on from page 2: 4, 3, 2, 1, 0
     assert _ids(ldb) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10]
     assert _held(ldb) == {}, "5 lies in the provider's day D+1: what the other read listed is not this read's"
+
+
+class _Unordered(_IstProvider):
+    """A list in no time order (the document shows none for transactions): in the order the records were given."""
+
+    def iter_transactions(self, *, from_date, to_date, limit, start_page=1):
+        walk = super().iter_transactions(from_date=from_date, to_date=to_date, limit=limit, start_page=start_page)
+        walk.records = [r for r in self.history.values() if r in walk.records]
+        return walk
+
+
+def test_a_list_in_no_time_order_withdraws_within_its_first_and_last_records_only(ldb):
+    records = [_tx(3, "2025-01-15T10:00:00Z"), _tx(2, "2025-01-15T09:00:00Z"), _tx(11, "2025-01-15T09:30:00Z"),
+               _tx(12, "2025-01-15T10:30:00Z"), _tx(4, "2025-01-15T12:00:00Z"), _tx(13, "2025-01-15T11:00:00Z")]
+    sync.sync_transactions(ldb, _Unordered(*records), D, D, now=T1)
+    provider = _Unordered(*records)
+    provider.drop(11)
+    provider.drop(12)
+    sync.sync_transactions(ldb, provider, D, D, now=T2)  # lists 3, 2, 4, 13: first 10:00Z, last 11:00Z
+    assert _held(ldb) == {"12": True}, "10:30Z lies between them; 09:30Z only between records listed in between"
+    assert 11 in _ids(ldb)
