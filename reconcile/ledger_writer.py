@@ -278,9 +278,9 @@ def read_span(db: Any, first: date, last: date, listed: tuple[str, str] | None, 
 
 def _window(first: date, last: date, span: tuple[str, str]) -> tuple[str, str] | None:
     """[start, end) of the withdrawal check: the span's seconds, within a day either side of the read's days."""
-    start = max(span[0][:19], (first - timedelta(days=1)).isoformat())
-    after = (datetime.fromisoformat(span[1][:19]) + timedelta(seconds=1)).isoformat()
-    end = min(after, (last + timedelta(days=2)).isoformat())
+    start, end = max(span[0][:19], (first - timedelta(days=1)).isoformat()), (last + timedelta(days=2)).isoformat()
+    if span[1][:19] < end:  # the second after the latest listed (a stray year 9999 stays clipped)
+        end = (datetime.fromisoformat(span[1][:19]) + timedelta(seconds=1)).isoformat()
     return (start, end) if start < end else None
 
 

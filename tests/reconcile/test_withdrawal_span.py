@@ -147,7 +147,8 @@ def test_a_read_in_two_parts_withdraws_within_what_both_parts_listed(ldb, monkey
 
 def test_rows_another_read_listed_meanwhile_do_not_widen_a_read_in_two_parts(ldb, monkeypatch):
     monkeypatch.setattr(sync, "TRANSACTION_PAGE", 2)
-    records = HISTORY + [_tx(7, "2025-01-15T12:30:00Z"), _tx(8, "2025-01-15T13:00:00Z"), _tx(10, "2025-01-15T22:00:00Z")]
+    records = HISTORY + [_tx(7, "2025-01-15T12:30:00Z"), _tx(8, "2025-01-15T13:00:00Z"),
+                         _tx(10, "2025-01-15T22:00:00Z")]
     sync.sync_transactions(ldb, _IstProvider(*records), D, D + timedelta(days=1), now=T1)  # every entry stored
     provider = _IstProvider(*records, pages=1)
     with pytest.raises(BudgetExhausted):
