@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, Iterable
 
 from partnerkit.money import fmt, from_cents
@@ -27,6 +27,16 @@ STAGE_ROWS = 20_000  # transaction rows per copy into the store
 # provider's fault (an empty answer, a list cut short), not for that many withdrawals: it withdraws none.
 # Up to this many at once are withdrawn whatever the share (a quiet day has only a few entries).
 WITHDRAW_ALWAYS = 10
+_LOST_MOST = ("the provider's transaction list of %s..%s no longer lists more than half of the %d stored transactions"
+              " of those days: none withdrawn (a list that loses that much at once is taken for the provider's"
+              " fault); the next complete read of those days checks again")
+
+
+def hull(one: tuple[str, str] | None, other: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The smallest span holding both (either may be None)."""
+    if one is None or other is None:
+        return one or other
+    return min(one[0], other[0]), max(one[1], other[1])
 
 
 def _quarantine(db: Any, bad: list[Any], stamp: str) -> set[str]:
@@ -140,10 +150,17 @@ class TransactionPages:
         self.readable: set[str] = set()  # held ids whose latest copy in this sync was stored
         self.released: set[str] = set()  # those released by close()
         self.given_twice: list[str] = []  # ids of records held because their id names another stored transaction
+        # The earliest and the latest created_at among the first and the last row of each batch added (given twice
+        # too: the provider listed an entry then): a span this read listed, for withdraw_unlisted. Two rows a batch,
+        # nothing per record: exact for a list in time order (newest first, as the sandbox's), narrower otherwise.
+        self.span: tuple[str, str] | None = None
 
     def add(self, batch: list[Any]) -> None:
         """Map one page; stage its rows; quarantine what fits no alias."""
         page = map_page(batch)
+        if page.runs:
+            edges = page.runs[0][1][0][7], page.runs[-1][1][-1][7]  # created_at (ledger_store.ROW_COLUMNS)
+            self.span = hull(self.span, (min(edges), max(edges)))
         if self.held:
             self.readable.update(self.held.intersection([row[0] for _, rows in page.runs for row in rows]))
         if page.bad:
@@ -237,10 +254,40 @@ class TransactionPages:
                 pass
 
 
-def withdraw_unlisted(db: Any, first: date, last: date, *, listed_since: str, stored_upto: int,
-                      stamp: str) -> list[str]:
+def read_span(db: Any, first: date, last: date, listed: tuple[str, str] | None, *, began: str,
+              stamp: str) -> tuple[str, str] | None:
+    """The span a complete read of [first, last] listed: `listed`, its last part's (`TransactionPages.span`),
+    and, when it read on from a place an earlier part kept (`began`, when its first part began, is not this
+    part's `stamp`), the span of the rows its first part stamped (`began`) and no read has listed since.
+
+    Any records a complete read listed bound a stretch of time it covered whole (see withdraw_unlisted), so
+    the hull of its first and last parts covers the parts between as well. The first part's span is not
+    kept with the walk's place: it is found from the rows themselves, by two probes of the created_at index
+    within the read's UTC days, outside what the last part listed (a list newest first, as the sandbox's,
+    leaves the first part the newest rows: the probe from the end stops at once). A row of the first part
+    listed again by another read since carries that read's time and is passed over: the span is narrower
+    for it, never wider than what the read listed.
+    """
+    if began == stamp:
+        return listed
+    start, end = first.isoformat(), (last + timedelta(days=1)).isoformat()
+    below = ledger_store.stamped_span(db, start, min(end, listed[0]) if listed else end, synced_at=began)
+    above = ledger_store.stamped_span(db, max(start, listed[1]) if listed else start, end, synced_at=began)
+    return hull(hull(listed, below), above)
+
+
+def _window(first: date, last: date, span: tuple[str, str]) -> tuple[str, str] | None:
+    """[start, end) of the withdrawal check: the span's seconds, within a day either side of the read's days."""
+    start, end = max(span[0][:19], (first - timedelta(days=1)).isoformat()), (last + timedelta(days=2)).isoformat()
+    if span[1][:19] < end:  # the second after the latest listed (a stray year 9999 stays clipped)
+        end = (datetime.fromisoformat(span[1][:19]) + timedelta(seconds=1)).isoformat()
+    return (start, end) if start < end else None
+
+
+def withdraw_unlisted(db: Any, first: date, last: date, *, span: tuple[str, str] | None, listed_since: str,
+                      stored_upto: int, stamp: str) -> list[str]:
     """After a read of every page of [first, last] begun at `listed_since`: take the stored transactions
-    of those days it did not list out of the ledger, into the quarantine; return their ids.
+    it certainly covered and did not list out of the ledger, into the quarantine; return their ids.
 
     "The provider's API is the truth": an entry the provider stopped listing must leave the day's
     figures and matching (a drift that stood only on it is no longer detected, and resolves itself),
@@ -249,10 +296,23 @@ def withdraw_unlisted(db: Any, first: date, last: date, *, listed_since: str, st
     when the read began (`ledger_store.transaction_rowid_mark`). Only the withdrawn rows cost Python;
     the check itself is one query (`unlisted_transactions`). Call it only for a read that reached
     the end of its list: a read the budget or the provider stopped has not seen what it did not list.
-    A read that would withdraw more than WITHDRAW_ALWAYS, and more than half of its days' stored
-    transactions, withdraws none and logs an ERROR (see WITHDRAW_ALWAYS).
+
+    Which entries the read covered: the provider's document does not say in which time zone it reads
+    `from_date`/`to_date`, so a read of day D may list [D-1 18:30Z, D 18:30Z) (IST). What a complete read
+    lists is every entry of one stretch of time, whatever the zone, so an entry between the earliest and
+    the latest created_at it listed (`span`, see `read_span`; whole seconds, inclusive) that it did not list
+    is gone, and one outside them may simply lie beyond the provider's day. Only the span is checked, on
+    either side of the read's UTC days too (a day at most: no zone is further from UTC); an empty read
+    (span None) withdraws nothing. A read that would withdraw more than WITHDRAW_ALWAYS, and more than
+    half of the span's stored transactions, withdraws none and logs an ERROR (see WITHDRAW_ALWAYS).
     """
-    start, end = first.isoformat(), (last + timedelta(days=1)).isoformat()
+    if span is None:
+        _listed_nothing(db, first, last)
+        return []
+    window = _window(first, last, span)
+    if window is None:
+        return []
+    start, end = window
 
     def unlisted(limit: int) -> list:
         return ledger_store.unlisted_transactions(db, start, end, listed_since=listed_since, stored_upto=stored_upto,
@@ -264,16 +324,26 @@ def withdraw_unlisted(db: Any, first: date, last: date, *, listed_since: str, st
         stored = ledger_store.count_transactions(db, start, end)
         rows = unlisted(stored // 2 + 1)
         if len(rows) > stored // 2:
-            log.error("the provider's transaction list of %s..%s no longer lists more than half of the %d stored"
-                      " transactions of those days: none withdrawn (a list that loses that much at once is taken"
-                      " for the provider's fault); the next complete read of those days checks again",
-                      start, last.isoformat(), stored)
+            log.error(_LOST_MOST, first.isoformat(), last.isoformat(), stored)
             return []
     items = [(row[0], withdrawn_reason(row), record_json(row, shape, raw), row[7][:10]) for row, shape, raw in rows]
     taken = ledger_store.withdraw_transactions(db, items, listed_since=listed_since, seen_at=stamp)
     for ident, reason in taken:
         log.warning("transaction %s %s", ident, reason)
     return [ident for ident, _ in taken]
+
+
+def _listed_nothing(db: Any, first: date, last: date) -> None:
+    """An empty complete read withdraws nothing (it covered no stretch of time it can vouch for). Over
+    WITHDRAW_ALWAYS stored transactions of its days it is the list the guard takes for the provider's fault,
+    and says so, as it did when the check was by the read's days; one index count, for an empty read only."""
+    stored = ledger_store.count_transactions(db, first.isoformat(), (last + timedelta(days=1)).isoformat())
+    if stored > WITHDRAW_ALWAYS:
+        log.error(_LOST_MOST, first.isoformat(), last.isoformat(), stored)
+    elif stored:
+        log.info("the provider's transaction list of %s..%s listed nothing: its %d stored transaction(s) are not"
+                 " withdrawn (an empty list does not show which stretch of time it covered)", first.isoformat(),
+                 last.isoformat(), stored)
 
 
 def withdrawn_reason(row: tuple) -> str:

@@ -29,7 +29,7 @@ from partnerkit.store.recharges import (
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from partnerkit.walks import READ_ALREADY, RESUME_WITHIN, KeptWalk
 from reconcile.ledger import canonical_json
-from reconcile.ledger_writer import TransactionPages, withdraw_unlisted
+from reconcile.ledger_writer import TransactionPages, read_span, withdraw_unlisted
 
 log = logging.getLogger(__name__)
 
@@ -295,8 +295,9 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     A record that fits no alias is quarantined (`transaction:<id>` when it shows an integer id) and the
     rest of its page stored; a quarantined id this sync stores correctly is released (TransactionPages).
     A read that reaches the end of the list (in one run or, read on from where one stopped, in several)
-    then withdraws the stored transactions of [first, last] it did not list (`withdraw_unlisted`):
-    they leave the figures, and stay in the quarantine until a read lists them again.
+    then withdraws the stored transactions it did not list between the earliest and the latest it listed
+    (`withdraw_unlisted`, `read_span`: the provider's days may not be UTC days): they leave the figures, and
+    stay in the quarantine until a read lists them again.
     """
     stamp = iso(now)
     held = _held_transactions(db)
@@ -316,7 +317,8 @@ def sync_transactions(db: Any, client: Any, first: date, last: date, *, now: dat
     for ident in sorted(i for i in pages.released if held.get(i)):
         log.warning("transaction %s is listed by the provider again: restored", ident)
     began = walk.finish()  # raises for a read stopped part-way: nothing is withdrawn
-    withdraw_unlisted(db, first, last, listed_since=began, stored_upto=stored_upto, stamp=stamp)
+    span = read_span(db, first, last, pages.span, began=began, stamp=stamp)  # what every part of the read listed
+    withdraw_unlisted(db, first, last, span=span, listed_since=began, stored_upto=stored_upto, stamp=stamp)
     ledger_store.record_sync(db, "transactions", from_day=first.isoformat(), to_day=last.isoformat(),
                              started_at=began, count=stored, days=days_between(first, min(last, claim_through or last)),
                              advance_to=_complete_through(last, now))

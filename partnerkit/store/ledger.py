@@ -281,6 +281,23 @@ def count_transactions(db: Database, start: str, end: str) -> int:
                       (start, end)).fetchone()[0]
 
 
+def stamped_span(db: Database, start: str, end: str, *, synced_at: str) -> tuple[str, str] | None:
+    """The earliest and the latest `created_at` in [start, end) of the rows whose `synced_at` is exactly
+    `synced_at` (those the read begun then listed and no later read has listed since), or None.
+
+    Two probes of `transactions_created`, one from each end, each stopping at its first such row: a row
+    passed over costs its `synced_at`. Give the narrowest range that can hold what is sought.
+    """
+    found = []
+    for way in ("ASC", "DESC"):
+        row = db.execute("SELECT created_at FROM transactions WHERE created_at >= ? AND created_at < ?"
+                         f" AND synced_at = ? ORDER BY created_at {way} LIMIT 1", (start, end, synced_at)).fetchone()
+        if row is None:
+            return None
+        found.append(row[0])
+    return found[0], found[1]
+
+
 def unlisted_transactions(db: Database, start: str, end: str, *, listed_since: str, stored_upto: int,
                           limit: int = -1) -> list[tuple[tuple, str | None, str | None]]:
     """Stored transactions created in [start, end) that no read listed since `listed_since`, each as
