@@ -28,7 +28,7 @@ STAGE_ROWS = 20_000  # transaction rows per copy into the store
 # Up to this many at once are withdrawn whatever the share (a quiet day has only a few entries).
 WITHDRAW_ALWAYS = 10
 _LOST_MOST = ("the provider's transaction list of %s..%s no longer lists more than half of the %d stored transactions"
-              " of those days: none withdrawn (a list that loses that much at once is taken for the provider's"
+              " it could check (those between the first and last entries it listed): none withdrawn (a list that loses that much at once is taken for the provider's"
               " fault); the next complete read of those days checks again")
 
 

@@ -298,6 +298,6 @@ def test_a_list_that_loses_most_of_its_days_at_once_withdraws_nothing(ldb, caplo
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == ([] if not guarded else [
         f"the provider's transaction list of {D}..{D} no longer lists more than half of the {stored} stored"
-        " transactions of those days: none withdrawn (a list that loses that much at once is taken for the"
+        " transactions it could check (those between the first and last entries it listed): none withdrawn (a list that loses that much at once is taken for the"
         " provider's fault); the next complete read of those days checks again"])
     assert len(withdrawn_warnings(caplog)) == withdrawn
