@@ -527,6 +527,25 @@ def test_a_transaction_without_balance_after_is_no_break_in_the_chain(db, ledger
     assert found(db) == {("balance_discontinuity", "wallet", broken)}
 
 
+def test_a_currency_without_balances_neither_bridges_nor_breaks_another_currencys_chain(db, ledger):
+    # The wallet's side copies every row of the day in chain order (currency, then time; its totals group that
+    # copy), so the rows of a currency that shows no balance sit right before the next currency's: the first INR
+    # row's predecessor in the copy is a EUR row, which is another wallet, not its predecessor. INR chains from its
+    # own last balance of the day before (1000 - 100 = 900: no break), and the rows without a currency or a
+    # balance count in the day's totals.
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=1), hour=23)
+    no_currency = ledger.tx("-7.00", type="RECHARGE", currency=None, reference_number="NOBODY-1", hour=0)
+    euro = ledger.tx("-5.00", type="RECHARGE", currency="EUR", reference_number="NOBODY-2", hour=0, minute=30)
+    ledger.tx("-100.00", type="TOPUP", balance_after="900.00", hour=1)
+    broken = ledger.tx("-50.00", type="TOPUP", balance_after="800.00", hour=2)
+    result = run(db)
+    assert found(db) == {("balance_discontinuity", "wallet", broken),
+                         ("orphan_transaction", "transaction", no_currency), ("orphan_transaction", "transaction", euro)}
+    assert result.transactions_total == 4
+    assert result.spend == {"": Decimal("7.00"), "EUR": Decimal("5.00")}
+    assert result.wallets["INR"]["debits"] == Decimal("150.00") and result.wallets["EUR"]["opening"] is None
+
+
 # --- stable ids, resolutions, automatic resolution ---------------------------------------------
 
 def test_drift_ids_are_derived_from_kind_subject_and_reference(db, ledger):

@@ -435,3 +435,72 @@ def test_the_stores_first_night_is_a_probe_of_an_index_a_term(store):
     [covered] = [p for s, p in recorded.plans.items() if "FROM sync_coverage" in s]
     assert "SEARCH c USING PRIMARY KEY (entity=?)" in covered and not plans.scans(covered), covered
     assert first == DAYS[0].isoformat()
+
+
+def _match_recorded(config, day: date):
+    """match_day of `day` under plans.recording: its result and what was recorded (both connections: the wallet's
+    side opens its own on a big day only, so here the matcher's runs everything)."""
+    from reconcile.matcher import match_day
+
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        try:
+            found = match_day(db, day, now=NIGHT)
+        finally:
+            db.conn.close()
+    return found, recorded
+
+
+def test_the_days_recharges_are_two_ranges_of_one_index_and_unanswered_submits_of_other_days_stay_out(store):
+    """The matcher's day of recharges is the provider's created_at, else (a submit never answered: no created_at)
+    partnerkit's submit time. Both reads of it, the rules' pass (`m_rdrift`) and the report's count by status,
+    take two ranges of `recharges_provider_created`: the day's, and its NULL entries, every unanswered recharge of
+    any day, kept apart by their submit time. Those are few (an answer lost and never located); session 21 measured
+    0.2 µs each (1.8 ms for 10,000, 22 ms for 100,000), where the day's range of `recharges_newest` would read every
+    recharge submitted that day to find them (42 ms on a day of 100,000; 10 times that at 1M): kept as it is."""
+    config, _ = store
+    db = open_db(config.db_path)
+    try:
+        for day, key in ((DAYS[-1], "key-unanswered-on-the-day"), (DAYS[0], "key-unanswered-days-before")):
+            recharge_store.record_intent(db, idempotency_key=key, mobile_number="9811111111", operator_id=1,
+                                         amount=Decimal(50), client_reference=f"cr-{key}", submitted_at=at(15, day=day))
+        unanswered = db.execute("SELECT COUNT(*) FROM recharges WHERE provider_created_at IS NULL").fetchone()[0]
+    finally:
+        db.conn.close()
+    found, recorded = _match_recorded(config, DAYS[-1])
+    assert unanswered == 2 and found.recharge_status.get("INTENT") == 1  # the day's own, not the one of DAYS[0]
+    day_range = "USING INDEX recharges_provider_created (provider_created_at>? AND provider_created_at<?)"
+    unanswered_range = "USING INDEX recharges_provider_created (provider_created_at=?)"
+    [rules] = [p for s, p in recorded.plans.items() if s.startswith("CREATE TEMP TABLE m_rdrift")]
+    assert [line for line in rules if line.startswith("SEARCH r ")] == [f"SEARCH r {day_range}",
+                                                                         f"SEARCH r {unanswered_range}"], rules
+    assert not [line for line in rules if "TEMP B-TREE" in line], rules  # grouped in the index's order
+    [counts] = [p for s, p in recorded.plans.items()
+                if "SUM(COALESCE(payable_cents, amount_cents)) FROM recharges" in s]
+    assert counts == ["MULTI-INDEX OR", "INDEX 1", f"SEARCH recharges {day_range}",
+                      "INDEX 2", f"SEARCH recharges {unanswered_range}", "USE TEMP B-TREE FOR GROUP BY"], counts
+
+
+def test_the_wallets_side_reads_and_sorts_the_days_transactions_once(store):
+    """The wallet's side (partnerkit.store.matching_ledger) copies the day's transactions in chain order into
+    `l_chain`, the one sort of them, and groups its totals from that copy; they read and sorted the day's
+    transactions a second time (session 21, bench.reconcile's 100k day: the wallet's side 0.63-0.69 CPU-seconds
+    before, 0.47-0.57 after). Of the match's statements that read the day's range of `transactions`, the count (is
+    the day big enough for a second connection?), the copy and the orphans, only the copy sorts."""
+    config, _ = store
+    found, recorded = _match_recorded(config, DAYS[-1])
+    day_reads = {s: p for s, p in recorded.plans.items()
+                 if "FROM transactions" in s and "created_at >= :start AND created_at < :end" in s.replace("t.", "")}
+    assert len(day_reads) == 3, list(day_reads)
+    assert [s for s, p in day_reads.items() if any("TEMP B-TREE" in line for line in p)] == [
+        s for s in day_reads if s.startswith("INSERT INTO l_chain")]
+    [totals] = [p for s, p in recorded.plans.items() if "FROM l_chain GROUP BY" in s]
+    assert totals == ["SCAN l_chain", "USE TEMP B-TREE FOR GROUP BY"], totals
+    db = open_db(config.db_path)
+    try:
+        start, end = f"{DAYS[-1]}T00:00:00", f"{DAYS[-1] + timedelta(days=1)}T00:00:00"
+        n, debits = db.execute("SELECT COUNT(*), -SUM(MIN(amount_cents, 0)) FROM transactions"
+                               " WHERE created_at >= ? AND created_at < ?", (start, end)).fetchone()
+    finally:
+        db.conn.close()
+    assert found.transactions_total == n > 3 and found.wallets["INR"]["debits"] == Decimal(debits) / 100
