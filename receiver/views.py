@@ -71,8 +71,8 @@ _STATUS_LINES = {status: f"{status} {HTTPStatus(status).phrase}" for status in (
 
 def _request_id(environ: dict) -> str:
     """X-Request-ID when well-formed, else 32 random hex digits (a quarter of uuid4's cost)."""
-    given = environ.get("HTTP_X_REQUEST_ID", "")
-    return given if _REQUEST_ID.match(given) else os.urandom(16).hex()
+    given = environ.get("HTTP_X_REQUEST_ID")
+    return given if given and _REQUEST_ID.match(given) else os.urandom(16).hex()
 
 
 def _decoded_headers(environ: dict) -> dict[str, str]:
@@ -80,8 +80,8 @@ def _decoded_headers(environ: dict) -> dict[str, str]:
     decoded = {}
     for name, key in _ENVIRON_KEYS:
         value = environ.get(key)
-        if value is not None:
-            decoded[name] = value.encode("latin-1").decode("utf-8")
+        if value is not None:  # ASCII reads the same as latin-1 and as UTF-8: nothing to re-decode
+            decoded[name] = value if value.isascii() else value.encode("latin-1").decode("utf-8")
     return decoded
 
 
@@ -112,7 +112,10 @@ def handle(rx: Receiver, environ: dict) -> Reply:
     declared = get_content_length(environ)
     if declared is not None and declared > MAX_BODY:
         return _reject(rx, environ, 413, "body_too_large", request_id, started)
-    body = get_input_stream(environ).read(MAX_BODY + 1)
+    # A server that ends the body itself (gunicorn: wsgi.input_terminated) hands over a stream werkzeug would return
+    # as it is, after parsing Content-Length a second time.
+    stream = environ["wsgi.input"] if "wsgi.input_terminated" in environ else get_input_stream(environ)
+    body = stream.read(MAX_BODY + 1)
     if len(body) > MAX_BODY:
         return _reject(rx, environ, 413, "body_too_large", request_id, started)
     try:
