@@ -1,8 +1,8 @@
 """`python -m bench.receiver.cpu`: the CPU one webhook costs the receiver's app against the bare app's.
 
 `python -m bench.receiver` measures throughput through gunicorn and loopback, which a shared 2-core
-machine moves by 20% from one minute to the next. This measures what decides that ratio, and what
-a change to the accepted path moves: CPU time per event inside the WSGI call. In one process, on a
+machine moves by 20% from one minute to the next. This measures what decides that ratio, and what a
+change to the accepted path moves: CPU time per event inside the WSGI call. In one process, on a
 database in a temporary directory, it builds the real receiver (`receiver.app.create_app`, with a
 configuration and token as `bench.receiver` gives `partnerkit serve`, PROMETHEUS_MULTIPROC_DIR set
 as `partnerkit serve` sets it, `gc.freeze()` as each gunicorn worker does) and the bare app
@@ -11,9 +11,9 @@ same unique signed events `bench.receiver.load` sends, in alternating blocks A/B
 `time.process_time()` (the whole process: the receiver's WAL-checkpoint thread included, as the
 workers' /proc ticks include it, and the checkpoint of what a receiver block left in the WAL) and
 `time.thread_time()` (the calling thread alone) are divided by its events; environs are built and
-signed before a block's clock starts. The medians over blocks
-are printed for both apps, with their difference. Afterwards the inbox is counted (every event
-stored exactly once), and the SQL statements one delivery runs are counted on a few more events.
+signed before a block's clock starts. The medians over blocks are printed for both apps, with their
+difference. Afterwards the inbox is counted (every event stored exactly once), and the SQL
+statements one delivery runs are counted on a few more events.
 
 `--profile N` adds one receiver block under cProfile and prints its N costliest functions. Nothing
 is left behind: the database and the metrics files live in a temporary directory removed at exit.
@@ -217,9 +217,10 @@ def _run(work: Path, args: argparse.Namespace) -> int:
     print(_row("bare Flask app", measured["bare"], events))
     per_event = {name: [block[0] * 1e6 / events for block in blocks] for name, blocks in measured.items()}
     paired = [r - b for r, b in zip(per_event["receiver"], per_event["bare"])]
-    print(f"receiver - bare: {statistics.median(per_event['receiver']) - statistics.median(per_event['bare']):.1f} us "
-          f"CPU per event (medians); paired blocks {', '.join(f'{d:.0f}' for d in paired)}, median "
-          f"{statistics.median(paired):.1f}; ratio of medians {statistics.median(per_event['receiver']) / statistics.median(per_event['bare']):.2f}")
+    receiver_us, bare_us = statistics.median(per_event["receiver"]), statistics.median(per_event["bare"])
+    print(f"receiver - bare: {receiver_us - bare_us:.1f} us CPU per event (medians); paired blocks "
+          f"{', '.join(f'{d:.0f}' for d in paired)}, median {statistics.median(paired):.1f}; "
+          f"ratio of medians {receiver_us / bare_us:.2f}")
     print(f"SQL statements per delivery ({STATEMENT_EVENTS} deliveries): {sum(statements.values()):.1f} ("
           + ", ".join(f"{words} {n:.1f}" for words, n in sorted(statements.items(), key=lambda kv: -kv[1]))
           + f"), and {triggers:.1f} trigger programs")
