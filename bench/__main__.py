@@ -40,10 +40,14 @@ def usage() -> str:
             "only on a quiet machine: run them with nothing else busy (not beside `make test`), and compare\n"
             "with the README's numbers.\n\n"
             "benchmarks:\n" + "\n".join(lines) + "\n\n"
-            "Not run by `make bench` (minutes, and a store of a few hundred MB in a temp directory):\n"
+            "Not run by `make bench`:\n"
             "  python -m bench.reconcile.history [--days N] [--size S]  the nightly job, the 15-minute sync, the\n"
             "      poller's pick, status, the list commands and the prune jobs on a store of N days of history\n"
-            "      against one day (30 days of 20000 recharges: about 2.5 min; --help for its options)\n")
+            "      against one day (30 days of 20000 recharges: about 2.5 min and a store of a few hundred MB in\n"
+            "      a temp directory; --help for its options)\n"
+            "  python -m bench.receiver.cpu [--events N] [--blocks B] [--profile N]  CPU microseconds per event of\n"
+            "      the receiver's WSGI call against the bare app's, in one process (about 10 s; steadier than\n"
+            "      bench.receiver on a busy machine)\n")
 
 
 def main(argv: list[str]) -> int:

@@ -71,8 +71,8 @@ _STATUS_LINES = {status: f"{status} {HTTPStatus(status).phrase}" for status in (
 
 def _request_id(environ: dict) -> str:
     """X-Request-ID when well-formed, else 32 random hex digits (a quarter of uuid4's cost)."""
-    given = environ.get("HTTP_X_REQUEST_ID", "")
-    return given if _REQUEST_ID.match(given) else os.urandom(16).hex()
+    given = environ.get("HTTP_X_REQUEST_ID")
+    return given if given and _REQUEST_ID.match(given) else os.urandom(16).hex()
 
 
 def _decoded_headers(environ: dict) -> dict[str, str]:
@@ -80,9 +80,18 @@ def _decoded_headers(environ: dict) -> dict[str, str]:
     decoded = {}
     for name, key in _ENVIRON_KEYS:
         value = environ.get(key)
-        if value is not None:
-            decoded[name] = value.encode("latin-1").decode("utf-8")
+        if value is not None:  # ASCII reads the same as latin-1 and as UTF-8: nothing to re-decode
+            decoded[name] = value if value.isascii() else value.encode("latin-1").decode("utf-8")
     return decoded
+
+
+def _content_length(environ: dict) -> int | None:
+    """werkzeug's get_content_length: a plain Content-Length of ASCII digits without Transfer-Encoding (a body
+    sent whole) is read here (0.5 us against 1.3); anything else is werkzeug's to read, as before."""
+    value = environ.get("CONTENT_LENGTH")
+    if value is not None and value.isdigit() and value.isascii() and "HTTP_TRANSFER_ENCODING" not in environ:
+        return int(value)
+    return get_content_length(environ)
 
 
 def _forwarded_for(environ: dict) -> str | None:
@@ -109,10 +118,13 @@ def handle(rx: Receiver, environ: dict) -> Reply:
     request_id = _request_id(environ)
     # Steps as DESIGN.md, "Receiver (contract)", numbers them (docs/receiver.md, "The request, step by step").
     # 1. Size first, both declared and actually read (chunked bodies have no Content-Length).
-    declared = get_content_length(environ)
+    declared = _content_length(environ)
     if declared is not None and declared > MAX_BODY:
         return _reject(rx, environ, 413, "body_too_large", request_id, started)
-    body = get_input_stream(environ).read(MAX_BODY + 1)
+    # A server that ends the body itself (gunicorn: wsgi.input_terminated) hands over a stream werkzeug would return
+    # as it is, after parsing Content-Length a second time.
+    stream = environ["wsgi.input"] if "wsgi.input_terminated" in environ else get_input_stream(environ)
+    body = stream.read(MAX_BODY + 1)
     if len(body) > MAX_BODY:
         return _reject(rx, environ, 413, "body_too_large", request_id, started)
     try:

@@ -46,6 +46,7 @@ WEBHOOK = "webhook"
 # The row as `apply` reads it, by one statement: the status, the delivered count and every field (the IDENTITY
 # facts among them), so a webhook's fields are compared with values in hand.
 _ROW = "status, delivered_quantity, " + ", ".join(FIELDS)
+_FIELD_NAMES = frozenset(FIELDS)
 
 
 class AnotherOrder(Exception):
@@ -121,13 +122,13 @@ def apply(conn: sqlite3.Connection, order_id: int, status: str | None, *, now: d
     a webhook's ref and denomination), raises AnotherOrder, having written nothing, when the
     observation is another order than the stored one holding its id (`another_order`). The row is read by one
     statement either way; the comparison is of values in hand."""
-    unknown = set(fields) - set(FIELDS)
+    unknown = fields.keys() - _FIELD_NAMES
     if unknown:
         raise TypeError(f"unknown order fields: {sorted(unknown)}")
     values = {k: v for k, v in fields.items() if v is not None}
     row = conn.execute(f"SELECT {_ROW} FROM orders WHERE id = ?", (order_id,)).fetchone()
-    at = stamp(now)
     if row is None:
+        at = stamp(now)
         columns = {"id": order_id, "status": status or "PENDING", "status_at": stamp(occurred_at or now),
                    "delivered_quantity": delivered_quantity, "source": source, "created_at": at,
                    "updated_at": at, **values}
@@ -148,8 +149,8 @@ def apply(conn: sqlite3.Connection, order_id: int, status: str | None, *, now: d
         updates.update(status=status, status_at=stamp(occurred_at or now), source=source)
     if delivered_quantity is not None and delivered_quantity > (current_delivered or 0):
         updates["delivered_quantity"] = delivered_quantity
-    if updates:
-        updates["updated_at"] = at
+    if updates:  # `now` formatted only for a write: an event that neither moves nor fills the order writes nothing
+        updates["updated_at"] = stamp(now)
         assignments = ", ".join(f"{name} = ?" for name in updates)
         conn.execute(f"UPDATE orders SET {assignments} WHERE id = ?", (*updates.values(), order_id))
     return (status if moved else current), moved
