@@ -123,7 +123,7 @@ def handle(rx: Receiver, environ: dict) -> Reply:
         return _reject(rx, environ, 413, "body_too_large", request_id, started)
     # A server that ends the body itself (gunicorn: wsgi.input_terminated) hands over a stream werkzeug would return
     # as it is, after parsing Content-Length a second time.
-    stream = environ["wsgi.input"] if "wsgi.input_terminated" in environ else get_input_stream(environ)
+    stream = environ["wsgi.input"] if environ.get("wsgi.input_terminated") else get_input_stream(environ)
     body = stream.read(MAX_BODY + 1)
     if len(body) > MAX_BODY:
         return _reject(rx, environ, 413, "body_too_large", request_id, started)
