@@ -35,9 +35,11 @@ KIND_GUIDE: dict[str, tuple[str, str]] = {
         "Find out who submitted it. If it is partnerkit's own (a restore), check it against what was sold "
         "and resolve it; otherwise treat the key as leaked."),
     "stuck_processing": (
-        "A recharge still PROCESSING more than 30 minutes after it was submitted: the money is held and "
-        "the outcome unknown.",
-        "Escalate to the provider's support with the reference_number. Never resubmit it."),
+        "A recharge still PROCESSING more than 30 minutes after it was submitted: the outcome is unknown "
+        "(expected: what it costs; actual: what the wallet was debited for it so far, less any credit back, "
+        "empty while no debit is seen).",
+        "Escalate to the provider's support with the reference_number, and the debit's transaction id when "
+        "actual shows one: that money is held until it settles. Never resubmit it."),
     "balance_discontinuity": (
         "A transaction's balance_after does not follow from the one before it: the provider's history is "
         "missing or has altered a movement (the reference is the transaction id where the chain breaks).",
@@ -52,14 +54,20 @@ KIND_GUIDE: dict[str, tuple[str, str]] = {
         "Check that the recharge or order really succeeded (the customer may not have received it); "
         "escalate if unclear: the provider may take the credit back."),
     "missing_debit": (
-        "A SUCCESS or PROCESSING recharge, or a kept order, with no wallet debit (expected: what it costs). "
-        "The provider may still debit it.",
+        "A SUCCESS or PROCESSING recharge, or a kept order, with no wallet debit (expected: what it costs): "
+        "the provider may still debit it. Or a FAILED or REVERSED recharge with neither its debit nor its "
+        "credit back (expected and actual 0.00): the wallet nets to zero as it should, nothing is at stake, "
+        "only the provider's history lacks the pair.",
         "Usually a sync gap that resolves itself within 7 days; if it stays, ask support, quoting the "
-        "reference."),
+        "reference. A FAILED or REVERSED one costs nothing: resolve it, or ask support for the missing pair "
+        "if your books need it."),
     "unknown_to_provider": (
         "partnerkit recorded a recharge the provider's complete list for the day does not have (the "
-        "reference may be the Idempotency-Key of a submit that was never answered).",
-        "Ask support whether it exists; the customer may have been charged nothing."),
+        "reference may be the Idempotency-Key of a submit that was never answered). Actual is what the "
+        "wallet was debited for it, less any credit back; the detail says whether a debit was seen.",
+        "If actual shows a debit, the provider took that money for a recharge it does not list: ask support "
+        "for the recharge or a credit, quoting the reference and the debit's transaction id. If actual is "
+        "0.00 (no debit seen), ask support whether it exists; the customer may have been charged nothing."),
 }
 KIND_ORDER: tuple[str, ...] = tuple(KIND_GUIDE)  # money at risk first: see the module's docstring
 

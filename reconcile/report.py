@@ -27,7 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_ids, spreadsheet_safe
 from partnerkit.money import CENT, fmt
-from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, figure
+from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, WHOLE_AMOUNT_KINDS, figure
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
 
@@ -220,11 +220,14 @@ def with_drifts(report: dict[str, Any], drifts: Iterable[tuple], *, as_of: datet
 class AtStake:
     """The amount at stake per drift kind and unit: the sum of |expected - actual| (a missing figure counts as
     0) of the open drifts (pending and escalated), money per currency ("?" when none), and for a count kind
-    (COUNT_KINDS) vouchers, never added to money: the unit of the CSV's `unit` column. Summed as stored (integer
-    cents, counts: exact), turned into Decimal money once per kind and unit."""
+    (COUNT_KINDS) vouchers, never added to money: the unit of the CSV's `unit` column. For a kind about a
+    recharge's state (WHOLE_AMOUNT_KINDS: stuck_processing, unknown_to_provider) the larger of the two: the
+    debit the wallet shows for it does not settle it (partnerkit.store.drifts.at_stake, inlined: 100k drifts on
+    a bad day). Summed as stored (integer cents, counts: exact), turned into Decimal money once per kind and unit."""
 
     OPEN = frozenset(("pending", "escalated"))
     VOUCHERS = "vouchers"
+    WHOLE = frozenset(WHOLE_AMOUNT_KINDS)
 
     def __init__(self) -> None:
         self.sums: dict[str, dict[str, int]] = {}
@@ -236,7 +239,10 @@ class AtStake:
             return
         unit = self.VOUCHERS if measure == "count" else currency or "?"
         units = self.sums.setdefault(kind, {})
-        units[unit] = units.get(unit, 0) + abs((expected or 0) - (actual or 0))
+        if kind in self.WHOLE:
+            units[unit] = units.get(unit, 0) + max(expected or 0, actual or 0)
+        else:
+            units[unit] = units.get(unit, 0) + abs((expected or 0) - (actual or 0))
 
     def by_kind(self) -> dict[str, dict[str, str]]:
         """{kind: {unit: amount}}, kinds and units sorted: money a 2-decimal string, vouchers a whole number."""
@@ -400,8 +406,11 @@ def _group(entry: Mapping[str, Any]) -> int:
 
 
 def _difference(entry: Mapping[str, Any]) -> Decimal:
-    """|actual - expected| of a drift entry (a missing figure counts as 0), for ordering the page only."""
+    """What a drift entry puts at stake, as AtStake counts it (|actual - expected|, a missing figure counting as 0;
+    the larger of the two for WHOLE_AMOUNT_KINDS), for ordering the page only."""
     try:
+        if entry["kind"] in AtStake.WHOLE:
+            return max(Decimal(entry["actual"] or 0), Decimal(entry["expected"] or 0))
         return abs(Decimal(entry["actual"] or 0) - Decimal(entry["expected"] or 0))
     except (InvalidOperation, TypeError):
         return Decimal(0)

@@ -3,8 +3,10 @@
 A drift id is derived from (kind, subject, reference), so the same problem found again on a
 later run is the same row and keeps the resolution finance gave it, as long as its figures are
 the same: a drift found again with other figures (a third debit) is a new fact, and goes back to
-`pending` whoever resolved or escalated it. Every change of resolution, and every change of a
-drift's figures, appends a row to `drift_audit`; nothing is overwritten without a trace.
+`pending` whoever resolved or escalated it. Figures that only restate it (a figure shown where none
+was, or nothing left at stake: `is_news`) are refreshed and keep its resolution. Every change of
+resolution, and every change of a drift's figures, appends a row to `drift_audit`; nothing is
+overwritten without a trace.
 """
 
 from __future__ import annotations
@@ -32,6 +34,45 @@ KINDS = (
 SUBJECTS = ("recharge", "order", "transaction", "wallet")
 RESOLUTIONS = ("pending", "resolved", "escalated")
 COUNT_KINDS = ("voucher_shortfall",)  # expected/actual are voucher counts, not money
+# Kinds about a recharge's state, not its money: expected is what the recharge costs, actual what the wallet shows
+# of it (its debit, less any credit back), beside the drift rather than against it. A debit of payable does not
+# settle a recharge the provider does not list, nor one stuck PROCESSING: the whole amount is in question.
+WHOLE_AMOUNT_KINDS = ("stuck_processing", "unknown_to_provider")
+# Of those, the kinds whose actual changing is no new fact: a stuck recharge's debit landing, or its second debit
+# or credit (each of those is its own drift: duplicate_debit, unexpected_refund). A debit appearing for a recharge
+# the provider does not list is the very question finance asked support, so unknown_to_provider is not here.
+CONTEXT_ACTUAL_KINDS = ("stuck_processing",)
+
+
+def at_stake(kind: str, expected: int | None, actual: int | None) -> int:
+    """What a drift puts at stake, in its stored unit (cents, or vouchers): |expected - actual|, a missing figure
+    counting as 0; for WHOLE_AMOUNT_KINDS the larger of the two (the money in question, whatever the wallet shows).
+    The report sums it over the open drifts (reconcile.report.AtStake, which inlines it)."""
+    if kind in WHOLE_AMOUNT_KINDS:
+        return max(expected or 0, actual or 0)
+    return abs((expected or 0) - (actual or 0))
+
+
+def is_news(kind: str, old_expected: int | None, expected: int | None, old_actual: int | None,
+            actual: int | None, old_currency: str | None, currency: str | None) -> bool:
+    """Whether a drift found again with other figures than stored (or, came back, another detail) is a new fact
+    finance has not decided on (pending again), rather than a restatement that keeps its resolution (audit
+    `restated`).
+
+    A restatement: each figure that changed was unknown before (NULL: a release that shows a figure it did not,
+    as stuck_processing's and unknown_to_provider's actual; the poller's stuck_processing, which the match then
+    measures), or is a CONTEXT_ACTUAL_KINDS actual; or the new figures leave nothing at stake (a FAILED
+    recharge's missing_debit, now stated at its net zero, or a SUCCESS one the provider reversed). Another
+    currency is always news, and so is a detail alone (only judged for a drift that came back: figure_change)."""
+    if old_currency != currency:
+        return True
+    if at_stake(kind, expected, actual) == 0:
+        return False
+    changed = [(name, old) for name, old, new in (("expected", old_expected, expected), ("actual", old_actual, actual))
+               if old != new]
+    if not changed:
+        return True  # its detail alone, after an automatic resolution
+    return any(old is not None and not (name == "actual" and kind in CONTEXT_ACTUAL_KINDS) for name, old in changed)
 
 
 def measure_sql(column: str = "kind") -> str:
@@ -107,10 +148,11 @@ def figure_change(was: str, measure: str, old_expected: int | None, expected: in
 
 
 def register_functions(conn: sqlite3.Connection) -> None:
-    """Make `drift_id(kind, subject, reference)` and `figure_change(...)` callable from SQL (set-based
-    matching uses them)."""
+    """Make `drift_id(kind, subject, reference)`, `figure_change(...)` and `is_news(...)` callable from SQL
+    (set-based matching uses them)."""
     conn.create_function("drift_id", 3, drift_id, deterministic=True)
     conn.create_function("figure_change", 11, figure_change, deterministic=True)
+    conn.create_function("is_news", 7, is_news, deterministic=True)
 
 
 def figure(row_value: int | None, measure: str) -> Decimal | int | None:
@@ -163,16 +205,17 @@ INSERT INTO drifts (id, kind, subject, reference, report_date, expected_cents, a
                     currency, detail, detected_at, last_detected_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(id) DO UPDATE SET
-    expected_cents = excluded.expected_cents, actual_cents = excluded.actual_cents,
+    expected_cents = COALESCE(excluded.expected_cents, drifts.expected_cents),
+    actual_cents = COALESCE(excluded.actual_cents, drifts.actual_cents),
     currency = excluded.currency, detail = COALESCE(excluded.detail, drifts.detail),
     last_detected_at = excluded.last_detected_at
 """
 
-# A drift partnerkit resolved automatically that is detected again with the same figures gets back the
-# state it had before, read from the audit trail (the drifts row only holds the auto-resolve). Partnerkit's
-# own rows (auto_resolved, and the reopened ones that restored a state) are skipped; the last other row is
-# the state the drift was in: `detected` or `changed` (pending, no note), or finance's escalation with its
-# note, by and at.
+# A drift partnerkit resolved automatically that is detected again with the same figures (or restated ones:
+# is_news) gets back the state it had before, read from the audit trail (the drifts row only holds the
+# auto-resolve). Partnerkit's own rows (auto_resolved, the reopened ones that restored a state, and restated,
+# which keep one) are skipped; the last other row is the state the drift was in: `detected` or `changed`
+# (pending, no note), or finance's escalation with its note, by and at.
 AUTO_RESOLVED = ("(SELECT a.action FROM drift_audit a WHERE a.drift_id = {id}"
                  " ORDER BY a.seq DESC LIMIT 1) = 'auto_resolved'")
 _FINANCE_STATE = "p.action NOT IN ('detected', 'changed') AND p.resolution IN ('pending', 'escalated')"
@@ -185,26 +228,34 @@ SELECT r.id,
 FROM {{source}} r
 LEFT JOIN drift_audit p ON p.seq = (
     SELECT MAX(a.seq) FROM drift_audit a
-    WHERE a.drift_id = r.id AND NOT (a.by = :actor AND a.action IN ('auto_resolved', 'reopened')))"""
-# Of a drift found again: whether it is new, the figure change (figure_change's note, NULL when none) and
-# whether partnerkit resolved it automatically (its state is restored when its figures did not change).
+    WHERE a.drift_id = r.id AND NOT (a.by = :actor AND a.action IN ('auto_resolved', 'reopened', 'restated')))"""
+# Of a drift found again: whether it is new, the figure change (figure_change's note, NULL when none), whether
+# that change is news (is_news; else a restatement, which keeps the resolution and reads without "reopened") and
+# whether partnerkit resolved it automatically (its state is restored when its figures did not change, or were
+# only restated).
+_CHANGED = ("NOT is_new AND (old_expected IS NOT expected OR old_actual IS NOT actual OR old_currency IS NOT currency"
+            " OR (auto AND old_detail IS NOT detail))")
 _STATE = f"""
 INSERT INTO m_state
 SELECT id, is_new, reopens, auto,
-       CASE WHEN NOT is_new AND (old_expected IS NOT expected OR old_actual IS NOT actual OR old_currency IS NOT currency
-                                 OR (auto AND old_detail IS NOT detail))
-            THEN figure_change(was, measure, old_expected, expected, old_actual, actual, old_currency, currency,
-                               old_detail, detail, auto) END AS change
-FROM (SELECT f.id, d.id IS NULL AS is_new, d.resolution != 'pending' AS reopens, d.resolution AS was, d.measure,
+       CASE WHEN changed THEN figure_change(CASE WHEN news THEN was ELSE 'pending' END, measure, old_expected, expected,
+                                            old_actual, actual, old_currency, currency, old_detail, detail, auto)
+       END AS change,
+       news
+FROM (SELECT *, CASE WHEN changed THEN is_news(kind, old_expected, expected, old_actual, actual, old_currency, currency)
+                     ELSE 0 END AS news
+      FROM (SELECT *, {_CHANGED} AS changed FROM (
+      SELECT f.id, f.kind, d.id IS NULL AS is_new, d.resolution != 'pending' AS reopens, d.resolution AS was, d.measure,
              d.expected_cents AS old_expected, f.expected_cents AS expected, d.actual_cents AS old_actual,
              f.actual_cents AS actual, d.currency AS old_currency, f.currency, d.detail AS old_detail, f.detail,
              COALESCE(d.resolution = 'resolved' AND d.resolution_by = :actor
                       AND {AUTO_RESOLVED.format(id='d.id')}, 0) AS auto
-      FROM m_found f LEFT JOIN drifts d USING (id) WHERE f.id NOT IN (SELECT id FROM m_moved))"""
+      FROM m_found f LEFT JOIN drifts d USING (id) WHERE f.id NOT IN (SELECT id FROM m_moved))))"""
 # The merge's temp tables, each keyed by the drift id: the merge's UPDATEs read a drift's row of one of them in a
 # subquery per drift they change (`WHERE r.id = drifts.id`), which without a key read the whole table each time
 # (the square of the drifts changed: 4.8 s for the 10,010 of bench.reconcile's 100k day, under the write lock).
-_MERGE_TABLES = ("m_moved (id TEXT PRIMARY KEY)", "m_state (id TEXT PRIMARY KEY, is_new, reopens, auto, change)",
+_MERGE_TABLES = ("m_moved (id TEXT PRIMARY KEY)",
+                 "m_state (id TEXT PRIMARY KEY, is_new, reopens, auto, change, news)",
                  "m_restore (id TEXT PRIMARY KEY, resolution, note, by, at)", "m_gone (id TEXT PRIMARY KEY, note)")
 _MERGE_TEMP = tuple(table.split()[0] for table in _MERGE_TABLES)
 # What a merge compares to tell a drift recorded or decided since its candidates' snapshot (merge_found, `seen`):
@@ -231,7 +282,9 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     (audit `detected`). One found again with the same figures keeps its resolution
     and adds nothing, unless partnerkit resolved it automatically: then it gets back its state from before
     (audit `reopened`). One found again with other figures (expected, actual or currency; or another
-    detail after an automatic resolution: see figure_change) is pending again, whoever resolved or escalated it (audit `changed`, with the old and new figures).
+    detail after an automatic resolution: see figure_change) is pending again, whoever resolved or escalated it
+    (audit `changed`, with the old and new figures), unless they only restate it (is_news): then it keeps its
+    resolution, or gets back its state from before an automatic resolution (audit `restated`, with the figures).
 
     `seen`: a temp table of SEEN_COLUMNS keyed by id, the drifts of `merge_scope` as the read that found `m_found`
     saw them, when that read ended before this transaction began (reconcile.matcher.match_day). A drift whose row differs
@@ -255,7 +308,8 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
                      f" LEFT JOIN {seen} s ON s.id = n.id WHERE s.id IS NULL OR {differs}", p)
     conn.execute(_STATE, p)
     conn.execute("INSERT INTO m_restore"
-                 + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE auto AND change IS NULL)"), p)
+                 + RESTORED_STATE.format(source="(SELECT id FROM m_state WHERE auto AND (change IS NULL OR NOT news))"),
+                 p)
     # The day's open drifts not found again, taken before the merge (which touches only found ones):
     # on a first run the day has none yet, and either way the day's drifts are read once, not twice.
     cleared = f"COALESCE(': ' || ({cleared_by}), '')" if cleared_by else "''"
@@ -278,11 +332,12 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
         """UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) =
                (SELECT r.resolution, r.note, r.by, r.at FROM m_restore r WHERE r.id = drifts.id)
            WHERE id IN (SELECT id FROM m_restore)""")
-    # Other figures: a new fact finance has not seen, so pending again, the drifts row saying why.
+    # Other figures: a new fact finance has not seen, so pending again, the drifts row saying why. Restated ones
+    # (is_news) keep the resolution: their audit row says what changed.
     conn.execute(
         """UPDATE drifts SET (resolution, resolution_note, resolution_by, resolution_at) =
                (SELECT 'pending', s.change, :actor, :now FROM m_state s WHERE s.id = drifts.id)
-           WHERE id IN (SELECT id FROM m_state WHERE change IS NOT NULL AND reopens)""", p)
+           WHERE id IN (SELECT id FROM m_state WHERE change IS NOT NULL AND reopens AND news)""", p)
     new = conn.execute(
         """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
            SELECT f.id, 'detected', 'pending', f.detail, :actor, :now FROM m_found f JOIN m_state s USING (id)
@@ -294,7 +349,12 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
            FROM m_restore""", p).rowcount
     changed = conn.execute(
         """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
-           SELECT id, 'changed', 'pending', change, :actor, :now FROM m_state WHERE change IS NOT NULL""", p).rowcount
+           SELECT id, 'changed', 'pending', change, :actor, :now FROM m_state WHERE change IS NOT NULL AND news""",
+        p).rowcount
+    restated = conn.execute(
+        """INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)
+           SELECT s.id, 'restated', d.resolution, s.change, :actor, :now
+           FROM m_state s JOIN drifts d ON d.id = s.id WHERE s.change IS NOT NULL AND NOT s.news""", p).rowcount
     conn.execute("INSERT INTO drift_audit (drift_id, action, resolution, note, by, at)"
                  " SELECT id, 'auto_resolved', 'resolved', note, :actor, :now FROM m_gone", p)
     resolved = conn.execute(
@@ -304,7 +364,8 @@ def merge_found(conn: sqlite3.Connection, *, day: str, now: str, cleared_by: str
     newer = conn.execute("SELECT COUNT(*) FROM m_moved").fetchone()[0]
     for name in _MERGE_TEMP:
         conn.execute(f"DROP TABLE temp.{name}")
-    return {"new": new, "reopened": reopened, "changed": changed, "auto_resolved": resolved, "newer": newer}
+    return {"new": new, "reopened": reopened, "changed": changed, "restated": restated, "auto_resolved": resolved,
+            "newer": newer}
 
 
 def open_drift(db: Database, *, kind: str, subject: str, reference: str, expected: Any, actual: Any,
@@ -312,7 +373,9 @@ def open_drift(db: Database, *, kind: str, subject: str, reference: str, expecte
                detail: str | None = None) -> str:
     """Record (or re-detect) a drift; return its stable id. Safe inside or outside a transaction.
 
-    Found again, it follows merge_found's rules (one drift at a time: the poller's stuck_processing).
+    Found again, it follows merge_found's rules (one drift at a time: the poller's stuck_processing). A figure
+    given as None is one the caller does not measure (the poller's stuck_processing has no actual: the match
+    measures it), so the stored one stays.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown drift kind {kind!r}")
@@ -335,20 +398,27 @@ def open_drift(db: Database, *, kind: str, subject: str, reference: str, expecte
             _audit(conn, ident, "detected", "pending", detail, SYSTEM_ACTOR, at)
             return
         was, old_measure, old_expected, old_actual, old_currency, old_detail, auto = before
-        change = figure_change(was, old_measure, old_expected, new_expected, old_actual, new_actual, old_currency,
-                               currency, old_detail, detail, auto)
-        if change is not None:
+        expected_now = old_expected if new_expected is None else new_expected
+        actual_now = old_actual if new_actual is None else new_actual
+        news = is_news(kind, old_expected, expected_now, old_actual, actual_now, old_currency, currency)
+        change = figure_change(was if news else "pending", old_measure, old_expected, expected_now, old_actual,
+                               actual_now, old_currency, currency, old_detail, detail, auto)
+        if change is not None and news:
             if was != "pending":
                 conn.execute("UPDATE drifts SET resolution = 'pending', resolution_note = ?, resolution_by = ?,"
                              " resolution_at = ? WHERE id = ?", (change, SYSTEM_ACTOR, at, ident))
             _audit(conn, ident, "changed", "pending", change, SYSTEM_ACTOR, at)
-        elif auto:
+            return
+        if auto:
             _, resolution, note, by, when = conn.execute(
                 RESTORED_STATE.format(source="(SELECT :id AS id)"), {"id": ident, "actor": SYSTEM_ACTOR}).fetchone()
             conn.execute("UPDATE drifts SET resolution = ?, resolution_note = ?, resolution_by = ?, resolution_at = ?"
                          " WHERE id = ?", (resolution, note, by, when, ident))
             _audit(conn, ident, "reopened", resolution, "detected again"
                    + ("; escalation restored" if resolution == "escalated" else ""), SYSTEM_ACTOR, at)
+            was = resolution
+        if change is not None:
+            _audit(conn, ident, "restated", was, change, SYSTEM_ACTOR, at)
 
     run_in_transaction(db, write)
     return ident

@@ -80,9 +80,29 @@ class Rule:
 # missing_refund does. One debit and a credit stay as they were: the amount is judged on the debit.
 OWED = f"CASE WHEN status IN {SPEND} THEN COALESCE(payable_cents, 0) ELSE 0 END"
 EXCESS = f"(debit_n > 1) * MAX(debit - {OWED}, 0)"  # what a second debit took beyond what is owed
+
+
+def money(cents: str) -> str:
+    """SQL writing a non-negative amount of cents (an SQL expression) as money with two decimals ("97.50")."""
+    return f"printf('%d.%02d', ({cents}) / 100, ({cents}) % 100)"
+
+
+# What the wallet shows of a recharge whose drift is not about its money (stuck_processing, unknown_to_provider),
+# for the detail: its debit and any credit back, or that it shows none; the figure itself is the drift's actual.
+WALLET_SEEN = ("CASE WHEN debit_n = 0 THEN '{none}' ELSE '{some}' || " + money("debit") + " || ' for it'"
+               " || CASE WHEN credit_n > 0 THEN ', credited back ' || " + money("credit") + " ELSE '' END END")
 RECHARGE_RULES = (
-    # Reconcile against payable, not face (Recharge endpoints > reconciliation rules).
-    Rule("missing_debit", "payable_cents", "0", "status || ' recharge with no wallet debit'",
+    # Reconcile against payable, not face (Recharge endpoints > reconciliation rules). A FAILED or REVERSED
+    # recharge shows its debit and its credit back; with neither, the wallet nets to zero as it should: still
+    # flagged (the provider's history lacks the pair), but at its net (expected 0, nothing at stake), not at
+    # the payable a SUCCESS one may still be debited.
+    Rule("missing_debit", f"CASE WHEN status IN {CREDITED_BACK} THEN 0 ELSE payable_cents END", "0",
+         f"CASE WHEN status IN {CREDITED_BACK} THEN status || CASE WHEN credit_n = 0"
+         " THEN ' recharge with neither its debit nor its credit back (payable ' || " + money("payable_cents")
+         + " || '): the wallet nets to zero, nothing at stake'"
+         " ELSE ' recharge credited back with no debit (payable ' || " + money("payable_cents")
+         + " || '): the credit is its unexpected_refund' END"
+         " ELSE status || ' recharge with no wallet debit' END",
          f"(status IN {SPEND} OR status IN {CREDITED_BACK}) AND debit_n = 0"),
     Rule("duplicate_debit", "payable_cents", f"CASE WHEN status IN {SPEND} THEN debit - credit ELSE debit END",
          "debit_n || ' debits for one recharge' || CASE WHEN credit_n > 0 THEN ', not all credited back' ELSE '' END",
@@ -105,13 +125,23 @@ RECHARGE_RULES = (
     # Aged on our clock, as the poller ages it (reconcile.polling): from partnerkit's own submit time, the
     # provider's created_at only for a recharge someone else submitted. By the provider's clock, one running
     # ten minutes behind ours had a recharge "stuck" twenty minutes after it was sent.
-    Rule("stuck_processing", "payable_cents", "NULL",
-         "'still PROCESSING after 30 minutes: escalate to support with reference_number'",
+    # Its actual is what the wallet shows of it (debits less credits back, on any day): support is asked about
+    # the debit the provider holds, by its transaction id (WALLET_ACTUAL_KINDS). None until the store holds a
+    # debit or credit of it, as the poller records it (reconcile.poller, which does not read the wallet): whether
+    # its debit has landed is no news about a recharge still PROCESSING (drifts.CONTEXT_ACTUAL_KINDS).
+    Rule("stuck_processing", "payable_cents", "CASE WHEN debit_n + credit_n > 0 THEN debit - credit END",
+         "'still PROCESSING after 30 minutes: escalate to support with reference_number' || "
+         + WALLET_SEEN.format(none="; no wallet debit for it yet", some="; the wallet was debited "),
          "status = 'PROCESSING' AND since < :stuck_before"),
-    # Partnerkit recorded it (intent or provider id), but the day's complete sync did not list it.
-    Rule("unknown_to_provider", "payable_cents", "NULL",
+    # Partnerkit recorded it (intent or provider id), but the day's complete sync did not list it. A debit
+    # the provider took for it is the question for support ("you debited 97.50 in transaction 700015 for a
+    # recharge you do not list"): actual and the detail say whether the wallet shows one. 0 when it shows
+    # none, never NULL: a debit that appears later is news (drifts.is_news), a figure shown where an older
+    # release stored none is not.
+    Rule("unknown_to_provider", "payable_cents", "debit - credit",
          "CASE WHEN provider_id IS NULL THEN status || ' recharge the provider never acknowledged'"
-         " ELSE 'recharge ' || provider_id || ' missing from the provider''s list' END", "unseen"),
+         " ELSE 'recharge ' || provider_id || ' missing from the provider''s list' END || "
+         + WALLET_SEEN.format(none=", and no wallet debit for it", some=", yet the wallet was debited "), "unseen"),
     # Not in the store, but carrying partnerkit's own client_reference: the kit submitted it from a database that
     # no longer holds it (a restored or copied one), not someone else using the key. The kind stays (contract).
     Rule("unknown_to_partner", "NULL", "payable_cents",
@@ -311,10 +341,12 @@ def linked_transactions(subject: str, reference: str) -> str:
 
 
 # The kinds whose `actual` is what the wallet shows of a recharge or an order: the sum of its linked transactions
-# (below), which the report names (drift_transactions). The others' actual is no wallet figure: a voucher count,
-# the provider's payable (unknown_to_partner), none (stuck_processing, unknown_to_provider); or their reference
-# is the transaction itself (orphan_transaction, balance_discontinuity).
-WALLET_ACTUAL_KINDS = ("missing_debit", "amount_mismatch", "duplicate_debit", "missing_refund", "unexpected_refund")
+# (below), which the report names (drift_transactions); for stuck_processing and unknown_to_provider the debit the
+# provider holds for a recharge whose drift is not its money (partnerkit.store.drifts.WHOLE_AMOUNT_KINDS). The
+# others' actual is no wallet figure: a voucher count, the provider's payable (unknown_to_partner); or their
+# reference is the transaction itself (orphan_transaction, balance_discontinuity).
+WALLET_ACTUAL_KINDS = ("missing_debit", "amount_mismatch", "duplicate_debit", "missing_refund", "unexpected_refund",
+                       "stuck_processing", "unknown_to_provider")
 
 # The wallet transactions behind each drift of WALLET_ACTUAL_KINDS: the debits and credits linked to its recharge
 # or order (_LINKED), on any day, which make up its `actual`; finance quotes them to the provider. Only

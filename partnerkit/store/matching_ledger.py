@@ -11,8 +11,9 @@ so the two use both cores). `ledger_findings` returns what it found:
 - balance discontinuities: the day's rows copied in chain order (`l_chain`), so that each row's
   predecessor is seq - 1 (a rowid lookup; a window function runs several times slower).
   balance_after is optional: a row that has one is checked against its predecessor's, when that has
-  one too (a row without is still a movement); the day's first row is not checked against an earlier
-  day's across a day no sync has read in full;
+  one too (a row without is still a movement); the day's first row is checked against an earlier
+  day's last only when the store holds every entry in between (each day from that one's read in full,
+  by a read begun after the day ended);
 - totals per (currency, hour) in one GROUP BY over that copy: the debits and credits that are not
   wallet movements (the report's gross figures) and those of every entry (the wallet's roll-forward).
 
@@ -96,19 +97,23 @@ def _orphans(wallet: str) -> str:
 # The first row of a currency chains from that currency's last transaction before the day (when it
 # shows a balance): the last second that has one is found through the created_at index (text order
 # is time order across seconds), then that second's rows are put in time order. That link is judged
-# only when every day between the two has been read in full (`sync_coverage` of transactions): across a
-# day never synced the store's last entry is not the provider's, and the break would be the store's hole
-# (a night the catch-up has not reached yet), not the provider's. Once the hole is synced, the day
-# matched again judges the link.
+# only when the store holds every entry after that one: its own day and every day up to the matched one
+# read in full (`sync_coverage` of transactions) by a read that began after the day ended. Across a day
+# never synced, or one read only while it lasted (a 15-minute sync at 23:45, the worker down before
+# midnight), the store's last entry is not the provider's, and the break would be the store's hole
+# carrying the unread entries' sum, not the provider's. The link is then not judged (unverified); once the
+# hole is read in full, the day matched again judges it (the nightly run matches again the nights reported
+# after one it catches up, reconcile.jobs.nightly).
 _BREAKS = """
     SELECT 'balance_discontinuity', 'wallet', id, prev + amount, balance, currency,
            'balance_after does not follow from the previous transaction'
     FROM (SELECT b.id, b.amount, b.balance, b.currency,
                  CASE WHEN a.seq IS NOT NULL AND a.currency IS b.currency THEN a.balance
                       ELSE (SELECT CASE WHEN (SELECT COUNT(*) FROM sync_coverage c
-                                              WHERE c.entity = 'transactions' AND c.day > substr(p.created_at, 1, 10)
-                                                AND c.day < :day)
-                                             = julianday(:day) - julianday(substr(p.created_at, 1, 10)) - 1
+                                              WHERE c.entity = 'transactions' AND c.day >= substr(p.created_at, 1, 10)
+                                                AND c.day < :day
+                                                AND c.synced_at >= date(c.day, '+1 day') || 'T00:00:00')
+                                             = julianday(:day) - julianday(substr(p.created_at, 1, 10))
                                         THEN p.balance_after_cents END
                             FROM transactions p
                             WHERE p.created_at < :start AND p.currency IS b.currency

@@ -111,7 +111,7 @@ def test_a_drift_recorded_or_decided_between_the_read_and_the_merge_is_left_as_i
     result = match_day(db, DAY, now=at(10, 25))  # its snapshot: the refund received, the recharge not stuck yet
     db.conn.set_trace_callback(None)
     assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
-    assert result.changes == {"new": 0, "reopened": 0, "changed": 0, "auto_resolved": 0, "newer": 2}
+    assert result.changes == {"new": 0, "reopened": 0, "changed": 0, "restated": 0, "auto_resolved": 0, "newer": 2}
     poller = get_drift(db, outcome[0])
     assert (poller.resolution, poller.last_detected_at) == ("pending", f"{DAY.isoformat()}T10:41:00Z")
     assert [a["action"] for a in audit_trail(db, poller.id)] == ["detected"]
@@ -120,13 +120,14 @@ def test_a_drift_recorded_or_decided_between_the_read_and_the_merge_is_left_as_i
         "escalated", "ticket 7, asked for the refund", "asha")
     assert [a["action"] for a in audit_trail(db, refund.id)] == ["detected", "escalated"]
     # The next run reads them as they are now: the refund received resolves the escalated drift, saying so;
-    # the recharge, stuck on its clock too, is found again and stays as the poller recorded it.
+    # the recharge, stuck on its clock too, is found again and stays as the poller recorded it, its debit (which
+    # the poller does not measure) now shown: a restatement, not a new fact.
     later = match_day(db, DAY, now=at(10, 45))
-    assert later.changes == {"new": 0, "reopened": 0, "changed": 0, "auto_resolved": 1, "newer": 0}
+    assert later.changes == {"new": 0, "reopened": 0, "changed": 0, "restated": 1, "auto_resolved": 1, "newer": 0}
     assert get_drift(db, refund.id).resolution == "resolved"
     assert get_drift(db, refund.id).resolution_note.startswith(f"no longer detected on {DAY.isoformat()} run: credit ")
-    assert get_drift(db, poller.id).resolution == "pending"
-    assert [a["action"] for a in audit_trail(db, poller.id)] == ["detected"]
+    assert (get_drift(db, poller.id).resolution, get_drift(db, poller.id).actual) == ("pending", Decimal("98.00"))
+    assert [a["action"] for a in audit_trail(db, poller.id)] == ["detected", "restated"]
 
 
 def test_a_decision_made_before_the_read_is_merged_as_before(db, ledger):

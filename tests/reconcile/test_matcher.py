@@ -474,25 +474,60 @@ def test_balance_after_must_chain_by_the_amounts(db, ledger):
     assert (d.subject, d.reference, d.expected, d.actual) == ("wallet", broken, Decimal("800.00"), Decimal("850.00"))
 
 
+def read_transactions(db, *backs: int, after_it_ended: bool = True) -> None:
+    """Record that a sync read the transactions of each day `back` days before DAY in full: by a read that began
+    after the day ended (01:05 the next day, as the nightly run's), or while it lasted (23:45, a 15-minute sync's)."""
+    for back in backs:
+        day = DAY - timedelta(days=back)
+        began = at(1, 5, day=day + timedelta(days=1)) if after_it_ended else at(23, 45, day=day)
+        record_sync(db, "transactions", from_day=day.isoformat(), to_day=day.isoformat(),
+                    started_at=began.isoformat().replace("+00:00", "Z"), count=0, days=[day.isoformat()],
+                    advance_to=None)
+
+
 def test_first_transaction_of_the_day_chains_from_the_previous_day(db, ledger):
     ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=1), hour=23)
     first = ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)
+    read_transactions(db, 1)
     run(db)
     assert found(db) == {("balance_discontinuity", "wallet", first)}
 
 
-@pytest.mark.parametrize("covered, judged", [((), False), ((1, 2), True), ((1,), False)])
+@pytest.mark.parametrize("covered, judged", [
+    ((), False), ((3, 2, 1), True),
+    ((2, 1), False),  # the predecessor's own day never read: entries after it may be missing from the store
+    ((3, 1), False),
+])
 def test_the_chain_is_not_judged_across_a_day_no_sync_read(db, ledger, covered, judged):
     """The store's last entry before a day never synced is not the provider's: the link across it would
-    be a false break (a night the catch-up has not reached). Once every day between is synced, it is judged."""
+    be a false break (a night the catch-up has not reached). Once every day from the predecessor's through
+    the day before is read in full, it is judged."""
     ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=DAY - timedelta(days=3), hour=23)
     first = ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)  # 1000 - 100 is not 800
-    for back in covered:
-        day = (DAY - timedelta(days=back)).isoformat()
-        record_sync(db, "transactions", from_day=day, to_day=day, started_at=f"{day}T23:59:00Z", count=0, days=[day],
-                    advance_to=None)
+    read_transactions(db, *covered)
     run(db)
     assert found(db) == ({("balance_discontinuity", "wallet", first)} if judged else set())
+
+
+def test_a_previous_day_read_only_while_it_lasted_does_not_vouch_for_its_last_entry(db, ledger):
+    """The 15-minute sync read the day before at 23:45 and the worker was down before midnight: the entries of
+    23:50 are not in the store, so its last entry (23:00) is not the provider's. The link was judged anyway: a false
+    balance_discontinuity carrying the unread entries' sum (expected 900.00, actual 850.00). Not judged until the
+    day is read in full; once it is, the chain holds, and a real break is still found."""
+    before = DAY - timedelta(days=1)
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", day=before, hour=23)
+    first = ledger.tx("-100.00", type="TOPUP", balance_after="850.00", hour=0)
+    read_transactions(db, 1, after_it_ended=False)
+    run(db)
+    assert found(db) == set()
+    ledger.tx("-50.00", type="TOPUP", balance_after="950.00", day=before, hour=23, minute=50)  # read after midnight
+    read_transactions(db, 1)
+    run(db, now=RUN + timedelta(hours=1))
+    assert found(db) == set()
+    ledger.tx("-100.00", type="TOPUP", balance_after="840.00", id=first, hour=0)  # the provider's own break
+    run(db, now=RUN + timedelta(hours=2))
+    d = one(db, "balance_discontinuity")
+    assert (d.reference, d.expected, d.actual) == (first, Decimal("850.00"), Decimal("840.00"))
 
 
 def test_a_whole_second_comes_before_the_fractions_of_that_second_in_the_chain(db, ledger):
@@ -510,6 +545,7 @@ def test_the_day_chains_from_the_previous_days_last_balance_in_time_not_text_ord
     ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", created_at="2025-03-13T23:59:59Z")
     ledger.tx("-100.00", type="TOPUP", balance_after="900.00", created_at="2025-03-13T23:59:59.900Z")
     ledger.tx("-100.00", type="TOPUP", balance_after="800.00", hour=0)
+    read_transactions(db, 1)  # the link is judged
     run(db)
     assert found(db) == set()
 
@@ -538,6 +574,7 @@ def test_a_currency_without_balances_neither_bridges_nor_breaks_another_currency
     euro = ledger.tx("-5.00", type="RECHARGE", currency="EUR", reference_number="NOBODY-2", hour=0, minute=30)
     ledger.tx("-100.00", type="TOPUP", balance_after="900.00", hour=1)
     broken = ledger.tx("-50.00", type="TOPUP", balance_after="800.00", hour=2)
+    read_transactions(db, 1)  # the link to the day before is judged, and holds
     result = run(db)
     assert found(db) == {("balance_discontinuity", "wallet", broken),
                          ("orphan_transaction", "transaction", no_currency), ("orphan_transaction", "transaction", euro)}
@@ -781,7 +818,7 @@ def test_a_rerun_with_the_same_figures_adds_nothing(db, ledger, decision):
     result = run(db, now=RUN + timedelta(hours=3))
     after = get_drift(db, d.id)
     assert audit_trail(db, d.id) == trail and result.changes == {"new": 0, "reopened": 0, "changed": 0,
-                                                                 "auto_resolved": 0, "newer": 0}
+                                                                 "restated": 0, "auto_resolved": 0, "newer": 0}
     assert (after.resolution, after.resolution_note, after.resolution_by, after.resolution_at) == (
         before.resolution, before.resolution_note, before.resolution_by, before.resolution_at)
 
@@ -849,3 +886,134 @@ def test_a_resolved_drift_whose_detail_alone_reads_differently_stays_resolved(db
                                                                               "asha")
     assert after.detail == d.detail != "worded by an older release"
     assert [a[0] for a in _trail(db, d.id)] == ["detected", "resolved"]
+
+
+# --- figures shown where none was, or nothing left at stake: restated, not reopened ------------
+
+def test_unknown_to_provider_shows_the_debit_the_provider_took_or_that_there_is_none(db, ledger):
+    """The question for support is the debit: "you debited 98.00 in transaction T for a recharge you do not list".
+    It had actual null and no transaction id, and the page said the customer may have been charged nothing."""
+    from partnerkit.store.matching import drift_transactions
+
+    debited, untouched = ledger.recharge(), ledger.recharge()
+    debit = ledger.debit_recharge(debited)
+    ledger.synced([])
+    run(db)
+    drifts = {d.reference: d for d in list_drifts(db, kind="unknown_to_provider")}
+    assert (drifts[debited["reference_number"]].actual, drifts[untouched["reference_number"]].actual) == (
+        Decimal("98.00"), Decimal("0.00"))
+    assert drifts[debited["reference_number"]].detail == (
+        f"recharge {debited['id']} missing from the provider's list, yet the wallet was debited 98.00 for it")
+    assert drifts[untouched["reference_number"]].detail == (
+        f"recharge {untouched['id']} missing from the provider's list, and no wallet debit for it")
+    assert drift_transactions(db, kind="unknown_to_provider") == {drifts[debited["reference_number"]].id: [debit]}
+
+
+def test_a_stuck_recharge_shows_its_debit(db, ledger):
+    rc = ledger.recharge("PROCESSING", hour=10)
+    ledger.debit_recharge(rc)
+    ledger.credit_recharge(rc, amount="18.00", minute=5)
+    run(db, now=at(10, 31))
+    d = one(db, "stuck_processing")
+    assert (d.expected, d.actual) == (Decimal("98.00"), Decimal("80.00"))  # what the wallet is out for it
+    assert d.detail == ("still PROCESSING after 30 minutes: escalate to support with reference_number;"
+                        " the wallet was debited 98.00 for it, credited back 18.00")
+
+
+def _as_an_older_release_stored_it(db, ident: str, **figures) -> None:
+    """The drift's figures as the release before this one wrote them (it showed no actual for these kinds, and a
+    FAILED recharge's missing_debit at its payable)."""
+    for column, cents in figures.items():
+        db.execute(f"UPDATE drifts SET {column} = ? WHERE id = ?", (cents, ident))
+    db.conn.commit()
+
+
+@pytest.mark.parametrize("decision", ["resolved", "escalated"])
+def test_an_upgrade_that_shows_the_debit_of_an_unknown_recharge_keeps_finances_decision(db, ledger, decision):
+    rc = ledger.recharge()
+    ledger.debit_recharge(rc)
+    ledger.synced([])
+    run(db)
+    d = one(db, "unknown_to_provider")
+    _as_an_older_release_stored_it(db, d.id, actual_cents=None)
+    set_resolution(db, d.id, decision, note="support: it exists, list fixed", by="asha", at=RUN)
+    result = run(db, now=RUN + timedelta(hours=1))
+    after = get_drift(db, d.id)
+    assert (after.resolution, after.resolution_note, after.resolution_by, after.actual) == (
+        decision, "support: it exists, list fixed", "asha", Decimal("98.00"))
+    assert _trail(db, d.id)[-1] == ("restated", decision, f"actual none -> 98.00: {after.detail}", "partnerkit")
+    assert (result.changes["changed"], result.changes["restated"]) == (0, 1)
+
+
+def test_a_debit_that_appears_for_a_recharge_the_provider_does_not_list_is_news(db, ledger):
+    rc = ledger.recharge()
+    ledger.synced([])
+    run(db)
+    d = one(db, "unknown_to_provider")
+    set_resolution(db, d.id, "resolved", note="never charged", by="asha", at=RUN)
+    ledger.debit_recharge(rc)  # the provider did take the money
+    run(db, now=RUN + timedelta(hours=1))
+    after = get_drift(db, d.id)
+    assert (after.resolution, after.actual) == ("pending", Decimal("98.00"))
+    assert after.resolution_note.startswith("reopened (was resolved): actual 0.00 -> 98.00: ")
+
+
+def test_a_stuck_drift_finance_escalated_keeps_its_escalation_when_the_match_shows_its_debit(db, ledger):
+    """The poller records stuck_processing with no actual; the match shows the debit (now, or once it lands):
+    neither is a new fact about a recharge still PROCESSING, and neither may undo finance's escalation, nor the
+    escalation survive a go-and-come-back (the restated rows are partnerkit's own)."""
+    rc = ledger.recharge("PROCESSING", hour=10)
+    ident = open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+                       expected=Decimal("98.00"), actual=None, currency="INR", detected_at=at(10, 31))
+    set_resolution(db, ident, "escalated", note="support ticket 9", by="asha", at=at(10, 40))
+    run(db, now=at(10, 45))  # no debit yet: no actual, as the poller wrote it
+    assert (get_drift(db, ident).actual, [a[0] for a in _trail(db, ident)]) == (None, ["detected", "escalated"])
+    ledger.debit_recharge(rc, hour=10, minute=50)
+    run(db, now=at(10, 55))  # its debit landed: 98.00
+    ledger.credit_recharge(rc, amount="18.00", hour=10, minute=56)
+    run(db, now=at(10, 58))  # part of it credited back (an unexpected_refund of its own): 80.00
+    open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+               expected=Decimal("98.00"), actual=None, currency="INR", detected_at=at(11))  # keeps 80.00
+    d = get_drift(db, ident)
+    assert (d.resolution, d.resolution_note, d.actual) == ("escalated", "support ticket 9", Decimal("80.00"))
+    stated = "still PROCESSING after 30 minutes: escalate to support with reference_number; the wallet was debited"
+    assert [(a[0], a[1], a[2]) for a in _trail(db, ident)][1:] == [
+        ("escalated", "escalated", "support ticket 9"),
+        ("restated", "escalated", f"actual none -> 98.00: {stated} 98.00 for it"),
+        ("restated", "escalated", f"actual 98.00 -> 80.00: {stated} 98.00 for it, credited back 18.00")]
+    recharge_store.upsert_from_provider(db, [{**rc, "status": "SUCCESS", "updated_at": at(11, 5).isoformat()}],
+                                        at(11, 5))
+    run(db, now=at(11, 10))
+    assert get_drift(db, ident).resolution == "resolved"
+    open_drift(db, kind="stuck_processing", subject="recharge", reference=rc["reference_number"],
+               expected=Decimal("98.00"), actual=None, currency="INR", detected_at=at(11, 15))
+    back = get_drift(db, ident)
+    assert (back.resolution, back.resolution_note, back.resolution_by) == ("escalated", "support ticket 9", "asha")
+
+
+def test_a_failed_recharge_with_neither_debit_nor_credit_puts_nothing_at_stake(db, ledger):
+    """The wallet is right (FAILED is not spend, nothing taken): flagged, since the document says it shows the debit
+    and its credit back, but at its net, with words of its own; before, expected was its payable, all "at stake"."""
+    rc = ledger.recharge("FAILED")
+    run(db)
+    d = one(db, "missing_debit")
+    assert (d.id, d.expected, d.actual) == (drift_id("missing_debit", "recharge", rc["reference_number"]),
+                                            Decimal("0.00"), Decimal("0.00"))
+    assert d.detail == ("FAILED recharge with neither its debit nor its credit back (payable 98.00):"
+                        " the wallet nets to zero, nothing at stake")
+
+
+@pytest.mark.parametrize("decision", ["resolved", "escalated"])
+def test_an_upgrade_that_states_a_failed_missing_debit_at_its_net_keeps_finances_decision(db, ledger, decision):
+    rc = ledger.recharge("FAILED")
+    run(db)
+    d = one(db, "missing_debit")
+    _as_an_older_release_stored_it(db, d.id, expected_cents=9800)
+    set_resolution(db, d.id, decision, note="provider confirmed FAILED", by="asha", at=RUN)
+    run(db, now=RUN + timedelta(hours=1))
+    after = get_drift(db, d.id)
+    assert (after.resolution, after.resolution_note, after.expected) == (
+        decision, "provider confirmed FAILED", Decimal("0.00"))
+    assert _trail(db, d.id)[-1][:2] == ("restated", decision)
+    assert _trail(db, d.id)[-1][2].startswith("expected 98.00 -> 0.00: FAILED recharge with neither")
+    assert rc["reference_number"] == after.reference

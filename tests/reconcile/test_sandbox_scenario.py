@@ -79,6 +79,16 @@ def test_every_drift_kind_on_the_sandbox_with_the_same_ids_on_a_rerun(world):
     assert ("missing_refund", unrefunded.reference_number) in references
     assert ("unknown_to_provider", forgotten.reference_number) in references
     assert ("orphan_transaction", "GHOST-1") not in references  # orphans are named by transaction id
+    # The recharge the provider forgot, and the stuck one, were debited: the question for support is that debit
+    # ("you debited 97.50 in transaction 700015 for a recharge you do not list"), not whether it exists at all.
+    for kind, recharge in (("unknown_to_provider", forgotten), ("stuck_processing", stuck)):
+        drift = next(d for d in first["drifts"] if d["kind"] == kind)
+        debit = debit_of(recharge.id)
+        assert (drift["expected"], drift["actual"], drift["transaction_ids"]) == (
+            f"{recharge.payable:.2f}", f"{recharge.payable:.2f}", [str(debit["id"])]), drift
+        assert f"debited {recharge.payable:.2f}" in drift["detail"]
+        # Its whole amount is still at stake: a debit does not settle a recharge the provider does not list.
+        assert first["summary"]["drift_amount_by_kind"][kind] == {"INR": f"{recharge.payable:.2f}"}
 
     escalated = next(d for d in first["drifts"] if d["kind"] == "duplicate_debit")
     set_resolution(db, escalated["id"], "escalated", note="support ticket", by="finance", at=datetime.now(timezone.utc))
@@ -86,6 +96,27 @@ def test_every_drift_kind_on_the_sandbox_with_the_same_ids_on_a_rerun(world):
     assert sorted(d["id"] for d in again["drifts"]) == sorted(d["id"] for d in first["drifts"])
     assert next(d for d in again["drifts"] if d["id"] == escalated["id"])["resolution"] == "escalated"
     assert again["summary"]["recharges_total"] == first["summary"]["recharges_total"] == 10
+
+
+def test_a_failed_recharge_whose_debit_and_credit_the_provider_lost_puts_nothing_at_stake(world):
+    """A FAILED recharge shows its debit and its credit back; with both gone from the provider's list the wallet
+    still nets to zero. Flagged (missing_debit, same id as ever), but it said its payable was at stake and that
+    "the provider may still debit it"."""
+    server, config, db, client = world
+    day = YESTERDAY_10.date()
+    failed = submit(config, db, client, mobile_number="9800000054", operator_id=1, amount=199, force=True).recharge
+    assert failed.status == "FAILED"
+    pair = [t for t in client.iter_transactions(from_date=day, to_date=day) if t.get("recharge_id") == failed.id]
+    assert sorted(t["direction"] for t in pair) == ["CREDIT", "DEBIT"]
+    for t in pair:
+        control(server, "DELETE", f"/transactions/{t['id']}")
+    report = reconcile_day(config, db, client, day)
+    [drift] = report["drifts"]
+    assert (drift["id"], drift["kind"], drift["expected"], drift["actual"], drift["transaction_ids"]) == (
+        drift_id("missing_debit", "recharge", failed.reference_number), "missing_debit", "0.00", "0.00", [])
+    assert drift["detail"] == (f"FAILED recharge with neither its debit nor its credit back (payable {failed.payable:.2f}):"
+                               " the wallet nets to zero, nothing at stake")
+    assert report["summary"]["drift_amount_by_kind"] == {"missing_debit": {"INR": "0.00"}}
 
 
 def test_a_converted_order_with_its_charge_reconciles_on_the_sandbox(world):
