@@ -39,9 +39,12 @@ KIND_GUIDE: dict[str, tuple[str, str]] = {
         "the outcome unknown.",
         "Escalate to the provider's support with the reference_number. Never resubmit it."),
     "balance_discontinuity": (
-        "A transaction's balance_after does not follow from the one before it: the provider's history is "
-        "missing or has altered a movement (the reference is the transaction id where the chain breaks).",
-        "Escalate with the transaction id."),
+        "A transaction's balance_after does not follow from the one before it (the reference is the transaction "
+        "id where the chain breaks), or the provider's wallet balance differs from the ledger's at the time it "
+        "was read (reference `wallet CUR DAY`; expected: the ledger's balance, actual: the provider's): the "
+        "provider's history is missing or has altered a movement.",
+        "Escalate with the transaction id, or for a wallet the currency, the time the balance was read and "
+        "both balances."),
     "voucher_shortfall": (
         "An order delivered fewer vouchers than it was paid for, as stored (expected and actual are voucher "
         "counts, not money).",
