@@ -29,6 +29,7 @@ from typing import Any
 from partnerkit.money import from_cents
 from partnerkit.store import Database, ledger as ledger_store, matching, matching_ledger, transaction
 from partnerkit.store.db import connect, database_file
+from partnerkit.store.drifts import wallet_reference
 from partnerkit.store.matching_ledger import LedgerFindings
 from partnerkit.store.snapshots import end_read, pin_same_snapshot, pin_snapshot
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -187,9 +188,6 @@ def _timing(then: ledger_store.Entry, provider: int, after: list[ledger_store.En
     return []
 
 
-WALLET_REFERENCE = "wallet {currency} {day}"
-
-
 def wallet_drifts(day: date, wallets: dict[str, dict[str, Any]]) -> list[tuple]:
     """The day's `balance_discontinuity` drifts of subject `wallet` (m_candidate rows): one per currency whose
     provider's balance differs from the ledger's, UNEXPLAINED (compare_wallet). Reference `wallet INR
@@ -203,7 +201,7 @@ def wallet_drifts(day: date, wallets: dict[str, dict[str, Any]]) -> list[tuple]:
         gap = from_cents(abs(provider - then))
         way = ("below the ledger's: money left the wallet" if provider < then
                else "above the ledger's: money came into the wallet")
-        found.append(("balance_discontinuity", "wallet", WALLET_REFERENCE.format(currency=currency, day=day.isoformat()),
+        found.append(("balance_discontinuity", "wallet", wallet_reference(currency, day.isoformat()),
                       then, provider, currency,
                       f"the provider's {currency} balance read at {w['provider_at']} is {gap} {way} that no entry it "
                       f"lists explains (the ledger then: balance_after of transaction {w['ledger_entry']})"))

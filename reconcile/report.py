@@ -27,7 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_ids, spreadsheet_safe
 from partnerkit.money import CENT, fmt
-from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, figure
+from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, figure, wallet_reference
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
 
@@ -471,7 +471,7 @@ def wallet_differences(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         found.append({"currency": currency, "amount": difference.lstrip("-"), "below": difference.startswith("-"),
                       "at": w.get("provider_balance_at"), "status": status or "unexplained",
-                      "reference": f"wallet {currency} {report['date']}"})
+                      "reference": wallet_reference(currency, report["date"])})
     return found
 
 

@@ -70,6 +70,13 @@ class Drift:
     resolution_at: str | None
 
 
+def wallet_reference(currency: str, day: str) -> str:
+    """The reference of a wallet's `balance_discontinuity` drift of a report day (`wallet INR 2026-11-22`): the
+    provider's balance differs from the ledger's when it was read, and no entry explains it (reconcile.matcher.
+    wallet_drifts). The currency names the wallet, the day the report: the same drift on every re-run of the day."""
+    return f"wallet {currency} {day}"
+
+
 def drift_id(kind: str, subject: str, reference: str) -> str:
     """The stable id of a drift: "d_" + the first 16 hex digits of sha256(kind|subject|reference)."""
     return "d_" + hashlib.sha256(f"{kind}|{subject}|{reference}".encode()).hexdigest()[:16]
