@@ -41,7 +41,7 @@ KIND_GUIDE: dict[str, tuple[str, str]] = {
     "balance_discontinuity": (
         "A transaction's balance_after does not follow from the one before it (the reference is the transaction "
         "id where the chain breaks), or the provider's wallet balance differs from the ledger's at the time it "
-        "was read (reference `wallet CUR DAY`; expected: the ledger's balance, actual: the provider's): the "
+        "was read (reference `wallet INR after 700005`, the entry the money moved after; expected: the ledger's balance, actual: the provider's): the "
         "provider's history is missing or has altered a movement.",
         "Escalate with the transaction id, or for a wallet the currency, the time the balance was read and "
         "both balances."),

@@ -29,7 +29,7 @@ from typing import Any
 from partnerkit.money import from_cents
 from partnerkit.store import Database, ledger as ledger_store, matching, matching_ledger, transaction
 from partnerkit.store.db import connect, database_file
-from partnerkit.store.drifts import wallet_reference
+from partnerkit.store.drifts import drift_id, wallet_reference
 from partnerkit.store.matching_ledger import LedgerFindings
 from partnerkit.store.snapshots import end_read, pin_same_snapshot, pin_snapshot
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -162,8 +162,10 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int) -> di
     explained = _timing(then, provider, after, before)
     if explained:
         return {**found, "verdict": TIMING, "explained_by": explained}
-    trusted = ledger_store.read_since(conn, then.created_at[:10], taken_at)
-    return {**found, "verdict": UNEXPLAINED if trusted else UNCONFIRMED}
+    if not ledger_store.read_since(conn, then.created_at[:10], taken_at):
+        return {**found, "verdict": UNCONFIRMED}
+    return {**found, "verdict": UNEXPLAINED,
+            "drift": drift_id("balance_discontinuity", "wallet", wallet_reference(currency, then.id))}
 
 
 def _timing(then: ledger_store.Entry, provider: int, after: list[ledger_store.Entry],
@@ -190,9 +192,10 @@ def _timing(then: ledger_store.Entry, provider: int, after: list[ledger_store.En
 
 def wallet_drifts(day: date, wallets: dict[str, dict[str, Any]]) -> list[tuple]:
     """The day's `balance_discontinuity` drifts of subject `wallet` (m_candidate rows): one per currency whose
-    provider's balance differs from the ledger's, UNEXPLAINED (compare_wallet). Reference `wallet INR
-    2026-11-22` (currency and report day: the same drift on every re-run of the day, whatever snapshot it
-    holds); expected the ledger's balance then, actual the provider's."""
+    provider's balance differs from the ledger's, UNEXPLAINED (compare_wallet). Reference `wallet INR after
+    700005` (partnerkit.store.drifts.wallet_reference: the ledger entry the money moved after, so that nights a
+    difference stands on without a new entry, and nights a catch-up run holds against one snapshot, find one
+    drift, not one each); expected the ledger's balance then, actual the provider's."""
     found = []
     for currency, w in wallets.items():
         if w.get("verdict") != UNEXPLAINED:
@@ -201,10 +204,10 @@ def wallet_drifts(day: date, wallets: dict[str, dict[str, Any]]) -> list[tuple]:
         gap = from_cents(abs(provider - then))
         way = ("below the ledger's: money left the wallet" if provider < then
                else "above the ledger's: money came into the wallet")
-        found.append(("balance_discontinuity", "wallet", wallet_reference(currency, day.isoformat()),
+        found.append(("balance_discontinuity", "wallet", wallet_reference(currency, w["ledger_entry"]),
                       then, provider, currency,
-                      f"the provider's {currency} balance read at {w['provider_at']} is {gap} {way} that no entry it "
-                      f"lists explains (the ledger then: balance_after of transaction {w['ledger_entry']})"))
+                      f"the provider's {currency} balance read at {w['provider_at']} is {gap} {way} after transaction "
+                      f"{w['ledger_entry']} without an entry it lists"))
     return found
 
 

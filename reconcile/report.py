@@ -27,7 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from partnerkit.csvcell import FORMULA_STARTS, spreadsheet_id, spreadsheet_ids, spreadsheet_safe
 from partnerkit.money import CENT, fmt
-from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, figure, wallet_reference
+from partnerkit.store.drifts import COUNT_KINDS, RESOLUTIONS, figure
 from partnerkit.timeutil import iso, parse_ts, utcnow
 from reconcile.drift_guide import KIND_GUIDE, KIND_ORDER
 
@@ -138,10 +138,11 @@ def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
         "ledger_balance_at_provider_time": fmt(then),
         "provider_difference": None if provider is None or then is None else fmt(provider - then),
         # Added since: how the difference reads (reconcile.matcher.compare_wallet: "agrees", "timing",
-        # "unexplained", "unconfirmed"; None when not compared) and, for "timing", the entries dated across the
-        # provider's read that explain it.
+        # "unexplained", "unconfirmed"; None when not compared), for "timing" the entries dated across the
+        # provider's read that explain it, for "unexplained" the id of its balance_discontinuity drift.
         "provider_difference_status": w.get("verdict"),
         "provider_difference_explained_by": list(w.get("explained_by") or []),
+        "provider_difference_drift": w.get("drift"),
     }
 
 
@@ -463,7 +464,7 @@ def wallet_differences(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The wallets whose provider's balance differs from the ledger's and nothing explains (STANDING; a report
     stored before `provider_difference_status` existed: any difference but 0.00), in currency order: currency,
     `amount` (unsigned), `below` (the provider's balance is below the ledger's: money left the wallet), `at`
-    (when the provider's balance was read), `status`, `reference` (the drift's, when "unexplained")."""
+    (when the provider's balance was read), `status`, `drift` (its id, when "unexplained")."""
     found = []
     for currency, w in report.get("wallets", {}).items():
         difference, status = w.get("provider_difference"), w.get("provider_difference_status")
@@ -471,7 +472,7 @@ def wallet_differences(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         found.append({"currency": currency, "amount": difference.lstrip("-"), "below": difference.startswith("-"),
                       "at": w.get("provider_balance_at"), "status": status or "unexplained",
-                      "reference": wallet_reference(currency, report["date"])})
+                      "drift": w.get("provider_difference_drift")})
     return found
 
 

@@ -397,7 +397,7 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         day = status["last_report_date"]
         lines.append(f"the report of {day} holds the provider's wallet balance against the ledger's and no entry "
                      f"explains the difference: {'; '.join(status['wallet_differences'])}. An unexplained one is the "
-                     f"balance_discontinuity drift `wallet CUR {day}` (`partnerkit drifts list --date {day}`): "
+                     "balance_discontinuity drift named (`partnerkit drifts show ID`): "
                      "escalate it to the provider's support with the currency, the time and both balances; an "
                      "unconfirmed one may be entries made while partnerkit read the wallets: once the worker's next "
                      f"sync has run, `partnerkit reconcile --date {day}` judges it again")

@@ -206,7 +206,8 @@ STANDING_WALLET = ("unexplained", "unconfirmed")
 
 def wallet_differences(db: Database, day: str | None) -> list[str]:
     """The wallets of the report of `day` (the latest complete one) whose provider's balance differs from the
-    ledger's and nothing explains ("INR 50.00 below the ledger's at 2026-11-23T00:05:00Z (unexplained)"), but
+    ledger's and nothing explains ("INR 50.00 below the ledger's at 2026-11-23T00:05:00Z (unexplained, drift
+    d_...)"), but
     those whose drift finance or a later run has resolved. A report stored before the verdict existed: none.
     The stored report's body (no drift table) and a drift by its id."""
     report = reports.get_report(db, day) if day is not None else None
@@ -215,16 +216,16 @@ def wallet_differences(db: Database, day: str | None) -> list[str]:
         verdict, difference = w.get("provider_difference_status"), w.get("provider_difference")
         if verdict not in STANDING_WALLET or difference in (None, "0.00"):
             continue
-        if verdict == "unexplained":
-            ident = drifts.drift_id("balance_discontinuity", "wallet", drifts.wallet_reference(currency, day))
+        if verdict == "unexplained" and w.get("provider_difference_drift"):
             try:
-                if drifts.get_drift(db, ident).resolution == "resolved":
+                if drifts.get_drift(db, w["provider_difference_drift"]).resolution == "resolved":
                     continue
             except drifts.UnknownDrift:
                 pass
         way = "below" if difference.startswith("-") else "above"
+        drift = f", drift {w['provider_difference_drift']}" if w.get("provider_difference_drift") else ""
         found.append(f"{currency} {difference.lstrip('-')} {way} the ledger's at {w.get('provider_balance_at')} "
-                     f"({verdict})")
+                     f"({verdict}{drift})")
     return found
 
 

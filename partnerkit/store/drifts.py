@@ -70,11 +70,13 @@ class Drift:
     resolution_at: str | None
 
 
-def wallet_reference(currency: str, day: str) -> str:
-    """The reference of a wallet's `balance_discontinuity` drift of a report day (`wallet INR 2026-11-22`): the
-    provider's balance differs from the ledger's when it was read, and no entry explains it (reconcile.matcher.
-    wallet_drifts). The currency names the wallet, the day the report: the same drift on every re-run of the day."""
-    return f"wallet {currency} {day}"
+def wallet_reference(currency: str, entry: str) -> str:
+    """The reference of a wallet's `balance_discontinuity` drift (`wallet INR after 700005`): the provider's
+    balance differs from the ledger's when it was read, no entry explains it, and the ledger's balance then is
+    that after transaction `entry` (reconcile.matcher.wallet_drifts). The money moved after that entry without
+    one: the same drift on every re-run, and on every night the difference stands while the wallet has no new
+    entry (it then belongs to the latest day that found it), however many snapshots show it."""
+    return f"wallet {currency} after {entry}"
 
 
 def drift_id(kind: str, subject: str, reference: str) -> str:

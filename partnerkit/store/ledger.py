@@ -484,15 +484,16 @@ def around(db: Database | sqlite3.Connection, currency: str, moment: str, *, sin
 def read_since(db: Database | sqlite3.Connection, first_day: str, moment: str) -> bool:
     """Whether the store holds every wallet entry the provider lists from `first_day` up to `moment`: each day
     from `first_day` through `moment`'s day read in full (`sync_coverage`) by a read that began after the day
-    ended or at or after `moment` (an entry made before a read began is in what it listed). One range of
-    sync_coverage's primary key."""
+    ended or after `moment` (an entry made before a read began is in what it listed; a read stamped with
+    `moment`'s own second may be the walk of the sync that read the balance then, and does not count). One
+    range of sync_coverage's primary key."""
     last_day = moment[:10]
     if first_day > last_day:
         return True
     row = db.execute(
         "SELECT COUNT(*) = CAST(julianday(:last) - julianday(:first) AS INTEGER) + 1 FROM sync_coverage"
         " WHERE entity = 'transactions' AND day >= :first AND day <= :last"
-        " AND synced_at >= min(:moment, date(day, '+1 day') || 'T00:00:00Z')",
+        " AND (synced_at > :moment OR synced_at >= date(day, '+1 day') || 'T00:00:00Z')",
         {"first": first_day, "last": last_day, "moment": moment}).fetchone()
     return bool(row[0])
 

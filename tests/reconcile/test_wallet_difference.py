@@ -19,7 +19,6 @@ from tests.reconcile.reconcile_helpers import DAY, at
 
 NEXT = DAY + timedelta(days=1)
 RUN = at(2, day=NEXT)
-REFERENCE = "wallet INR 2025-03-14"
 
 
 @pytest.fixture(autouse=True, params=["one connection", "ledger side in a thread"])
@@ -50,9 +49,9 @@ def a_day(ledger):
     """A top-up and a recharge on DAY (balance 1101.50 at its end); the first entry after midnight at 00:10."""
     ledger.tx("1200.00", type="TOPUP", balance_after="1200.00", hour=1)
     good = ledger.recharge(payable="98.50")
-    ledger.debit_recharge(good, hour=9, balance_after="1101.50")
+    debit = ledger.debit_recharge(good, hour=9, balance_after="1101.50")
     ledger.nightly_read(good, when=at(0, 45, day=NEXT))  # DAY read in full after it ended
-    return good
+    return debit
 
 
 def next_day_read(ledger, when):
@@ -67,23 +66,25 @@ def wallet_drifts(report):
 def test_money_gone_without_an_entry_is_a_wallet_drift_once_the_store_vouches_for_every_entry(db, ledger, report_of,
                                                                                             config):
     """h02 finding 1: the provider took 50.00 and deleted the entry; the report said "reconciles"."""
-    a_day(ledger)
+    last = a_day(ledger)
     snapshot(db, at(0, 5, day=NEXT), INR=1051.50)   # the first read after the day: 50.00 below the ledger
     next_day_read(ledger, at(0, 15, day=NEXT))      # a read begun after it listed every entry up to it
     report = report_of()
+    reference = f"wallet INR after {last}"
     w = report["wallets"]["INR"]
     assert (w["ledger_balance_at_provider_time"], w["provider_difference"], w["provider_difference_status"]) == (
         "1101.50", "-50.00", "unexplained")
     [drift] = wallet_drifts(report)
     assert (drift["reference"], drift["expected"], drift["actual"], drift["currency"], drift["resolution"]) == (
-        REFERENCE, "1101.50", "1051.50", "INR", "pending")
-    assert drift["id"] == drift_store.drift_id("balance_discontinuity", "wallet", REFERENCE)
-    assert "50.00 below the ledger's: money left the wallet" in drift["detail"]
+        reference, "1101.50", "1051.50", "INR", "pending")
+    assert drift["id"] == drift_store.drift_id("balance_discontinuity", "wallet", reference) == w[
+        "provider_difference_drift"]
+    assert f"50.00 below the ledger's: money left the wallet after transaction {last}" in drift["detail"]
     html = page(config)
     assert "every recharge, order and transaction of the day reconciles" not in html
     assert ("INR wallet: the provider's balance read at 2025-03-15T00:05:00Z is 50.00 INR below the ledger's then"
             in html)
-    assert f"the balance_discontinuity drift <code>{REFERENCE}</code>" in html
+    assert f"the balance_discontinuity drift <code>{drift['id']}</code>" in html
     assert report["counts_by_status"]["drifts"]["pending"] == 1
     # the same drift on a re-run: same id, detected_at kept
     again = wallet_drifts(report_of(now=RUN + timedelta(hours=1)))
@@ -94,7 +95,7 @@ def test_a_quiet_wallet_is_compared_from_its_last_entry_on_an_earlier_day(db, le
     """h02 finding 2: no USD entry on the day the money vanished; the ledger's balance then is the last one
     before it, and the difference is a drift like any other."""
     a_day(ledger)
-    ledger.tx("500.00", type="TOPUP", currency="USD", balance_after="500.00", day=DAY - timedelta(days=1))
+    topup = ledger.tx("500.00", type="TOPUP", currency="USD", balance_after="500.00", day=DAY - timedelta(days=1))
     ledger.read_in_full(day=DAY - timedelta(days=1), when=at(0, 45, day=DAY))
     snapshot(db, at(0, 5, day=NEXT), INR=1101.50, USD=475)
     next_day_read(ledger, at(0, 15, day=NEXT))
@@ -104,7 +105,7 @@ def test_a_quiet_wallet_is_compared_from_its_last_entry_on_an_earlier_day(db, le
             usd["provider_difference_status"]) == (None, "500.00", "-25.00", "unexplained")
     assert report["wallets"]["INR"]["provider_difference_status"] == "agrees"
     assert [(d["reference"], d["expected"], d["actual"], d["currency"]) for d in wallet_drifts(report)] == [
-        ("wallet USD 2025-03-14", "500.00", "475.00", "USD")]
+        (f"wallet USD after {topup}", "500.00", "475.00", "USD")]
 
 
 def test_a_quiet_wallet_across_a_day_no_read_covered_is_not_confirmed(db, ledger, report_of, config):
@@ -190,14 +191,41 @@ def test_entries_dated_just_before_the_read_made_after_it_are_timing(db, ledger,
 
 
 def test_an_idle_day_with_a_wallet_difference_is_not_no_activity(db, ledger, report_of, config):
-    ledger.tx("1200.00", type="TOPUP", balance_after="1200.00", day=DAY - timedelta(days=1))
+    topup = ledger.tx("1200.00", type="TOPUP", balance_after="1200.00", day=DAY - timedelta(days=1))
     ledger.read_in_full(day=DAY - timedelta(days=1), when=at(0, 45, day=DAY))
     ledger.read_in_full(day=DAY, when=at(0, 45, day=NEXT))
     snapshot(db, at(0, 5, day=NEXT), INR=1150)
     next_day_read(ledger, at(0, 15, day=NEXT))
     report = report_of()
     assert report["summary"]["transactions_total"] == 0
-    assert [d["reference"] for d in wallet_drifts(report)] == [REFERENCE]
+    assert [d["reference"] for d in wallet_drifts(report)] == [f"wallet INR after {topup}"]
     html = page(config)
     assert "No activity" not in html and "reconciles" not in html  # the drift table instead
     assert "INR wallet: the provider's balance read at 2025-03-15T00:05:00Z is 50.00 INR below" in html
+
+
+def test_nights_a_difference_stands_on_find_one_drift_not_one_each(db, ledger, report_of, config):
+    """A catch-up run holds two nights against its one snapshot, and a wallet with no new entry shows the same
+    difference night after night: the money moved once, after the same entry. One drift, on the latest day."""
+    last = a_day(ledger)
+    ledger.read_in_full(day=NEXT, when=at(0, 45, day=NEXT + timedelta(days=1)))
+    snapshot(db, at(0, 5, day=NEXT + timedelta(days=1)), INR=1051.50)   # the catch-up's read, after both nights
+    ledger.read_in_full(day=NEXT + timedelta(days=1), when=at(0, 15, day=NEXT + timedelta(days=1)))
+    later = at(2, day=NEXT + timedelta(days=1))
+    first, second = report_of(now=later), report_of(now=later, day=NEXT)
+    assert first["wallets"]["INR"]["provider_difference_status"] == "unexplained"
+    assert second["wallets"]["INR"]["provider_difference_drift"] == first["wallets"]["INR"]["provider_difference_drift"]
+    [drift] = drift_store.list_drifts(db, kind="balance_discontinuity")
+    assert (drift.reference, drift.report_date, drift.resolution) == (f"wallet INR after {last}", NEXT.isoformat(),
+                                                                     "pending")
+
+
+def test_the_read_of_the_sync_that_read_the_balance_does_not_vouch_for_it(db, ledger, report_of, config):
+    """A quick sync's walk and its wallet read share a second: its coverage stamp (when it began) equals the
+    snapshot's, yet its walk listed the entries before the balance was read. Only a read begun after counts."""
+    a_day(ledger)
+    snapshot(db, at(0, 5, day=NEXT), INR=1051.50)
+    next_day_read(ledger, at(0, 5, day=NEXT))
+    report = report_of()
+    assert report["wallets"]["INR"]["provider_difference_status"] == "unconfirmed"
+    assert wallet_drifts(report) == []
