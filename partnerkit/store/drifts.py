@@ -75,7 +75,7 @@ def wallet_reference(currency: str, entry: str) -> str:
     balance differs from the ledger's when it was read, no entry explains it, and the ledger's balance then is
     that after transaction `entry` (reconcile.matcher.wallet_drifts). The money moved after that entry without
     one: the same drift on every re-run, and on every night the difference stands while the wallet has no new
-    entry (it then belongs to the latest day that found it), however many snapshots show it."""
+    entry (it then belongs to the day whose run found it last), however many snapshots show it."""
     return f"wallet {currency} after {entry}"
 
 

@@ -121,12 +121,13 @@ def test_wallet_rolls_forward_and_matches_the_provider_read_after_the_day(db, le
                         "closing_balance": "1101.50", "roll_forward_difference": "0.00",
                         "provider_balance": "1051.50", "provider_balance_at": "2025-03-15T00:30:00Z",
                         "ledger_balance_at_provider_time": "1051.50", "provider_difference": "0.00",
-                        "provider_difference_status": "agrees", "provider_difference_explained_by": []}
+                        "provider_difference_status": "agrees", "provider_difference_explained_by": [],
+                        "provider_difference_drift": None}
     assert w["USD"] == {"opening_balance": None, "credits": "0.00", "debits": "0.00", "closing_balance": None,
                         "roll_forward_difference": None, "provider_balance": "20.00",
                         "provider_balance_at": "2025-03-15T00:30:00Z", "ledger_balance_at_provider_time": None,
                         "provider_difference": None, "provider_difference_status": None,
-                        "provider_difference_explained_by": []}
+                        "provider_difference_explained_by": [], "provider_difference_drift": None}
 
 
 def test_a_provider_balance_the_ledger_does_not_explain_is_the_difference(db, ledger, report_of):
