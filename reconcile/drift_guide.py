@@ -41,9 +41,12 @@ KIND_GUIDE: dict[str, tuple[str, str]] = {
         "Escalate to the provider's support with the reference_number, and the debit's transaction id when "
         "actual shows one: that money is held until it settles. Never resubmit it."),
     "balance_discontinuity": (
-        "A transaction's balance_after does not follow from the one before it: the provider's history is "
-        "missing or has altered a movement (the reference is the transaction id where the chain breaks).",
-        "Escalate with the transaction id."),
+        "A transaction's balance_after does not follow from the one before it (the reference is the transaction "
+        "id where the chain breaks), or the provider's wallet balance differs from the ledger's at the time it "
+        "was read (reference `wallet INR after 700005`, the entry the money moved after; expected: the ledger's balance, actual: the provider's): the "
+        "provider's history is missing or has altered a movement.",
+        "Escalate with the transaction id, or for a wallet the currency, the time the balance was read and "
+        "both balances."),
     "voucher_shortfall": (
         "An order delivered fewer vouchers than it was paid for, as stored (expected and actual are voucher "
         "counts, not money).",

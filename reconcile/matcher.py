@@ -29,9 +29,10 @@ from typing import Any
 from partnerkit.money import from_cents
 from partnerkit.store import Database, ledger as ledger_store, matching, matching_ledger, transaction
 from partnerkit.store.db import connect, database_file
+from partnerkit.store.drifts import drift_id, wallet_reference
 from partnerkit.store.matching_ledger import LedgerFindings
 from partnerkit.store.snapshots import end_read, pin_same_snapshot, pin_snapshot
-from partnerkit.timeutil import iso, utcnow
+from partnerkit.timeutil import iso, parse_ts, utcnow
 
 # Transaction types that move the wallet without a recharge or order behind them; never orphans.
 WALLET_TYPES = ("TOPUP", "TOP_UP", "DEPOSIT", "FUNDING", "CREDIT_TOPUP", "OPENING_BALANCE",
@@ -78,6 +79,18 @@ def day_bounds(day: date) -> tuple[str, str]:
 
 
 _WALLET_MONEY = ("debits", "credits", "opening", "closing", "provider", "ledger_then")
+# How the provider's balance compares with the ledger's at the moment it was read (the report's
+# `provider_difference_status`): the same; different, but entries dated across the read explain it (TIMING);
+# different, and the store holds every entry the provider lists up to the read, so nothing explains it
+# (UNEXPLAINED: a `balance_discontinuity` drift, subject `wallet`); different, and a read of the wallet's entries
+# begun since is still to come (UNCONFIRMED: entries made while partnerkit read the wallets may explain it).
+AGREES, TIMING, UNEXPLAINED, UNCONFIRMED = "agrees", "timing", "unexplained", "unconfirmed"
+# The timing check looks at this many index entries on each side of the read's time, and back this far: a
+# provider's clock ahead of ours stamps entries it made before the read after it (the demo's sandbox runs 40
+# times faster: by count, not time), one behind stamps entries made after the read before it (NTP keeps a real
+# one within a second).
+TIMING_ENTRIES = 200
+CLOCK_BEHIND = timedelta(minutes=1)
 
 
 def _hour(day: date, hour: int) -> str:
@@ -88,12 +101,15 @@ def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, 
                     snapshots_through: datetime | None = None) -> dict[str, dict[str, Any]]:
     """Per currency, the day's roll-forward in paise (opening and closing balance from the entries'
     balance_after, None where the provider gives none; every entry's debits and credits) and the provider's
-    wallet balance from a snapshot, with the ledger's balance at the snapshot's time.
+    wallet balance from a snapshot, with the ledger's balance at the snapshot's time and how the two compare
+    (`compare_wallet`).
 
     Snapshots up to `now` count, and up to `snapshots_through` when later: the one the report's own sync
     took, stamped when it read the wallets, after the `now` its report carries (reconcile.sync.sync_range).
     A handful of index lookups per currency: each edge entry is looked for within the hour `totals` says
-    holds it, and the snapshot's time within the day or just after it.
+    holds it, the snapshot's time within the day or just after it, and the ledger's balance then from the last
+    entry up to it on any day (partnerkit.store.ledger.entry_at): a wallet no entry of the day moved is compared
+    too, where an unexplained movement matters most.
     """
     start, end = day_bounds(day)
     hours: dict[str, list[int]] = {}
@@ -111,19 +127,88 @@ def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, 
     snapshot = ledger_store.snapshot_near(conn, start, end, iso(max(now, snapshots_through or now)))
     if snapshot is not None:
         taken_at, balances = snapshot
-        through = taken_at[:19] + "~"  # every entry of the snapshot's second (text order: see ledger.edge_entry)
         for currency, balance in balances.items():
             w = wallets.setdefault(currency, {"debits": 0, "credits": 0, "opening": None, "closing": None})
-            w.update(provider=balance, provider_at=taken_at, ledger_then=w["closing"])
-            if taken_at >= end:  # read after the day: the entries since midnight up to then count too
-                later = ledger_store.edge_entry(conn, currency, end, through, last=True)
-                w["ledger_then"] = w["closing"] if later is None else later[0]
-            elif iso(now) >= end:  # an old snapshot of the day: the ledger as it stood then
-                earlier = ledger_store.edge_entry(conn, currency, start, through, last=True)
-                w["ledger_then"] = None if earlier is None else earlier[0]
-            # else a report of the day so far: the sync that took the snapshot read every entry up to it,
-            # so the day's last entry is the ledger's balance then (on any clock: the sandbox's runs fast).
+            w.update(provider=balance, provider_at=taken_at, **compare_wallet(conn, currency, taken_at, balance))
     return dict(sorted(wallets.items()))
+
+
+def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int) -> dict[str, Any]:
+    """The ledger's balance when the provider's `provider` (paise) was read at `taken_at`, and the verdict.
+
+    `ledger_then`: the balance_after of the last entry up to the read, on any day (None: the store holds none,
+    or it carries no balance_after); `ledger_entry`: that entry's id. `verdict` (None when not compared):
+
+    - AGREES: the same.
+    - TIMING: the clocks, not money: the ledger's chain, unbroken from `ledger_then`, reaches the provider's
+      balance through entries dated after the read (made before it on a clock ahead of ours) or, read back,
+      through entries dated in the CLOCK_BEHIND before it (made after it on a clock behind ours);
+      `explained_by` names them. A deleted movement breaks the chain at the next entry, so it is never timing.
+    - UNEXPLAINED: not timing, and every day from the ledger entry's through the read's was read in full by a
+      read that began after the day ended or after the read of the wallets (partnerkit.store.ledger.read_since):
+      the store holds every entry the provider lists up to then, and the money moved without one.
+    - UNCONFIRMED: not timing, and no such read yet: entries made while partnerkit read the wallets (after its
+      walks: reconcile.sync.sync_range), or on days not read since, may explain it. The next report of the day
+      after a sync (the nightly re-match of a later night, `partnerkit reconcile --date`) judges it again.
+    """
+    then = ledger_store.entry_at(conn, currency, taken_at)
+    if then is None or then.balance_after_cents is None:
+        return {"ledger_then": None, "ledger_entry": None, "verdict": None, "explained_by": []}
+    found = {"ledger_then": then.balance_after_cents, "ledger_entry": then.id, "explained_by": []}
+    if provider == then.balance_after_cents:
+        return {**found, "verdict": AGREES}
+    since = iso(parse_ts(taken_at, field="taken_at") - CLOCK_BEHIND)  # type: ignore[operator]
+    after, before = ledger_store.around(conn, currency, taken_at, since=since, n=TIMING_ENTRIES)
+    explained = _timing(then, provider, after, before)
+    if explained:
+        return {**found, "verdict": TIMING, "explained_by": explained}
+    if not ledger_store.read_since(conn, then.created_at[:10], taken_at):
+        return {**found, "verdict": UNCONFIRMED}
+    return {**found, "verdict": UNEXPLAINED,
+            "drift": drift_id("balance_discontinuity", "wallet", wallet_reference(currency, then.id))}
+
+
+def _timing(then: ledger_store.Entry, provider: int, after: list[ledger_store.Entry],
+            before: list[ledger_store.Entry]) -> list[str]:
+    """The entries whose dating across the read explains the provider's balance (see compare_wallet), or []."""
+    balance, ids = then.balance_after_cents, []
+    for entry in after:  # forward from the ledger's balance then, while the chain holds
+        if entry.balance_after_cents is None or balance + entry.amount_cents != entry.balance_after_cents:
+            break
+        balance = entry.balance_after_cents
+        ids.append(entry.id)
+        if balance == provider:
+            return ids
+    ids, balance = [], then.balance_after_cents
+    for entry in before:  # backward: the balance before each entry, while the chain holds
+        if entry.balance_after_cents is None or entry.balance_after_cents != balance:
+            break
+        balance = entry.balance_after_cents - entry.amount_cents
+        ids.insert(0, entry.id)
+        if balance == provider:
+            return ids
+    return []
+
+
+def wallet_drifts(day: date, wallets: dict[str, dict[str, Any]]) -> list[tuple]:
+    """The day's `balance_discontinuity` drifts of subject `wallet` (m_candidate rows): one per currency whose
+    provider's balance differs from the ledger's, UNEXPLAINED (compare_wallet). Reference `wallet INR after
+    700005` (partnerkit.store.drifts.wallet_reference: the ledger entry the money moved after, so that nights a
+    difference stands on without a new entry, and nights a catch-up run holds against one snapshot, find one
+    drift, not one each); expected the ledger's balance then, actual the provider's."""
+    found = []
+    for currency, w in wallets.items():
+        if w.get("verdict") != UNEXPLAINED:
+            continue
+        provider, then = w["provider"], w["ledger_then"]
+        gap = from_cents(abs(provider - then))
+        way = ("below the ledger's: money left the wallet" if provider < then
+               else "above the ledger's: money came into the wallet")
+        found.append(("balance_discontinuity", "wallet", wallet_reference(currency, w["ledger_entry"]),
+                      then, provider, currency,
+                      f"the provider's {currency} balance read at {w['provider_at']} is {gap} {way} after transaction "
+                      f"{w['ledger_entry']} without an entry it lists"))
+    return found
 
 
 def _result(day: date, now: datetime, raw: dict[str, Any], ledger: LedgerFindings,
@@ -232,10 +317,10 @@ def match_day(db: Database, day: date, *, now: datetime | None = None,
                 # The totals need none of the wallet's side: here they run while it works, not after it.
                 raw = matching.day_summary(conn, params)
                 ledger = ledger_side.result()
-            matching.add_candidates(conn, ledger.candidates)
+            wallets = wallet_balances(conn, day, now, ledger.totals, snapshots_through=snapshots_through)
+            matching.add_candidates(conn, ledger.candidates + wallet_drifts(day, wallets))
             matching.find(conn, day=day.isoformat())
             raw.update(matching.found_summary(conn))
-            wallets = wallet_balances(conn, day, now, ledger.totals, snapshots_through=snapshots_through)
         except BaseException:
             matching.drop(conn)
             raise

@@ -137,6 +137,12 @@ def _wallet(w: Mapping[str, Any]) -> dict[str, Any]:
         "provider_balance": fmt(provider), "provider_balance_at": w.get("provider_at"),
         "ledger_balance_at_provider_time": fmt(then),
         "provider_difference": None if provider is None or then is None else fmt(provider - then),
+        # Added since: how the difference reads (reconcile.matcher.compare_wallet: "agrees", "timing",
+        # "unexplained", "unconfirmed"; None when not compared), for "timing" the entries dated across the
+        # provider's read that explain it, for "unexplained" the id of its balance_discontinuity drift.
+        "provider_difference_status": w.get("verdict"),
+        "provider_difference_explained_by": list(w.get("explained_by") or []),
+        "provider_difference_drift": w.get("drift"),
     }
 
 
@@ -459,6 +465,26 @@ def _movements(report: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     return found  # type: ignore[return-value]
 
 
+# The wallet verdicts (reconcile.matcher.compare_wallet) under which a difference stands: never beside an all-clear.
+STANDING = ("unexplained", "unconfirmed")
+
+
+def wallet_differences(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The wallets whose provider's balance differs from the ledger's and nothing explains (STANDING; a report
+    stored before `provider_difference_status` existed: any difference but 0.00), in currency order: currency,
+    `amount` (unsigned), `below` (the provider's balance is below the ledger's: money left the wallet), `at`
+    (when the provider's balance was read), `status`, `drift` (its id, when "unexplained")."""
+    found = []
+    for currency, w in report.get("wallets", {}).items():
+        difference, status = w.get("provider_difference"), w.get("provider_difference_status")
+        if difference in (None, "0.00") or ("provider_difference_status" in w and status not in STANDING):
+            continue
+        found.append({"currency": currency, "amount": difference.lstrip("-"), "below": difference.startswith("-"),
+                      "at": w.get("provider_balance_at"), "status": status or "unexplained",
+                      "drift": w.get("provider_difference_drift")})
+    return found
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """One self-contained page (inline CSS, inline SVG, no script, no external resource)."""
     charts = [(currency, *chart_bars(hours)) for currency, hours in report.get("spend_by_hour", {}).items()]
@@ -476,7 +502,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     idle = not (summary["recharges_total"] or summary["orders_total"] or summary["transactions_total"])
     return _template().render(
         r=report, drifts=shown, charts=charts, width=CHART_WIDTH, height=CHART_HEIGHT, pad=CHART_PAD,
-        fin=fin, still=still_open(fin["unsettled"]), quiet=quiet, idle=idle,
+        fin=fin, still=still_open(fin["unsettled"]), quiet=quiet, idle=idle, gaps=wallet_differences(report),
         unread=[] if fin["partial"] or fin.get("read_in_full") is not False else unread(report["date"],
                                                                                        report["day_read_at"]),
         currencies=_currencies(summary), movements=_movements(report), kinds=kinds, by_kind=by_kind,

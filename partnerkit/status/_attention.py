@@ -393,6 +393,14 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(f"the nightly report for {status['report_overdue_date']} is overdue ({last}): the worker's `nightly-report` log lines say why (an error, or "
                      "`budget_exhausted` on a day with more pages than the hour's budget); `partnerkit reconcile --date "
                      f"{status['report_overdue_date']}` runs it by hand")
+    if status.get("wallet_differences"):
+        day = status["last_report_date"]
+        lines.append(f"the report of {day} holds the provider's wallet balance against the ledger's and no entry "
+                     f"explains the difference: {'; '.join(status['wallet_differences'])}. An unexplained one is the "
+                     "balance_discontinuity drift named (`partnerkit drifts show ID`): "
+                     "escalate it to the provider's support with the currency, the time and both balances; an "
+                     "unconfirmed one may be entries made while partnerkit read the wallets: once the worker's next "
+                     f"sync has run, `partnerkit reconcile --date {day}` judges it again")
     if status["nights_never_reported"]:
         lines.append(f"night(s) older than the {reports.CATCH_UP_NIGHTS} the nightly run catches up were never "
                      f"reported: {', '.join(status['nights_never_reported'])}; `partnerkit reconcile --date D` syncs "

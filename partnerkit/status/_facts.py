@@ -199,6 +199,36 @@ def locate_replays(lost: list[dict], now: datetime, besides: Collection[int] = (
     return replays
 
 
+# The wallet verdicts of a report under which the provider's balance differs from the ledger's and nothing explains
+# it (reconcile.matcher.compare_wallet; reconcile.report.STANDING).
+STANDING_WALLET = ("unexplained", "unconfirmed")
+
+
+def wallet_differences(db: Database, day: str | None) -> list[str]:
+    """The wallets of the report of `day` (the latest complete one) whose provider's balance differs from the
+    ledger's and nothing explains ("INR 50.00 below the ledger's at 2026-11-23T00:05:00Z (unexplained, drift
+    d_...)"), but
+    those whose drift finance or a later run has resolved. A report stored before the verdict existed: none.
+    The stored report's body (no drift table) and a drift by its id."""
+    report = reports.get_report(db, day) if day is not None else None
+    found = []
+    for currency, w in sorted(((report or {}).get("wallets") or {}).items()):
+        verdict, difference = w.get("provider_difference_status"), w.get("provider_difference")
+        if verdict not in STANDING_WALLET or difference in (None, "0.00"):
+            continue
+        if verdict == "unexplained" and w.get("provider_difference_drift"):
+            try:
+                if drifts.get_drift(db, w["provider_difference_drift"]).resolution == "resolved":
+                    continue
+            except drifts.UnknownDrift:
+                pass
+        way = "below" if difference.startswith("-") else "above"
+        drift = f", drift {w['provider_difference_drift']}" if w.get("provider_difference_drift") else ""
+        found.append(f"{currency} {difference.lstrip('-')} {way} the ledger's at {w.get('provider_balance_at')} "
+                     f"({verdict}{drift})")
+    return found
+
+
 def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
     """What `attention` warns of, as numbers for a scrape (the receiver's /metrics): only cheap reads
     (index ranges, the small reports table), never the drift table, which grows with every day."""
@@ -321,6 +351,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
                              f"{iso(failing.last_at)}" if failing else None),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
+        # The last complete report's wallets whose provider's balance differs from the ledger's, unexplained.
+        "wallet_differences": [],
         # Nights older than the nightly run's catch-up that have no report: only `reconcile --date` reports them.
         "nights_never_reported": reports.night_ranges(
             reports.unreported_nights(db, reports.latest_due_night(now, config.due_hour_utc))[1]),
@@ -346,5 +378,6 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     }
     status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc,
                                                    reports.store_first_day(db))
+    status["wallet_differences"] = wallet_differences(db, status["last_report_date"])
     status["attention"] = attention(status, worker_stale_s=config.worker_stale_s)
     return status

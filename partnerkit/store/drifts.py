@@ -111,6 +111,15 @@ class Drift:
     resolution_at: str | None
 
 
+def wallet_reference(currency: str, entry: str) -> str:
+    """The reference of a wallet's `balance_discontinuity` drift (`wallet INR after 700005`): the provider's
+    balance differs from the ledger's when it was read, no entry explains it, and the ledger's balance then is
+    that after transaction `entry` (reconcile.matcher.wallet_drifts). The money moved after that entry without
+    one: the same drift on every re-run, and on every night the difference stands while the wallet has no new
+    entry (it then belongs to the day whose run found it last), however many snapshots show it."""
+    return f"wallet {currency} after {entry}"
+
+
 def drift_id(kind: str, subject: str, reference: str) -> str:
     """The stable id of a drift: "d_" + the first 16 hex digits of sha256(kind|subject|reference)."""
     return "d_" + hashlib.sha256(f"{kind}|{subject}|{reference}".encode()).hexdigest()[:16]

@@ -423,6 +423,81 @@ def edge_entry(db: Database | sqlite3.Connection, currency: str, lo: str, hi: st
     return None if found is None else (found[0], found[1])
 
 
+# The ledger's balance at a moment, on any day: the last entry of the currency up to it in chain order. The
+# walk along `transactions_created` goes back from the moment and stops at the currency's first row: one probe
+# for the account's busy currency; for a quiet second currency it passes the index entries of the others since
+# that currency's last entry (as the balance chain's link to an earlier day does: matching_ledger._BREAKS).
+_LAST_UPTO = ("SELECT substr(created_at, 1, 19) FROM transactions WHERE created_at < :through"
+              " AND COALESCE(currency, '') = :currency ORDER BY created_at DESC LIMIT 1")
+_LAST_IN_SECOND = ("SELECT id, created_at, balance_after_cents FROM transactions WHERE created_at >= :second"
+                   " AND created_at <= :second || 'Z' AND COALESCE(currency, '') = :currency"
+                   " ORDER BY rtrim(created_at, 'Z') DESC, length(id) DESC, id DESC LIMIT 1")
+
+
+class Entry(NamedTuple):
+    """A wallet entry as the balance comparisons read it."""
+
+    id: str
+    created_at: str
+    balance_after_cents: int | None
+    amount_cents: int = 0
+
+
+def through_second(moment: str) -> str:
+    """The text bound just above every entry of `moment`'s second ("...T00:05:10Z" -> "...T00:05:10~"): stored
+    times are ISO text, and "~" sorts after the Z and the fractions of that second."""
+    return moment[:19] + "~"
+
+
+def entry_at(db: Database | sqlite3.Connection, currency: str, moment: str) -> Entry | None:
+    """The ledger's last entry of a currency ('' for none) at or before `moment` (its whole second), on any
+    day, in chain order; None when the store holds none. Its balance_after is the ledger's balance then."""
+    row = db.execute(_LAST_UPTO, {"through": through_second(moment), "currency": currency}).fetchone()
+    if row is None:
+        return None
+    found = db.execute(_LAST_IN_SECOND, {"second": row[0], "currency": currency}).fetchone()
+    return None if found is None else Entry(found[0], found[1], found[2])
+
+
+# The entries just after a moment (`:through`, from through_second) and just before it, in chain order, at most
+# :n rows of the index each way (any currency: the currency is filtered after the bounded walk); the entries
+# before it only back to `:since`. What a difference between the provider's balance and the ledger's may be
+# timing: see `around`.
+_AFTER = ("SELECT id, created_at, balance_after_cents, amount_cents FROM (SELECT id, created_at, currency,"
+          " balance_after_cents, amount_cents FROM transactions WHERE created_at >= :through ORDER BY created_at"
+          " LIMIT :n) WHERE COALESCE(currency, '') = :currency ORDER BY rtrim(created_at, 'Z'), length(id), id")
+_BEFORE = ("SELECT id, created_at, balance_after_cents, amount_cents FROM (SELECT id, created_at, currency,"
+           " balance_after_cents, amount_cents FROM transactions WHERE created_at < :through"
+           " AND created_at >= :since ORDER BY created_at DESC LIMIT :n) WHERE COALESCE(currency, '') = :currency"
+           " ORDER BY rtrim(created_at, 'Z') DESC, length(id) DESC, id DESC")
+
+
+def around(db: Database | sqlite3.Connection, currency: str, moment: str, *, since: str,
+           n: int) -> tuple[list[Entry], list[Entry]]:
+    """The entries of a currency right after `moment` (its whole second excluded), oldest first, and right
+    before it (back to `since`), newest first: each from at most `n` rows of `transactions_created`."""
+    params = {"through": through_second(moment), "currency": currency, "since": since, "n": n}
+    return ([Entry(*row) for row in db.execute(_AFTER, params)],
+            [Entry(*row) for row in db.execute(_BEFORE, params)])
+
+
+def read_since(db: Database | sqlite3.Connection, first_day: str, moment: str) -> bool:
+    """Whether the store holds every wallet entry the provider lists from `first_day` up to `moment`: each day
+    from `first_day` through `moment`'s day read in full (`sync_coverage`) by a read that began after the day
+    ended or after `moment` (an entry made before a read began is in what it listed; a read stamped with
+    `moment`'s own second may be the walk of the sync that read the balance then, and does not count). One
+    range of sync_coverage's primary key."""
+    last_day = moment[:10]
+    if first_day > last_day:
+        return True
+    row = db.execute(
+        "SELECT COUNT(*) = CAST(julianday(:last) - julianday(:first) AS INTEGER) + 1 FROM sync_coverage"
+        " WHERE entity = 'transactions' AND day >= :first AND day <= :last"
+        " AND (synced_at > :moment OR synced_at >= date(day, '+1 day') || 'T00:00:00Z')",
+        {"first": first_day, "last": last_day, "moment": moment}).fetchone()
+    return bool(row[0])
+
+
 def snapshot_near(db: Database | sqlite3.Connection, start: str, end: str,
                   now: str) -> tuple[str, dict[str, int]] | None:
     """The provider's wallet balances to hold against a day's ledger: (taken_at, {currency: balance_cents},

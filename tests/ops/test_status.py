@@ -143,6 +143,36 @@ def test_last_report_date_is_the_last_complete_one(sandbox_config, db):
     assert collect(sandbox_config, db)["last_report_date"] == "2026-11-20"
 
 
+def test_status_names_a_wallet_difference_of_the_last_complete_report_until_its_drift_is_resolved(sandbox_config, db):
+    """h02 finding 1: a wallet short by money no listed entry explains sat in the report's table, and status said
+    nothing. The last complete report's unexplained and unconfirmed differences are named; timing is not; an
+    unexplained one whose drift finance resolved is not."""
+    from partnerkit.store import reports
+
+    ident = drifts.open_drift(db, kind="balance_discontinuity", subject="wallet", reference="wallet INR after 700005",
+                              expected="1101.50", actual="1051.50", currency="INR", detected_at=utcnow())
+    wallets = {"INR": {"provider_difference": "-50.00", "provider_balance_at": "2026-11-21T00:05:00Z",
+                       "provider_difference_status": "unexplained", "provider_difference_drift": ident},
+               "USD": {"provider_difference": "25.00", "provider_balance_at": "2026-11-21T00:05:00Z",
+                       "provider_difference_status": "unconfirmed"},
+               "EUR": {"provider_difference": "-1.00", "provider_balance_at": "2026-11-21T00:05:00Z",
+                       "provider_difference_status": "timing"}}
+    reports.save_report(db, {"date": "2026-11-20", "generated_at": "2026-11-21T01:00:00Z", "summary": {}, "drifts": [],
+                             "wallets": wallets})
+    status = collect(sandbox_config, db)
+    assert status["wallet_differences"] == [f"INR 50.00 below the ledger's at 2026-11-21T00:05:00Z (unexplained, drift "
+                                            f"{ident})",
+                                            "USD 25.00 above the ledger's at 2026-11-21T00:05:00Z (unconfirmed)"]
+    [line] = [line for line in status["attention"] if "wallet balance" in line]
+    assert "the report of 2026-11-20" in line and "`partnerkit drifts show ID`" in line
+    drifts.set_resolution(db, ident, "resolved", note="provider refunded", by="finance", at=utcnow())
+    assert collect(sandbox_config, db)["wallet_differences"] == [
+        "USD 25.00 above the ledger's at 2026-11-21T00:05:00Z (unconfirmed)"]
+    reports.save_report(db, {"date": "2026-11-21", "generated_at": "2026-11-22T01:00:00Z", "summary": {}, "drifts": []})
+    status = collect(sandbox_config, db)
+    assert status["wallet_differences"] == [] and not any("wallet balance" in line for line in status["attention"])
+
+
 def test_status_says_when_the_nightly_report_is_overdue(sandbox_config, db):
     from partnerkit.store import reports
 

@@ -504,3 +504,35 @@ def test_the_wallets_side_reads_and_sorts_the_days_transactions_once(store):
     finally:
         db.conn.close()
     assert found.transactions_total == n > 3 and found.wallets["INR"]["debits"] == Decimal(debits) / 100
+
+
+def test_the_wallet_comparison_is_index_probes(store):
+    """reconcile.matcher.compare_wallet: the ledger's balance at the provider's read on any day (a quiet USD
+    wallet's last entry days before), the entries just around the read, and whether reads since vouch for
+    them: ranges of `transactions_created` and of sync_coverage's key, never the whole of either."""
+    from reconcile.matcher import compare_wallet
+
+    config, _ = store
+    db = open_db(config.db_path)
+    ledger = Ledger(db)
+    ledger.tx("100.00", type="TOPUP", currency="USD", balance_after="100.00", day=DAYS[0], hour=8)
+    ledger.tx("-10.00", type="TOPUP", balance_after="990.00", day=NEW_DAY, hour=9)
+    ledger.tx("-5.00", type="TOPUP", balance_after="985.00", day=NEW_DAY, hour=12)
+    db.conn.close()
+    with plans.recording() as recorded:
+        db = open_db(config.db_path)
+        try:
+            with transaction(db, immediate=False) as conn:
+                inr = compare_wallet(conn, "INR", "2025-03-14T10:00:00Z", 100000)
+                usd = compare_wallet(conn, "USD", "2025-03-14T10:00:00Z", 9000)
+        finally:
+            db.conn.close()
+    assert (inr["ledger_then"], inr["verdict"], usd["ledger_then"], usd["verdict"]) == (
+        99000, "unconfirmed", 10000, "unconfirmed")  # the days were read before they ended: not vouched for
+    probes = {sql: plan for sql, plan in recorded.plans.items()
+              if "FROM transactions" in sql or "FROM sync_coverage" in sql}
+    assert len(probes) == 5, sorted(probes)  # the last second, its entry, after, before, the reads since
+    for sql, plan in probes.items():
+        assert plans.scans(plan, sql) == [], (sql, plan)
+        index = "transactions_created" if "FROM transactions" in sql else "PRIMARY KEY"
+        assert any(index in line for line in plan), (sql, plan)

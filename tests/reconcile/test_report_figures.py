@@ -120,11 +120,14 @@ def test_wallet_rolls_forward_and_matches_the_provider_read_after_the_day(db, le
     assert w["INR"] == {"opening_balance": "200.00", "credits": "1098.00", "debits": "196.50",
                         "closing_balance": "1101.50", "roll_forward_difference": "0.00",
                         "provider_balance": "1051.50", "provider_balance_at": "2025-03-15T00:30:00Z",
-                        "ledger_balance_at_provider_time": "1051.50", "provider_difference": "0.00"}
+                        "ledger_balance_at_provider_time": "1051.50", "provider_difference": "0.00",
+                        "provider_difference_status": "agrees", "provider_difference_explained_by": [],
+                        "provider_difference_drift": None}
     assert w["USD"] == {"opening_balance": None, "credits": "0.00", "debits": "0.00", "closing_balance": None,
                         "roll_forward_difference": None, "provider_balance": "20.00",
                         "provider_balance_at": "2025-03-15T00:30:00Z", "ledger_balance_at_provider_time": None,
-                        "provider_difference": None}
+                        "provider_difference": None, "provider_difference_status": None,
+                        "provider_difference_explained_by": [], "provider_difference_drift": None}
 
 
 def test_a_provider_balance_the_ledger_does_not_explain_is_the_difference(db, ledger, report_of):
@@ -153,14 +156,28 @@ def test_without_balance_after_the_balances_are_not_invented(db, ledger, report_
 
 
 def test_a_wallet_no_entry_of_the_day_moved_is_not_said_to_lack_the_providers_balances(db, ledger, report_of, config):
-    """A USD wallet idle all day: its balances are null in the JSON, but the provider did not fail to give
-    them (every entry carries balance_after), there was none. The page said "not given by the provider"."""
+    """A USD wallet idle all day: its day's balances are null in the JSON, but the provider did not fail to give
+    them (every entry carries balance_after), there was none. The page said "not given by the provider". The
+    ledger's balance when the provider's was read is known all the same: the last USD entry, days before."""
     chained_day(ledger)
+    ledger.tx("20.00", type="TOPUP", currency="USD", balance_after="20.00", day=DAY - timedelta(days=3))
     snapshot(db, at(0, 30, day=NEXT), INR=1051.50, USD=20)
     w = report_of()["wallets"]["USD"]
     assert (w["opening_balance"], w["credits"], w["debits"], w["closing_balance"]) == (None, "0.00", "0.00", None)
+    assert (w["ledger_balance_at_provider_time"], w["provider_difference"], w["provider_difference_status"]) == (
+        "20.00", "0.00", "agrees")
     row = (config.report_dir / "partnerkit-report-2025-03-14.html").read_text().split("<td>USD</td>")[1].split("</tr>")[0]
-    assert row.count("no entry this day") == 3 and "not given by the provider" not in row  # opening, closing, then
+    assert row.count("no entry this day") == 2 and "not given by the provider" not in row  # opening, closing
+
+
+def test_a_wallet_never_moved_in_the_store_is_not_compared(db, ledger, report_of, config):
+    chained_day(ledger)
+    snapshot(db, at(0, 30, day=NEXT), INR=1051.50, USD=20)
+    w = report_of()["wallets"]["USD"]
+    assert (w["ledger_balance_at_provider_time"], w["provider_difference"], w["provider_difference_status"]) == (
+        None, None, None)
+    row = (config.report_dir / "partnerkit-report-2025-03-14.html").read_text().split("<td>USD</td>")[1].split("</tr>")[0]
+    assert row.count("no entry this day") == 2 and "no entry up to then" in row
 
 
 def test_a_broken_chain_shows_in_the_roll_forward(db, ledger, report_of, config):
