@@ -51,6 +51,10 @@
     │                                            local row holds, and it is not the same recharge
     │                                            (another key, other fields): nothing merged or
     │                                            written, the intent stays open
+    ├── partnerkit.store.recharges.AnswerOfAnotherRequest   a recharge answer to the intent's
+    │                                            Idempotency-Key is another request's (its number,
+    │                                            operator, face or client_reference differ): nothing
+    │                                            linked, the intent stays open, the key never re-sent
     ├── partnerkit.crypto.DecryptionError        a stored value (a voucher's card_number, pin_code or
     │                                            claim_url, a sealed inbox body, a saved webhook
     │                                            token) opens with none of the voucher keys: another
