@@ -47,6 +47,14 @@ def test_accepted_and_stored(client, db):
     (lambda h: h.update({"X-Signature": sign("not-our-token", h["X-Timestamp"], envelope())}), 401, "signature_mismatch"),
     (lambda h: h.update({"X-SERVICE-WEBHOOK-TOKEN": "nope"}), 401, "service_token_mismatch"),
     (lambda h: (h.pop("X-Signature"), h.update({"X-SERVICE-WEBHOOK-TOKEN": TOKEN})), 401, "missing_signature"),
+    # The request-signing shape (Authentication 4): its t must be X-Timestamp, its v1 entries 64 hex digits.
+    (lambda h: h.update({"X-Signature": f"t={int(h['X-Timestamp']) + 1},v1={h['X-Signature']}"}), 401,
+     "signature_timestamp_mismatch"),
+    (lambda h: h.update({"X-Signature": f"t={h['X-Timestamp']},v1={h['X-Signature'][:63]}"}), 401,
+     "malformed_signature"),
+    (lambda h: h.update({"X-Signature": f"t={h['X-Timestamp']},v1={'0' * 64}"}), 401, "signature_mismatch"),
+    (lambda h: h.update({"X-Signature": f"t={h['X-Timestamp']},v1={h['X-Signature']}"}) or h.pop("X-Timestamp"),
+     401, "missing_timestamp"),
 ])
 def test_rejections_store_nothing(client, db, mutate, status, reason):
     body = envelope()
@@ -245,6 +253,23 @@ def test_second_token_for_rotation(config):
     client = app.test_client()
     assert post(client, envelope("a"), token=TOKEN).status_code == 200
     assert post(client, envelope("b"), token=OTHER_TOKEN).status_code == 200
+
+
+def test_a_delivery_signed_in_the_request_shape_is_accepted_and_a_refused_one_counted(client, db):
+    # One signing secret per credential signs requests and deliveries (Authentication 5): a provider that sends its
+    # request shape `t=<ts>,v1=<hex>` on a delivery, over the webhook rule, is accepted like the bare digest.
+    body = envelope()
+    headers = signed_headers(body)
+    headers["X-Signature"] = f"t={headers['X-Timestamp']}, v1={headers['X-Signature']}"
+    response = client.post("/webhooks/partner", data=body, headers=headers)
+    assert response.status_code == 200 and response.get_json() == {"status": "accepted"}
+    assert inbox_rows(db) == [("evt_1", "processed", None, 0)]
+    headers["X-Signature"] = headers["X-Signature"].replace("t=", "t=9", 1)
+    refused = client.post("/webhooks/partner", data=envelope("evt_2"), headers=headers)
+    assert refused.get_json() == {"status": "rejected", "reason": "signature_timestamp_mismatch"}
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'partnerkit_webhook_rejected_total{reason="signature_timestamp_mismatch"} 1.0' in text
+    assert [row[0] for row in inbox_rows(db)] == ["evt_1"]
 
 
 def test_healthz_readyz_metrics(client):

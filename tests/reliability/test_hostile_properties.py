@@ -37,7 +37,8 @@ header_names = st.sampled_from(["X-Timestamp", "x-timestamp", "X-SIGNATURE", "X-
                                 "X-SERVICE-WEBHOOK-TOKEN", "x-service-webhook-token", "X-Event-ID", "Other"])
 header_values = st.one_of(any_text(max_size=80), st.integers(0, 2 ** 40).map(str),
                           st.binary(min_size=32, max_size=32).map(bytes.hex),
-                          st.sampled_from(["", " ", "sha256=", "t=1,v1=" + "a" * 64, str(NOW), "-1", "1e9"]))
+                          st.sampled_from(["", " ", "sha256=", "t=1,v1=" + "a" * 64, str(NOW), "-1", "1e9",
+                                           f"t={NOW},v1=" + "a" * 64, "v1=,t=", f" t = {NOW} , v1 = " + "A" * 64]))
 
 
 # --- the verifier -------------------------------------------------------------------------------
@@ -118,6 +119,56 @@ def test_the_token_header_alone_never_verifies(body, token):
                     {"X-Timestamp": str(NOW), "X-SERVICE-WEBHOOK-TOKEN": token, "X-Signature": "0" * 64}):
         with pytest.raises(VerificationError):
             verify(headers, body, [WebhookToken(token)], now=NOW)
+
+
+# The request-signing shape (Authentication 4), `t=<ts>,v1=<hex>`, that a provider may send on deliveries too.
+scheme_parts = st.one_of(
+    st.builds(lambda n, v: f"{n}={v}", st.sampled_from(["t", "v1", "V1", " v1 ", "v0", "x", ""]),
+              st.one_of(any_text(max_size=70), st.just(str(NOW)), st.binary(min_size=32, max_size=32).map(bytes.hex),
+                        st.binary(min_size=31, max_size=33).map(lambda b: bytes.hex(b)[1:]))),
+    any_text(max_size=10))
+
+
+@PROPERTY
+@given(parts=st.lists(scheme_parts, max_size=6), separator=st.sampled_from([",", ", ", " ,", ";"]),
+       body=st.binary(max_size=256), now=st.sampled_from([NOW, NOW + DEFAULT_TOLERANCE_S + 1, float("nan")]))
+def test_verify_raises_only_verification_error_on_any_scheme_list(parts, separator, body, now):
+    headers = {"X-Timestamp": str(NOW), "X-Signature": separator.join(parts)}
+    try:
+        token = verify(headers, body, [WebhookToken("whsec_property")], now=now)
+    except VerificationError as exc:
+        assert exc.reason and str(exc)
+    else:  # only a real digest of this body gets in, whatever surrounds it
+        assert token == "whsec_property" and sign("whsec_property", NOW, body) in headers["X-Signature"].lower()
+
+
+@PROPERTY
+@given(token=tokens_st, body=st.binary(max_size=1024), upper=st.booleans(), with_t=st.booleans(),
+       order=st.permutations(["t", "v1", "other", "decoy"]), pad=st.sampled_from(["", " ", "\t"]))
+def test_a_correct_signature_in_the_request_shape_verifies(token, body, upper, with_t, order, pad):
+    digest = sign(token, NOW, body)
+    entries = {"t": f"t={NOW}" if with_t else "", "v1": f"v1={digest.upper() if upper else digest}",
+               "other": "v0=" + "f" * 40, "decoy": "v1=" + sign("not-" + token, NOW, body)}
+    value = ",".join(pad + entries[name] + pad for name in order)
+    headers = {"X-Timestamp": str(NOW), "X-Signature": value}
+    assert verify(headers, body, [WebhookToken(token)], now=NOW) == token
+
+
+@PROPERTY
+@given(body=st.binary(max_size=256), in_digest=st.booleans(), data=st.data())
+def test_a_bit_flipped_in_the_request_shapes_t_or_v1_never_verifies_unless_the_same_hex(body, in_digest, data):
+    # t is not what is signed (X-Timestamp is), so a flip in the names that turns `t` into an unknown scheme drops a
+    # claim and changes nothing; its value and the digest are what can be forged, and neither ever gets in changed.
+    digest = sign("whsec_property", NOW, body)
+    stamp = str(NOW)
+    raw = (digest if in_digest else stamp).encode("ascii")
+    flipped = flip_bit(raw, data.draw(st.integers(0, len(raw) * 8 - 1))).decode("latin-1")
+    headers = {"X-Timestamp": stamp,
+               "X-Signature": f"t={stamp},v1={flipped}" if in_digest else f"t={flipped},v1={digest}"}
+    if in_digest and flipped.strip().lower() == digest:  # bit 5 of a letter: its other case
+        assert verify(headers, body, [WebhookToken("whsec_property")], now=NOW)
+    else:
+        _refused(headers, body)
 
 
 # --- the normaliser -----------------------------------------------------------------------------
