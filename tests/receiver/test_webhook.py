@@ -139,6 +139,40 @@ def test_signed_garbage_is_kept_quarantined_and_acknowledged(client, db):
     assert post(client, body, X_Event_ID="hdr-evt").get_json() == {"status": "duplicate"}
 
 
+@pytest.mark.parametrize("data, key", [
+    ('"order_id": 301, "status": "DELIVERED", "total_amount": 150.123, "currency": "INR"', "total_amount"),
+    ('"order_id": 301, "status": "DELIVERED", "total_amount": -5, "currency": "INR"', "total_amount"),
+    ('"id": 301, "status": "DELIVERED", "amount": "1000.00", "quantity": "two", "delivered_quantity": 2', "quantity"),
+    ('"order_id": 301, "status": "delivered", "vouchers_ready": -1, "total_vouchers": 2', "vouchers_ready"),
+])
+def test_an_unreadable_figure_is_dropped_the_event_applied_and_the_drop_logged(client, db, config, caplog, data, key):
+    # Webhook figures are hints (orders.apply fills only NULL fields): one that cannot be read no longer holds the
+    # whole event back until the catch-up walk; the order moves and its voucher fetch is queued now.
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="receiver")
+    body = b'{"event_id": "evt_fig", "event": "order.delivered", "data": {' + data.encode() + b'}}'
+    response = post(client, body, X_SERVICE_WEBHOOK_TOKEN=TOKEN)
+    assert response.status_code == 200 and response.get_json() == {"status": "accepted"}
+    assert inbox_rows(db) == [("evt_fig", "processed", None, 0)]
+    assert db.execute("SELECT status FROM orders WHERE id = 301").fetchone() == ("DELIVERED",)
+    assert db.execute("SELECT state FROM jobs WHERE order_id = 301").fetchall() == [("pending",)]
+    assert inbox.body_of(db, load_cipher(config), "evt_fig") == body  # the value as sent, kept with the event
+    dropped = [r for r in caplog.records if r.getMessage() == "webhook figure dropped"]
+    assert [(r.levelname, r.event_id, r.order_id, list(r.dropped)) for r in dropped] == [
+        ("WARNING", "evt_fig", 301, [key])]
+    assert TOKEN not in str(dropped[0].__dict__)
+    assert post(client, body).get_json() == {"status": "duplicate"}  # logged once, for the stored event
+    assert len([r for r in caplog.records if r.getMessage() == "webhook figure dropped"]) == 1
+
+
+def test_an_unreadable_order_id_is_still_a_quarantine(client, db):
+    body = b'{"event_id": "evt_noid", "event": "order.delivered", "data": {"order_id": 1.5, "total_amount": 150.123}}'
+    assert post(client, body).get_json() == {"status": "ignored"}
+    assert inbox_rows(db) == [("evt_noid", "quarantined", "order id is not an integer: Decimal('1.5')", 0)]
+    assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == 0
+
+
 def test_test_event_accepted_without_an_order(client, db):
     body = json.dumps({"event_id": "t1", "event_type": "webhook.test", "data": {}}).encode()
     assert post(client, body).get_json() == {"status": "accepted"}
