@@ -4,11 +4,13 @@ The document ("Events > Envelope") shows one envelope and says two more "must be
   1. {event_id, event_type, created_at, data: {id, status, amount, quantity, delivered_quantity, ...}}
   2. {event_id, event, created_at, data: {order_id, status, total_amount, currency, vouchers, ...}}
   3. {event, timestamp, data: {order_id, ref, status, vouchers_ready, total_vouchers}}
-A body that cannot be read (not UTF-8, not JSON, nested too deeply, wrong types, numbers out of
+A body that cannot be read (not UTF-8, not JSON, nested too deeply, wrong types, an order id out of
 range, text that is not valid Unicode, unknown event type) still yields an Event, with
-`quarantine` naming why: it is kept and acknowledged, never retried. `normalise` never raises,
-and every Event it returns can be stored: its texts encode as UTF-8, its integers fit SQLite's
-64-bit INTEGER, its amount has at most 2 decimals and fits in paise.
+`quarantine` naming why: it is kept and acknowledged, never retried. A figure that cannot be read
+(an amount, quantity or delivered count of the wrong type, negative, out of range or with more than
+2 decimals) quarantines nothing: it is a hint, dropped from the Event and named in `dropped`.
+`normalise` never raises, and every Event it returns can be stored: its texts encode as UTF-8, its
+integers fit SQLite's 64-bit INTEGER, its amount has at most 2 decimals and fits in paise.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from partnerkit.money import MoneyError, cents, to_decimal
 from partnerkit.timeutil import parse_ts
@@ -67,6 +69,9 @@ class Event:
     # field), and a wrong guess would turn every event of an order away; the order sync compares placed_at.
     reference_code: str | None = None
     denomination_cents: int | None = None
+    # Figures of data that could not be read, as (the key in data, why): the event is applied without them (they are
+    # hints) and the receiver logs a WARNING naming them; the body kept in the inbox holds them as sent.
+    dropped: tuple[tuple[str, str], ...] = ()
 
 
 def _is_text(value: Any) -> bool:
@@ -215,20 +220,51 @@ def normalise(body: bytes, headers: Mapping[str, str]) -> Event:
         return _quarantined(payload, headers, body, f"unknown event type {event_type[:64]!r}", event_type)
     try:
         order_id = _int(_first(data, "id", "order_id"), "order id", 1, MAX_ID)
-        delivered = _int(_first(data, "delivered_quantity", "vouchers_ready"), "delivered quantity", 0, MAX_QUANTITY)
-        quantity = _int(_first(data, "quantity", "total_vouchers"), "quantity", 0, MAX_QUANTITY)
-        amount = _amount(_first(data, "amount", "total_amount"))
-    except (ValueError, MoneyError) as exc:
+    except ValueError as exc:
         return _quarantined(payload, headers, body, str(exc), event_type)
     if order_id is None:
         return _quarantined(payload, headers, body, "no order id in data", event_type)
+    # The figures are hints (orders.apply fills only what the order lacks; the order sync and the detail the voucher
+    # fetch reads are the truth): one that cannot be read is dropped, and the event applied without it.
+    dropped: list[tuple[str, str]] = []
+    delivered = _hint(data, ("delivered_quantity", "vouchers_ready"), dropped, _delivered)
+    quantity = _hint(data, ("quantity", "total_vouchers"), dropped, _quantity)
+    amount = _hint(data, ("amount", "total_amount"), dropped, _amount)
     status = data.get("status")
     status = status.strip().upper() if isinstance(status, str) else None
     if status not in ORDER_STATUSES:
         status = EVENT_STATUS[event_type]  # e.g. form 3 may carry a lower-case or unknown status
     ref = _first(data, "reference_code", "ref")
     return Event(key, event_type, order_id, status, occurred_at, amount, delivered, quantity, payload,
-                 reference_code=ref if _is_text(ref) and ref else None, denomination_cents=_cents(data.get("denomination")))
+                 reference_code=ref if _is_text(ref) and ref else None, denomination_cents=_cents(data.get("denomination")),
+                 dropped=tuple(dropped))
+
+
+def _delivered(value: Any) -> int | None:
+    return _int(value, "delivered quantity", 0, MAX_QUANTITY)
+
+
+def _quantity(value: Any) -> int | None:
+    return _int(value, "quantity", 0, MAX_QUANTITY)
+
+
+def _hint(data: Mapping[str, Any], names: tuple[str, ...], dropped: list[tuple[str, str]],
+          read: Callable[[Any], Any]) -> Any:
+    """The first of `names` present in data, read; None when it cannot be read, with (name, why) added to `dropped`."""
+    for name in names:
+        value = data.get(name)
+        if value is not None:
+            try:
+                return read(value)
+            except (ValueError, ArithmeticError) as exc:  # MoneyError is a ValueError
+                dropped.append((name, _shortened(str(exc))))
+                return None
+    return None
+
+
+def _shortened(reason: str) -> str:
+    """A reason quoting a value, cut to MAX_REASON: a 1 MiB value must not reach the logs."""
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
 
 
 def _cents(value: Any) -> int | None:
@@ -244,6 +280,4 @@ def _cents(value: Any) -> int | None:
 def _quarantined(payload: Any, headers: Mapping[str, str], body: bytes, reason: str,
                  event_type: str | None = None) -> Event:
     key = dedup_key(payload, headers, body)
-    if len(reason) > MAX_REASON:  # reasons quote values; a 1 MiB value must not reach the logs
-        reason = reason[:MAX_REASON - 3] + "..."
-    return Event(key, event_type, None, None, None, None, None, None, payload, quarantine=reason)
+    return Event(key, event_type, None, None, None, None, None, None, payload, quarantine=_shortened(reason))

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 
 from receiver.envelope import normalise
+from tests.reliability.hostile_inputs import dumps
 
 # Form 1: the envelope table, with every data field it lists.
 FORM_1 = b"""{"event_id": "evt_01", "event_type": "order.partially_delivered", "created_at": "2024-05-01T10:00:00Z",
@@ -80,13 +81,55 @@ def test_unix_timestamp_accepted():
     (b'{"event_id": "e", "event_type": "order.delivered", "data": []}', "data is not an object"),
     (b'{"event_id": "e", "event_type": "order.delivered", "data": {"id": "abc"}}', "order id is not an integer"),
     (b'{"event_id": "e", "event_type": "order.delivered", "data": {"id": true}}', "order id is not an integer"),
-    (b'{"event_id": "e", "event_type": "order.delivered", "data": {"id": 1, "amount": "ten"}}', "not an amount"),
+    (b'{"event_id": "e", "event_type": "order.delivered", "data": {"id": -1, "amount": "12.50"}}', "out of range"),
+    (b'{"event_id": "e", "event": "order.delivered", "data": {"order_id": 1.5, "total_amount": 150.123}}',
+     "order id is not an integer"),
     (b'{"event_id": "e", "event_type": "order.delivered", "data": {}}', "no order id"),
 ])
 def test_unreadable_bodies_are_quarantined_with_a_reason(body, reason):
     event = normalise(body, {"X-Event-ID": "hdr"})
     assert event.quarantine is not None and reason in event.quarantine
     assert event.event_id in ("e", "hdr")
+
+
+@pytest.mark.parametrize("data, key, why", [
+    ({"order_id": 7, "total_amount": Decimal("150.123")}, "total_amount", "more than 2 decimal places"),
+    ({"order_id": 7, "total_amount": -5}, "total_amount", "is negative"),
+    ({"order_id": 7, "total_amount": "ten"}, "total_amount", "not an amount"),
+    ({"id": 7, "amount": "1e400"}, "amount", "out of range"),
+    ({"id": 7, "quantity": -1}, "quantity", "quantity is out of range"),
+    ({"id": 7, "delivered_quantity": "two"}, "delivered_quantity", "delivered quantity is not an integer"),
+    ({"order_id": 7, "total_vouchers": True}, "total_vouchers", "quantity is not an integer"),
+    ({"order_id": 7, "vouchers_ready": 2 ** 40}, "vouchers_ready", "delivered quantity is out of range"),
+])
+def test_an_unreadable_figure_is_dropped_and_the_event_kept(data, key, why):
+    # Figures are hints (orders.apply fills only NULL fields): one that cannot be read leaves the event usable.
+    body = dumps({"event_id": "e", "event": "order.delivered", "data": data})  # a Decimal as a JSON number
+    event = normalise(body, {})
+    assert event.quarantine is None and event.order_id == 7 and event.status == "DELIVERED"
+    assert [name for name, _ in event.dropped] == [key] and why in dict(event.dropped)[key]
+    attribute = {"total_amount": "amount", "amount": "amount", "quantity": "quantity", "total_vouchers": "quantity",
+                 "delivered_quantity": "delivered_quantity", "vouchers_ready": "delivered_quantity"}[key]
+    assert getattr(event, attribute) is None
+
+
+def test_only_the_unreadable_figure_is_dropped():
+    body = b'{"event_id": "e", "event_type": "order.partially_delivered", "data": {"id": 7, "amount": 150.123, ' \
+           b'"quantity": 4, "delivered_quantity": -2}}'
+    event = normalise(body, {})
+    assert (event.quantity, event.delivered_quantity, event.amount) == (4, None, None)
+    assert [name for name, _ in event.dropped] == ["delivered_quantity", "amount"]
+
+
+def test_a_huge_unreadable_figure_is_not_copied_whole_into_the_drop():
+    event = normalise(json.dumps({"event_id": "e", "event_type": "order.delivered",
+                                  "data": {"id": 7, "quantity": "x" * 100_000}}).encode(), {})
+    assert event.quarantine is None and len(dict(event.dropped)["quantity"]) <= 200
+
+
+def test_readable_figures_drop_nothing():
+    event = normalise(b'{"event_id": "e", "event": "order.delivered", "data": {"order_id": 7, "total_amount": 150.12}}', {})
+    assert event.dropped == () and event.amount == Decimal("150.12")
 
 
 def test_test_event_is_recognised():

@@ -44,7 +44,8 @@ def test_prefix_and_case_tolerated(prefix, transform):
     ({"X-Timestamp": str(TS), "X-Signature": "z" * 64}, "malformed_signature"),
     ({"X-Timestamp": str(TS), "X-Signature": "a" * 63}, "malformed_signature"),
     ({"X-Timestamp": str(TS), "X-Signature": "a" * 65}, "malformed_signature"),
-    ({"X-Timestamp": str(TS), "X-Signature": "t=1,v1=" + "a" * 64}, "malformed_signature"),
+    ({"X-Timestamp": str(TS), "X-Signature": "t=1,v1=" + "a" * 64}, "signature_timestamp_mismatch"),
+    ({"X-Timestamp": str(TS), "X-Signature": f"t={TS},v1=" + "a" * 64}, "signature_mismatch"),
     ({"X-Timestamp": str(TS), "X-Signature": "a" * 64}, "signature_mismatch"),
 ])
 def test_each_rejection_has_its_reason(given, reason):
@@ -128,3 +129,88 @@ def test_module_imports_no_framework():
 
     for module in (receiver.signature, receiver.envelope):
         assert "flask" not in module.__dict__ and "werkzeug" not in module.__dict__
+
+
+# --- the request-signing shape, `t=<timestamp>,v1=<hex>` (Authentication 4 and 5) -------------------
+
+GOOD = sign("whsec_test_token_one", TS, BODY)
+
+
+@pytest.mark.parametrize("value", [
+    f"t={TS},v1={GOOD}",
+    f"v1={GOOD},t={TS}",                                      # either order
+    f"  t = {TS} ,  v1 = {GOOD.upper()} ",                     # whitespace and case
+    f"t={TS},v1={'0' * 64},v1={GOOD}",                         # several v1 entries, as during a rotation
+    f"t={TS},v0=legacy,v1={GOOD},x-unknown=1",                 # unknown schemes ignored
+    f"v1={GOOD}",                                              # no t: the digest is over X-Timestamp anyway
+    f"alg=sha256,t={TS},v1={GOOD}",                            # a scheme first whose name starts like hex
+    f"t={TS},v1={GOOD},",                                      # an empty trailing part
+])
+def test_the_request_signing_shape_is_accepted(value):
+    assert verify(headers(value), BODY, TOKENS, now=TS) == "whsec_test_token_one"
+
+
+def test_the_request_shape_verifies_by_the_webhook_rule_over_x_timestamp():
+    # v1 is the webhook rule's digest (X-Timestamp + "." + body), never the request rule's (no "."): a digest of
+    # anything else is a mismatch, whatever t says.
+    request_rule = sign("whsec_test_token_one", "", f"{TS}POST/webhooks/partner".encode() + BODY)
+    with pytest.raises(VerificationError) as info:
+        verify(headers(f"t={TS},v1={request_rule}"), BODY, TOKENS, now=TS)
+    assert info.value.reason == "signature_mismatch"
+
+
+def test_rotation_in_the_request_shape_takes_either_token_and_either_entry():
+    tokens = (WebhookToken("old-token"), WebhookToken("new-token"))
+    value = f"t={TS},v1={sign('old-token', TS, BODY)},v1={sign('new-token', TS, BODY)}"
+    assert verify(headers(value), BODY, tokens, now=TS) in ("old-token", "new-token")
+    assert verify(headers(value), BODY, (WebhookToken("new-token"),), now=TS) == "new-token"
+
+
+@pytest.mark.parametrize("value, reason", [
+    (f"t={TS + 1},v1={GOOD}", "signature_timestamp_mismatch"),  # signed for another moment than the header's
+    (f"v1={GOOD},t={TS - 1}", "signature_timestamp_mismatch"),
+    (f"t=0{TS},v1={GOOD}", "signature_timestamp_mismatch"),     # the digest covers the header's text
+    (f"t={TS},t={TS + 1},v1={GOOD}", "signature_timestamp_mismatch"),
+    (f"t={TS},v1={'b' * 64}", "signature_mismatch"),
+    (f"t={TS},v1={GOOD[:-1]}0", "signature_mismatch"),
+    (f"t={TS},v1=", "malformed_signature"),                       # empty v1
+    (f"t={TS},v1={GOOD[:63]}", "malformed_signature"),          # 63 digits
+    (f"t={TS},v1={GOOD}0", "malformed_signature"),              # 65 digits, an odd count
+    (f"t={TS},v1={'g' * 64}", "malformed_signature"),
+    (f"t={TS},v1={GOOD},v1=abc", "malformed_signature"),        # one bad entry spoils the header
+    (f"t={TS}", "malformed_signature"),                          # no v1 at all
+    (f"t={TS},v0={GOOD}", "malformed_signature"),                # only an unknown scheme
+    (f"t=,v1={GOOD}", "malformed_signature"),
+    (f"t=soon,v1={GOOD}", "malformed_signature"),
+    (f"t=-{TS},v1={GOOD}", "malformed_signature"),
+    (f"t={TS};v1={GOOD}", "malformed_signature"),                # ";" is no separator: v1 is "<hex>" after "TS;"
+    (f"t={TS},{GOOD}", "malformed_signature"),                   # a part without "="
+    (f"t={TS},=v1,v1={GOOD}", "malformed_signature"),            # a part without a name
+    (f"sha256=t={TS},v1={GOOD}", "malformed_signature"),
+    (",,,", "malformed_signature"),
+    ("=", "malformed_signature"),
+    (f"t={TS},v1={GOOD}\x00", "malformed_signature"),
+    (f"t={TS},v1=\ud800{GOOD[1:]}", "malformed_signature"),
+])
+def test_the_request_shape_refused_with_its_reason(value, reason):
+    with pytest.raises(VerificationError, match=".") as info:
+        verify(headers(value), BODY, TOKENS, now=TS)
+    assert info.value.reason == reason
+
+
+def test_t_never_stands_in_for_a_missing_x_timestamp():
+    with pytest.raises(VerificationError) as info:
+        verify({"X-Signature": f"t={TS},v1={GOOD}"}, BODY, TOKENS, now=TS)
+    assert info.value.reason == "missing_timestamp"
+
+
+def test_the_window_is_x_timestamps_in_the_request_shape_too():
+    with pytest.raises(VerificationError) as info:
+        verify(headers(f"t={TS},v1={GOOD}"), BODY, TOKENS, now=TS + DEFAULT_TOLERANCE_S + 1)
+    assert info.value.reason == "timestamp_out_of_tolerance"
+
+
+def test_the_service_token_is_still_checked_after_a_request_shape_signature():
+    with pytest.raises(VerificationError) as info:
+        verify(headers(f"t={TS},v1={GOOD}", **{"X-SERVICE-WEBHOOK-TOKEN": "wrong"}), BODY, TOKENS, now=TS)
+    assert info.value.reason == "service_token_mismatch"

@@ -47,6 +47,14 @@ def test_accepted_and_stored(client, db):
     (lambda h: h.update({"X-Signature": sign("not-our-token", h["X-Timestamp"], envelope())}), 401, "signature_mismatch"),
     (lambda h: h.update({"X-SERVICE-WEBHOOK-TOKEN": "nope"}), 401, "service_token_mismatch"),
     (lambda h: (h.pop("X-Signature"), h.update({"X-SERVICE-WEBHOOK-TOKEN": TOKEN})), 401, "missing_signature"),
+    # The request-signing shape (Authentication 4): its t must be X-Timestamp, its v1 entries 64 hex digits.
+    (lambda h: h.update({"X-Signature": f"t={int(h['X-Timestamp']) + 1},v1={h['X-Signature']}"}), 401,
+     "signature_timestamp_mismatch"),
+    (lambda h: h.update({"X-Signature": f"t={h['X-Timestamp']},v1={h['X-Signature'][:63]}"}), 401,
+     "malformed_signature"),
+    (lambda h: h.update({"X-Signature": f"t={h['X-Timestamp']},v1={'0' * 64}"}), 401, "signature_mismatch"),
+    (lambda h: h.update({"X-Signature": f"t={h['X-Timestamp']},v1={h['X-Signature']}"}) or h.pop("X-Timestamp"),
+     401, "missing_timestamp"),
 ])
 def test_rejections_store_nothing(client, db, mutate, status, reason):
     body = envelope()
@@ -129,6 +137,40 @@ def test_signed_garbage_is_kept_quarantined_and_acknowledged(client, db):
     assert response.get_json() == {"status": "ignored"}
     assert inbox_rows(db) == [("hdr-evt", "quarantined", "body is not UTF-8", 0)]
     assert post(client, body, X_Event_ID="hdr-evt").get_json() == {"status": "duplicate"}
+
+
+@pytest.mark.parametrize("data, key", [
+    ('"order_id": 301, "status": "DELIVERED", "total_amount": 150.123, "currency": "INR"', "total_amount"),
+    ('"order_id": 301, "status": "DELIVERED", "total_amount": -5, "currency": "INR"', "total_amount"),
+    ('"id": 301, "status": "DELIVERED", "amount": "1000.00", "quantity": "two", "delivered_quantity": 2', "quantity"),
+    ('"order_id": 301, "status": "delivered", "vouchers_ready": -1, "total_vouchers": 2', "vouchers_ready"),
+])
+def test_an_unreadable_figure_is_dropped_the_event_applied_and_the_drop_logged(client, db, config, caplog, data, key):
+    # Webhook figures are hints (orders.apply fills only NULL fields): one that cannot be read no longer holds the
+    # whole event back until the catch-up walk; the order moves and its voucher fetch is queued now.
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="receiver")
+    body = b'{"event_id": "evt_fig", "event": "order.delivered", "data": {' + data.encode() + b'}}'
+    response = post(client, body, X_SERVICE_WEBHOOK_TOKEN=TOKEN)
+    assert response.status_code == 200 and response.get_json() == {"status": "accepted"}
+    assert inbox_rows(db) == [("evt_fig", "processed", None, 0)]
+    assert db.execute("SELECT status FROM orders WHERE id = 301").fetchone() == ("DELIVERED",)
+    assert db.execute("SELECT state FROM jobs WHERE order_id = 301").fetchall() == [("pending",)]
+    assert inbox.body_of(db, load_cipher(config), "evt_fig") == body  # the value as sent, kept with the event
+    dropped = [r for r in caplog.records if r.getMessage() == "webhook figure dropped"]
+    assert [(r.levelname, r.event_id, r.order_id, list(r.dropped)) for r in dropped] == [
+        ("WARNING", "evt_fig", 301, [key])]
+    assert TOKEN not in str(dropped[0].__dict__)
+    assert post(client, body).get_json() == {"status": "duplicate"}  # logged once, for the stored event
+    assert len([r for r in caplog.records if r.getMessage() == "webhook figure dropped"]) == 1
+
+
+def test_an_unreadable_order_id_is_still_a_quarantine(client, db):
+    body = b'{"event_id": "evt_noid", "event": "order.delivered", "data": {"order_id": 1.5, "total_amount": 150.123}}'
+    assert post(client, body).get_json() == {"status": "ignored"}
+    assert inbox_rows(db) == [("evt_noid", "quarantined", "order id is not an integer: Decimal('1.5')", 0)]
+    assert db.execute("SELECT COUNT(*) FROM orders").fetchone()[0] == 0
 
 
 def test_test_event_accepted_without_an_order(client, db):
@@ -245,6 +287,23 @@ def test_second_token_for_rotation(config):
     client = app.test_client()
     assert post(client, envelope("a"), token=TOKEN).status_code == 200
     assert post(client, envelope("b"), token=OTHER_TOKEN).status_code == 200
+
+
+def test_a_delivery_signed_in_the_request_shape_is_accepted_and_a_refused_one_counted(client, db):
+    # One signing secret per credential signs requests and deliveries (Authentication 5): a provider that sends its
+    # request shape `t=<ts>,v1=<hex>` on a delivery, over the webhook rule, is accepted like the bare digest.
+    body = envelope()
+    headers = signed_headers(body)
+    headers["X-Signature"] = f"t={headers['X-Timestamp']}, v1={headers['X-Signature']}"
+    response = client.post("/webhooks/partner", data=body, headers=headers)
+    assert response.status_code == 200 and response.get_json() == {"status": "accepted"}
+    assert inbox_rows(db) == [("evt_1", "processed", None, 0)]
+    headers["X-Signature"] = headers["X-Signature"].replace("t=", "t=9", 1)
+    refused = client.post("/webhooks/partner", data=envelope("evt_2"), headers=headers)
+    assert refused.get_json() == {"status": "rejected", "reason": "signature_timestamp_mismatch"}
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'partnerkit_webhook_rejected_total{reason="signature_timestamp_mismatch"} 1.0' in text
+    assert [row[0] for row in inbox_rows(db)] == ["evt_1"]
 
 
 def test_healthz_readyz_metrics(client):
