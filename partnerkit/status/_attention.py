@@ -37,7 +37,10 @@ REFUSAL_HINTS = {
     "timestamp_out_of_tolerance": ("their X-Timestamp is more than PARTNERKIT_TOLERANCE_S from this host's clock: "
                                    "check the clock (`timedatectl`: is it NTP-synchronised?)"),
     "malformed_timestamp": "their X-Timestamp is not Unix seconds: a proxy that rewrites it, or not the provider",
-    "malformed_signature": "their X-Signature is not 64 hex digits: a proxy that rewrites it, or not the provider",
+    "malformed_signature": ("their X-Signature is neither 64 hex digits nor t=<ts>,v1=<64 hex digits>: a proxy that "
+                            "rewrites it, or not the provider"),
+    "signature_timestamp_mismatch": "their X-Signature's t= differs from X-Timestamp: a proxy that rewrites one "
+                                    "header, or not the provider",
     "missing_timestamp": "X-Timestamp is missing: a proxy that drops the provider's headers, or not the provider",
     "missing_signature": "X-Signature is missing: a proxy that drops the provider's headers, or not the provider",
     "header_not_utf8": "a header is not UTF-8: a proxy that re-encodes headers, or not the provider",

@@ -272,3 +272,17 @@ def test_a_first_night_that_failed_is_overdue_before_any_report(sandbox_config, 
     assert status["last_report_date"] is None and status["report_overdue_date"] == "2026-11-21"
     assert any(line.startswith("the nightly report for 2026-11-21 is overdue (no complete report yet): ")
                for line in status["attention"])
+
+
+def test_every_refusal_reason_of_the_verifier_has_its_own_hint():
+    """`status` names what to check for the reason refused most; a reason without a hint said only "see the
+    receiver log" (signature_timestamp_mismatch, added with the t=,v1= signature shape, had none)."""
+    import re
+    from pathlib import Path
+
+    import receiver.signature
+    from partnerkit.status._attention import REFUSAL_HINTS
+
+    reasons = set(re.findall(r'VerificationError\("([a-z_]+)"', Path(receiver.signature.__file__).read_text()))
+    assert "signature_timestamp_mismatch" in reasons and len(reasons) >= 8
+    assert sorted(reasons - set(REFUSAL_HINTS)) == []
