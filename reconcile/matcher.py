@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from partnerkit.money import from_cents
-from partnerkit.store import Database, ledger as ledger_store, matching, matching_ledger, transaction
+from partnerkit.store import Database, ledger as ledger_store, matching, matching_ledger, quarantine, transaction
 from partnerkit.store.db import connect, database_file
 from partnerkit.store.drifts import drift_id, wallet_reference
 from partnerkit.store.matching_ledger import LedgerFindings
@@ -148,8 +148,10 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int) -> di
       read that began after the day ended or after the read of the wallets (partnerkit.store.ledger.read_since):
       the store holds every entry the provider lists up to then, and the money moved without one.
     - UNCONFIRMED: not timing, and no such read yet: entries made while partnerkit read the wallets (after its
-      walks: reconcile.sync.sync_range), or on days not read since, may explain it. The next report of the day
-      after a sync (the nightly re-match of a later night, `partnerkit reconcile --date`) judges it again.
+      walks: reconcile.sync.sync_range), or on days not read since, may explain it. So may an entry of those days
+      held in quarantine as unreadable (listed by the provider, missing from the ledger: the report lists it);
+      one withdrawn (no longer listed) is not held against the verdict. The next report of the day after a sync
+      (the nightly re-match of a later night, `partnerkit reconcile --date`) judges it again.
     """
     then = ledger_store.entry_at(conn, currency, taken_at)
     if then is None or then.balance_after_cents is None:
@@ -162,7 +164,8 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int) -> di
     explained = _timing(then, provider, after, before)
     if explained:
         return {**found, "verdict": TIMING, "explained_by": explained}
-    if not ledger_store.read_since(conn, then.created_at[:10], taken_at):
+    if (not ledger_store.read_since(conn, then.created_at[:10], taken_at)
+            or quarantine.unreadable_transactions(conn, then.created_at[:10], taken_at[:10])):
         return {**found, "verdict": UNCONFIRMED}
     return {**found, "verdict": UNEXPLAINED,
             "drift": drift_id("balance_discontinuity", "wallet", wallet_reference(currency, then.id))}

@@ -176,6 +176,15 @@ def held_entry(db: Database, kind: str, ident: str) -> dict | None:
     return None if row is None else dict(zip([c[0] for c in cursor.description], row))
 
 
+def unreadable_transactions(db: Database | sqlite3.Connection, first_day: str, last_day: str) -> int:
+    """How many wallet transactions of the days [first_day, last_day] (or of no known day) are held because they
+    could not be read, not withdrawn: entries the provider lists that the ledger lacks (usually none)."""
+    of_kind, params = _of_kind("transaction")
+    return db.execute(f"SELECT COUNT(*) FROM transaction_quarantine WHERE {of_kind}"
+                      " AND (day IS NULL OR (day >= ? AND day <= ?)) AND substr(reason, 1, ?) != ?",
+                      (*params, first_day, last_day, len(WITHDRAWN), WITHDRAWN)).fetchone()[0]
+
+
 def held_transaction_ids(db: Database) -> dict[str, bool]:
     """The ids (as stored) of the transactions held under `transaction:<id>` now (usually none), each
     with whether it was withdrawn (listed no more) rather than unreadable."""

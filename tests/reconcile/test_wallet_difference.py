@@ -229,3 +229,23 @@ def test_the_read_of_the_sync_that_read_the_balance_does_not_vouch_for_it(db, le
     report = report_of()
     assert report["wallets"]["INR"]["provider_difference_status"] == "unconfirmed"
     assert wallet_drifts(report) == []
+
+
+@pytest.mark.parametrize("reason,status", [
+    ("unknown transaction type 'WEIRD'", "unconfirmed"),  # listed by the provider, missing from the ledger
+    ("withdrawn: no longer listed by the provider on a full read of 2025-03-14", "unexplained"),
+])
+def test_an_unreadable_entry_of_those_days_in_quarantine_keeps_a_difference_unconfirmed(db, ledger, report_of,
+                                                                                         reason, status):
+    """The ledger lacks an entry the provider lists but partnerkit could not read: the money did not move without
+    an entry, so no wallet drift (the report lists the held record). One no longer listed is no such explanation."""
+    from partnerkit.store import quarantine
+
+    a_day(ledger)
+    quarantine.hold(db, "transaction", [(reason, {"id": "700999", "created_at": "2025-03-14T23:00:00Z",
+                                                  "amount": "-50.00"})], now=RUN)
+    snapshot(db, at(0, 5, day=NEXT), INR=1051.50)
+    next_day_read(ledger, at(0, 15, day=NEXT))
+    report = report_of()
+    assert report["wallets"]["INR"]["provider_difference_status"] == status
+    assert len(wallet_drifts(report)) == (status == "unexplained")
