@@ -129,11 +129,13 @@ def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, 
         taken_at, balances = snapshot
         for currency, balance in balances.items():
             w = wallets.setdefault(currency, {"debits": 0, "credits": 0, "opening": None, "closing": None})
-            w.update(provider=balance, provider_at=taken_at, **compare_wallet(conn, currency, taken_at, balance))
+            w.update(provider=balance, provider_at=taken_at,
+                     **compare_wallet(conn, currency, taken_at, balance, since_day=start[:10]))
     return dict(sorted(wallets.items()))
 
 
-def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int) -> dict[str, Any]:
+def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int, *,
+                   since_day: str | None = None) -> dict[str, Any]:
     """The ledger's balance when the provider's `provider` (paise) was read at `taken_at`, and the verdict.
 
     `ledger_then`: the balance_after of the last entry up to the read, on any day (None: the store holds none,
@@ -144,6 +146,9 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int) -> di
       balance through entries dated after the read (made before it on a clock ahead of ours) or, read back,
       through entries dated in the CLOCK_BEHIND before it (made after it on a clock behind ours);
       `explained_by` names them. A deleted movement breaks the chain at the next entry, so it is never timing.
+      So is an entry dated out of order: the provider's balance is the balance_after of the entry it made last
+      (by id) from `since_day` (the report's day) up to the read, though another is dated later (`explained_by`
+      names the one made last).
     - UNEXPLAINED: not timing, and every day from the ledger entry's through the read's was read in full by a
       read that began after the day ended or after the read of the wallets (partnerkit.store.ledger.read_since):
       the store holds every entry the provider lists up to then, and the money moved without one.
@@ -162,6 +167,12 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int) -> di
     since = iso(parse_ts(taken_at, field="taken_at") - CLOCK_BEHIND)  # type: ignore[operator]
     after, before = ledger_store.around(conn, currency, taken_at, since=since, n=TIMING_ENTRIES)
     explained = _timing(then, provider, after, before)
+    if not explained and since_day is not None:
+        # The chain's end by the provider's ids, when its dates disagree with them: the last entry it made up to
+        # the read says the provider's balance, so the entries dated after it are dated out of order, not money.
+        last_made = ledger_store.newest_by_id(conn, currency, min(since_day, then.created_at[:10]), taken_at)
+        if last_made is not None and last_made.id != then.id and last_made.balance_after_cents == provider:
+            explained = [last_made.id]
     if explained:
         return {**found, "verdict": TIMING, "explained_by": explained}
     if (not ledger_store.read_since(conn, then.created_at[:10], taken_at)

@@ -459,6 +459,20 @@ def entry_at(db: Database | sqlite3.Connection, currency: str, moment: str) -> E
     return None if found is None else Entry(found[0], found[1], found[2])
 
 
+def newest_by_id(db: Database | sqlite3.Connection, currency: str, lo: str, moment: str) -> Entry | None:
+    """The entry of a currency dated from `lo` up to `moment` (its whole second) that the provider made last by its
+    id (numeric ids compared as numbers: the shorter is older), or None. Read only when a wallet difference would
+    be called money (reconcile.matcher.compare_wallet): a provider that dated an entry before one whose balance it
+    follows (a sandbox's past planted under an opening balance stamped at its start) ends its chain there, not at
+    the entry dated last. One range of `transactions_created`, sorted: not on the nightly path of a store that
+    agrees."""
+    row = db.execute("SELECT id, created_at, balance_after_cents, amount_cents FROM transactions"
+                     " WHERE created_at >= :lo AND created_at < :through AND COALESCE(currency, '') = :currency"
+                     " ORDER BY length(id) DESC, id DESC LIMIT 1",
+                     {"lo": lo, "through": through_second(moment), "currency": currency}).fetchone()
+    return None if row is None else Entry(*row)
+
+
 # The entries just after a moment (`:through`, from through_second) and just before it, in chain order, at most
 # :n rows of the index each way (any currency: the currency is filtered after the bounded walk); the entries
 # before it only back to `:since`. What a difference between the provider's balance and the ledger's may be

@@ -249,3 +249,20 @@ def test_an_unreadable_entry_of_those_days_in_quarantine_keeps_a_difference_unco
     report = report_of()
     assert report["wallets"]["INR"]["provider_difference_status"] == status
     assert len(wallet_drifts(report)) == (status == "unexplained")
+
+
+def test_an_opening_balance_dated_after_the_entries_it_precedes_is_not_money(db, ledger, report_of):
+    """The sandbox's world when a test plants a past day: the opening top-up (the first id) is stamped when the
+    sandbox started, after the planted day's debits whose balances follow it. The entry dated last (the top-up) is
+    not the chain's end; the entry made last (by id) is, and it says the provider's balance: no wallet drift."""
+    ledger.tx("1000.00", type="TOPUP", balance_after="1000.00", id="700001", hour=0, minute=3, day=NEXT)
+    ledger.tx("-100.00", type="ADJUSTMENT", balance_after="900.00", id="700002", hour=9)
+    last = ledger.tx("-75.00", type="ADJUSTMENT", balance_after="825.00", id="700003", hour=10)
+    ledger.read_in_full(day=DAY, when=at(0, 45, day=NEXT))
+    snapshot(db, at(0, 5, day=NEXT), INR=825)
+    next_day_read(ledger, at(0, 15, day=NEXT))
+    report = report_of()
+    w = report["wallets"]["INR"]
+    assert (w["ledger_balance_at_provider_time"], w["provider_difference_status"],
+            w["provider_difference_explained_by"]) == ("1000.00", "timing", [last])
+    assert wallet_drifts(report) == []
