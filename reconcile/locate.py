@@ -12,7 +12,9 @@ is waiting on (REPLAY_WINDOW), or when the operator asks for it (`replay=True`, 
 now") and noted on the row. An intent whose earlier answer named a recharge id another local row holds
 is only searched: its key would be answered with the same id. So is one whose key answered another request's
 recharge (`store.key_taken`): the same answer would come back; a send that meets such an answer raises
-`errors.ReplayMismatch`, the row left open (`reconcile.recharges.answer_of_another`). docs/worker.md, "Locate".
+`errors.ReplayMismatch`, the row left open (`reconcile.recharges.answer_of_another`). So is one an operator closed
+(`close`, `partnerkit recharges close`: the same search found nothing, and they said it was never made): searched,
+linked if the provider shows it after all, never sent again. docs/worker.md, "Locate" and "Close".
 """
 
 from __future__ import annotations
@@ -128,12 +130,30 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
             f"{row['idempotency_key']} {store.KEY_TAKEN} ({taken.answered}: {taken.differences}), and the provider "
             f"would answer the same; nothing was sent; this recharge was not made under that key. What to do: "
             f"{store.key_taken_advice(row['local_id'])} (without --replay locate only searches)")
+    # Closed by an operator (`recharges close`: the provider showed no such recharge, and they said it was never
+    # made): searched, and linked if the provider shows it after all; its key is never sent again, which would make
+    # the recharge now.
+    closed = store.closure(db, row)
+    if closed is not None and replay:
+        raise RechargeInputError(
+            f"local recharge #{row['local_id']} is not sent again (--replay): {_closed_by(closed)}; sending its key "
+            "now would make the recharge. If the customer still wants it, submit it again (a closed recharge holds "
+            "no new submit back); without --replay locate only searches")
     # An INTENT's submit still running (partnerkit.senders) may be waiting for the budget or for the answer: the
     # search may not show its recharge yet, and it stores the answer itself. Its key is sent again only if asked.
     search = _Search(sender=senders.row_running(database_file(db), row), sender_who=row["sender"])
     found = _search(db, client, row, now, search)
     if found is not None:
+        if closed is not None:
+            found.message = f"{_closed_by(closed)}; overtaken now: the provider shows it. " + found.message
         return found
+    if closed is not None:
+        seen = (f"the provider could not be checked now ({'; '.join(search.unchecked)})" if search.unchecked
+                else "the provider still shows no such recharge")
+        return _still_unknown(db, row, f"Local recharge #{row['local_id']} ({row['mobile_number']}, "
+                                       f"{from_cents(row['amount_cents'])}) {_closed_by(closed)}: {seen}. Its key "
+                                       "is not sent again. If the customer still wants it, submit it again (a "
+                                       "closed recharge holds no new submit back).", search)
     submitted = parse_ts(row["submitted_at"]) or now
     young = now - submitted < REPLAY_WINDOW
     if held is None and taken is None and _replayable(row, now) and (
@@ -142,6 +162,96 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         if sent is not None:
             return sent
     return _unknown(db, row, now, search, young=young, asked=replay, held=held, taken=taken)
+
+
+def _closed_by(closed: dict) -> str:
+    """A closure, as a message names it."""
+    return f"was closed by {closed['by']} at {closed['at']} ({closed['note']})"
+
+
+@dataclass
+class CloseOutcome:
+    """What `close` did: closed (`record`, the closure kept), or not, because the search found it (`located`)."""
+
+    closed: bool
+    row: dict
+    message: str
+    record: dict | None = None
+    located: SubmitOutcome | None = None
+
+
+def close(config: Config, db: Database, client: Any, local_id: int, *, note: str, by: str,
+          without_search: bool = False, now: datetime | None = None) -> CloseOutcome:
+    """Close an intent whose outcome is not known, which an operator checked with the provider: never made.
+
+    Only an open intent (UNKNOWN; INTENT whose `recharges submit` no longer runs, or older than a submit can keep
+    one) with no provider id: anything else is refused (RechargeInputError, nothing written). First the search
+    `locate` runs (by number and client_reference, then face and time), never a send of its key: a recharge found
+    is linked as locate links it, and not closed (`closed` False, `located`). A provider that cannot be read in
+    full, or that shows several recharges that could be this one, refuses it (nothing written). `without_search`
+    skips the search (an operator who confirmed with support another way); the note says how.
+
+    Closing keeps the row and its status: a record of who, when, why and what the provider showed
+    (`store.close_intent`) that `partnerkit status` and the submit hold leave out, and that `recharges show`
+    prints. A sync that lists the recharge later still links it (the provider's record wins)."""
+    from partnerkit.status._facts import intent_stale_after_s
+
+    now = now or utcnow()
+    row = store.get(db, local_id)
+    if row is None:
+        merged = store.merged_into(db, local_id)
+        if merged is not None:
+            raise RechargeInputError(f"local recharge #{local_id} was merged into local #{merged['into']} (provider "
+                                     f"recharge {merged['provider_id']}): its outcome is known, nothing to close")
+        raise RechargeInputError(f"no local recharge #{local_id}")
+    if row["provider_id"] is not None or row["status"] not in store.OPEN_INTENT:
+        known = f"recharge {row['provider_id']}, " if row["provider_id"] is not None else ""
+        raise RechargeInputError(f"local recharge #{local_id} is {row['status']} ({known}the provider's record): its "
+                                 "outcome is known, and only one whose outcome is not known (INTENT, UNKNOWN) can be "
+                                 "closed; nothing was written")
+    done = store.closure(db, row)
+    if done is not None:
+        return CloseOutcome(True, row, f"Local recharge #{local_id} {_closed_by(done)}: nothing changed.", done)
+    if row["status"] == "INTENT":
+        running = senders.row_running(database_file(db), row)
+        submitted = parse_ts(row["submitted_at"]) or now
+        if running is True or (running is None and now - submitted < timedelta(seconds=intent_stale_after_s(config))):
+            raise RechargeInputError(
+                f"local recharge #{local_id} is not closed: "
+                f"{senders.sending('recharges submit', running, row['sender'])}; it stores the answer itself. Run "
+                "this again once that command has ended; nothing was written")
+    if without_search:
+        searched = "not searched (--without-search)"
+    else:
+        search = _Search()
+        found = _search(db, client, row, now, search)
+        if found is not None:
+            found.message = (f"Local recharge #{local_id} is not closed: the provider shows it, so it is linked "
+                             f"instead. " + found.message)
+            return CloseOutcome(False, found.row or store.get(db, local_id) or row, found.message, located=found)
+        if search.unchecked:
+            raise RechargeInputError(f"local recharge #{local_id} is not closed: the provider could not be checked "
+                                     f"({'; '.join(search.unchecked)}); nothing was written. Run this again when the "
+                                     "provider answers")
+        if search.candidates:
+            raise RechargeInputError(f"local recharge #{local_id} is not closed: the provider shows several recharges "
+                                     f"that could be this one ({_listed(search.candidates)}); nothing was written. "
+                                     "Ask support which one it is, quoting its Idempotency-Key "
+                                     f"{row['idempotency_key']} and client_reference {row['client_reference']}")
+        searched = f"the provider showed no such recharge ({'; '.join(search.notes)})"
+        if search.served:
+            searched += f"; it showed other recharges of the number and face since: {_listed(search.served)}"
+    try:
+        record = store.close_intent(db, local_id, by=by, note=note, at=now.replace(microsecond=0), searched=searched)
+    except errors.StorageError as exc:
+        raise RechargeInputError(f"local recharge #{local_id} is not closed: {exc}") from None
+    log.info("local recharge #%s closed by hand (%s)", local_id, searched, extra={"local_id": local_id})
+    message = (f"Local recharge #{local_id} ({row['mobile_number']}, {from_cents(row['amount_cents'])}) is closed: "
+               f"{searched}. It stays {row['status']} with the closure kept (`partnerkit recharges show {local_id}`); "
+               "`partnerkit status` no longer names it and it holds no new submit back. If the provider lists it "
+               "later, the sync links it (its record wins). The nightly match still reports it as "
+               "`unknown_to_provider` for finance.")
+    return CloseOutcome(True, store.get(db, local_id) or row, message, record)
 
 
 def _merged_before(db: Database, local_id: int) -> SubmitOutcome:
@@ -468,7 +578,9 @@ def _unknown(db: Database, row: dict, now: datetime, search: _Search, *, young: 
                  "the customer still wants it and was not served " + ("by the recharge above" if search.served
                                                                       else "another way")
                  + f", run `partnerkit recharges locate --local-id {local} --replay`. Otherwise leave it: the day's "
-                 "report lists it as `unknown_to_provider` for finance to close.")
+                 "report lists it as `unknown_to_provider` for finance to close; once the provider (or its support) "
+                 f"confirms it was never made, `partnerkit recharges close {local} --note TEXT` takes it out of "
+                 "`partnerkit status`.")
     text += f" Support can trace it by Idempotency-Key {key} and client_reference {reference}."
     return _still_unknown(db, row, text, search)
 

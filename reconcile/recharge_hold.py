@@ -19,6 +19,8 @@ An open intent whose Idempotency-Key answered another request's recharge (`store
 first elsewhere, and the provider replayed that recharge's answer) holds nothing back: its request was answered,
 and the answer says it was not made under that key. What is left to do is a new key, after checking
 (`store.key_taken_advice`), which the hold would otherwise refuse; the provider's own duplicate guard still applies.
+Nor does one an operator closed (`partnerkit recharges close`: searched for at the provider, not found, and said
+never made): `store.held` and `open_ones_named` leave it out.
 """
 
 from __future__ import annotations
@@ -145,7 +147,8 @@ def open_ones_named(db: Database, *, mobile_number: str, amount: Decimal, beside
     could not be read: the 409 is what the caller must hear)."""
     try:
         rows = [r for r in store.open_intents(db, mobile_number=mobile_number, amount=amount)
-                if r["local_id"] != besides and store.key_taken(r["last_error"]) is None]
+                if r["local_id"] != besides and store.key_taken(r["last_error"]) is None
+                and store.closure(db, r) is None]  # closed by hand: checked with the provider, never made
         database = database_file(db)
         held = [held_recharge(row, now, database) for row in rows]
         # Read outside a transaction: a submit whose lock is free now may have stored its answer since the rows

@@ -1,4 +1,4 @@
-"""`partnerkit recharges submit|list|show|locate`: recharges through partnerkit, and the local copy.
+"""`partnerkit recharges submit|list|show|locate|close`: recharges through partnerkit, and the local copy.
 
 Exit codes of `submit` and `locate`: 0 when the provider's outcome is known and not FAILED
 (SUCCESS, PROCESSING, REVERSED), 1 for FAILED or any error, 3 when the outcome is UNKNOWN (run
@@ -15,7 +15,8 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit_newest, emit_one, format_option
-from partnerkit.cli.params import ID, MAX_INT64, idempotency_key, indian_mobile, nickname, whole_rupees
+from partnerkit.cli.params import (ID, MAX_INT64, idempotency_key, indian_mobile, invoking_user, nickname, not_blank,
+                                   whole_rupees)
 from partnerkit.money import from_cents
 from partnerkit.store import recharges as store
 
@@ -158,7 +159,11 @@ def list_command(app: AppContext, fmt: str, status: str | None, limit: int) -> N
 @format_option
 @pass_app
 def show_command(app: AppContext, fmt: str, key: str) -> None:
-    """One recharge by provider id, reference_number or local id."""
+    """One recharge by provider id, reference_number or local id.
+
+    One closed by hand (`recharges close`) shows who closed it, when, why and what the provider showed then
+    (closed_at, closed_by, closed_note, closed_search), and closed_state: "closed", or "overtaken" when the
+    provider listed it later and its record was linked (the provider's record wins)."""
     text = key.strip()
     if text.isdigit() and not (text.isascii() and int(text) <= MAX_INT64):
         row = None  # "²" or a number past SQLite's INTEGER: no id, and store.find would raise on it
@@ -166,9 +171,23 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
         row = store.find(app.existing_db, key)
     if row is None:
         raise click.ClickException(f"no recharge with id, reference_number or local id {key!r}")
-    view = recharge_view(row)
+    view = {**recharge_view(row), **closure_view(row, store.closure(app.existing_db, row))}
     emit_one(view, fmt, rows=[{"field": name, "value": value} for name, value in view.items()],
              columns=["field", "value"])
+
+
+# `recharges show` only, after VIEW_FIELDS: an intent closed by hand (`recharges close`), else null.
+CLOSURE_FIELDS = ["closed_at", "closed_by", "closed_note", "closed_search", "closed_state"]
+
+
+def closure_view(row: dict, closed: dict | None) -> dict[str, Any]:
+    """Who closed the recharge by hand, when, why, what the provider showed then, and `closed_state`: "closed",
+    or "overtaken" once the provider listed it after all and its record was linked (the provider's truth wins)."""
+    if closed is None:
+        return dict.fromkeys(CLOSURE_FIELDS)
+    state = "closed" if row["status"] in store.OPEN_INTENT and row["provider_id"] is None else "overtaken"
+    return {"closed_at": closed["at"], "closed_by": closed["by"], "closed_note": closed["note"],
+            "closed_search": closed["searched"], "closed_state": state}
 
 
 @recharges_group.command("locate")
@@ -237,3 +256,45 @@ def locate_command(app: AppContext, fmt: str, local_id: int | None, mobile_numbe
 
 def register(group: click.Group) -> None:
     group.add_command(recharges_group)
+
+
+@recharges_group.command("close")
+@click.argument("local_id", metavar="LOCAL_ID", type=ID)
+@click.option("--note", required=True, callback=not_blank,
+              help="Why: what the provider (or its support) said (kept with the recharge).")
+@click.option("--by", callback=not_blank,
+              help="Who (default: the user who ran sudo, SUDO_USER, when set; else the login name).")
+@click.option("--without-search", is_flag=True,
+              help="Close without searching the provider first: only when support confirmed it was never made "
+                   "(say so in --note), or the provider's list cannot show it (more recharges of the number than "
+                   "locate reads).")
+@format_option
+@pass_app
+def close_command(app: AppContext, fmt: str, local_id: int, note: str, by: str | None, without_search: bool) -> None:
+    """Close a recharge whose outcome is not known, once checked with the provider: it was never made.
+
+    Only an intent with no answer (UNKNOWN; INTENT whose `recharges submit` no longer runs). First the same
+    search `recharges locate` runs (by number and client_reference, then face and time; its key is never sent
+    again): if the provider shows the recharge, it is linked instead, not closed (exit 1). A recharge with a
+    provider id (SUCCESS, PROCESSING, FAILED, REVERSED) is the provider's record and is never closed (exit 1);
+    so is an INTENT whose submit still runs. If the provider cannot be read in full, or shows several recharges
+    that could be this one, nothing is written (exit 1).
+
+    The row is kept, still UNKNOWN (or INTENT), with who closed it, when and the note (`recharges show`):
+    `partnerkit status` no longer names it, a new submit of the same number and amount is no longer held back,
+    and `recharges locate` only searches it. If the provider lists it later, the sync links it (its record
+    wins; `recharges show` says the closure was overtaken). The nightly match still reports it as
+    `unknown_to_provider` (recorded here, not at the provider) for finance to resolve. Closing one already
+    closed changes nothing (exit 0).
+    """
+    from reconcile.locate import close
+
+    db = app.existing_db
+    outcome = close(app.config, db, _client(app) if not without_search else None, local_id, note=note,
+                    by=by or invoking_user(), without_search=without_search)
+    view = {**recharge_view(outcome.row), **closure_view(outcome.row, store.closure(db, outcome.row))}
+    emit_one(view, fmt, rows=[{"field": name, "value": value} for name, value in view.items()],
+             columns=["field", "value"])
+    if not outcome.closed:
+        raise click.ClickException(outcome.message)
+    click.echo(outcome.message, err=True)

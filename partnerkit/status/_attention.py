@@ -222,7 +222,12 @@ def _unknown_recharges_line(status: dict[str, Any]) -> str | None:
         line += ("sending it again under its own Idempotency-Key is a decision (`--replay` performs it now if its "
                  "first send never arrived)")
     return line + ("; never a new key: a new `recharges submit` of the same number and amount is refused while one "
-                   "is open, unless `--force`")
+                   "is open, unless `--force`; " + CLOSE_ADVICE)
+
+
+# The last words of the unknown-recharges line: what ends one nobody will ever resolve (`recharges close`).
+CLOSE_ADVICE = ("once the provider (or its support) confirms one was never made, `partnerkit recharges close N --note "
+                "TEXT` searches once more and closes it: kept, no longer named here, holding no new submit back")
 
 
 def _held_elsewhere_line(status: dict[str, Any]) -> str:

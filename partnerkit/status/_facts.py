@@ -128,13 +128,15 @@ def lost_answers(config: Config, db: Database, now: datetime) -> list[dict]:
     """Recharges whose submit's answer was lost: UNKNOWN, INTENT whose submit is no longer running (it died while
     sending, and never got to mark it UNKNOWN), and INTENT past `intent_stale_after_s` (a submit whose lock
     cannot be seen, or that is still running so long); oldest first (by local id). An INTENT whose submit is gone
-    carries `sender_gone`."""
+    carries `sender_gone`. Not one an operator closed (`recharges close`)."""
     cutoff = now - timedelta(seconds=intent_stale_after_s(config))
     intents = recharges.list_rows(db, status="INTENT")
     gone = senders_gone(db, intents, lambda r: recharges.get(db, r["local_id"]))
     stale = [{**r, "sender_gone": r["local_id"] in gone} for r in intents
              if r["local_id"] in gone or (parse_ts(r["submitted_at"]) or now) <= cutoff]
-    return sorted(stale + recharges.list_rows(db, status="UNKNOWN"), key=lambda r: r["local_id"])
+    # One an operator closed (`recharges close`: checked with the provider, never made) nobody waits on.
+    return sorted((r for r in stale + recharges.list_rows(db, status="UNKNOWN") if recharges.closure(db, r) is None),
+                  key=lambda r: r["local_id"])
 
 
 def lost_orders(db: Database, now: datetime) -> list[dict]:

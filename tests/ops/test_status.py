@@ -445,7 +445,9 @@ def test_a_submit_killed_mid_send_counts_as_an_answer_lost(sandbox_config, db):
             "the recharge then (once: the same key never makes a second), for a customer who may still be waiting; "
             "for an older one sending it again is a decision (`--replay` performs it now); never a new key: a new "
             "`recharges submit` of the same number "
-            "and amount is refused while one is open, unless `--force`") in status["attention"]
+            "and amount is refused while one is open, unless `--force`; once the provider (or its support) confirms "
+            "one was never made, `partnerkit recharges close N --note TEXT` searches once more and closes it: kept, "
+            "no longer named here, holding no new submit back") in status["attention"]
     assert not any("read only" in line for line in status["attention"])
     with freeze_time(start + timedelta(minutes=5)):  # the one submitted 150 s after them is 150 s old
         assert collect(sandbox_config, db)["recharges_unknown_locate_replays"] == [

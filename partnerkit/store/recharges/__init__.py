@@ -10,10 +10,11 @@ The store is one module a concern, all re-exported here (import from `partnerkit
 import), `_intents` (the submit side, an answer that is another request's, and one naming a recharge another
 row holds), `_upsert` (provider reads, a record naming a recharge it is not, and what the sync notes of its
 list: `known_recharge_states`, `mark_recharges_seen`),
-`_queries` (reads for the poller, locate and the CLI) and `_held` (the submit guard's read: open intents
-of the same number and amount).
+`_queries` (reads for the poller, locate and the CLI), `_held` (the submit guard's read: open intents
+of the same number and amount) and `_closed` (open intents an operator closed by hand: `recharges close`).
 """
 
+from partnerkit.store.recharges._closed import close_intent, closed_key, closure, is_closed
 from partnerkit.store.recharges._held import held
 from partnerkit.store.recharges._intents import (
     HELD_ADVICE, HELD_ELSEWHERE, KEY_TAKEN, AnswerOfAnotherRequest, HeldId, KeyTaken, RechargeHeldElsewhere,
@@ -54,6 +55,9 @@ __all__ = [
     "by_idempotency_key",
     "by_provider_id",
     "check_provider_columns",
+    "close_intent",
+    "closed_key",
+    "closure",
     "count_status",
     "day_counts",
     "discard_refused",
@@ -62,6 +66,7 @@ __all__ = [
     "given_twice",
     "held",
     "held_elsewhere",
+    "is_closed",
     "key_taken",
     "key_taken_advice",
     "known_recharge_states",

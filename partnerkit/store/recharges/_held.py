@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from partnerkit.money import cents
 from partnerkit.store.db import Database
+from partnerkit.store.recharges._closed import closure
 from partnerkit.store.recharges._provider import OPEN_INTENT_SQL
 from partnerkit.store.recharges._queries import _rows
 from partnerkit.timeutil import iso
@@ -26,8 +27,11 @@ def held(db: Database | sqlite3.Connection, *, mobile_number: str, amount: Decim
     One range of the `recharges_status_newest` index: the open intents since `since`, a handful. The `+` keeps
     the planner off `recharges_mobile`, which it prefers without statistics and which holds every recharge of
     the number and amount ever made (a number topped up with the same plan every month for years, a shop's own
-    number many times a day); an open intent's `submitted_at` is its COALESCE's value."""
-    return _rows(db.execute(
+    number many times a day); an open intent's `submitted_at` is its COALESCE's value. Not one an operator
+    closed (`closure`)."""
+    rows = _rows(db.execute(
         f"SELECT * FROM recharges WHERE {OPEN_INTENT_SQL} AND COALESCE(submitted_at, provider_created_at) >= ? "
         "AND +mobile_number = ? AND amount_cents = ? ORDER BY local_id",
         (iso(since), mobile_number, cents(amount))))
+    # An intent an operator closed (`recharges close`: checked with the provider, never made) holds nothing back.
+    return [row for row in rows if closure(db, row) is None]
