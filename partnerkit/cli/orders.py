@@ -1,4 +1,4 @@
-"""`partnerkit orders list|show|create|sync`: local order state; create and sync go through the client."""
+"""`partnerkit orders list|show|create|sync|close`: local order state; create, sync and close go through the client."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, emit, emit_newest, emit_one, format_option
-from partnerkit.cli.params import ID, at_most_int64, idempotency_key, moment, positive_amount, some_text
+from partnerkit.cli.params import (ID, at_most_int64, idempotency_key, invoking_user, moment, not_blank,
+                                   positive_amount, some_text)
 from partnerkit.money import from_cents
 from partnerkit.ordering import HOLD_HOURS
-from partnerkit.store import Database, inbox, jobs, orders, quarantine
+from partnerkit.store import Database, inbox, jobs, order_intents, orders, quarantine
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.timeutil import iso, utcnow
 from partnerkit.vouchers import catch_up_orders
@@ -223,6 +224,65 @@ INCOMPLETE = {
     "max pages": "the scheduled sync reads at most 20 pages, give --since to read further",
     "page repeated": "the provider answered the same page twice",
 }
+
+
+# `orders close`: the intent's fields, then who closed it, when, why and what the search saw (null when not closed).
+INTENT_FIELDS = ["id", "idempotency_key", "ref", "product_id", "denomination", "quantity", "wallet_id", "state",
+                 "order_id", "created_at", "updated_at"]
+CLOSURE_FIELDS = ["closed_at", "closed_by", "closed_note", "closed_search", "closed_state"]
+
+
+def intent_view(intent: dict, closed: dict | None) -> dict:
+    """An order intent as `orders close` prints it, with its closure: `closed_state` "closed", or "overtaken" once
+    the provider listed its order after all and it was linked (the provider's record wins)."""
+    view = {name: intent[name] for name in INTENT_FIELDS if name != "denomination"}
+    view["denomination"] = from_cents(intent["denomination_cents"])
+    view = {name: view[name] for name in INTENT_FIELDS}
+    if closed is None:
+        return {**view, **dict.fromkeys(CLOSURE_FIELDS)}
+    state = ("closed" if intent["state"] in order_intents.OPEN and intent["order_id"] is None else "overtaken")
+    return {**view, "closed_at": closed["at"], "closed_by": closed["by"], "closed_note": closed["note"],
+            "closed_search": closed["searched"], "closed_state": state}
+
+
+@orders_group.command("close")
+@click.argument("intent_id", metavar="INTENT_ID", type=ID)
+@click.option("--note", required=True, callback=not_blank,
+              help="Why: what the provider (or its support) said (kept with the intent).")
+@click.option("--by", callback=not_blank,
+              help="Who (default: the user who ran sudo, SUDO_USER, when set; else the login name).")
+@click.option("--without-search", is_flag=True,
+              help="Close without reading the provider's order list first: only when support confirmed it was never "
+                   "placed (say so in --note), or the list cannot be read back to the intent's time.")
+@format_option
+@pass_app
+def close_command(app: AppContext, intent_id: int, note: str, by: str | None, without_search: bool, fmt: str) -> None:
+    """Close an order intent whose outcome is not known, once checked with the provider: it was never placed.
+
+    INTENT_ID is the `#N` that `partnerkit status` names under order_intents_unknown. Only an intent with no
+    answer (UNKNOWN; INTENT whose `orders create` no longer runs). First the order list is read back to the
+    intent's time, as `partnerkit orders sync --since` reads it (its key is never sent again): if the provider
+    lists an order carrying its ref and request, the intent is linked to it instead, not closed (exit 1). An
+    intent with an order (PLACED) or refused (REFUSED) has a known outcome and is never closed (exit 1); nor is
+    an INTENT whose `orders create` still runs. If the list cannot be read back that far, or shows an order
+    carrying its ref that is not its request, nothing is written (exit 1).
+
+    The intent is kept, still UNKNOWN (or INTENT), with who closed it, when and the note: `partnerkit status`
+    no longer names it, a new order of the same product, denomination and quantity is no longer held back, and
+    `orders create --idempotency-key` of its key is refused. If the provider lists the order later, the order
+    sync links it (its record wins; closed_state "overtaken"). Closing one already closed changes nothing (exit 0).
+    """
+    from partnerkit.ordering import close_intent
+
+    db = app.existing_db
+    outcome = close_intent(app.config, db, None if without_search else _client(app), intent_id, note=note,
+                           by=by or invoking_user(), without_search=without_search)
+    view = intent_view(outcome.intent, order_intents.closure(db, outcome.intent))
+    emit_one(view, fmt, rows=[{"field": name, "value": value} for name, value in view.items()],
+             columns=["field", "value"])
+    if not outcome.closed:
+        raise click.ClickException(outcome.message)
+    click.echo(outcome.message, err=True)
 
 
 def register(group: click.Group) -> None:

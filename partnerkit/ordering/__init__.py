@@ -28,7 +28,9 @@ A new order (no key, a key never recorded, or a REFUSED intent's) is refused bef
 (`UnresolvedOrder`) while an earlier order of the same product, denomination, quantity and wallet
 is unresolved, UNKNOWN or INTENT (being sent, or its process died while sending), from the last
 `HOLD_WINDOW`: it may be placed already, and a second one debits the wallet twice. Its replay
-command resolves it; `force=True` (`--force`) places another order deliberately.
+command resolves it; `force=True` (`--force`) places another order deliberately. One an operator
+closed (`close_intent`, `partnerkit orders close`: searched for, never placed) holds nothing back,
+and its key is never sent again.
 
 Given the key of a known intent, the same request is resumed with the intent's own ref; other
 fields under that key are refused before anything is sent. A 2xx whose order is not the request's
@@ -36,10 +38,12 @@ fields under that key are refused before anything is sent. A 2xx whose order is 
 
 The package is one module a concern, re-exported here (import from `partnerkit.ordering`):
 `_request` (validation, the request, the outcome and the refusals), `_place` (the placing
-procedure) and `_answer` (what an answer, or its absence, settles).
+procedure), `_answer` (what an answer, or its absence, settles) and `_close` (an open intent
+closed by hand).
 """
 
 from partnerkit.ordering._answer import held_elsewhere
+from partnerkit.ordering._close import CloseOutcome, close_intent
 from partnerkit.ordering._place import place_order
 from partnerkit.ordering._request import (
     HOLD_HOURS, HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, new_ref,
@@ -49,11 +53,13 @@ from partnerkit.ordering._request import (
 __all__ = [
     "HOLD_HOURS",
     "HOLD_WINDOW",
+    "CloseOutcome",
     "HeldIntent",
     "OrderInputError",
     "OrderOutcome",
     "OrderRequest",
     "UnresolvedOrder",
+    "close_intent",
     "held_elsewhere",
     "new_ref",
     "place_order",

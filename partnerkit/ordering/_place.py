@@ -16,6 +16,7 @@ from partnerkit.config import Config
 from partnerkit.crypto import Cipher, KeyFollower
 from partnerkit.errors import is_ambiguous
 from partnerkit.ordering._answer import _from_local, _keep_open, _not_placed, _placed, _unknown
+from partnerkit.ordering._close import closed_by
 from partnerkit.ordering._request import (
     HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, _intent_request, _key, _name,
     _resume_check, new_ref, replay_command, validate_order,
@@ -101,6 +102,7 @@ def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None,
         known = order_intents.by_key(conn, key)
         if known is not None:
             _resume_check(known, request, ref)
+            _closed_check(conn, known)
         if not force and (known is None or known["state"] == "REFUSED"):
             held = order_intents.held(conn, product_id=request.product_id, denomination=request.denomination,
                                       quantity=request.quantity, wallet_id=request.wallet_id, since=now - HOLD_WINDOW)
@@ -117,6 +119,19 @@ def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None,
                                          sender_lock=sending.offset if sending else None,
                                          sender=sending.who if sending else None)
         return order_intents.get(conn, intent_id) or {}, False
+
+
+def _closed_check(conn: Any, intent: dict) -> None:
+    """The key of an open intent an operator closed (`orders close`: searched for, never placed) is never sent
+    again: within the provider's 24 hours its replay would place the order now (nothing sent)."""
+    if intent["state"] not in order_intents.OPEN or intent["order_id"] is not None:
+        return
+    closed = order_intents.closure(conn, intent)
+    if closed is not None:
+        raise OrderInputError(f"Idempotency-Key {intent['idempotency_key']} is {_name(intent)}, which "
+                              f"{closed_by(closed)}: nothing was sent; sending its key now would place the order. If "
+                              "the customer still wants it, order it again without --idempotency-key (a closed intent "
+                              "holds no new order back)")
 
 
 def _held(intent: dict, now: datetime, database: str | None) -> HeldIntent:

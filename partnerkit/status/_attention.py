@@ -230,6 +230,12 @@ CLOSE_ADVICE = ("once the provider (or its support) confirms one was never made,
                 "TEXT` searches once more and closes it: kept, no longer named here, holding no new submit back")
 
 
+# The last words of the unknown-orders line: what ends one nobody will ever resolve (`orders close`).
+ORDER_CLOSE_ADVICE = ("once the provider (or its support) confirms one was never placed, `partnerkit orders close N "
+                      "--note TEXT` searches the order list once more and closes it: kept, no longer named here, "
+                      "holding no new order back")
+
+
 def _held_elsewhere_line(status: dict[str, Any]) -> str:
     """Submits whose answer named a recharge id another local recharge holds: `recharges locate` only searches them
     (their key is answered with the same id), so the line says what to do instead, in the submit's words
@@ -367,7 +373,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      f"({'; '.join(status['order_intents_unknown'][:5])}): replay each with `partnerkit orders create "
                      "... --idempotency-key KEY` (its key and ref, never a new key), or let the order sync link it"
                      + (f"; not those marked \"{DO_NOT_REPLAY}\"" if any(DO_NOT_REPLAY in named for named in
-                                                                  status["order_intents_unknown"]) else ""))
+                                                                  status["order_intents_unknown"]) else "")
+                     + "; " + ORDER_CLOSE_ADVICE)
     if status["orders_id_given_twice"]:
         lines.append(_orders_given_twice_line(status))
     if status["transactions_id_given_twice"]:

@@ -142,8 +142,9 @@ def lost_answers(config: Config, db: Database, now: datetime) -> list[dict]:
 def lost_orders(db: Database, now: datetime) -> list[dict]:
     """Order intents whose outcome nobody knows: UNKNOWN, INTENT whose `orders create` is no longer running, and
     INTENT since before INTENT_ABANDONED_AFTER (a send never takes that long); oldest first. An INTENT whose
-    sender is gone carries `sender_gone`."""
-    open_ones = order_intents.open_ones(db)
+    sender is gone carries `sender_gone`. Not one an operator closed (`orders close`)."""
+    # One an operator closed (`orders close`: checked with the provider, never placed) nobody waits on.
+    open_ones = [i for i in order_intents.open_ones(db) if order_intents.closure(db, i) is None]
     gone = senders_gone(db, [i for i in open_ones if i["state"] == "INTENT"], lambda i: order_intents.get(db, i["id"]))
     abandoned = now - INTENT_ABANDONED_AFTER
     return [{**i, "sender_gone": i["id"] in gone} for i in open_ones

@@ -6,18 +6,29 @@ resolves it: PLACED with the order it placed (in the transaction that stores the
 or UNKNOWN when the answer was lost. The order catch-up links an open intent to the listed order
 carrying its ref (`link_by_ref`). Money is integer paise, times fixed-width UTC text
 (`partnerkit.store.jobs.stamp`), so they compare as text.
+
+An open intent an operator closed by hand (`partnerkit orders close`: searched for at the provider, not found,
+and said never made) keeps its row and its state; what closes it is a record in `meta` under `closed_key` (who,
+when, the note, what the search saw), as a closed recharge's (`partnerkit.store.recharges._closed`). `held` and
+`partnerkit status` leave it out (`closure`); the order sync still links it by its ref (`link_by_ref`), and its
+record is then read as overtaken. The record names the intent's Idempotency-Key and ref, so it is never taken
+for another intent's.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Iterable
 
-from partnerkit.money import cents
+from partnerkit.errors import StorageError
+from partnerkit.money import cents, fmt, from_cents
+from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.jobs import stamp
+from partnerkit.timeutil import iso
 
 OPEN = ("INTENT", "UNKNOWN")  # no answer known: the order may or may not exist
 # The one spelling of OPEN in SQL: the very text the queries wrote out, literals and all, so each keeps its plan
@@ -48,12 +59,14 @@ def held(conn: sqlite3.Connection, *, product_id: int, denomination: Decimal, qu
          since: datetime) -> list[dict]:
     """Open intents (INTENT or UNKNOWN) of the same order last sent (or recorded) at `since` or later, oldest
     first: the same product, denomination and quantity, and the same wallet or one left to the provider's choice
-    (its auto-selection may pick the wallet the other names)."""
-    return _rows(conn.execute(
+    (its auto-selection may pick the wallet the other names). Not one an operator closed (`closure`)."""
+    rows = _rows(conn.execute(
         f"SELECT * FROM order_intents WHERE {OPEN_SQL} AND product_id = ? "
         "AND denomination_cents = ? AND quantity = ? AND (wallet_id IS NULL OR ? IS NULL OR wallet_id = ?) "
         "AND COALESCE(sent_at, created_at) >= ? ORDER BY id",
         (product_id, cents(denomination), quantity, wallet_id, wallet_id, stamp(since))))
+    # One an operator closed (`orders close`: checked with the provider, never made) holds nothing back.
+    return [row for row in rows if closure(conn, row) is None]
 
 
 def by_key(db: Database, idempotency_key: str) -> dict | None:
@@ -138,3 +151,42 @@ def open_ones(db: Database) -> list[dict]:
     """Every open intent (INTENT or UNKNOWN), oldest first: `partnerkit status` judges which nobody will
     answer (UNKNOWN; INTENT whose sender is gone, or open too long for a send)."""
     return _rows(db.execute(f"SELECT * FROM order_intents WHERE {OPEN_SQL} ORDER BY id"))
+
+
+_CLOSED = "order_intent_closed:{intent_id}"
+
+
+def closed_key(intent_id: int) -> str:
+    """The meta key of the closure of order intent `intent_id`."""
+    return _CLOSED.format(intent_id=intent_id)
+
+
+def closure(db: Database | sqlite3.Connection, intent: dict) -> dict | None:
+    """The closure of `intent` (`by`, `at`, `note`, `searched`, `state_closed`, ...), or None: never closed, or
+    the record names another intent's Idempotency-Key or ref."""
+    value = meta.get(db, closed_key(intent["id"]))
+    if value is None:
+        return None
+    record = json.loads(value)
+    if record.get("idempotency_key") != intent["idempotency_key"] or record.get("ref") != intent["ref"]:
+        return None
+    return record
+
+
+def close_intent(db: Database, intent_id: int, *, by: str, note: str, at: datetime, searched: str) -> dict:
+    """Record that open intent `intent_id` is closed: kept, with who, when, why and what the search saw. Inside
+    one transaction the row is read again: if it is no longer open or has an order (the sync or a replay linked it
+    meanwhile), StorageError and nothing written. Returns the record."""
+    with transaction(db) as conn:
+        rows = _rows(conn.execute("SELECT * FROM order_intents WHERE id = ?", (intent_id,)))
+        if not rows or rows[0]["state"] not in OPEN or rows[0]["order_id"] is not None:
+            shown = f"{rows[0]['state']}, order {rows[0]['order_id']}" if rows else "gone"
+            raise StorageError(f"order intent #{intent_id} changed meanwhile ({shown}): not closed")
+        row = rows[0]
+        record = {"intent_id": intent_id, "idempotency_key": row["idempotency_key"], "ref": row["ref"],
+                  "product_id": row["product_id"], "denomination": fmt(from_cents(row["denomination_cents"])),
+                  "quantity": row["quantity"], "state_closed": row["state"], "by": by, "at": iso(at), "note": note,
+                  "searched": searched}
+        meta.put(conn, closed_key(intent_id), json.dumps(record, sort_keys=True), now=at)
+    return record
+

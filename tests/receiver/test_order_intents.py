@@ -307,7 +307,10 @@ def test_an_answer_naming_an_order_id_held_for_another_intent_stores_nothing_and
     [named] = seen["order_intents_unknown"]
     assert named.startswith(f"#{intent['id']} key {intent['idempotency_key']}") and "; do not replay it: " in named
     [line] = [a for a in seen["attention"] if a.startswith("1 order creation(s) with an unknown outcome")]
-    assert line.endswith('or let the order sync link it; not those marked "do not replay it"')
+    assert line.endswith('or let the order sync link it; not those marked "do not replay it"; once the provider (or '
+                         'its support) confirms one was never placed, `partnerkit orders close N --note TEXT` searches '
+                         'the order list once more and closes it: kept, no longer named here, holding no new order '
+                         'back')
 
 
 # An order the order sync stored under id 5001 (the sandbox's first order id), placed elsewhere long before.
