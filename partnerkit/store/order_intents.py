@@ -7,17 +7,16 @@ or UNKNOWN when the answer was lost. The order catch-up links an open intent to 
 carrying its ref (`link_by_ref`). Money is integer paise, times fixed-width UTC text
 (`partnerkit.store.jobs.stamp`), so they compare as text.
 
-An open intent an operator closed by hand (`partnerkit orders close`: searched for at the provider, not found,
-and said never made) keeps its row and its state; what closes it is a record in `meta` under `closed_key` (who,
-when, the note, what the search saw), as a closed recharge's (`partnerkit.store.recharges._closed`). `held` and
-`partnerkit status` leave it out (`closure`); the order sync still links it by its ref (`link_by_ref`), and its
-record is then read as overtaken. The record names the intent's Idempotency-Key and ref, so it is never taken
-for another intent's.
+An open intent an operator closed by hand (`partnerkit orders close`: searched for at the provider, not found, and
+said never made) keeps its row and its state; what closes it is a record in `meta` under `closed_key`
+(partnerkit.store.closures: who, when, the note, what the search saw), as a closed recharge's
+(`partnerkit.store.recharges._closed`). `held` and `partnerkit status` leave it out (`closure`); the order sync
+still links it by its ref (`link_by_ref`), and its record is then read as overtaken. The record names the intent's
+Idempotency-Key and ref, so it is never taken for another intent's.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from datetime import datetime
 from decimal import Decimal
@@ -25,10 +24,9 @@ from typing import Any, Iterable
 
 from partnerkit.errors import StorageError
 from partnerkit.money import cents, fmt, from_cents
-from partnerkit.store import meta
+from partnerkit.store import closures
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.jobs import stamp
-from partnerkit.timeutil import iso
 
 OPEN = ("INTENT", "UNKNOWN")  # no answer known: the order may or may not exist
 # The one spelling of OPEN in SQL: the very text the queries wrote out, literals and all, so each keeps its plan
@@ -164,13 +162,8 @@ def closed_key(intent_id: int) -> str:
 def closure(db: Database | sqlite3.Connection, intent: dict) -> dict | None:
     """The closure of `intent` (`by`, `at`, `note`, `searched`, `state_closed`, ...), or None: never closed, or
     the record names another intent's Idempotency-Key or ref."""
-    value = meta.get(db, closed_key(intent["id"]))
-    if value is None:
-        return None
-    record = json.loads(value)
-    if record.get("idempotency_key") != intent["idempotency_key"] or record.get("ref") != intent["ref"]:
-        return None
-    return record
+    return closures.read(db, closed_key(intent["id"]), {"idempotency_key": intent["idempotency_key"],
+                                                        "ref": intent["ref"]})
 
 
 def close_intent(db: Database, intent_id: int, *, by: str, note: str, at: datetime, searched: str) -> dict:
@@ -183,10 +176,8 @@ def close_intent(db: Database, intent_id: int, *, by: str, note: str, at: dateti
             shown = f"{rows[0]['state']}, order {rows[0]['order_id']}" if rows else "gone"
             raise StorageError(f"order intent #{intent_id} changed meanwhile ({shown}): not closed")
         row = rows[0]
-        record = {"intent_id": intent_id, "idempotency_key": row["idempotency_key"], "ref": row["ref"],
-                  "product_id": row["product_id"], "denomination": fmt(from_cents(row["denomination_cents"])),
-                  "quantity": row["quantity"], "state_closed": row["state"], "by": by, "at": iso(at), "note": note,
-                  "searched": searched}
-        meta.put(conn, closed_key(intent_id), json.dumps(record, sort_keys=True), now=at)
-    return record
+        return closures.write(conn, closed_key(intent_id), {
+            "intent_id": intent_id, "idempotency_key": row["idempotency_key"], "ref": row["ref"],
+            "product_id": row["product_id"], "denomination": fmt(from_cents(row["denomination_cents"])),
+            "quantity": row["quantity"], "state_closed": row["state"]}, by=by, note=note, at=at, searched=searched)
 

@@ -14,7 +14,7 @@ list: `known_recharge_states`, `mark_recharges_seen`),
 of the same number and amount) and `_closed` (open intents an operator closed by hand: `recharges close`).
 """
 
-from partnerkit.store.recharges._closed import close_intent, closed_key, closure, is_closed
+from partnerkit.store.recharges._closed import close_intent, closed_key, closure
 from partnerkit.store.recharges._held import held
 from partnerkit.store.recharges._intents import (
     HELD_ADVICE, HELD_ELSEWHERE, KEY_TAKEN, AnswerOfAnotherRequest, HeldId, KeyTaken, RechargeHeldElsewhere,
@@ -66,7 +66,6 @@ __all__ = [
     "given_twice",
     "held",
     "held_elsewhere",
-    "is_closed",
     "key_taken",
     "key_taken_advice",
     "known_recharge_states",

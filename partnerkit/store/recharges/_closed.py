@@ -2,11 +2,12 @@
 
 A closed intent keeps its row and its status (UNKNOWN, or INTENT whose submit died): nothing that reads recharge
 statuses changes (the poller, the sync linking an open intent by client_reference, the matcher's rules, the report's
-counts, `recharges list --status`). What closes it is a record in `meta` under `closed_key` (who, when, the note, what
-the provider showed), the way a merged intent is kept (`merged_key`): `partnerkit status` and the submit hold leave
-out an intent that has one (`closure`), `recharges locate` never sends its key again, and `recharges show` prints it.
-The record names the intent's Idempotency-Key and client_reference, so a later row that gets the same local id
-(SQLite gives a freed highest id again, after a merge) is never taken for the closed one.
+counts, `recharges list --status`). What closes it is a record in `meta` under `closed_key`
+(partnerkit.store.closures: who, when, the note, what the provider showed), the way a merged intent is kept
+(`merged_key`): `partnerkit status` and the submit hold leave out an intent that has one (`closure`), `recharges
+locate` never sends its key again, and `recharges show` prints it. The record names the intent's Idempotency-Key and
+client_reference, so a later row that gets the same local id (SQLite gives a freed highest id again, after a merge)
+is never taken for the closed one.
 
 If the provider lists the recharge later, the sync links it as any open intent (the money truth wins): the row
 leaves INTENT/UNKNOWN, and the record stays, read as overtaken (`recharges show`).
@@ -14,17 +15,15 @@ leaves INTENT/UNKNOWN, and the record stays, read as overtaken (`recharges show`
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from datetime import datetime
 
 from partnerkit.errors import StorageError
 from partnerkit.money import fmt, from_cents
-from partnerkit.store import meta
+from partnerkit.store import closures
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.recharges._provider import OPEN_INTENT
 from partnerkit.store.recharges._queries import _rows
-from partnerkit.timeutil import iso
 
 _CLOSED = "recharge_closed:{local_id}"
 
@@ -37,19 +36,8 @@ def closed_key(local_id: int) -> str:
 def closure(db: Database | sqlite3.Connection, row: dict) -> dict | None:
     """The closure of the recharge `row` (`by`, `at`, `note`, `searched`, `status_closed`, ...), or None: it was
     never closed, or the record belongs to another intent that had its local id."""
-    value = meta.get(db, closed_key(row["local_id"]))
-    if value is None:
-        return None
-    record = json.loads(value)
-    if record.get("idempotency_key") != row["idempotency_key"] or \
-            record.get("client_reference") != row["client_reference"]:
-        return None
-    return record
-
-
-def is_closed(db: Database | sqlite3.Connection, row: dict) -> bool:
-    """True for an open intent (INTENT, UNKNOWN, no provider id) an operator closed: nobody waits on it."""
-    return row["status"] in OPEN_INTENT and row["provider_id"] is None and closure(db, row) is not None
+    return closures.read(db, closed_key(row["local_id"]),
+                         {"idempotency_key": row["idempotency_key"], "client_reference": row["client_reference"]})
 
 
 def close_intent(db: Database, local_id: int, *, by: str, note: str, at: datetime, searched: str) -> dict:
@@ -62,9 +50,8 @@ def close_intent(db: Database, local_id: int, *, by: str, note: str, at: datetim
             shown = f"{rows[0]['status']}, recharge id {rows[0]['provider_id']}" if rows else "gone"
             raise StorageError(f"local recharge #{local_id} changed meanwhile ({shown}): not closed")
         row = rows[0]
-        record = {"local_id": local_id, "idempotency_key": row["idempotency_key"],
-                  "client_reference": row["client_reference"], "mobile_number": row["mobile_number"],
-                  "amount": fmt(from_cents(row["amount_cents"])), "status_closed": row["status"],
-                  "by": by, "at": iso(at), "note": note, "searched": searched}
-        meta.put(conn, closed_key(local_id), json.dumps(record, sort_keys=True), now=at)
-    return record
+        return closures.write(conn, closed_key(local_id), {
+            "local_id": local_id, "idempotency_key": row["idempotency_key"],
+            "client_reference": row["client_reference"], "mobile_number": row["mobile_number"],
+            "amount": fmt(from_cents(row["amount_cents"])), "status_closed": row["status"]},
+            by=by, note=note, at=at, searched=searched)
