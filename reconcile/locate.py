@@ -29,7 +29,7 @@ from partnerkit import errors, senders
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous
 from partnerkit.money import from_cents
-from partnerkit.store import Database
+from partnerkit.store import Database, closures
 from partnerkit.store import recharges as store
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -136,7 +136,7 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
     closed = store.closure(db, row)
     if closed is not None and replay:
         raise RechargeInputError(
-            f"local recharge #{row['local_id']} is not sent again (--replay): {_closed_by(closed)}; sending its key "
+            f"local recharge #{row['local_id']} is not sent again (--replay): {closures.described(closed)}; sending its key "
             "now would make the recharge. If the customer still wants it, submit it again (a closed recharge holds "
             "no new submit back); without --replay locate only searches")
     # An INTENT's submit still running (partnerkit.senders) may be waiting for the budget or for the answer: the
@@ -145,13 +145,13 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
     found = _search(db, client, row, now, search)
     if found is not None:
         if closed is not None:
-            found.message = f"{_closed_by(closed)}; overtaken now: the provider shows it. " + found.message
+            found.message = f"{closures.described(closed)}; overtaken now: the provider shows it. " + found.message
         return found
     if closed is not None:
         seen = (f"the provider could not be checked now ({'; '.join(search.unchecked)})" if search.unchecked
                 else "the provider still shows no such recharge")
         return _still_unknown(db, row, f"Local recharge #{row['local_id']} ({row['mobile_number']}, "
-                                       f"{from_cents(row['amount_cents'])}) {_closed_by(closed)}: {seen}. Its key "
+                                       f"{from_cents(row['amount_cents'])}) {closures.described(closed)}: {seen}. Its key "
                                        "is not sent again. If the customer still wants it, submit it again (a "
                                        "closed recharge holds no new submit back).", search)
     submitted = parse_ts(row["submitted_at"]) or now
@@ -162,11 +162,6 @@ def locate(config: Config, db: Database, client: Any, *, local_id: int | None = 
         if sent is not None:
             return sent
     return _unknown(db, row, now, search, young=young, asked=replay, held=held, taken=taken)
-
-
-def _closed_by(closed: dict) -> str:
-    """A closure, as a message names it."""
-    return f"was closed by {closed['by']} at {closed['at']} ({closed['note']})"
 
 
 @dataclass
@@ -211,7 +206,7 @@ def close(config: Config, db: Database, client: Any, local_id: int, *, note: str
                                  "closed; nothing was written")
     done = store.closure(db, row)
     if done is not None:
-        return CloseOutcome(True, row, f"Local recharge #{local_id} {_closed_by(done)}: nothing changed.", done)
+        return CloseOutcome(True, row, f"Local recharge #{local_id} {closures.described(done)}: nothing changed.", done)
     if row["status"] == "INTENT":
         running = senders.row_running(database_file(db), row)
         submitted = parse_ts(row["submitted_at"]) or now

@@ -10,11 +10,11 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, emit, emit_newest, emit_one, format_option
-from partnerkit.cli.params import (ID, at_most_int64, idempotency_key, invoking_user, moment, not_blank,
+from partnerkit.cli.params import (ID, at_most_int64, closing_options, idempotency_key, invoking_user, moment,
                                    positive_amount, some_text)
 from partnerkit.money import from_cents
 from partnerkit.ordering import HOLD_HOURS
-from partnerkit.store import Database, inbox, jobs, order_intents, orders, quarantine
+from partnerkit.store import Database, closures, inbox, jobs, order_intents, orders, quarantine
 from partnerkit.store import vouchers as voucher_store
 from partnerkit.timeutil import iso, utcnow
 from partnerkit.vouchers import catch_up_orders
@@ -229,7 +229,6 @@ INCOMPLETE = {
 # `orders close`: the intent's fields, then who closed it, when, why and what the search saw (null when not closed).
 INTENT_FIELDS = ["id", "idempotency_key", "ref", "product_id", "denomination", "quantity", "wallet_id", "state",
                  "order_id", "created_at", "updated_at"]
-CLOSURE_FIELDS = ["closed_at", "closed_by", "closed_note", "closed_search", "closed_state"]
 
 
 def intent_view(intent: dict, closed: dict | None) -> dict:
@@ -238,22 +237,14 @@ def intent_view(intent: dict, closed: dict | None) -> dict:
     view = {name: intent[name] for name in INTENT_FIELDS if name != "denomination"}
     view["denomination"] = from_cents(intent["denomination_cents"])
     view = {name: view[name] for name in INTENT_FIELDS}
-    if closed is None:
-        return {**view, **dict.fromkeys(CLOSURE_FIELDS)}
-    state = ("closed" if intent["state"] in order_intents.OPEN and intent["order_id"] is None else "overtaken")
-    return {**view, "closed_at": closed["at"], "closed_by": closed["by"], "closed_note": closed["note"],
-            "closed_search": closed["searched"], "closed_state": state}
+    still_open = intent["state"] in order_intents.OPEN and intent["order_id"] is None
+    return {**view, **closures.view(closed, still_open=still_open)}
 
 
 @orders_group.command("close")
 @click.argument("intent_id", metavar="INTENT_ID", type=ID)
-@click.option("--note", required=True, callback=not_blank,
-              help="Why: what the provider (or its support) said (kept with the intent).")
-@click.option("--by", callback=not_blank,
-              help="Who (default: the user who ran sudo, SUDO_USER, when set; else the login name).")
-@click.option("--without-search", is_flag=True,
-              help="Close without reading the provider's order list first: only when support confirmed it was never "
-                   "placed (say so in --note), or the list cannot be read back to the intent's time.")
+@closing_options("the intent", "Close without reading the provider's order list first: only when support confirmed "
+                 "it was never placed (say so in --note), or the list cannot be read back to the intent's time.")
 @format_option
 @pass_app
 def close_command(app: AppContext, intent_id: int, note: str, by: str | None, without_search: bool, fmt: str) -> None:

@@ -185,3 +185,18 @@ def not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if value is not None and not value.strip():
         raise click.BadParameter("must not be empty")
     return None if value is None else value.strip()
+
+
+def closing_options(kept_with: str, without_search: str):
+    """The options of a `close` command (`recharges close`, `orders close`): --note (kept with `kept_with`), --by and
+    --without-search (`without_search`: its help, what the search would read and when to skip it)."""
+    def decorate(command):
+        for option in reversed((
+                click.option("--note", required=True, callback=not_blank,
+                             help=f"Why: what the provider (or its support) said (kept with {kept_with})."),
+                click.option("--by", callback=not_blank,
+                             help="Who (default: the user who ran sudo, SUDO_USER, when set; else the login name)."),
+                click.option("--without-search", is_flag=True, help=without_search))):
+            command = option(command)
+        return command
+    return decorate

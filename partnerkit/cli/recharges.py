@@ -15,10 +15,10 @@ import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit_newest, emit_one, format_option
-from partnerkit.cli.params import (ID, MAX_INT64, idempotency_key, indian_mobile, invoking_user, nickname, not_blank,
-                                   whole_rupees)
+from partnerkit.cli.params import (ID, MAX_INT64, closing_options, idempotency_key, indian_mobile, invoking_user,
+                                   nickname, whole_rupees)
 from partnerkit.money import from_cents
-from partnerkit.store import recharges as store
+from partnerkit.store import closures, recharges as store
 
 EXIT_UNKNOWN = 3
 # `amount` is the face value the partner asked for (the submit's --amount, stored with the intent; a row known only
@@ -176,18 +176,10 @@ def show_command(app: AppContext, fmt: str, key: str) -> None:
              columns=["field", "value"])
 
 
-# `recharges show` only, after VIEW_FIELDS: an intent closed by hand (`recharges close`), else null.
-CLOSURE_FIELDS = ["closed_at", "closed_by", "closed_note", "closed_search", "closed_state"]
-
-
 def closure_view(row: dict, closed: dict | None) -> dict[str, Any]:
-    """Who closed the recharge by hand, when, why, what the provider showed then, and `closed_state`: "closed",
-    or "overtaken" once the provider listed it after all and its record was linked (the provider's truth wins)."""
-    if closed is None:
-        return dict.fromkeys(CLOSURE_FIELDS)
-    state = "closed" if row["status"] in store.OPEN_INTENT and row["provider_id"] is None else "overtaken"
-    return {"closed_at": closed["at"], "closed_by": closed["by"], "closed_note": closed["note"],
-            "closed_search": closed["searched"], "closed_state": state}
+    """`recharges show` only, after VIEW_FIELDS: who closed the recharge by hand (`recharges close`), when, why, what
+    the provider showed then, and whether the provider listed it after all (partnerkit.store.closures.view)."""
+    return closures.view(closed, still_open=row["status"] in store.OPEN_INTENT and row["provider_id"] is None)
 
 
 @recharges_group.command("locate")
@@ -260,14 +252,9 @@ def register(group: click.Group) -> None:
 
 @recharges_group.command("close")
 @click.argument("local_id", metavar="LOCAL_ID", type=ID)
-@click.option("--note", required=True, callback=not_blank,
-              help="Why: what the provider (or its support) said (kept with the recharge).")
-@click.option("--by", callback=not_blank,
-              help="Who (default: the user who ran sudo, SUDO_USER, when set; else the login name).")
-@click.option("--without-search", is_flag=True,
-              help="Close without searching the provider first: only when support confirmed it was never made "
-                   "(say so in --note), or the provider's list cannot show it (more recharges of the number than "
-                   "locate reads).")
+@closing_options("the recharge", "Close without searching the provider first: only when support confirmed it was "
+                 "never made (say so in --note), or the provider's list cannot show it (more recharges of the number "
+                 "than locate reads).")
 @format_option
 @pass_app
 def close_command(app: AppContext, fmt: str, local_id: int, note: str, by: str | None, without_search: bool) -> None:

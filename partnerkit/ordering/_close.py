@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from partnerkit import errors, senders
 from partnerkit.config import Config
 from partnerkit.ordering._request import OrderInputError, _intent_request, _name
-from partnerkit.store import Database, order_intents, orders
+from partnerkit.store import Database, closures, order_intents, orders
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
@@ -42,11 +42,6 @@ class CloseOutcome:
     intent: dict
     message: str
     record: dict | None = None
-
-
-def closed_by(closed: dict) -> str:
-    """A closure, as a message names it."""
-    return f"was closed by {closed['by']} at {closed['at']} ({closed['note']})"
 
 
 def close_intent(config: Config, db: Database, client: PartnerApi | None, intent_id: int, *, note: str, by: str,
@@ -76,7 +71,7 @@ def close_intent(config: Config, db: Database, client: PartnerApi | None, intent
                               "one whose outcome is not known (INTENT, UNKNOWN) can be closed; nothing was written")
     done = order_intents.closure(db, intent)
     if done is not None:
-        return CloseOutcome(True, intent, f"Order intent #{intent_id} {closed_by(done)}: nothing changed.", done)
+        return CloseOutcome(True, intent, f"Order intent #{intent_id} {closures.described(done)}: nothing changed.", done)
     if intent["state"] == "INTENT":
         running = senders.row_running(database_file(db), intent)
         recent = now - (parse_ts(intent["updated_at"]) or now) < INTENT_ABANDONED_AFTER

@@ -16,12 +16,11 @@ from partnerkit.config import Config
 from partnerkit.crypto import Cipher, KeyFollower
 from partnerkit.errors import is_ambiguous
 from partnerkit.ordering._answer import _from_local, _keep_open, _not_placed, _placed, _unknown
-from partnerkit.ordering._close import closed_by
 from partnerkit.ordering._request import (
     HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, _intent_request, _key, _name,
     _resume_check, new_ref, replay_command, validate_order,
 )
-from partnerkit.store import Database, order_intents, orders
+from partnerkit.store import Database, closures, order_intents, orders
 from partnerkit.store.db import database_file, transaction
 from partnerkit.timeutil import parse_ts, utcnow
 
@@ -129,7 +128,7 @@ def _closed_check(conn: Any, intent: dict) -> None:
     closed = order_intents.closure(conn, intent)
     if closed is not None:
         raise OrderInputError(f"Idempotency-Key {intent['idempotency_key']} is {_name(intent)}, which "
-                              f"{closed_by(closed)}: nothing was sent; sending its key now would place the order. If "
+                              f"{closures.described(closed)}: nothing was sent; sending its key now would place the order. If "
                               "the customer still wants it, order it again without --idempotency-key (a closed intent "
                               "holds no new order back)")
 
