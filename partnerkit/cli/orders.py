@@ -123,7 +123,7 @@ def show_command(app: AppContext, order_id: int, fmt: str) -> None:
 
 @orders_group.command("create")
 @click.option("--product-id", type=ID, required=True,
-              help="The provider's product id (its catalog: GET /api/v1/products).")
+              help="The provider's product id: `partnerkit catalog products` lists them, with their denominations.")
 @click.option("--denomination", required=True, callback=positive_amount,
               help="Per-voucher amount, e.g. 500 or 500.00.")
 @click.option("--quantity", type=click.IntRange(1), required=True, callback=at_most_int64,

@@ -86,7 +86,8 @@ def recharges_group() -> None:
 @recharges_group.command("submit")
 @click.option("--mobile", "mobile_number", required=True, callback=indian_mobile,
               help="10 digits, no +91, spaces or dashes.")
-@click.option("--operator-id", type=ID, required=True, help="Numeric operator id (not the display name).")
+@click.option("--operator-id", type=ID, required=True,
+              help="Numeric operator id, not the display name: `partnerkit catalog operators` lists them.")
 @click.option("--amount", required=True, callback=whole_rupees, help="Face value in whole rupees, e.g. 199.")
 @click.option("--client-reference", help="Your reference, echoed on every read (generated when omitted).")
 @click.option("--circle-id", type=ID, help="Only when the operator needs a circle.")

@@ -25,7 +25,7 @@ ONE_OBJECT = {("account", "show"), ("drifts", "show"), ("keys", "status"), ("ord
               ("recharges", "show"), ("recharges", "submit"), ("report",), ("status",), ("webhooks", "delete"),
               ("webhooks", "register"), ("webhooks", "retry"), ("webhooks", "stats"), ("webhooks", "test"),
               ("webhooks", "update"), ("transactions", "show")}
-LISTING = {("budget", "show"), ("config",), ("drifts", "history"), ("drifts", "list"), ("events", "list"), ("orders", "list"),
+LISTING = {("budget", "show"), ("catalog", "operators"), ("catalog", "products"), ("config",), ("drifts", "history"), ("drifts", "list"), ("events", "list"), ("orders", "list"),
            ("recharges", "list"), ("vouchers",), ("webhooks", "deliveries"), ("webhooks", "list"), ("worker",),
            ("transactions", "list")}
 
@@ -51,6 +51,8 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
         return value
 
     open_db(sandbox_config.db_path).conn.close()  # `orders create` and `recharges submit` refuse a missing one
+    run("catalog", "products")
+    run("catalog", "operators")
     order = run("orders", "create", "--product-id", "7", "--denomination", "10", "--quantity", "1")
     run("orders", "show", str(order["id"]))
     run("orders", "sync")

@@ -57,6 +57,8 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("backup",): [str(tmp / "new-backup.db")],
         ("budget", "show"): [],
         ("budget", "unblock"): ["--class", "general"],
+        ("catalog", "operators"): [],
+        ("catalog", "products"): [],
         ("config",): [],
         ("demo",): ["--workdir", str(tmp / "demo")],
         ("drifts", "escalate"): ["d-unknown", "--note", "n"],
@@ -163,7 +165,8 @@ def test_every_command_has_valid_arguments_here(tmp_path):
 
 CALLBACK_BAD_VALUES = {"day": ["2024-02-30", "13/01/2024", "0001-01-01"],
                        "since": ["yesterday", "9999-12-31T23:59:59-23:00"],
-                       "bind": ["nohost", "127.0.0.1:0", "127.0.0.1:99999", "[::1"]}
+                       "bind": ["nohost", "127.0.0.1:0", "127.0.0.1:99999", "[::1"],
+                       "currency": ["INRR", "IN", "1NR"], "country": ["IND", "I", "1N"]}
 
 
 def _bad_values(param: click.Parameter) -> list[str]:
