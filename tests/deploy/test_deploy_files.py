@@ -91,6 +91,15 @@ def test_the_units_documentation_is_where_the_readme_install_puts_it():
             assert (DEPLOY.parent / uri.removeprefix("file:///opt/partnerkit/")).is_file(), (unit.name, uri)
 
 
+def test_the_readme_deploy_removes_debians_default_site_before_nginx_t():
+    """Debian's `sites-enabled/default` is port 80's default_server: beside it `nginx -t` warned `conflicting
+    server name "_" on 0.0.0.0:80, ignored`, and the site's HTTP -> HTTPS redirect never applied."""
+    lines = (DEPLOY.parent / "README.md").read_text().splitlines()
+    step = lines.index(next(line for line in lines if line.startswith("sudo rm -f /etc/nginx/sites-enabled/default")))
+    assert lines.index("sudo cp deploy/nginx/partnerkit.conf /etc/nginx/sites-enabled/") < step
+    assert step < lines.index("sudo nginx -t && sudo systemctl reload nginx")
+
+
 def test_the_status_timer_starts_the_check_that_fails_while_something_needs_a_person():
     service = (DEPLOY / "systemd" / "partnerkit-status.service").read_text()
     assert "ExecStart=/opt/partnerkit/.venv/bin/partnerkit status --check" in service
