@@ -27,7 +27,8 @@ ENVELOPES = ("standard", "order_id", "timestamp")
 @click.option("--envelope", type=click.Choice(ENVELOPES), default="standard", show_default=True,
               help="Envelope form of the webhooks registered while it runs (`webhooks register`): the "
                    "provider's document shows three; a registered webhook is switched with `curl -X PATCH "
-                   "localhost:8090/sandbox/webhooks/ID -d '{\"envelope\": \"timestamp\"}'`.")
+                   "http://HOST:PORT/sandbox/webhooks/ID -d '{\"envelope\": \"timestamp\"}'`, HOST:PORT as "
+                   "--host and --port give them (127.0.0.1:8090 by default; the first line it prints names it).")
 @click.option("--chaos", is_flag=True,
               help="Deliver the webhooks registered while it runs out of order and some twice (the same "
                    "event_id), as a real provider may; `-d '{\"chaos\": true}'` switches a registered one.")
