@@ -89,3 +89,6 @@ def test_the_upgrade_and_internals_pages_name_the_newest_migration():
     assert f"(schema {newest.version}, commit" in upgrade and f"m{newest.version:04d} " in upgrade
     internals = (CHECKOUT / "docs" / "internals.md").read_text()
     assert re.search(rf"\b{newest.version} {newest.name.replace('_', ' ')} \(", internals)
+    # Its migration example is the next module: it said VERSION = 15, "m0014 is the newest", while m0015 shipped.
+    assert (f"VERSION = {newest.version + 1}  # the newest module's VERSION + 1 (m{newest.version:04d}_{newest.name} "
+            "is the newest as this is written)") in internals
