@@ -25,6 +25,7 @@ from gunicorn import glogging, util
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers.sync import SyncWorker
 
+from partnerkit.printable import printable
 from partnerkit.processes import alive, die_with_parent
 
 # Method and path only: never headers (signatures, tokens) and never the query string.
@@ -35,11 +36,24 @@ WORKER_CLASS = "receiver.gunicorn_app.JsonErrorWorker"
 LOGGER_CLASS = "receiver.gunicorn_app.JsonLogger"
 
 
+class PrintableAtoms(glogging.SafeAtoms):
+    """gunicorn's access-log atoms with every character that is not printable escaped (`\\n`, `\\x1b`).
+
+    `%(U)s` is the decoded PATH_INFO: `/x%0A{"level": ...` put a raw line break in the access log, and
+    what followed it read as a line of its own (a forged JSON line, say). gunicorn escapes only `"`
+    (SafeAtoms, whose escaping this keeps); here every atom is one line, so one request is always one line."""
+
+    def __init__(self, atoms: dict[str, Any]) -> None:
+        super().__init__({key: printable(value) if isinstance(value, str) else value for key, value in atoms.items()})
+
+
 class JsonLogger(glogging.Logger):
     """gunicorn's logger with its error log (start-up, worker boots and exits, timeouts, refused requests)
     written as partnerkit's JSON lines through the process's redactor, like every other line of the
     receiver; a refused request's line repeats what the client sent, query string included.
-    The access log keeps its own short format (ACCESS_LOG_FORMAT)."""
+    The access log keeps its own short format (ACCESS_LOG_FORMAT), one line per request (PrintableAtoms)."""
+
+    atoms_wrapper_class = PrintableAtoms
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
