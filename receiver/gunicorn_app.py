@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import ipaddress
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from http import HTTPStatus
@@ -25,6 +27,7 @@ from gunicorn import glogging, util
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers.sync import SyncWorker
 
+from partnerkit.printable import printable
 from partnerkit.processes import alive, die_with_parent
 
 # Method and path only: never headers (signatures, tokens) and never the query string.
@@ -35,11 +38,24 @@ WORKER_CLASS = "receiver.gunicorn_app.JsonErrorWorker"
 LOGGER_CLASS = "receiver.gunicorn_app.JsonLogger"
 
 
+class PrintableAtoms(glogging.SafeAtoms):
+    """gunicorn's access-log atoms with every character that is not printable escaped (`\\n`, `\\x1b`).
+
+    `%(U)s` is the decoded PATH_INFO: `/x%0A{"level": ...` put a raw line break in the access log, and
+    what followed it read as a line of its own (a forged JSON line, say). gunicorn escapes only `"`
+    (SafeAtoms, whose escaping this keeps); here every atom is one line, so one request is always one line."""
+
+    def __init__(self, atoms: dict[str, Any]) -> None:
+        super().__init__({key: printable(value) if isinstance(value, str) else value for key, value in atoms.items()})
+
+
 class JsonLogger(glogging.Logger):
     """gunicorn's logger with its error log (start-up, worker boots and exits, timeouts, refused requests)
     written as partnerkit's JSON lines through the process's redactor, like every other line of the
     receiver; a refused request's line repeats what the client sent, query string included.
-    The access log keeps its own short format (ACCESS_LOG_FORMAT)."""
+    The access log keeps its own short format (ACCESS_LOG_FORMAT), one line per request (PrintableAtoms)."""
+
+    atoms_wrapper_class = PrintableAtoms
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
@@ -133,13 +149,62 @@ def _listening_on(listener: Any) -> str:
     return text
 
 
+# Files a container runtime puts in every container: Docker's and Podman's (and CRI-O's).
+CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv")
+
+
+def _loopback(address: str) -> bool:
+    """Whether a listener's address (`_listening_on`) is reachable from this host alone: a loopback IP, a
+    name resolving to loopback addresses only, or a unix socket."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name (gunicorn shows the address it bound, but plain gunicorn's config may differ)
+        try:
+            found = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        except OSError:
+            return False
+        return bool(found) and all(ipaddress.ip_address(ip.split("%")[0]).is_loopback for ip in found)
+
+
+def in_container() -> bool:
+    """Whether this process runs in a container (a file of CONTAINER_MARKERS exists)."""
+    return any(os.path.exists(marker) for marker in CONTAINER_MARKERS)
+
+
+def exposure_warning(addresses: list[str], *, container: bool | None = None) -> str | None:
+    """The WARNING for a receiver listening beyond loopback (`0.0.0.0:8000`), or None.
+
+    gunicorn's sync workers serve one connection each, whole: a client that sends its headers (or its body)
+    a byte at a time holds a worker until the 30 s timeout, so a few slow sockets stall every delivery and
+    /healthz. The shipped nginx reads whole requests first (`proxy_request_buffering on`) and the systemd
+    units bind 127.0.0.1; a public bind is that protection gone. Inside a container (`container`, by default
+    `in_container()`) 0.0.0.0 is how the proxy's container reaches the receiver (deploy/compose.yaml, the
+    Dockerfile's CMD): the network is the container's, its reach the port publishing this process cannot
+    see (compose.yaml publishes nginx's port alone), so nothing is said there (docs/receiver.md)."""
+    exposed = [address for address in addresses if not _loopback(address)]
+    if not exposed or (in_container() if container is None else container):
+        return None
+    return (f"the receiver listens on {', '.join(exposed)}, beyond loopback: never expose gunicorn directly. Its "
+            "sync workers are held by slow clients (a few connections sending a byte at a time stall every "
+            "delivery until the 30 s timeout); put the shipped nginx (deploy/nginx/partnerkit.conf) or any proxy "
+            "that buffers whole requests in front, and bind 127.0.0.1 (docs/receiver.md, \"Never expose "
+            "gunicorn directly\")")
+
+
 def _when_ready(server: Any) -> None:
     """Record in the database, once the master listens, that it serves: its pid and host, its addresses, since
     when (partnerkit.status.note_receiver_started), so `partnerkit status` can name it once it is killed.
 
     In the master only, before its first worker forks (gunicorn's `when_ready`): one small write per start,
     never one by a web worker or a request. It never stops the receiver from serving: a database this master
-    cannot write now (locked past its wait, a full disk) is a WARNING, and the start goes unrecorded."""
+    cannot write now (locked past its wait, a full disk) is a WARNING, and the start goes unrecorded.
+    A master listening beyond loopback says first, once, that it must not be exposed (`exposure_warning`)."""
+    exposed = exposure_warning([_listening_on(listener) for listener in server.LISTENERS])
+    if exposed:
+        server.log.warning(exposed)
     from partnerkit.config import ConfigError, load_config
     from partnerkit.status import note_receiver_started
     from partnerkit.store import open_db

@@ -29,6 +29,7 @@ from partnerkit.client import PartnerApi, check_idempotency_key
 from partnerkit.config import Config
 from partnerkit.errors import is_ambiguous  # the one notion of a lost write's answer, shared with orders
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
+from partnerkit.printable import printable
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
 from partnerkit.store.db import database_file, transaction
@@ -426,13 +427,16 @@ def _resume(config: Config, db: Database, client: PartnerApi, row: dict, request
 
 
 def describe(row: dict) -> str:
-    """One sentence for the user about a stored recharge."""
-    ident = f"recharge {row.get('provider_id')} ({row.get('reference_number')}, local #{row['local_id']})"
+    """One sentence for the user about a stored recharge; the provider's text in it (its reference, a
+    failure reason) printable, so an ESC sequence or a line break it sent never reaches the terminal as such."""
+    reference = printable(str(row.get("reference_number")))
+    ident = f"recharge {row.get('provider_id')} ({reference}, local #{row['local_id']})"
     payable = from_cents(row.get("payable_cents"))
     if row["status"] == "SUCCESS":
         return f"{ident} SUCCESS: confirmed by the operator, wallet debited {payable}."
     if row["status"] == "FAILED":
-        return f"{ident} FAILED: {row.get('failure_reason') or 'no reason given'}; the wallet was credited back."
+        reason = printable(str(row.get("failure_reason") or "no reason given"))
+        return f"{ident} FAILED: {reason}; the wallet was credited back."
     if row["status"] == "REVERSED":
         return f"{ident} REVERSED: the wallet was credited back."
     if row["status"] == "PROCESSING":

@@ -20,6 +20,7 @@ import click
 
 from partnerkit.csvcell import spreadsheet_safe
 from partnerkit.money import dumps, fmt
+from partnerkit.printable import printable
 from partnerkit.timeutil import iso
 
 FORMATS = ("table", "json", "csv")
@@ -51,10 +52,7 @@ def _cell(value: Any) -> str:
 def _table_cell(value: Any) -> str:
     """A cell on one line: a line break or control character (a pasted note, a provider's reference)
     is shown escaped, so it can neither start what reads as another row nor reach the terminal."""
-    text = _cell(value)
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return printable(_cell(value))
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:

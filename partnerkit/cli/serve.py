@@ -25,7 +25,9 @@ def bind_option(func):
             raise click.BadParameter(f"port {int(match.group(2))} is out of range: give 1 to 65535")
         return value
     return click.option("--bind", default="127.0.0.1:8000", show_default=True, callback=check,
-                        help="HOST:PORT to listen on (keep it on loopback behind a TLS proxy).")(func)
+                        help="HOST:PORT to listen on; keep it on loopback behind the shipped nginx or another "
+                             "buffering TLS proxy (slow clients hold gunicorn's workers: beyond loopback, a "
+                             "WARNING says so).")(func)
 
 
 def workers_option(func):

@@ -28,7 +28,12 @@ def mask(value: str | None, visible: int = 4) -> str | None:
 @format_option
 @pass_app
 def vouchers_command(app: AppContext, order_id: int, reveal: bool, fmt: str) -> None:
-    """Stored vouchers of one order (decrypted; masked unless --reveal)."""
+    """Stored vouchers of one order (decrypted; masked unless --reveal).
+
+    With --format csv a cell a spreadsheet would run as a formula is written with a leading ' (a code the
+    provider sends could be one), so a code that starts with =, +, -, @ or a tab is not as stored there: a script
+    that reads the codes should use --format json, which gives every field exactly.
+    """
     rows = voucher_store.for_order(app.existing_db, order_id)
     order = None if rows else orders.get(app.db, order_id)
     if not rows and order is None:

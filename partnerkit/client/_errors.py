@@ -19,6 +19,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Mapping
 
 from partnerkit import errors, money
+from partnerkit.printable import printable
 
 # Status -> the class used when no row of a table below is more specific.
 _BY_STATUS: dict[int, type[errors.ApiStatusError]] = {
@@ -144,7 +145,13 @@ def error_from_response(
     path: str,
     reason: str = "",
 ) -> errors.ApiStatusError:
-    """The exception for one error response, carrying everything the response said."""
+    """The exception for one error response, carrying everything the response said.
+
+    Its message and code are the provider's text made printable (`partnerkit.printable`): they end up in
+    a command's error line, a log line and `partnerkit status`, where a control character the provider
+    sent (a line break, an ESC sequence) would start another line or drive the terminal. The body is
+    kept as received, for JSON output, which escapes it.
+    """
     body, code, message = parse_error_body(content)
     said = provider_said(body)
     if message is None:
@@ -154,9 +161,9 @@ def error_from_response(
     if issubclass(cls, _NEVER_RETRYABLE):
         retryable = False
     return cls(
-        message,
+        printable(message),
         status=status,
-        code=code,
+        code=None if code is None else printable(code),
         retryable=retryable,
         retry_after=parse_retry_after(headers.get("Retry-After"), sent_at=headers.get("Date")),
         trace_id=headers.get("X-Trace-ID"),

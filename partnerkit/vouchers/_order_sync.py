@@ -58,11 +58,30 @@ def _status_of(summary_item: Any) -> str:
     return str(summary_item.status or "").upper()  # the list shows lower-case values
 
 
+# What a voucher is redeemed with: the `vouchers` array of an order detail and its records' secret fields (Orders,
+# "Order detail"). The order list shows none, but the quarantine keeps a record as received in its plain table
+# (vouchers are sealed at rest; a held record is not): a provider that ever added vouchers to list records would
+# have their codes and PINs stored in clear. So these keys are dropped, at any depth and in any case, from a list
+# record before it is held; everything else stays as received.
+SECRET_KEYS = frozenset({"vouchers", "card_number", "pin_code", "claim_url"})
+
+
+def without_secrets(value: Any) -> Any:
+    """`value` (a list record as received) without SECRET_KEYS, at any depth."""
+    if isinstance(value, dict):
+        return {key: without_secrets(item) for key, item in value.items()
+                if not (isinstance(key, str) and key.lower() in SECRET_KEYS)}
+    if isinstance(value, list):
+        return [without_secrets(item) for item in value]
+    return value
+
+
 def _as_listed(order: Any) -> Any:
-    """A list record as the quarantine keeps it: as received when the client kept it, else its fields."""
+    """A list record as the quarantine keeps it: as received (less SECRET_KEYS) when the client kept it, else
+    its fields."""
     raw = getattr(order, "raw", None)
     if isinstance(raw, dict):
-        return raw
+        return without_secrets(raw)
     return {"id": order.id, "reference_code": order.reference_code, "product_id": order.product_id,
             "denomination": order.denomination, "quantity": order.quantity, "amount": order.amount,
             "status": order.status, "placed_at": iso(order.placed_at) if order.placed_at else None}
@@ -206,8 +225,8 @@ def catch_up_orders(config: Config, db: Database, client: PartnerApi, since: dat
         unreadable = getattr(page, "malformed", ())
         if unreadable:
             summary.quarantined += len(unreadable)
-            quarantine.hold(db, "order", [(f"order record unreadable: {bad}", bad.body) for bad in unreadable],
-                            now=now)
+            quarantine.hold(db, "order", [(f"order record unreadable: {bad}", without_secrets(bad.body))
+                                          for bad in unreadable], now=now)
             log.warning("quarantined %d order record(s): %s", len(unreadable),
                         "; ".join(str(bad) for bad in unreadable[:3]))
         items = [o for o in page.items if o.placed_at is None or o.placed_at >= since]

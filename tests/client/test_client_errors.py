@@ -38,6 +38,15 @@ def test_each_body_shape(body, code, message):
     assert exc.retryable is False
 
 
+def test_the_message_and_code_are_printable_and_the_body_kept_as_received():
+    """They reach a command's error line, a log and `partnerkit status`: an ESC or a line break is shown escaped."""
+    body = {"error": {"code": "NOPE\n", "message": "\x1b[31mout of stock\r\nError: forged"}}
+    exc = _err(400, body, where=ORDER_LIST)
+    assert (exc.code, exc.message) == ("NOPE\\n", "\\x1b[31mout of stock\\r\\nError: forged")
+    assert str(exc) == "HTTP 400 [NOPE\\n]: \\x1b[31mout of stock\\r\\nError: forged on GET /api/v1/orders"
+    assert exc.body == body
+
+
 @pytest.mark.parametrize("content", [b"", b"   ", b"<html>Bad Gateway</html>"])
 def test_empty_and_non_json_bodies(content):
     exc = error_from_response(502, content, {"X-Trace-ID": "tr-1"}, method="GET", path="/api/v1/orders", reason="Bad Gateway")

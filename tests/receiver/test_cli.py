@@ -80,6 +80,27 @@ def test_vouchers_masked_unless_revealed(client, config, env, httpserver):
     assert set(revealed[0]) == {"card_number", "pin_code", "claim_url", "voucher_reference_number", "expires_at"}
 
 
+def test_revealed_csv_keeps_a_formula_start_as_text_and_json_gives_the_code_exactly(client, config, env, httpserver):
+    """A code that starts with = + - @ gets the spreadsheet's ' in CSV (it could be a formula the provider sent);
+    the help says so and points scripts at --format json, where the code is as stored."""
+    from partnerkit.client import PartnerClient
+    from partnerkit.store import open_db
+    from partnerkit.vouchers import run_voucher_fetches
+
+    codes = ["-AB12-CD34", "=HYPERLINK(1)"]
+    post(client, envelope())
+    httpserver.expect_request("/api/v1/orders/101").respond_with_json(detail(codes=codes))
+    api_config = replace(config, api_base_url=httpserver.url_for("/").rstrip("/"))
+    db = open_db(config.db_path)
+    run_voucher_fetches(api_config, db, PartnerClient(api_config, db))
+    rows = run(env, "vouchers", "101", "--reveal", "--format", "csv").stdout.splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == ["'-AB12-CD34", "'=HYPERLINK(1)"]
+    revealed = json.loads(run(env, "vouchers", "101", "--reveal", "--format", "json").stdout)
+    assert [v["card_number"] for v in revealed] == codes
+    assert "should use --format json, which gives every field exactly" in " ".join(
+        run(env, "vouchers", "--help").stdout.split())
+
+
 def test_webhooks_register_saves_the_token_encrypted_and_the_receiver_accepts_it(config, env, httpserver):
     httpserver.expect_request("/api/v1/webhooks", method="POST").respond_with_json(
         {"id": 12, "name": "partnerkit", "url": "https://example.com/webhooks/partner", "token": "whsec_from_provider",

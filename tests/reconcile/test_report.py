@@ -228,6 +228,17 @@ def test_html_is_self_contained_with_an_svg_chart(report):
     assert "726.15" in page and "7.65 INR" in page  # the spend, and the conversion's charge in its table
 
 
+def test_html_carries_a_policy_that_loads_and_runs_nothing(report):
+    """Provider text in the page is escaped; the Content-Security-Policy is the second wall: nothing is fetched
+    or run, whatever got in. The page needs nothing it forbids: inline CSS and an inline SVG chart only."""
+    page = render_html(report)
+    policy = ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
+              'img-src data:">')
+    head = page[:page.index("</head>")]
+    assert head.count(policy) == 1 and head.index(policy) < head.index("<style>")  # in force before any style
+    assert not re.search(r"url\(|@import|@font-face|<img|<iframe|<object|<embed|<form|\son\w+=", page, re.I)
+
+
 def test_stored_report_shows_finance_resolutions_later(db, report):
     ident = report["drifts"][0]["id"]
     set_resolution(db, ident, "escalated", note="ticket 7", by="asha", at=RUN)
