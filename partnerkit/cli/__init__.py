@@ -24,8 +24,8 @@ from click.core import ParameterSource
 
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
-from partnerkit.errors import (AccountCheckFailed, AccountMismatch, ApiStatusError, PartnerKitError, TransportError,
-                               Unauthorized)
+from partnerkit.errors import (AccountCheckFailed, AccountMismatch, ApiStatusError, MalformedResponse, PartnerKitError,
+                               TransportError, Unauthorized)
 
 
 REFUSED_KEY = (" (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both, and that this host is "
@@ -60,7 +60,7 @@ class PartnerKitGroup(click.Group):
             raise click.ClickException(_unreachable(ctx, exc)) from exc
         except Unauthorized as exc:
             raise click.ClickException(f"{exc}{REFUSED_KEY}") from exc
-        except ApiStatusError as exc:
+        except (ApiStatusError, MalformedResponse) as exc:  # a MalformedResponse: a write's redirect among others
             raise click.ClickException(f"{exc}{_elsewhere(ctx, exc)}") from exc
         except AccountCheckFailed as exc:  # the wallet read before a write: explained as that read's error would be
             if isinstance(exc.__cause__, TransportError):
@@ -96,12 +96,12 @@ def _unreachable(ctx: click.Context, exc: PartnerKitError) -> str:
     return f"{exc} (provider at {shown}, from PARTNERKIT_API_BASE_URL)" if shown else str(exc)
 
 
-def _elsewhere(ctx: click.Context, exc: ApiStatusError) -> str:
+def _elsewhere(ctx: click.Context, exc: ApiStatusError | MalformedResponse) -> str:
     """For a 4xx in none of the provider's error shapes (a web server's HTML 404 under a wrong base URL path, a
-    proxy's 403/407): what to check, naming the base URL; "" for the provider's own answers."""
+    proxy's 403/407) or a redirect: what to check, naming the base URL; "" for the provider's own answers."""
     from partnerkit.client._errors import not_the_providers  # the client (and requests) only on this error
 
-    if not not_the_providers(exc.status, exc.body):
+    if not isinstance(exc.status, int) or not not_the_providers(exc.status, exc.body):
         return ""
     shown = _base_url(ctx)
     now = f" (now {shown})" if shown else ""

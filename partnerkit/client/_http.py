@@ -132,9 +132,10 @@ def _transport_error(exc: requests.RequestException, method: str, path: str) -> 
 def _failure_kind(err: errors.ApiError) -> str:
     """How the provider failed a call, as `partnerkit status` counts it: "HTTP 503", "timeout", "no connection",
     "HTTP 404 without the provider's error body"."""
+    status = getattr(err, "status", None)  # a MalformedResponse has one too: a write's redirect
+    if isinstance(status, int) and not_the_providers(status, getattr(err, "body", None)):
+        return f"HTTP {status} without the provider's error body"  # `partnerkit status` reads this wording
     if isinstance(err, errors.ApiStatusError):
-        if not_the_providers(err.status, err.body):  # `partnerkit status` reads this wording (_attention)
-            return f"HTTP {err.status} without the provider's error body"
         return f"HTTP {err.status}"
     if isinstance(err, errors.MalformedResponse):
         return "unreadable answer"
@@ -285,11 +286,13 @@ class Transport:
                 # have been done: "303 See Other" is the usual answer to a POST that created something. No
                 # row of the document's error tables says nothing was done, so it is a MalformedResponse
                 # (an answer not in a shape the document describes), which `errors.is_ambiguous` reads as
-                # "locate it, replay its key", never as a refusal that deletes the intent.
-                self._answered(method, path)
-                raise errors.MalformedResponse(
+                # "locate it, replay its key", never as a refusal that deletes the intent. Nor is it the
+                # provider answering (`not_the_providers`): counted as its failure, as a GET's redirect is.
+                redirect = errors.MalformedResponse(
                     f"{method} {path}: unexpected redirect (HTTP {resp.status_code}), not followed; the write may "
                     "have been done", status=resp.status_code, body=resp.text[:2000], method=method, path=path)
+                self._failed(redirect, method, path, spend)
+                raise redirect
             err = self._status_error(resp, method, path)
             if err.status >= 500 or not_the_providers(err.status, err.body):
                 # A 4xx in none of the provider's error shapes (a web server's HTML 404 under a wrong

@@ -31,6 +31,8 @@ HTML_404 = "<!doctype html>\n<title>404 Not Found</title>\n<h1>Not Found</h1>"
     (404, None, True),                                                              # empty
     (403, {"message": "Forbidden"}, True),                                          # a gateway's own JSON
     (407, "Proxy Authentication Required", True),
+    (301, None, True),                                  # the document has no redirect: http:// sent to https://
+    (303, "", True),
     (404, {"error": {"message": "recharge not found"}}, False),                     # recharge endpoints
     (404, {"error": "NotFound", "message": "Product not found"}, False),            # order creation
     (404, {"error": "not_found", "message": "No Matching Result Found!"}, False),    # order list and detail
@@ -133,3 +135,20 @@ def test_the_providers_answers_and_401_429_still_clear_the_record(config, db, ht
             client.get_recharge(5)
     assert info.value.status == status
     assert provider_failures.standing(db) is None
+
+
+def test_a_redirect_counts_and_a_writes_stays_ambiguous(client, db, httpserver):
+    """An http:// base URL that the host sends to https://: every call a redirect, never followed."""
+    moved = Response("", status=301, headers={"Location": "https://provider.example/api/v1/recharges/5"})
+    httpserver.expect_request("/api/v1/recharges/5").respond_with_response(moved)
+    with pytest.raises(errors.ApiStatusError, match="redirect"):
+        client.get_recharge(5)
+    httpserver.expect_request("/api/v1/recharges", method="POST").respond_with_response(
+        Response("", status=303, headers={"Location": "/api/v1/recharges/100001"}))
+    with pytest.raises(errors.MalformedResponse, match="unexpected redirect") as info:
+        client.submit_recharge(mobile_number="9876543210", operator_id=1, amount=100, idempotency_key="k" * 16)
+    assert errors.is_ambiguous(info.value)  # as before: located or replayed, never taken for a refusal
+    assert len(httpserver.log) == 2  # neither followed nor re-sent
+    failing = provider_failures.standing(db)
+    assert failing is not None
+    assert failing.kinds == {f"HTTP 301 {NOT_ITS_OWN}": 1, f"HTTP 303 {NOT_ITS_OWN}": 1}

@@ -10,11 +10,13 @@ check PARTNERKIT_API_BASE_URL, and a command's error names the setting and its v
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import timedelta
 
 from click.testing import CliRunner
 from freezegun import freeze_time
+from werkzeug.wrappers import Response
 
 from partnerkit.cli import cli
 from partnerkit.config import config_as_env
@@ -53,8 +55,8 @@ def test_worker_once_against_a_wrong_path_then_status_check_fails(sandbox_server
     assert status["provider_failing"].startswith(
         f"{failing.calls} calls (HTTP 404 without the provider's error body x{failing.calls}), the last GET ")
     [line] = _provider_lines(status)
-    assert ("those answers are not the provider's (a web server at a wrong path or host, or a proxy answering in "
-            "its place): check PARTNERKIT_API_BASE_URL (`partnerkit config` shows it) and any proxy towards it") in line
+    assert ("those answers are not the provider's (a web server at a wrong scheme, path or host, or a proxy "
+            "answering in its place): check PARTNERKIT_API_BASE_URL (`partnerkit config` shows it) and any proxy towards it") in line
     assert "nothing to fix here" not in line and "no answer at all" not in line
     assert "check PARTNERKIT_API_BASE_URL" in checked.output
 
@@ -86,3 +88,16 @@ def test_the_providers_own_404_is_its_answer(sandbox_config, db):
     assert result.stderr.startswith("Error: HTTP 404 [WEBHOOK_NOT_FOUND]: webhook not found on POST ")
     assert "PARTNERKIT_API_BASE_URL" not in result.output
     assert provider_failures.standing(db) is None
+
+
+def test_a_redirect_names_the_setting_too(sandbox_config, db, httpserver):
+    """PARTNERKIT_API_BASE_URL with http:// where the host answers every call with a redirect to https://."""
+    httpserver.expect_request(re.compile("/api/v1/.*")).respond_with_response(
+        Response("", status=301, headers={"Location": "https://provider.example/"}))
+    base = httpserver.url_for("/").rstrip("/")
+    result = CliRunner().invoke(cli, ["webhooks", "list"], env=config_as_env(replace(sandbox_config, api_base_url=base)))
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "Error: HTTP 301: unexpected redirect (HTTP 301) on GET /api/v1/wallets: this is not the provider's answer; "
+        f"check PARTNERKIT_API_BASE_URL (now {base}) and any proxy towards it")
+    assert set(provider_failures.standing(db).kinds) == {"HTTP 301 without the provider's error body"}
