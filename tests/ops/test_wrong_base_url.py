@@ -56,7 +56,8 @@ def test_worker_once_against_a_wrong_path_then_status_check_fails(sandbox_server
         f"{failing.calls} calls (HTTP 404 without the provider's error body x{failing.calls}), the last GET ")
     [line] = _provider_lines(status)
     assert ("those answers are not the provider's (a web server at a wrong scheme, path or host, or a proxy "
-            "answering in its place): check PARTNERKIT_API_BASE_URL (`partnerkit config` shows it) and any proxy towards it") in line
+            "answering in its place): check PARTNERKIT_API_BASE_URL (`partnerkit config` shows it) and any proxy "
+            "towards it") in line
     assert "nothing to fix here" not in line and "no answer at all" not in line
     assert "check PARTNERKIT_API_BASE_URL" in checked.output
 
@@ -95,7 +96,8 @@ def test_a_redirect_names_the_setting_too(sandbox_config, db, httpserver):
     httpserver.expect_request(re.compile("/api/v1/.*")).respond_with_response(
         Response("", status=301, headers={"Location": "https://provider.example/"}))
     base = httpserver.url_for("/").rstrip("/")
-    result = CliRunner().invoke(cli, ["webhooks", "list"], env=config_as_env(replace(sandbox_config, api_base_url=base)))
+    env = config_as_env(replace(sandbox_config, api_base_url=base))
+    result = CliRunner().invoke(cli, ["webhooks", "list"], env=env)
     assert result.exit_code == 1
     assert result.stderr.strip() == (
         "Error: HTTP 301: unexpected redirect (HTTP 301) on GET /api/v1/wallets: this is not the provider's answer; "
