@@ -24,7 +24,8 @@ from click.core import ParameterSource
 
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
-from partnerkit.errors import AccountCheckFailed, AccountMismatch, PartnerKitError, TransportError, Unauthorized
+from partnerkit.errors import (AccountCheckFailed, AccountMismatch, ApiStatusError, MalformedResponse, PartnerKitError,
+                               TransportError, Unauthorized)
 
 
 REFUSED_KEY = (" (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both, and that this host is "
@@ -59,10 +60,14 @@ class PartnerKitGroup(click.Group):
             raise click.ClickException(_unreachable(ctx, exc)) from exc
         except Unauthorized as exc:
             raise click.ClickException(f"{exc}{REFUSED_KEY}") from exc
+        except (ApiStatusError, MalformedResponse) as exc:  # a MalformedResponse: a write's redirect among others
+            raise click.ClickException(f"{exc}{_elsewhere(ctx, exc)}") from exc
         except AccountCheckFailed as exc:  # the wallet read before a write: explained as that read's error would be
             if isinstance(exc.__cause__, TransportError):
                 raise click.ClickException(_unreachable(ctx, exc)) from exc
             hint = REFUSED_KEY if isinstance(exc.__cause__, Unauthorized) else ""
+            if isinstance(exc.__cause__, ApiStatusError):
+                hint = hint or _elsewhere(ctx, exc.__cause__)
             raise click.ClickException(f"{exc}{hint}") from exc
         except PartnerKitError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -74,16 +79,33 @@ class PartnerKitGroup(click.Group):
             raise click.ClickException(f"database error: {exc}") from exc
 
 
-def _unreachable(ctx: click.Context, exc: TransportError) -> str:
-    """No answer from the provider: say which base URL was tried (without any user:password in it)."""
+def _base_url(ctx: click.Context) -> str | None:
+    """PARTNERKIT_API_BASE_URL as configured, without any user:password in it (None before a configuration)."""
     app = ctx.obj
     base = getattr(app.config, "api_base_url", None) if isinstance(app, AppContext) else None
     if not base:
-        return str(exc)
+        return None
     parts = urlsplit(base)
     # host[:port] exactly as written (an IPv6 host keeps its brackets), without any user:password@
-    shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    return f"{exc} (provider at {shown}, from PARTNERKIT_API_BASE_URL)"
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _unreachable(ctx: click.Context, exc: PartnerKitError) -> str:
+    """No answer from the provider: say which base URL was tried (without any user:password in it)."""
+    shown = _base_url(ctx)
+    return f"{exc} (provider at {shown}, from PARTNERKIT_API_BASE_URL)" if shown else str(exc)
+
+
+def _elsewhere(ctx: click.Context, exc: ApiStatusError | MalformedResponse) -> str:
+    """For a 4xx in none of the provider's error shapes (a web server's HTML 404 under a wrong base URL path, a
+    proxy's 403/407) or a redirect: what to check, naming the base URL; "" for the provider's own answers."""
+    from partnerkit.client._errors import not_the_providers  # the client (and requests) only on this error
+
+    if not isinstance(exc.status, int) or not not_the_providers(exc.status, exc.body):
+        return ""
+    shown = _base_url(ctx)
+    now = f" (now {shown})" if shown else ""
+    return f": this is not the provider's answer; check PARTNERKIT_API_BASE_URL{now} and any proxy towards it"
 
 
 def os_error_line(exc: OSError) -> str:

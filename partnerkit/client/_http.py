@@ -35,7 +35,7 @@ from requests.adapters import HTTPAdapter
 
 from partnerkit import errors, money
 from partnerkit.account import AccountGuard
-from partnerkit.client._errors import error_from_response, provider_said
+from partnerkit.client._errors import error_from_response, not_the_providers, provider_said
 from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
 from partnerkit.store import provider_failures
 from partnerkit.store.budget import Budget
@@ -130,7 +130,11 @@ def _transport_error(exc: requests.RequestException, method: str, path: str) -> 
 
 
 def _failure_kind(err: errors.ApiError) -> str:
-    """How the provider failed a call, as `partnerkit status` counts it: "HTTP 503", "timeout", "no connection"."""
+    """How the provider failed a call, as `partnerkit status` counts it: "HTTP 503", "timeout", "no connection",
+    "HTTP 404 without the provider's error body"."""
+    status = getattr(err, "status", None)  # a MalformedResponse has one too: a write's redirect
+    if isinstance(status, int) and not_the_providers(status, getattr(err, "body", None)):
+        return f"HTTP {status} without the provider's error body"  # `partnerkit status` reads this wording
     if isinstance(err, errors.ApiStatusError):
         return f"HTTP {err.status}"
     if isinstance(err, errors.MalformedResponse):
@@ -282,15 +286,20 @@ class Transport:
                 # have been done: "303 See Other" is the usual answer to a POST that created something. No
                 # row of the document's error tables says nothing was done, so it is a MalformedResponse
                 # (an answer not in a shape the document describes), which `errors.is_ambiguous` reads as
-                # "locate it, replay its key", never as a refusal that deletes the intent.
-                self._answered(method, path)
-                raise errors.MalformedResponse(
+                # "locate it, replay its key", never as a refusal that deletes the intent. Nor is it the
+                # provider answering (`not_the_providers`): counted as its failure, as a GET's redirect is.
+                redirect = errors.MalformedResponse(
                     f"{method} {path}: unexpected redirect (HTTP {resp.status_code}), not followed; the write may "
                     "have been done", status=resp.status_code, body=resp.text[:2000], method=method, path=path)
+                self._failed(redirect, method, path, spend)
+                raise redirect
             err = self._status_error(resp, method, path)
-            if err.status >= 500:
+            if err.status >= 500 or not_the_providers(err.status, err.body):
+                # A 4xx in none of the provider's error shapes (a web server's HTML 404 under a wrong
+                # PARTNERKIT_API_BASE_URL, a proxy's 403/407) is not the provider answering: counted like
+                # a 5xx, so `status` names it instead of every job failing quietly. Never retried all the same.
                 self._failed(err, method, path, spend)
-            else:  # a 4xx is the provider answering (a 401 and a 429 are kept by the budget below)
+            else:  # the provider's own 4xx is an answer (a 401 and a 429 are kept by the budget below)
                 self._answered(method, path)
             if err.status == 401:  # every job stops on it: `status` and /metrics say so until a call passes
                 said = err.message or ""
@@ -317,8 +326,9 @@ class Transport:
             self.sleep(self.retry.interval(attempt, err.retry_after))
 
     def _failed(self, err: errors.ApiError, method: str, path: str, spend: Spend) -> None:
-        """The provider failed this attempt (5xx, timeout, no connection, unreadable answer): counted for
-        `partnerkit status` (partnerkit.store.provider_failures), which says so once every call fails."""
+        """The provider failed this attempt (5xx, timeout, no connection, unreadable answer, a 4xx that is not
+        its own): counted for `partnerkit status` (partnerkit.store.provider_failures), which says so once every
+        call fails."""
         if self._db is not None:
             self._keep_books(method, path, lambda: provider_failures.failed(
                 self._db, kind=_failure_kind(err), method=method, path=path, purpose=spend.purpose))

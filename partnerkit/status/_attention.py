@@ -113,6 +113,13 @@ def _provider_line(status: dict[str, Any]) -> str:
     since = status["provider_failing_since"]
     minutes = _minutes(status["checked_at"] - since)
     head = f"the provider has failed every call for {minutes} minutes since {iso(since)}: {status['provider_failing']}"
+    # The failure kinds are partnerkit.client._http._failure_kind's: "HTTP 404 without the provider's error body"
+    # is an answer in none of the provider's error shapes, from whatever PARTNERKIT_API_BASE_URL reaches instead.
+    if "without the provider's error body" in status["provider_failing"]:  # ours to fix: it will not pass
+        return (f"{head}: those answers are not the provider's (a web server at a wrong scheme, path or host, or a "
+                "proxy answering in its place): check PARTNERKIT_API_BASE_URL (`partnerkit config` shows it) and any "
+                "proxy towards it; every job that calls the provider fails until then, and this clears at the first "
+                "call the provider answers; PROCESSING recharges are not read meanwhile")
     if "HTTP 5" in status["provider_failing"]:  # it answers, with errors: its side
         cause = "it answers with server errors: nothing to fix here"
     else:  # no answer at all: the network between may be ours
