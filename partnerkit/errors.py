@@ -308,6 +308,22 @@ class DatabaseBusy(StorageError):
     migration, at open) that waited wrote nothing (partnerkit.store.db.begin)."""
 
 
+def provider_said(body: Any) -> bool:
+    """True when an error body is one of the provider's own error shapes (all four carry an `error` key),
+    not a gateway's or load balancer's page."""
+    return isinstance(body, dict) and "error" in body
+
+
+def not_the_providers(status: int, body: Any) -> bool:
+    """True for an error answer that is not the provider's: a 4xx whose body is none of its error shapes (the
+    HTML 404 of a web server at a PARTNERKIT_API_BASE_URL with a wrong path or host, a proxy's 403 or 407), or
+    a redirect (the document has none: an http:// base URL sent to https://, a login page). The provider says
+    its 4xx in one of its shapes; a 401 and a 429 are told apart by their status alone (the document shows a
+    401 with no message and promises only Retry-After on a 429), and keep their own handling. Such an answer
+    counts as the provider failing the call (partnerkit.client._http), not as an answer."""
+    return 300 <= status < 500 and status not in (401, 429) and not provider_said(body)
+
+
 def is_ambiguous(exc: BaseException) -> bool:
     """True when a write (recharge submit, order creation) may have taken effect although no usable
     answer came back: replay its Idempotency-Key or locate it, never send it again with a new key.
@@ -315,9 +331,10 @@ def is_ambiguous(exc: BaseException) -> bool:
     Definite (False) only when nothing was sent or the provider's answer says nothing was done: a
     connection never established, an empty local budget, a local error raised before the request
     left (`request_sent = False`: the client marks a StorageError taking the budget so), a 503 with
-    the document's "temporarily unavailable/paused" message, any 4xx, a replay of another request's
-    key. Anything else raised while the write was in flight may have taken effect: a timeout or a
-    connection lost after sending, a 5xx (Errors, "Recharge submit", 500: "check for a created
+    the document's "temporarily unavailable/paused" message, any 4xx in the provider's own error shape,
+    a replay of another request's key. Anything else raised while the write was in flight may have taken
+    effect: a timeout or a connection lost after sending, a 4xx that is not the provider's
+    (`not_the_providers`: a proxy's 408 or 502-page-as-4xx may come after it forwarded the request), a 5xx (Errors, "Recharge submit", 500: "check for a created
     recharge ... before re-sending"; "Order creation", 500 "Failed to create order"), a 2xx that
     cannot be read, and a local error after the request left (a StorageError: the database locked
     while the answer was on its way), which says nothing of what the provider did.
@@ -330,6 +347,8 @@ def is_ambiguous(exc: BaseException) -> bool:
         return False  # 503 with the document's message: nothing was done
     if isinstance(exc, (ServerError, MalformedResponse)):
         return True
+    if isinstance(exc, ApiStatusError) and not_the_providers(exc.status, exc.body):
+        return True  # a proxy's or web server's 4xx, not the provider's refusal: the write may have gone through it
     if isinstance(exc, (ApiStatusError, BudgetExhausted, ReplayMismatch)):
         return False  # the provider's refusal, or nothing sent
     return True  # a local error while the write was in flight: its outcome is unknown

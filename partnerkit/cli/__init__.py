@@ -25,7 +25,7 @@ from click.core import ParameterSource
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
 from partnerkit.errors import (AccountCheckFailed, AccountMismatch, ApiStatusError, MalformedResponse, PartnerKitError,
-                               TransportError, Unauthorized)
+                               TransportError, Unauthorized, not_the_providers)
 
 
 REFUSED_KEY = (" (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both, and that this host is "
@@ -99,8 +99,6 @@ def _unreachable(ctx: click.Context, exc: PartnerKitError) -> str:
 def _elsewhere(ctx: click.Context, exc: ApiStatusError | MalformedResponse) -> str:
     """For a 4xx in none of the provider's error shapes (a web server's HTML 404 under a wrong base URL path, a
     proxy's 403/407) or a redirect: what to check, naming the base URL; "" for the provider's own answers."""
-    from partnerkit.client._errors import not_the_providers  # the client (and requests) only on this error
-
     if not isinstance(exc.status, int) or not not_the_providers(exc.status, exc.body):
         return ""
     shown = _base_url(ctx)

@@ -19,6 +19,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Mapping
 
 from partnerkit import errors, money
+from partnerkit.errors import provider_said
 from partnerkit.printable import printable
 
 # Status -> the class used when no row of a table below is more specific.
@@ -130,12 +131,6 @@ def parse_error_body(content: bytes) -> tuple[Any, str | None, str | None]:
     return body, code, message
 
 
-def provider_said(body: Any) -> bool:
-    """True when an error body is one of the provider's own error shapes (all four carry an `error` key),
-    not a gateway's or load balancer's page."""
-    return isinstance(body, dict) and "error" in body
-
-
 def error_from_response(
     status: int,
     content: bytes,
@@ -185,13 +180,3 @@ def _classify(status: int, code: str | None, message: str, *, method: str, path:
     if status >= 500:
         return errors.ServerError
     return errors.ApiStatusError
-
-
-def not_the_providers(status: int, body: Any) -> bool:
-    """True for an error answer that is not the provider's: a 4xx whose body is none of its error shapes (the
-    HTML 404 of a web server at a PARTNERKIT_API_BASE_URL with a wrong path or host, a proxy's 403 or 407), or
-    a redirect (the document has none: an http:// base URL sent to https://, a login page). The provider says
-    its 4xx in one of its shapes; a 401 and a 429 are told apart by their status alone (the document shows a
-    401 with no message and promises only Retry-After on a 429), and keep their own handling. Such an answer
-    counts as the provider failing the call (partnerkit.client._http), not as an answer."""
-    return 300 <= status < 500 and status not in (401, 429) and not provider_said(body)

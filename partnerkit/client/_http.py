@@ -35,8 +35,9 @@ from requests.adapters import HTTPAdapter
 
 from partnerkit import errors, money
 from partnerkit.account import AccountGuard
-from partnerkit.client._errors import error_from_response, not_the_providers, provider_said
+from partnerkit.client._errors import error_from_response
 from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
+from partnerkit.errors import not_the_providers, provider_said
 from partnerkit.store import provider_failures
 from partnerkit.store.budget import Budget
 from partnerkit.store.db import Database

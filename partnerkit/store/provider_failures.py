@@ -3,7 +3,8 @@
 During an outage at the provider every job only logs its error, and the on-call question is "is it
 us or them?". The transport (partnerkit.client._http) records each call the provider failed (a 5xx,
 a timeout, no connection, an unreadable answer) into one row of the meta table, counted by kind, and
-the next call it answers at all (any status under 500: a 4xx is an answer too) deletes the row. So a
+the next call it answers at all (any status under 500 in the provider's own shape: a 4xx is an answer
+too, but not a redirect or a 4xx in none of its error shapes, `errors.not_the_providers`) deletes the row. So a
 standing row means: every call since `since` failed, from whichever process made it (the worker's jobs,
 a command). `partnerkit status` and /metrics judge it (partnerkit.status: how long and how many before
 a person is told). A 401 or a 429 is an answer here: the budget keeps those (`refused`, `block`).

@@ -138,12 +138,12 @@ def test_submit_status_alone_names_the_error(status, cls):
 @pytest.mark.parametrize("content", [b"", b"<html><body>503 Service Temporarily Unavailable</body></html>",
                                      b'{"message": "Service Unavailable"}'])  # a gateway's JSON, none of the four shapes
 def test_submit_status_without_the_providers_body_is_not_a_table_row(status, cls, content):
-    """An empty or non-JSON body is a proxy's or load balancer's page, not the provider's answer: a bare 503 may
-    come after the request was forwarded, so it stays ambiguous (locate it), never "recharge is temporarily
-    unavailable", which would delete the intent of a recharge that may exist."""
+    """An empty or non-JSON body is a proxy's or load balancer's page, not the provider's answer: it may come
+    after the request was forwarded, so it stays ambiguous (locate it), never "recharge is temporarily
+    unavailable" or "recharges not enabled", which would delete the intent of a recharge that may exist."""
     exc = error_from_response(status, content, {}, method="POST", path="/api/v1/recharges", reason="Whatever")
     assert type(exc) is cls and exc.message in ("Whatever", "Service Unavailable")
-    assert errors.is_ambiguous(exc) is (status == 503)
+    assert errors.is_ambiguous(exc)
 
 
 # --- Errors, "Recharge reads" ----------------------------------------------------------------

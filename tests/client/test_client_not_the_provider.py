@@ -16,7 +16,7 @@ from werkzeug.wrappers import Response
 
 from partnerkit import errors
 from partnerkit.client import PartnerClient, RetryPolicy
-from partnerkit.client._errors import not_the_providers
+from partnerkit.errors import not_the_providers
 from partnerkit.store import open_db, provider_failures
 from tests.client.client_payloads import FAST, as_json
 from tests.conftest import account_of
