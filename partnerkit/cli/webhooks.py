@@ -102,26 +102,31 @@ def webhooks_group() -> None:
 @click.option("--credential-id", type=ID, help="Sign with this API credential's signing secret.")
 @click.option("--again", is_flag=True,
               help="Register another webhook although an active one already delivers to this URL (each event then "
-                   "arrives twice, stored once). Without it that is refused, nothing created.")
+                   "arrives twice, stored once). Without it nothing is created: exit 0 when that webhook's token is "
+                   "saved here (already registered), else 1.")
 @format_option
 @pass_app
 def register_command(app: AppContext, url: str, name: str, events: tuple[str, ...], credential_id: int | None,
                      again: bool, fmt: str) -> None:
     """Create a webhook; its token (returned only once) is saved encrypted and accepted by the receiver.
 
-    First it reads the provider's webhooks (one request; the tokens saved here when the list cannot be
-    read): an active webhook already delivering to the same URL is refused (exit 2, nothing created), naming
-    it (running README's setup a second time created a second one, and every event then arrived twice).
-    --again registers another all the same. One whose token is not saved here (a register stopped after the
-    provider created it: the token is shown only once) has its deliveries refused: `partnerkit webhooks
-    delete N` removes it, then register. After registering, it warns about every other webhook with the URL."""
+    First it reads the provider's webhooks (one request), so that running README's setup again is safe (a
+    second run used to create a second webhook, and every event then arrived twice). When an active webhook
+    already delivers to the same URL nothing is created: if its token is saved here, it is printed as the
+    one registered and the command exits 0 (nothing to do); if its token is not saved here (a register stopped
+    after the provider created it: the token is shown only once), its deliveries are refused, and the command
+    exits 1 saying how to save it (`partnerkit webhooks token set N`) or remove it (`partnerkit webhooks delete
+    N`, then register). When the list cannot be read, the tokens saved here for the URL are named instead and
+    the command exits 1 (nothing confirmed, nothing created). --again registers another all the same. After
+    registering, it warns about every other webhook with the URL."""
     from receiver.tokens import save_sealed
 
     client = _client(app)
     client.check_account()  # another account's key: refused before a voucher key file is generated here
     listed, unlisted = _provider_webhooks(client)
-    if not again:
-        _refuse_same_url(app, url, listed, unlisted)
+    if not again and (existing := _already_registered(app, url, listed, unlisted)) is not None:
+        _say_already_registered(app, existing, url, events, listed, fmt)
+        return
     # The key is checked before the webhook is created: the token comes back only once, and a key
     # refused after that would leave a webhook at the provider whose deliveries nothing accepts. The
     # token is sealed with the key file as it is once the answer is in (`save_sealed`): a rotation and a
@@ -182,29 +187,58 @@ def _url_key(url: str | None) -> str:
     return f"{scheme}://{netloc}{parts.path or '/'}" + (f"?{parts.query}" if parts.query else "")
 
 
-def _refuse_same_url(app: AppContext, url: str, listed: list | None, unlisted: Exception | None) -> None:
-    """A usage error (exit 2, nothing created) when an active webhook already delivers to `url`: at the
-    provider (`is_active` not false; the list's fields are "not shown", so one without it counts as active),
-    or, when the list could not be read, among the tokens saved here."""
+def _already_registered(app: AppContext, url: str, listed: list | None, unlisted: Exception | None) -> Any:
+    """The active webhook at the provider that already delivers to `url` and whose token is saved here (the
+    first, when several do), or None when none delivers there: a rerun of the setup has nothing to do. A state
+    the command cannot settle by itself is an error (exit 1, nothing created), not a usage error: a webhook of
+    that URL whose token is not saved here, and, when the provider's list could not be read, a URL the tokens
+    saved here name (nothing can confirm it is still registered). Active: `is_active` not false (the list's
+    fields are "not shown", so one without it counts as active)."""
     if listed is not None:
-        same = [str(w.id) for w in listed if _url_key(w.url) == _url_key(url) and w.is_active is not False]
+        same = [w for w in listed if _url_key(w.url) == _url_key(url) and w.is_active is not False]
         source = " (active at the provider)"
     else:
         same = [row["webhook_id"] for row in webhook_tokens.listing(app.db) if _url_key(row["url"]) == _url_key(url)]
         source = f", as far as the tokens saved here tell (the provider's webhooks could not be listed: {unlisted})"
     if not same:
-        return
-    lost = [i for i in same if not _known_here(app, i)]
-    said = (f"webhook {same[0]} already delivers to {url}{source}" if len(same) == 1
-            else f"webhooks {', '.join(same)} already deliver to {url}{source}")
+        return None
+    ids = [str(w) if listed is None else str(w.id) for w in same]
+    said = (f"webhook {ids[0]} already delivers to {url}{source}" if len(ids) == 1
+            else f"webhooks {', '.join(ids)} already deliver to {url}{source}")
+    again = "; --again registers another webhook all the same (each event then arrives twice)"
+    lost = [i for i in ids if not _known_here(app, i)]
     if lost:
-        said += (f"; the token of {', '.join(lost)} is not saved here (a register stopped after the provider created "
-                 f"it: the token is shown only once), so the receiver refuses its deliveries: `partnerkit webhooks "
-                 f"delete {lost[0]}`, then register again")
-    else:
-        said += "; the receiver already accepts its deliveries, nothing to register"
-    raise click.UsageError(f"{said}; --again registers another webhook all the same (each event then arrives "
-                           "twice)", ctx=click.get_current_context())
+        raise click.ClickException(
+            f"{said}; the token of {', '.join(lost)} is not saved here (a register stopped after the provider created "
+            "it: the token is shown only once), so the receiver refuses its deliveries; nothing registered: "
+            f"`partnerkit webhooks token set {lost[0]}` saves its signing token (read from stdin; a lost one is "
+            "replaced by rotating the signing secret in the provider's client portal), or `partnerkit webhooks "
+            f"delete {lost[0]}`, then register again{again}")
+    if listed is None:
+        raise click.ClickException(f"{said}; nothing registered: run it again once the provider answers "
+                                   f"(`partnerkit webhooks list` shows its webhooks){again}")
+    return same[0]
+
+
+def _say_already_registered(app: AppContext, webhook: Any, url: str, asked: tuple[str, ...], listed: list,
+                            fmt: str) -> None:
+    """Print the webhook a rerun found already registered (the shape a register prints), say so on stderr with
+    what differs from what was asked, and warn about the other webhooks of the URL, as after a register."""
+    webhook_id = str(webhook.id)
+    saved = next((row for row in webhook_tokens.listing(app.db) if row["webhook_id"] == webhook_id), {})
+    name = webhook.name if isinstance(webhook.name, str) else saved.get("name")
+    events = list(webhook.events) if isinstance(webhook.events, (list, tuple)) else saved.get("events")
+    emit_one({"id": webhook.id, "name": name, "url": _plain(webhook.url), "events": events}, fmt)
+    how = "its token is saved here" if saved else "PARTNERKIT_WEBHOOK_TOKENS binds a token to it"
+    click.echo(f"webhook {webhook.id} is already registered for {_plain(webhook.url)} and the receiver accepts its "
+               f"deliveries ({how}): nothing to do; --again registers another webhook all the same (each event then "
+               "arrives twice)", err=True)
+    if asked and events is not None and set(asked) != set(events):
+        click.echo(f"warning: webhook {webhook.id} subscribes to {', '.join(events) or 'no event'}, not to the events "
+                   f"asked for: `partnerkit webhooks update {webhook.id} --events ...` changes them", err=True)
+    _warn_off_path(app, url)
+    for line in _same_url(app, listed, None, {url, _plain(webhook.url) or url}, webhook_id):
+        click.echo(line, err=True)
 
 
 def _same_url(app: AppContext, listed: list | None, unlisted: Exception | None, urls: set[str],

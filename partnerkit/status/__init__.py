@@ -9,11 +9,12 @@ thresholds and helpers behind each judgement stay in their module): `_facts` (ga
 the fields from the store: `collect`, `gauges`), `_worker` (the worker's lease and its last job run,
 also written by the worker: `note_worker_ran`), `_receiver` (the receiver's gunicorn masters, each written
 by its master as it starts and as it stops cleanly: `note_receiver_started`, `note_receiver_stopped`) and
-`_attention` (the lines that need a person, judged from the gathered fields). The CLI renders them
+`_attention` (the lines that need a person, judged from the gathered fields, and the drifts waiting on
+finance, which are not attention). The CLI renders them
 (`partnerkit.cli.status`).
 """
 
-from partnerkit.status._attention import TAKEOVER_ATTENTION, attention
+from partnerkit.status._attention import TAKEOVER_ATTENTION, attention, for_finance
 from partnerkit.status._facts import collect, gauges, overdue_report, provider_failing
 from partnerkit.status._receiver import note_receiver_started, note_receiver_stopped, receiver_facts
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, note_worker_ran,
@@ -24,6 +25,7 @@ __all__ = [
     "WORKER_LEASE",
     "attention",
     "collect",
+    "for_finance",
     "gauges",
     "last_worker_run",
     "lease_holder_alive",

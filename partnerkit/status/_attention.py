@@ -1,5 +1,6 @@
 """The attention lines of `partnerkit status`: what needs a person now, in plain words, judged from the
-facts `collect` gathered (a dict of the status fields), so each rule is a function of its inputs."""
+facts `collect` gathered (a dict of the status fields), so each rule is a function of its inputs; and the
+lines for finance (`for_finance`): drifts waiting on a decision, which are finance's queue, not an alarm."""
 
 from __future__ import annotations
 
@@ -386,8 +387,6 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(_orders_given_twice_line(status))
     if status["transactions_id_given_twice"]:
         lines.append(_transactions_given_twice_line(status))
-    if status["open_drifts"]:
-        lines.append(f"{status['open_drifts']} open drift(s): `partnerkit drifts list --resolution pending`")
     lines += _receiver_lines(status)
     if not status["worker_running"] and status["worker_lease_holder"] is not None:
         lines.append(_worker_line(status))
@@ -448,4 +447,20 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      "PARTNERKIT_HOURLY_BUDGET to leave it room")
     if status["budget_remaining_this_hour"] == 0:
         lines.append("the hourly API budget is used up; calls resume as the window slides")
+    return lines
+
+
+def for_finance(status: dict[str, Any]) -> list[str]:
+    """Plain-language lines for the drifts waiting on finance (empty when none): pending ones, and those escalated
+    to the provider. Finance reads them each morning in the night's report, and many resolve themselves (a late
+    refund, a sync gap closed within 7 days): a queue, not something that needs a person now, so never an
+    attention line, and `status --check` passes over them. What a drift says that does need a person now has a
+    line of its own in `attention` (an unexplained wallet difference: `wallet_differences`)."""
+    lines = []
+    if status["open_drifts"]:
+        lines.append(f"{status['open_drifts']} open drift(s) pending a decision: `partnerkit drifts list --resolution "
+                     "pending`")
+    if status["escalated_drifts"]:
+        lines.append(f"{status['escalated_drifts']} drift(s) escalated to the provider, awaiting its answer: "
+                     "`partnerkit drifts list --resolution escalated`")
     return lines

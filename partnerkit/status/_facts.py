@@ -14,7 +14,7 @@ from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
 from partnerkit.ordering import held_elsewhere
-from partnerkit.status._attention import DO_NOT_REPLAY, attention
+from partnerkit.status._attention import DO_NOT_REPLAY, attention, for_finance
 from partnerkit.status._receiver import receiver_facts
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
@@ -382,5 +382,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc,
                                                    reports.store_first_day(db))
     status["wallet_differences"] = wallet_differences(db, status["last_report_date"])
+    # Drifts waiting on finance: shown, never attention (`status --check` passes over them).
+    status["for_finance"] = for_finance(status)
     status["attention"] = attention(status, worker_stale_s=config.worker_stale_s)
     return status

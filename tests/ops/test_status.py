@@ -21,6 +21,9 @@ from tests.receiver.conftest import CIPHER
 from tests.conftest import account_of
 from reconcile.recharges import submit
 
+# The line of one pending drift: for finance, never attention.
+PENDING = "1 open drift(s) pending a decision: `partnerkit drifts list --resolution pending`"
+
 
 def test_empty_store_needs_no_attention(sandbox_config, db):
     status = collect(sandbox_config, db)
@@ -53,6 +56,8 @@ def test_status_reports_what_needs_a_person(sandbox_config, db):
     assert status["budget_used_this_hour"] >= 1  # the submit went through the shared budget
     assert sum(status["budget_used_by_purpose"].values()) == status["budget_used_this_hour"]
     assert status["open_drifts"] == 1
+    assert status["for_finance"] == [PENDING]
+    assert not any("drift" in line for line in status["attention"])  # finance's queue, not attention
     assert any("PROCESSING for over 30 minutes" in line for line in status["attention"])
     # The parked fetch's line names the command that re-arms it now (session 14, finding 6).
     assert any("parked" in line and "`partnerkit orders sync` re-arms now" in line for line in status["attention"])
@@ -61,6 +66,7 @@ def test_status_reports_what_needs_a_person(sandbox_config, db):
     assert result.exit_code == 0, result.output
     printed = json.loads(result.output)
     assert printed["open_drifts"] == 1
+    assert printed["for_finance"] == status["for_finance"]
     assert printed["budget_used_by_purpose"] == status["budget_used_by_purpose"]
     assert printed["checked_at"].endswith("Z")
 
@@ -165,6 +171,9 @@ def test_status_names_a_wallet_difference_of_the_last_complete_report_until_its_
                                             "USD 25.00 above the ledger's at 2026-11-21T00:05:00Z (unconfirmed)"]
     [line] = [line for line in status["attention"] if "wallet balance" in line]
     assert "the report of 2026-11-20" in line and "`partnerkit drifts show ID`" in line
+    # Its drift is in finance's queue as any other; the difference itself keeps its attention line, and `--check`.
+    assert status["for_finance"] == [PENDING]
+    assert CliRunner().invoke(cli, ["status", "--check"], env=config_as_env(sandbox_config)).exit_code == 1
     drifts.set_resolution(db, ident, "resolved", note="provider refunded", by="finance", at=utcnow())
     assert collect(sandbox_config, db)["wallet_differences"] == [
         "USD 25.00 above the ledger's at 2026-11-21T00:05:00Z (unconfirmed)"]
@@ -249,9 +258,26 @@ def test_status_check_exits_1_only_while_something_needs_attention(sandbox_confi
     assert calm.exit_code == 0, calm.output
     assert json.loads(calm.output)["attention"] == []
 
+    # Open drifts are finance's queue, read in the night's report (many resolve themselves): a line of their own,
+    # never attention, so the status timer's unit does not fail every night one is pending.
     start = utcnow()
     drifts.open_drift(db, kind="missing_refund", subject="recharge", reference="RCH9", expected="10.00",
                       actual="0.00", currency="INR", detected_at=start)
+    escalated = drifts.open_drift(db, kind="duplicate_debit", subject="recharge", reference="RCH8", expected="10.00",
+                                  actual="20.00", currency="INR", detected_at=start)
+    drifts.set_resolution(db, escalated, "escalated", note="asked for the credit", by="finance", at=start)
+    queued = CliRunner().invoke(cli, ["status", "--check", "--format", "json"], env=env)
+    assert queued.exit_code == 0, queued.output
+    shown = json.loads(queued.output)
+    assert shown["attention"] == [] and shown["for_finance"] == [
+        PENDING,
+        "1 drift(s) escalated to the provider, awaiting its answer: `partnerkit drifts list --resolution escalated`"]
+    table = CliRunner().invoke(cli, ["status", "--check"], env=env)
+    assert table.exit_code == 0, table.output
+    rows = [line.split(None, 1) for line in table.output.splitlines()]
+    assert [row[1] for row in rows if row[0] == "for_finance"] == shown["for_finance"]
+    assert [row[1] for row in rows if row[0] == "attention"] == ["nothing needs attention"]
+
     body = b'{"event_id":"evt_c1","event_type":"order.delivered","created_at":"2026-11-21T10:00:00Z","data":{"id":5,"status":"DELIVERED","quantity":1}}'
     inbox.record(db, normalise(body, {}), body, cipher=CIPHER, now=start)
     with transaction(db) as conn:  # its voucher fetch parked after its retries: a person must look

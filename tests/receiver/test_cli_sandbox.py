@@ -10,6 +10,7 @@ import requests
 from click.testing import CliRunner
 
 from partnerkit.cli import cli
+from partnerkit.cli.webhooks import ORDER_EVENTS
 from partnerkit.client import PartnerClient
 from partnerkit.config import config_as_env
 from partnerkit.crypto import load_cipher
@@ -233,27 +234,38 @@ def test_a_url_off_the_receivers_path_is_warned_about(env):
     assert "warning" not in renamed.stderr
 
 
-def test_registering_the_same_url_twice_is_refused_unless_again(env, sandbox_server, existing_db):
+def test_registering_the_same_url_again_has_nothing_to_do_unless_again(env, sandbox_server, existing_db):
     """Running the README's flow a second time registered a second webhook to the same receiver, and only
-    warned afterwards: every event then came twice (absorbed as duplicates, but each delivery counted)."""
+    warned afterwards: every event then came twice (absorbed as duplicates, but each delivery counted). Then it
+    was refused as a usage error (exit 2, a Usage banner), which failed a setup meant to be re-runnable: the
+    webhook is there and its token saved, so there is nothing to do (exit 0, the webhook printed)."""
     url = "https://127.0.0.1:9/webhooks/partner"
-    first = run(env, "webhooks", "register", "--url", url)
-    assert "already" not in first.stderr
-    second = run(env, "webhooks", "register", "--url", url, code=2)
-    lines = second.stderr.strip().splitlines()
-    assert lines[0].startswith("Usage: ") and " webhooks register " in lines[0] and second.stdout == ""
-    assert lines[-1] == (f"Error: webhook 1 already delivers to {url} (active at the provider); the receiver already "
-                         "accepts its deliveries, nothing to register; --again registers another webhook all the same "
-                         "(each event then arrives twice)")
+    first = json.loads(run(env, "webhooks", "register", "--url", url, "--format", "json").stdout)
+    second = run(env, "webhooks", "register", "--url", url, "--format", "json")
+    assert json.loads(second.stdout) == first  # the same shape as a register's, naming the webhook there
+    assert second.stderr.strip().splitlines() == [
+        f"webhook 1 is already registered for {url} and the receiver accepts its deliveries (its token is saved "
+        "here): nothing to do; --again registers another webhook all the same (each event then arrives twice)"]
     assert sorted(sandbox_server.sandbox.webhooks) == [1], "nothing created"
     # The same receiver written another way: scheme and host in another case, the scheme's default port.
-    shouted = run(env, "webhooks", "register", "--url", "HTTPS://127.0.0.1:9/webhooks/partner", code=2)
-    assert "Error: webhook 1 already delivers to HTTPS://127.0.0.1:9/webhooks/partner" in shouted.stderr
+    shouted = run(env, "webhooks", "register", "--url", "HTTPS://127.0.0.1:9/webhooks/partner")
+    assert shouted.stderr.startswith(f"webhook 1 is already registered for {url} ")
+    assert shouted.stdout.splitlines()[1].split()[:2] == ["1", "partnerkit"]
+    # Asked for other events than it has: said, not changed.
+    narrower = run(env, "webhooks", "register", "--url", url, "--events", "order.delivered")
+    assert (f"warning: webhook 1 subscribes to {', '.join(ORDER_EVENTS)}, not to the events asked for: "
+            "`partnerkit webhooks update 1 --events ...` changes them") in narrower.stderr
     assert sorted(sandbox_server.sandbox.webhooks) == [1], "nothing created"
     again = run(env, "webhooks", "register", "--url", url, "--again")
     assert "webhook 2 registered" in again.stderr
     assert ("warning: webhook 1 already delivers to this URL: each event now arrives twice (stored once); "
             "`partnerkit webhooks delete 1` removes the old one") in again.stderr
+    # Two webhooks to the URL, both tokens saved: the first is the one registered; the second is named.
+    rerun = run(env, "webhooks", "register", "--url", url)
+    assert rerun.stderr.startswith("webhook 1 is already registered for ")
+    assert ("warning: webhook 2 already delivers to this URL: each event now arrives twice (stored once); "
+            "`partnerkit webhooks delete 2` removes the old one") in rerun.stderr
+    assert sorted(sandbox_server.sandbox.webhooks) == [1, 2], "nothing created"
     # Another URL, or the same one once the webhook there is paused, is registered as before.
     assert "webhook 3 registered" in run(env, "webhooks", "register", "--url", "https://127.0.0.1:9/webhooks/partner?b=1",
                                          code=0).stderr
@@ -276,12 +288,15 @@ def test_registering_again_names_the_webhook_a_stopped_register_left_without_its
         lost = client.create_webhook(name="partnerkit", url=url, events=["order.created"])  # what the kill left
     db.conn.close()
     no_unbound = {k: v for k, v in env.items() if k != "PARTNERKIT_WEBHOOK_TOKENS"}
-    refused = run(no_unbound, "webhooks", "register", "--url", url, code=2)
-    assert refused.stderr.strip().splitlines()[-1] == (
+    refused = run(no_unbound, "webhooks", "register", "--url", url, code=1)  # a state to settle, not a usage error
+    assert refused.stdout == "" and refused.stderr.strip().splitlines() == [
         f"Error: webhook {lost.id} already delivers to {url} (active at the provider); the token of {lost.id} is not "
         "saved here (a register stopped after the provider created it: the token is shown only once), so the "
-        f"receiver refuses its deliveries: `partnerkit webhooks delete {lost.id}`, then register again; --again "
-        "registers another webhook all the same (each event then arrives twice)")
+        f"receiver refuses its deliveries; nothing registered: `partnerkit webhooks token set {lost.id}` saves its "
+        "signing token (read from stdin; a lost one is replaced by rotating the signing secret in the provider's "
+        f"client portal), or `partnerkit webhooks delete {lost.id}`, then register again; --again registers another "
+        "webhook all the same (each event then arrives twice)"]
+    assert sorted(sandbox_server.sandbox.webhooks) == [lost.id], "nothing created"
     second = run(no_unbound, "webhooks", "register", "--url", url, "--again")
     assert (f"warning: webhook {lost.id} also delivers to this URL, and its token is not saved here (a `webhooks "
             "register` stopped after the provider created it leaves such a webhook: the token is shown only once): "
@@ -313,17 +328,45 @@ def test_registering_again_names_the_webhook_a_stopped_register_left_without_its
     faults = f"{sandbox_server.base_url}/sandbox/faults/http_500"
     assert requests.put(faults, json={"scope": "GET /api/v1/webhooks"}, timeout=5).status_code < 300
     try:
-        fifth = run(env, "webhooks", "register", "--url", url, code=2)
+        fifth = run(env, "webhooks", "register", "--url", url, code=1)
         sixth = run(env, "webhooks", "register", "--url", url, "--again")
     finally:
         requests.delete(faults, timeout=5)
-    assert fifth.stderr.strip().splitlines()[-1].startswith(
+    said, = fifth.stderr.strip().splitlines()  # nothing can confirm them: neither "nothing to do" nor a usage error
+    assert said.startswith(
         f"Error: webhooks 2, 3, 4 already deliver to {url}, as far as the tokens saved here tell (the provider's "
         "webhooks could not be listed: HTTP 500"), fifth.stderr
+    assert said.endswith("; nothing registered: run it again once the provider answers (`partnerkit webhooks list` "
+                         "shows its webhooks); --again registers another webhook all the same (each event then "
+                         "arrives twice)")
     assert "webhook 5 registered" in sixth.stderr
     assert "warning: the provider's webhooks could not be listed (" in sixth.stderr
     assert "warning: webhook 4 already delivers to this URL" in sixth.stderr  # its token is saved: known here
     assert f"webhook {lost.id} also" not in sixth.stderr
+
+
+def test_a_rerun_of_register_after_the_lost_token_is_saved_has_nothing_to_do(env, sandbox_config, sandbox_server):
+    """The way out the refusal names: save the webhook's signing token here, and the setup's register, run again,
+    finds it registered and accepted (exit 0), and the receiver takes its deliveries."""
+    url = "https://127.0.0.1:9/webhooks/partner"
+    db = open_db(sandbox_config.db_path)
+    with PartnerClient(sandbox_config, db) as client:
+        lost = client.create_webhook(name="partnerkit", url=url, events=["order.created"])  # what the kill left
+    db.conn.close()
+    no_unbound = {k: v for k, v in env.items() if k != "PARTNERKIT_WEBHOOK_TOKENS"}
+    run(no_unbound, "webhooks", "register", "--url", url, code=1)
+    saved = CliRunner().invoke(cli, ["webhooks", "token", "set", str(lost.id)], env=no_unbound, input=lost.token + "\n")
+    assert saved.exit_code == 0, saved.output
+    rerun = run(no_unbound, "webhooks", "register", "--url", url, "--format", "json")
+    assert json.loads(rerun.stdout) == {"id": lost.id, "name": "partnerkit", "url": url, "events": ["order.created"]}
+    assert rerun.stderr.startswith(f"webhook {lost.id} is already registered for {url} and the receiver accepts")
+    assert sorted(sandbox_server.sandbox.webhooks) == [lost.id], "nothing created"
+    db = open_db(sandbox_config.db_path)
+    try:
+        accepted = saved_tokens(db, load_cipher(sandbox_config))
+    finally:
+        db.conn.close()
+    assert [(t.webhook_id, t.token) for t in accepted] == [(str(lost.id), lost.token)]
 
 
 def test_a_token_or_secret_in_an_answer_whose_shape_is_not_shown_is_masked():
