@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import logging
 import math
 import os
 import re
@@ -21,6 +22,9 @@ from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit
 
+from partnerkit.files import warn_if_readable_by_others
+
+log = logging.getLogger(__name__)
 PREFIX = "PARTNERKIT_"
 
 
@@ -102,6 +106,10 @@ ENV_NAMES = {
     "http_timeout_s": "PARTNERKIT_HTTP_TIMEOUT_S",
     "log_level": "PARTNERKIT_LOG_LEVEL",
 }
+
+# The settings `partnerkit config` masks: a --config file holding one of them should be private to its owner.
+SECRET_SETTINGS = ("PARTNERKIT_API_KEY", "PARTNERKIT_API_SECRET", "PARTNERKIT_WEBHOOK_TOKENS", "PARTNERKIT_VOUCHER_KEY",
+                   "PARTNERKIT_VOUCHER_KEY_PREVIOUS")
 
 # PARTNERKIT_CONFIG names the file itself; it is read from the environment only.
 KNOWN_NAMES = frozenset(ENV_NAMES.values()) | {"PARTNERKIT_CONFIG"}
@@ -416,6 +424,10 @@ def _gather(environ: Mapping[str, str] | None, config_file: str | os.PathLike | 
     if config_file is not None:
         source.update(read_env_file(config_file, f"{config_source} file"))
         origin.update(dict.fromkeys(source, f"{config_source} file {str(config_file)!r}"))
+        held = [name for name in SECRET_SETTINGS if source.get(name, "").strip()]
+        if held:  # as the voucher key file is: a secret in a file others can read is no longer this user's alone
+            warn_if_readable_by_others(config_file, f"the {config_source} file", log,
+                                       also=f" (it holds {', '.join(held)})", once=True)
     for name, raw in env.items():
         # Only names that look like partnerkit's: the environment holds everybody else's variables too.
         if name.upper().startswith(PREFIX):

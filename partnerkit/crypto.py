@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
-from partnerkit.files import sync_directory
+from partnerkit.files import sync_directory, warn_if_readable_by_others
 from partnerkit.store import webhook_tokens
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store.vouchers import KeyedSample, keyed_samples, keyed_values
@@ -160,8 +160,7 @@ def read_key_file(path: Path) -> list[str]:
     if not keys or any(len(key) < 16 for key in keys):
         raise ConfigError(f"the voucher key file {str(path)!r} is empty or damaged; restore it from its backup "
                           "(without it stored vouchers cannot be read)")
-    if path.stat().st_mode & 0o077:
-        log.warning("the voucher key file %s can be read by other users; run: chmod 600 %s", path, path)
+    warn_if_readable_by_others(path, "the voucher key file", log)
     return keys
 
 

@@ -1,5 +1,6 @@
 """Configuration: DESIGN.md's table, validated at start-up, errors name the variable."""
 
+import logging
 from decimal import Decimal
 from pathlib import Path
 
@@ -345,3 +346,28 @@ def test_setting_origin_says_where_load_config_took_the_value_from(environ, file
     assert setting_origin("PARTNERKIT_DB", environ=environ, config_file=file) == expected
     assert setting_origin("PARTNERKIT_DB", environ={"PARTNERKIT_CONFIG": str(file)}) == (
         f"PARTNERKIT_CONFIG file {str(file)!r}" if "file.db" in file_line else None)
+
+
+# --- a --config file that holds a secret is named when other users can read it (README, "Configuration") ---
+
+@pytest.mark.parametrize("mode, line, warned", [
+    (0o644, "PARTNERKIT_API_SECRET=sk_live_1", "PARTNERKIT_API_SECRET"),
+    (0o640, "PARTNERKIT_WEBHOOK_TOKENS=whsec_group_readable", "PARTNERKIT_WEBHOOK_TOKENS"),
+    (0o600, "PARTNERKIT_API_SECRET=sk_live_1", None),
+    (0o644, "PARTNERKIT_TOLERANCE_S=60", None),  # nothing secret in it
+    (0o644, "PARTNERKIT_API_SECRET=", None),  # the example file's empty lines hold nothing yet
+])
+def test_a_config_file_with_a_secret_readable_by_others_is_warned_about(tmp_path, caplog, mode, line, warned):
+    file = tmp_path / "partnerkit.env"
+    file.write_text(f"PARTNERKIT_DB=/srv/a.db\n{line}\n")
+    file.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger="partnerkit.config"):
+        load_config(environ={}, config_file=file)
+        setting_origin("PARTNERKIT_DB", environ={}, config_file=file)  # the same file read again: said once
+    lines = [record.getMessage() for record in caplog.records if record.name == "partnerkit.config"]
+    if warned is None:
+        assert lines == []
+    else:
+        assert lines == [f"the --config file {file} can be read by other users; run: chmod 600 {file} "
+                         f"(it holds {warned})"]
+    assert "sk_live_1" not in caplog.text and "whsec_group_readable" not in caplog.text

@@ -58,7 +58,7 @@ def test_a_key_file_readable_by_others_is_warned_about(tmp_path, caplog):
     config.key_file.chmod(0o644)
     with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
         load_cipher(config)
-    assert "can be read by other users" in caplog.text
+    assert f"can be read by other users; run: chmod 600 {config.key_file}" in caplog.text
 
 
 @pytest.mark.parametrize("sealed", ["voucher", "webhook token"])
