@@ -63,3 +63,14 @@ def test_the_commands_name_a_readable_config_file_and_database_on_stderr(tmp_pat
     private = cli("--config", str(config), "events", "list", env={})
     assert private.returncode == 0 and private.stderr == "no events received yet\n"
 
+
+def test_config_names_a_passphrase_voucher_key(tmp_path):
+    """`partnerkit config` checks the settings: a passphrase is accepted (what it sealed stays readable), but said."""
+    env = {"PARTNERKIT_DB": str(tmp_path / "pk.db"), "PARTNERKIT_VOUCHER_KEY": "aaaaaaaaaaaaaaaa"}
+    shown = cli("config", env=env)
+    assert shown.returncode == 0 and "PARTNERKIT_VOUCHER_KEY" in shown.stdout
+    assert shown.stderr.strip() == ("PARTNERKIT_VOUCHER_KEY is a passphrase, not a random key: what it seals can be "
+                                    "guessed offline from a copy of the database; make a random key with `partnerkit "
+                                    "keys rotate` and move to it (README, \"Rotate the voucher key\")")
+    random = cli("config", env={**env, "PARTNERKIT_VOUCHER_KEY": "0123456789abcdef" * 4})
+    assert random.returncode == 0 and random.stderr == ""
