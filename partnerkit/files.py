@@ -59,9 +59,9 @@ def sync_directory(directory: str | os.PathLike) -> None:
 def warn_if_readable_by_others(path: str | os.PathLike, what: str, logger: logging.Logger, *,
                                also: str = "", once: bool = False) -> None:
     """A WARNING naming `what` (e.g. "the voucher key file") at `path` and the `chmod 600` to run, when its mode
-    gives the group or other users any access; `also` ends it (other files to treat alike). `once`: at most one
-    per file a process (a database opened by every connection). A file gone meanwhile says nothing: whoever
-    opens it next says what is wrong."""
+    gives the group or other users any access; `also` ends the line (what it holds, files to treat alike).
+    `once`: at most one per file a process (a database opened by every connection). A file gone meanwhile says
+    nothing: whoever opens it next says what is wrong."""
     key = os.path.abspath(path)
     if once:
         with _WARNED_LOCK:
