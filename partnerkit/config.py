@@ -11,6 +11,8 @@ does not need it is never refused for lack of it.
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import logging
 import math
 import os
 import re
@@ -20,6 +22,9 @@ from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit
 
+from partnerkit.files import warn_if_readable_by_others
+
+log = logging.getLogger(__name__)
 PREFIX = "PARTNERKIT_"
 
 
@@ -102,6 +107,10 @@ ENV_NAMES = {
     "log_level": "PARTNERKIT_LOG_LEVEL",
 }
 
+# The settings `partnerkit config` masks: a --config file holding one of them should be private to its owner.
+SECRET_SETTINGS = ("PARTNERKIT_API_KEY", "PARTNERKIT_API_SECRET", "PARTNERKIT_WEBHOOK_TOKENS", "PARTNERKIT_VOUCHER_KEY",
+                   "PARTNERKIT_VOUCHER_KEY_PREVIOUS")
+
 # PARTNERKIT_CONFIG names the file itself; it is read from the environment only.
 KNOWN_NAMES = frozenset(ENV_NAMES.values()) | {"PARTNERKIT_CONFIG"}
 SETTINGS_TABLE = "see README's \"Configuration\" table for the known names"
@@ -151,24 +160,59 @@ def _share(name: str, raw: str) -> Decimal:
     return value
 
 
+def _shown_url(raw: str) -> str:
+    """`raw` for an error message, quoted, with whatever could be a user name and password masked: the text
+    between `//` (or the start) and the last `@`, so a password is never repeated even in a URL that does
+    not parse."""
+    if "@" not in raw:
+        return repr(raw)
+    head, _, tail = raw.rpartition("@")
+    scheme, slashes, _ = head.partition("//")
+    return repr(f"{scheme}{slashes}***@{tail}" if slashes else f"***@{tail}")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether `host` (urlsplit's hostname: lower case, no brackets) is this machine: `localhost`, 127.0.0.0/8
+    or ::1. A name other than `localhost` is not resolved: it could point anywhere."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _url(name: str, raw: str) -> str:
+    """The provider's base URL. Error messages quote it with any user name and password masked (`_shown_url`)."""
     value = raw.strip().rstrip("/")
-    malformed = ConfigError(f"{name} must be an http(s) URL such as https://api.provider.example, got {raw!r}")
+    shown = _shown_url(raw)
+    malformed = ConfigError(f"{name} must be an http(s) URL such as https://api.provider.example, got {shown}")
     try:
         parts = urlsplit(value)  # raises on an unclosed IPv6 bracket
     except ValueError:
         raise malformed from None
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
         raise malformed
+    if "@" in parts.netloc:
+        # `partnerkit config` shows the URL, and errors quote it: a password in it would be printed. The provider
+        # authenticates with the X-API-Key and X-API-Secret headers, never with credentials in the URL.
+        raise ConfigError(f"{name} must not carry a user name or password (user:password@): the provider "
+                          "authenticates with PARTNERKIT_API_KEY and PARTNERKIT_API_SECRET, sent as headers; "
+                          f"got {shown}")
     try:
         parts.port  # noqa: B018 - raises on a port that is not a number from 0 to 65535
     except ValueError:
-        raise ConfigError(f"{name} has an invalid port, got {raw!r}") from None
+        raise ConfigError(f"{name} has an invalid port, got {shown}") from None
     if parts.query or parts.fragment or value.endswith(("?", "#")):
         # partnerkit appends /api/v1/... to the base URL: it would land inside the query
-        raise ConfigError(f"{name} must not carry a query or fragment (partnerkit appends /api/v1), got {raw!r}")
+        raise ConfigError(f"{name} must not carry a query or fragment (partnerkit appends /api/v1), got {shown}")
     if parts.path.rstrip("/").endswith("/api/v1"):
-        raise ConfigError(f"{name} must not include the /api/v1 prefix (partnerkit adds it), got {raw!r}")
+        raise ConfigError(f"{name} must not include the /api/v1 prefix (partnerkit adds it), got {shown}")
+    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        raise ConfigError(f"{name} must be an https:// URL for a host other than this machine, got {shown}: the API "
+                          "secret travels on every request and order details bring voucher codes and PINs back, "
+                          "in clear over http (http:// is accepted on loopback only: 127.0.0.1, ::1 or localhost, "
+                          "e.g. the sandbox)")
     return value
 
 
@@ -380,6 +424,10 @@ def _gather(environ: Mapping[str, str] | None, config_file: str | os.PathLike | 
     if config_file is not None:
         source.update(read_env_file(config_file, f"{config_source} file"))
         origin.update(dict.fromkeys(source, f"{config_source} file {str(config_file)!r}"))
+        held = [name for name in SECRET_SETTINGS if source.get(name, "").strip()]
+        if held:  # as the voucher key file is: a secret in a file others can read is no longer this user's alone
+            warn_if_readable_by_others(config_file, f"the {config_source} file", log,
+                                       also=f" (it holds {', '.join(held)})", once=True)
     for name, raw in env.items():
         # Only names that look like partnerkit's: the environment holds everybody else's variables too.
         if name.upper().startswith(PREFIX):

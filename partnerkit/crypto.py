@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from partnerkit.config import Config, ConfigError
 from partnerkit.errors import PartnerKitError
-from partnerkit.files import sync_directory
+from partnerkit.files import sync_directory, warn_if_readable_by_others
 from partnerkit.store import webhook_tokens
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store.vouchers import KeyedSample, keyed_samples, keyed_values
@@ -133,15 +133,46 @@ def token_context(webhook_id: str) -> bytes:
     return b"webhook_token:" + webhook_id.encode()
 
 
-def _secret_from_text(text: str) -> bytes:
-    """A base64 key is used as bytes; any other passphrase is used as its UTF-8 bytes."""
+def _base64_key(text: str) -> bytes | None:
+    """The bytes of a URL-safe base64 key of 16 bytes or more (what `new_key_text` makes), or None."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         if len(raw) >= 16 and base64.urlsafe_b64encode(raw).rstrip(b"=") == text.rstrip("=").encode():
             return raw
     except (ValueError, TypeError):
         pass
-    return text.encode("utf-8")
+    return None
+
+
+def _secret_from_text(text: str) -> bytes:
+    """A base64 key is used as bytes; any other passphrase is used as its UTF-8 bytes (`warn_if_passphrase`)."""
+    raw = _base64_key(text)
+    return text.encode("utf-8") if raw is None else raw
+
+
+def _random_looking(key: str) -> bool:
+    """Whether `key` reads as a random key: URL-safe base64 as the key file holds it, or standard base64 (what
+    `openssl rand -base64 32` prints, used as text: its 44 characters carry the same 32 random bytes), of at
+    least 16 bytes. Hex is URL-safe base64 as well."""
+    if _base64_key(key) is not None:
+        return True
+    try:
+        return len(base64.b64decode(key + "=" * (-len(key) % 4), validate=True)) >= 16
+    except ValueError:  # binascii.Error
+        return False
+
+
+def warn_if_passphrase(key: str, source: str) -> None:
+    """A WARNING when the current voucher key (from `source`) is a passphrase rather than a base64 random key.
+
+    `_secret_from_text` hands a passphrase to HKDF as it is, without stretching (changing that would leave
+    every value sealed with it unreadable): whoever holds a copy of the database can try guesses offline, and
+    the GCM tag confirms the right one. `partnerkit keys rotate` makes a random key, and the rotation moves
+    the stored values to it (README, "Rotate the voucher key")."""
+    if not _random_looking(key):
+        log.warning("%s is a passphrase, not a random key: what it seals can be guessed offline from a copy of the "
+                    "database; make a random key with `partnerkit keys rotate` and move to it (README, \"Rotate the "
+                    "voucher key\")", source)
 
 
 def new_key_text() -> str:
@@ -160,8 +191,7 @@ def read_key_file(path: Path) -> list[str]:
     if not keys or any(len(key) < 16 for key in keys):
         raise ConfigError(f"the voucher key file {str(path)!r} is empty or damaged; restore it from its backup "
                           "(without it stored vouchers cannot be read)")
-    if path.stat().st_mode & 0o077:
-        log.warning("the voucher key file %s can be read by other users; run: chmod 600 %s", path, path)
+    warn_if_readable_by_others(path, "the voucher key file", log)
     return keys
 
 
@@ -321,14 +351,15 @@ def load_cipher(config: Config, *, check: bool = True,
     looks without it, to say what the key opens."""
     source = key_source(config)
     if config.voucher_key:
-        cipher = cipher_from_keys([config.voucher_key, *config.voucher_key_previous], source=source)
+        keys = [config.voucher_key, *config.voucher_key_previous]
     else:
         try:
             keys = _read_or_create_key_file(config.key_file, config.db_path)
         except OSError as exc:
             raise ConfigError(f"PARTNERKIT_VOUCHER_KEY is not set and the key file {str(config.key_file)!r} "
                               f"cannot be read or created: {exc.strerror}") from exc
-        cipher = cipher_from_keys(keys, source=source)
+    warn_if_passphrase(keys[0], "PARTNERKIT_VOUCHER_KEY" if config.voucher_key else f"the first key of {source}")
+    cipher = cipher_from_keys(keys, source=source)
     if check:
         refuse_a_stranger(config, cipher, ignore=ignore)
     return cipher

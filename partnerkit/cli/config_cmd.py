@@ -9,6 +9,7 @@ import click
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import emit, format_option
 from partnerkit.config import ENV_NAMES
+from partnerkit.crypto import warn_if_passphrase
 
 SECRET_FIELDS = {"api_key", "api_secret", "webhook_tokens", "voucher_key", "voucher_key_previous"}
 
@@ -31,6 +32,8 @@ def _mask(name: str, value: object) -> str:
 def config_command(app: AppContext, fmt: str) -> None:
     """Show the effective configuration (secrets masked) and check that it is valid."""
     config = app.config
+    if config.voucher_key:  # a key file's keys are warned about where they are read (crypto.load_cipher)
+        warn_if_passphrase(config.voucher_key, "PARTNERKIT_VOUCHER_KEY")
     rows = [{"variable": ENV_NAMES[f.name], "value": _mask(f.name, getattr(config, f.name))} for f in fields(config)]
     emit(rows, ["variable", "value"], fmt)
 

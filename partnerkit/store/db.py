@@ -27,6 +27,7 @@ fast way, and what the receiver and the worker do (docs/internals.md).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sqlite3
 import threading
@@ -40,7 +41,9 @@ import sqlite_utils
 from sqlite_utils import Database
 
 from partnerkit.errors import DatabaseBusy, StorageError
-from partnerkit.files import make_private_dirs
+from partnerkit.files import make_private_dirs, warn_if_readable_by_others
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -88,12 +91,16 @@ def _create_private(path: Path) -> None:
     """Create the database file with mode 0600 before SQLite touches it (WAL/SHM inherit it).
 
     Directories created for it are 0700 at every level (existing ones are left as they are): the
-    generated voucher key file goes next to the database.
+    generated voucher key file goes next to the database. A file that exists already (copied in, made by
+    another tool) is left as it is, but a mode that lets other users read it is named in a WARNING, once a
+    process (`warn_if_readable_by_others`): its -wal and -shm files would take that mode too.
     """
     make_private_dirs(path.parent)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
+        warn_if_readable_by_others(path, "the database", log, also=" (and its -wal and -shm files, if present)",
+                                   once=True)
         return
     os.close(fd)
 

@@ -1,5 +1,6 @@
 """Configuration: DESIGN.md's table, validated at start-up, errors name the variable."""
 
+import logging
 from decimal import Decimal
 from pathlib import Path
 
@@ -96,9 +97,41 @@ def test_previous_voucher_keys_are_read_beside_a_current_one_only():
     assert "vk-old-one" not in str(info.value)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8090", "https://p.example.com/prefix/", "http://[::1]:8090"])
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8090", "https://p.example.com/prefix/", "http://[::1]:8090",
+                                 "http://localhost:8090/", "http://LocalHost:8090", "http://127.8.0.1"])
 def test_good_base_urls_are_kept(url):
     assert load_config(environ={"PARTNERKIT_API_BASE_URL": url}).api_base_url == url.rstrip("/")
+
+
+@pytest.mark.parametrize("url", [
+    "http://api.provider.example", "http://api.provider.example:8090/", "http://10.0.0.5:8090",
+    "http://0.0.0.0:8090", "http://[2001:db8::1]", "http://localhost.provider.example",
+    "http://127.0.0.1.nip.io",  # a name that resolves to loopback is still a name: it could point anywhere
+])
+def test_plain_http_to_a_remote_host_is_refused(url):
+    """The secret travels in X-API-Secret on every request, and order details bring codes and PINs back."""
+    with pytest.raises(ConfigError, match=r"^PARTNERKIT_API_BASE_URL must be an https:// URL for a host other than "
+                                          r"this machine, got .*: the API secret travels on every request .*voucher "
+                                          r"codes and PINs.*loopback only: 127\.0\.0\.1, ::1 or localhost"):
+        load_config(environ={"PARTNERKIT_API_BASE_URL": url})
+
+
+@pytest.mark.parametrize("url, message", [
+    ("https://user:pw-s3cr3t@api.provider.example", "must not carry a user name or password"),
+    ("https://:pw-s3cr3t@api.provider.example/", "must not carry a user name or password"),
+    ("http://user:pw-s3cr3t@127.0.0.1:8090", "must not carry a user name or password"),
+    ("https://user:pw-s3cr3t@api.provider.example:99999", "must not carry a user name or password"),
+    # The other messages quote the URL too: never with its password.
+    ("http://user:pw-s3cr3t@[::1", "must be an http"),
+    ("https://user:pw-s3cr3t@", "must be an http"),
+    ("ftp://user:pw-s3cr3t@api.provider.example", "must be an http"),
+    ("https://user:pw/s3cr3t@api.provider.example", "has an invalid port"),  # an unescaped / ends the host early
+    ("https://user:pw#s3cr3t@api.provider.example", "has an invalid port"),
+])
+def test_a_password_in_the_base_url_is_refused_and_never_repeated(url, message):
+    with pytest.raises(ConfigError, match=f"^PARTNERKIT_API_BASE_URL {message}") as info:
+        load_config(environ={"PARTNERKIT_API_BASE_URL": url})
+    assert "s3cr3t" not in str(info.value) and "***@" in str(info.value)
 
 
 def test_require_names_the_missing_variable():
@@ -313,3 +346,28 @@ def test_setting_origin_says_where_load_config_took_the_value_from(environ, file
     assert setting_origin("PARTNERKIT_DB", environ=environ, config_file=file) == expected
     assert setting_origin("PARTNERKIT_DB", environ={"PARTNERKIT_CONFIG": str(file)}) == (
         f"PARTNERKIT_CONFIG file {str(file)!r}" if "file.db" in file_line else None)
+
+
+# --- a --config file that holds a secret is named when other users can read it (README, "Configuration") ---
+
+@pytest.mark.parametrize("mode, line, warned", [
+    (0o644, "PARTNERKIT_API_SECRET=sk_live_1", "PARTNERKIT_API_SECRET"),
+    (0o640, "PARTNERKIT_WEBHOOK_TOKENS=whsec_group_readable", "PARTNERKIT_WEBHOOK_TOKENS"),
+    (0o600, "PARTNERKIT_API_SECRET=sk_live_1", None),
+    (0o644, "PARTNERKIT_TOLERANCE_S=60", None),  # nothing secret in it
+    (0o644, "PARTNERKIT_API_SECRET=", None),  # the example file's empty lines hold nothing yet
+])
+def test_a_config_file_with_a_secret_readable_by_others_is_warned_about(tmp_path, caplog, mode, line, warned):
+    file = tmp_path / "partnerkit.env"
+    file.write_text(f"PARTNERKIT_DB=/srv/a.db\n{line}\n")
+    file.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger="partnerkit.config"):
+        load_config(environ={}, config_file=file)
+        setting_origin("PARTNERKIT_DB", environ={}, config_file=file)  # the same file read again: said once
+    lines = [record.getMessage() for record in caplog.records if record.name == "partnerkit.config"]
+    if warned is None:
+        assert lines == []
+    else:
+        assert lines == [f"the --config file {file} can be read by other users; run: chmod 600 {file} "
+                         f"(it holds {warned})"]
+    assert "sk_live_1" not in caplog.text and "whsec_group_readable" not in caplog.text

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 import pytest
 
 from partnerkit.config import Config, ConfigError
-from partnerkit.crypto import Cipher, DecryptionError, load_cipher, read_key_file, token_context, write_key_file
+from partnerkit.crypto import (Cipher, DecryptionError, load_cipher, new_key_text, read_key_file, token_context,
+                               write_key_file)
 from partnerkit.store import open_db, transaction, vouchers, webhook_tokens
 from partnerkit.store.vouchers import SealedVoucher
 
@@ -58,7 +59,56 @@ def test_a_key_file_readable_by_others_is_warned_about(tmp_path, caplog):
     config.key_file.chmod(0o644)
     with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
         load_cipher(config)
-    assert "can be read by other users" in caplog.text
+    assert f"can be read by other users; run: chmod 600 {config.key_file}" in caplog.text
+
+
+# --- a passphrase voucher key: kept as it is (what it sealed stays readable), but named at start ---
+
+# Sealed with the passphrase below (context b"pin") by the release before the warning: the derivation must not
+# change, or every value a partner sealed under a passphrase would become unreadable.
+PASSPHRASE = "a human passphrase, never stretched"
+SEALED_UNDER_PASSPHRASE = bytes.fromhex("76317960281cb97de6a67302caf768122d6fcb1382cf06d0abb1d486a5cfd8134aabaa16e512fd")
+
+
+@pytest.mark.parametrize("key", ["aaaaaaaaaaaaaaaa", PASSPHRASE, "correct horse battery staple"])
+def test_a_passphrase_voucher_key_is_warned_about_and_still_opens_what_it_sealed(tmp_path, caplog, key):
+    config = Config(db_path=tmp_path / "pk.db", voucher_key=key)
+    with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
+        cipher = load_cipher(config)
+    assert caplog.messages == ["PARTNERKIT_VOUCHER_KEY is a passphrase, not a random key: what it seals can be guessed "
+                               "offline from a copy of the database; make a random key with `partnerkit keys rotate` "
+                               "and move to it (README, \"Rotate the voucher key\")"]
+    assert key not in caplog.text
+    if key == PASSPHRASE:
+        assert cipher.decrypt(SEALED_UNDER_PASSPHRASE, context=b"pin") == "CODE-1234"
+
+
+@pytest.mark.parametrize("key", [
+    new_key_text(),  # what the key file and `keys rotate` make
+    "++//++//++//++//++//++//++//++//++//++//++8=",  # `openssl rand -base64 32`: standard base64, used as text
+    "0123456789abcdef" * 4,  # `openssl rand -hex 32`
+])
+def test_a_random_voucher_key_is_not_warned_about(tmp_path, caplog, key):
+    with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
+        load_cipher(Config(db_path=tmp_path / "pk.db", voucher_key=key))
+    assert caplog.messages == []
+
+
+def test_a_passphrase_first_in_the_key_file_is_warned_about(tmp_path, caplog):
+    """A key file written by hand; a passphrase below the first line is a previous key, on its way out."""
+    config = Config(db_path=tmp_path / "pk.db")
+    write_key_file(config.key_file, ["a-hand-written-passphrase", new_key_text()])
+    with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
+        load_cipher(config)
+    assert caplog.messages == [f"the first key of the voucher key file {str(config.key_file)!r} is a passphrase, not a "
+                               "random key: what it seals can be guessed offline from a copy of the database; make a "
+                               "random key with `partnerkit keys rotate` and move to it (README, \"Rotate the voucher "
+                               "key\")"]
+    caplog.clear()
+    write_key_file(config.key_file, [new_key_text(), "a-hand-written-passphrase"])
+    with caplog.at_level(logging.WARNING, logger="partnerkit.crypto"):
+        load_cipher(config)
+    assert caplog.messages == []
 
 
 @pytest.mark.parametrize("sealed", ["voucher", "webhook token"])
