@@ -127,28 +127,37 @@ def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, 
     snapshot = ledger_store.snapshot_near(conn, start, end, iso(max(now, snapshots_through or now)))
     if snapshot is not None:
         taken_at, balances = snapshot
+        # The report's own sync read these balances after its walks, which began at `now`: what a read begun by then
+        # listed was made before the balances were read (compare_wallet).
+        listed_by = iso(now) if snapshots_through is not None and taken_at == iso(snapshots_through) else None
         for currency, balance in balances.items():
             w = wallets.setdefault(currency, {"debits": 0, "credits": 0, "opening": None, "closing": None})
             w.update(provider=balance, provider_at=taken_at,
-                     **compare_wallet(conn, currency, taken_at, balance, since_day=start[:10]))
+                     **compare_wallet(conn, currency, taken_at, balance, since_day=start[:10], listed_by=listed_by))
     return dict(sorted(wallets.items()))
 
 
 def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int, *,
-                   since_day: str | None = None) -> dict[str, Any]:
+                   since_day: str | None = None, listed_by: str | None = None) -> dict[str, Any]:
     """The ledger's balance when the provider's `provider` (paise) was read at `taken_at`, and the verdict.
 
     `ledger_then`: the balance_after of the last entry up to the read, on any day (None: the store holds none,
-    or it carries no balance_after); `ledger_entry`: that entry's id. `verdict` (None when not compared):
+    or it carries no balance_after); `ledger_entry`: that entry's id. `listed_by`: when the read's own sync began
+    its walks, given when the balance is the one that sync read after them (wallet_balances): an entry a read
+    begun by then listed (`synced_at`) was made before the balance was read, whatever its date, so the last such
+    entry dated after the read (within TIMING_ENTRIES), when there is one, is the ledger's entry then. `verdict`
+    (None when not compared):
 
     - AGREES: the same.
     - TIMING: the clocks, not money: the ledger's chain, unbroken from `ledger_then`, reaches the provider's
       balance through entries dated after the read (made before it on a clock ahead of ours) or, read back,
       through entries dated in the CLOCK_BEHIND before it (made after it on a clock behind ours);
       `explained_by` names them. A deleted movement breaks the chain at the next entry, so it is never timing.
-      So is an entry dated out of order: the provider's balance is the balance_after of the entry it made last
-      (by id) from `since_day` (the report's day) up to the read, though another is dated later (`explained_by`
-      names the one made last).
+      An entry a read begun by `listed_by` listed was made before the read: the chain runs forward only from the
+      last such entry, and none is read back (the demo's deleted refund of order 5007 netted with its debit,
+      dated after the read, and read as timing). An entry dated out of order is timing too: the provider's
+      balance is the balance_after of the entry it made last (by id) from `since_day` (the report's day) up to the
+      read, though another is dated later (`explained_by` names the one made last).
     - UNEXPLAINED: not timing, and every day from the ledger entry's through the read's was read in full by a
       read that began after the day ended or after the read of the wallets (partnerkit.store.ledger.read_since):
       the store holds every entry the provider lists up to then, and the money moved without one.
@@ -158,32 +167,54 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int, *,
       one withdrawn (no longer listed) is not held against the verdict. The next report of the day after a sync
       (the nightly re-match of a later night, `partnerkit reconcile --date`) judges it again.
     """
-    then = ledger_store.entry_at(conn, currency, taken_at)
-    if then is None or then.balance_after_cents is None:
+    dated = ledger_store.entry_at(conn, currency, taken_at)
+    if dated is None or dated.balance_after_cents is None:
         return {"ledger_then": None, "ledger_entry": None, "verdict": None, "explained_by": []}
+    since = iso(parse_ts(taken_at, field="taken_at") - CLOCK_BEHIND)  # type: ignore[operator]
+    then, around = dated, None
+    if listed_by is not None:  # the entries around the read first: one dated after it may have been made before it
+        then, around = _made_before(dated, ledger_store.around(conn, currency, taken_at, since=since,
+                                                               n=TIMING_ENTRIES), listed_by)
+        if then.balance_after_cents is None:
+            return {"ledger_then": None, "ledger_entry": None, "verdict": None, "explained_by": []}
     found = {"ledger_then": then.balance_after_cents, "ledger_entry": then.id, "explained_by": []}
     if provider == then.balance_after_cents:
         return {**found, "verdict": AGREES}
-    since = iso(parse_ts(taken_at, field="taken_at") - CLOCK_BEHIND)  # type: ignore[operator]
-    after, before = ledger_store.around(conn, currency, taken_at, since=since, n=TIMING_ENTRIES)
-    explained = _timing(then, provider, after, before)
-    if not explained and since_day is not None:
+    if around is None:
+        around = ledger_store.around(conn, currency, taken_at, since=since, n=TIMING_ENTRIES)
+    after, before = around
+    explained = _timing(then, provider, after, before, listed_by)
+    if not explained and since_day is not None and then is dated:
         # The chain's end by the provider's ids, when its dates disagree with them: the last entry it made up to
         # the read says the provider's balance, so the entries dated after it are dated out of order, not money.
-        last_made = ledger_store.newest_by_id(conn, currency, min(since_day, then.created_at[:10]), taken_at)
+        last_made = ledger_store.newest_by_id(conn, currency, min(since_day, dated.created_at[:10]), taken_at)
         if last_made is not None and last_made.id != then.id and last_made.balance_after_cents == provider:
             explained = [last_made.id]
     if explained:
         return {**found, "verdict": TIMING, "explained_by": explained}
-    if (not ledger_store.read_since(conn, then.created_at[:10], taken_at)
-            or quarantine.unreadable_transactions(conn, then.created_at[:10], taken_at[:10])):
+    if (not ledger_store.read_since(conn, dated.created_at[:10], taken_at)
+            or quarantine.unreadable_transactions(conn, dated.created_at[:10], taken_at[:10])):
         return {**found, "verdict": UNCONFIRMED}
     return {**found, "verdict": UNEXPLAINED,
             "drift": drift_id("balance_discontinuity", "wallet", wallet_reference(currency, then.id))}
 
 
+_Around = tuple[list[ledger_store.Entry], list[ledger_store.Entry]]  # the entries after the read, and before it
+
+
+def _made_before(dated: ledger_store.Entry, around: _Around, listed_by: str) -> tuple[ledger_store.Entry, _Around]:
+    """The ledger's last entry at the read and the entries around it that may be timing (see compare_wallet):
+    the last entry dated after the read that a read begun by `listed_by` listed, with the entries after it and
+    none before (it and every entry before it were made before the read), else `dated` and `around` as read."""
+    after = around[0]
+    listed = [i for i, entry in enumerate(after) if entry.synced_at is not None and entry.synced_at <= listed_by]
+    if not listed:
+        return dated, around
+    return after[listed[-1]], (after[listed[-1] + 1:], [])
+
+
 def _timing(then: ledger_store.Entry, provider: int, after: list[ledger_store.Entry],
-            before: list[ledger_store.Entry]) -> list[str]:
+            before: list[ledger_store.Entry], listed_by: str | None = None) -> list[str]:
     """The entries whose dating across the read explains the provider's balance (see compare_wallet), or []."""
     balance, ids = then.balance_after_cents, []
     for entry in after:  # forward from the ledger's balance then, while the chain holds
@@ -197,6 +228,8 @@ def _timing(then: ledger_store.Entry, provider: int, after: list[ledger_store.En
     for entry in before:  # backward: the balance before each entry, while the chain holds
         if entry.balance_after_cents is None or entry.balance_after_cents != balance:
             break
+        if listed_by is not None and entry.synced_at is not None and entry.synced_at <= listed_by:
+            break  # listed before the balance was read: made before it, not after on a clock behind ours
         balance = entry.balance_after_cents - entry.amount_cents
         ids.insert(0, entry.id)
         if balance == provider:

@@ -435,12 +435,14 @@ _LAST_IN_SECOND = ("SELECT id, created_at, balance_after_cents FROM transactions
 
 
 class Entry(NamedTuple):
-    """A wallet entry as the balance comparisons read it."""
+    """A wallet entry as the balance comparisons read it (`synced_at`, when the latest read that listed it began:
+    read only for the entries around a read, `around`)."""
 
     id: str
     created_at: str
     balance_after_cents: int | None
     amount_cents: int = 0
+    synced_at: str | None = None
 
 
 def through_second(moment: str) -> str:
@@ -475,13 +477,13 @@ def newest_by_id(db: Database | sqlite3.Connection, currency: str, lo: str, mome
 
 # The entries just after a moment (`:through`, from through_second) and just before it, in chain order, at most
 # :n rows of the index each way (any currency: the currency is filtered after the bounded walk); the entries
-# before it only back to `:since`. What a difference between the provider's balance and the ledger's may be
-# timing: see `around`.
-_AFTER = ("SELECT id, created_at, balance_after_cents, amount_cents FROM (SELECT id, created_at, currency,"
-          " balance_after_cents, amount_cents FROM transactions WHERE created_at >= :through ORDER BY created_at"
-          " LIMIT :n) WHERE COALESCE(currency, '') = :currency ORDER BY rtrim(created_at, 'Z'), length(id), id")
-_BEFORE = ("SELECT id, created_at, balance_after_cents, amount_cents FROM (SELECT id, created_at, currency,"
-           " balance_after_cents, amount_cents FROM transactions WHERE created_at < :through"
+# before it only back to `:since`, each with when the latest read that listed it began (`synced_at`). What a
+# difference between the provider's balance and the ledger's may be timing: see `around`.
+_AROUND = "id, created_at, balance_after_cents, amount_cents, synced_at"
+_AFTER = (f"SELECT {_AROUND} FROM (SELECT {_AROUND}, currency FROM transactions WHERE created_at >= :through"
+          " ORDER BY created_at LIMIT :n) WHERE COALESCE(currency, '') = :currency"
+          " ORDER BY rtrim(created_at, 'Z'), length(id), id")
+_BEFORE = (f"SELECT {_AROUND} FROM (SELECT {_AROUND}, currency FROM transactions WHERE created_at < :through"
            " AND created_at >= :since ORDER BY created_at DESC LIMIT :n) WHERE COALESCE(currency, '') = :currency"
            " ORDER BY rtrim(created_at, 'Z') DESC, length(id) DESC, id DESC")
 
@@ -489,7 +491,8 @@ _BEFORE = ("SELECT id, created_at, balance_after_cents, amount_cents FROM (SELEC
 def around(db: Database | sqlite3.Connection, currency: str, moment: str, *, since: str,
            n: int) -> tuple[list[Entry], list[Entry]]:
     """The entries of a currency right after `moment` (its whole second excluded), oldest first, and right
-    before it (back to `since`), newest first: each from at most `n` rows of `transactions_created`."""
+    before it (back to `since`), newest first: each from at most `n` rows of `transactions_created`, with its
+    `synced_at`."""
     params = {"through": through_second(moment), "currency": currency, "since": since, "n": n}
     return ([Entry(*row) for row in db.execute(_AFTER, params)],
             [Entry(*row) for row in db.execute(_BEFORE, params)])

@@ -15,6 +15,7 @@ from partnerkit.store.ledger import record_wallet_snapshots
 from partnerkit.timeutil import iso
 from reconcile import matcher
 from reconcile.jobs import report_day
+from reconcile.sync import SyncSummary
 from tests.reconcile.reconcile_helpers import DAY, at
 
 NEXT = DAY + timedelta(days=1)
@@ -266,3 +267,63 @@ def test_an_opening_balance_dated_after_the_entries_it_precedes_is_not_money(db,
     assert (w["ledger_balance_at_provider_time"], w["provider_difference_status"],
             w["provider_difference_explained_by"]) == ("1000.00", "timing", [last])
     assert wallet_drifts(report) == []
+
+
+def own_sync(read_at):
+    """What the report's own sync says of its wallet read (reconcile.sync.sync_range): the balances were read at
+    `read_at`, after its walks, which began at the report's `now`."""
+    summary = SyncSummary(DAY.isoformat(), DAY.isoformat())
+    summary.wallets_at = iso(read_at)
+    return summary
+
+
+def a_clock_ahead(ledger):
+    """The demo's last minutes (its sandbox runs 40x): a debit, then the debit of an order whose refund the provider
+    deleted, both made before the balances were read at 23:01 and dated after it. The helper stamps every entry as
+    listed by a read begun at 23:00."""
+    ledger.tx("1200.00", type="TOPUP", balance_after="1200.00", hour=1)
+    first = ledger.tx("-100.00", type="TOPUP", balance_after="1100.00", hour=23, minute=20)
+    last = ledger.tx("-490.00", type="TOPUP", balance_after="610.00", hour=23, minute=40)
+    return first, last
+
+
+@pytest.mark.parametrize("provider,expected", [
+    (1100, ("610.00", "490.00", "unconfirmed", [])),  # the refund of the last debit deleted from the list, kept
+    (610, ("610.00", "0.00", "agrees", [])),          # nothing deleted
+])
+def test_entries_the_reports_own_sync_listed_were_made_before_its_read_of_the_balance(db, ledger, config, provider,
+                                                                                     expected):
+    """h09, the demo's order 5007: the report's own sync read the balances after its walks had listed every entry
+    above. Walked forward from the entry dated last before the read, the chain reached the provider's balance after
+    the first debit and the report called the deleted refund "timing" (-10,630.00 in the demo). Listed before the
+    read, the last debit was made before it: the ledger's balance then is after it, and the 490.00 is what it is."""
+    a_clock_ahead(ledger)
+    snapshot(db, at(23, 1), INR=provider)
+    report = report_day(config, db, DAY, now=at(23), synced=own_sync(at(23, 1)))
+    w = report["wallets"]["INR"]
+    assert (w["ledger_balance_at_provider_time"], w["provider_difference"], w["provider_difference_status"],
+            w["provider_difference_explained_by"]) == expected
+    assert wallet_drifts(report) == []  # no read begun after the balance was read vouches for the entries yet
+
+
+def test_entries_listed_only_by_a_read_begun_after_the_walks_may_still_be_timing(db, ledger, config):
+    """The same entries, listed by a read that began after the report's own walks (another process's sync, at
+    23:00 while the walks began at 22:59): they may have been made after the balance was read, so the chain
+    through them is timing, as without the report's sync."""
+    first, last = a_clock_ahead(ledger)
+    snapshot(db, at(23), INR=610)
+    w = report_day(config, db, DAY, now=at(22, 59), synced=own_sync(at(23)))["wallets"]["INR"]
+    assert (w["ledger_balance_at_provider_time"], w["provider_difference_status"],
+            w["provider_difference_explained_by"]) == ("1200.00", "timing", [first, last])
+
+
+def test_an_entry_the_reports_own_sync_listed_is_never_read_back_as_made_after_the_read(db, ledger, config):
+    """A clock like ours: the debit of an order is dated in the minute before the read, and its refund was deleted.
+    Read back, the balance before the debit is the provider's: timing for a clock behind ours. The report's own
+    walks listed the debit before the balance was read, so it was made before it: not timing."""
+    ledger.tx("1200.00", type="TOPUP", balance_after="1200.00", hour=1)
+    ledger.tx("-490.00", type="TOPUP", balance_after="710.00", hour=23)
+    snapshot(db, at(23, 1), INR=1200)
+    w = report_day(config, db, DAY, now=at(23), synced=own_sync(at(23, 1)))["wallets"]["INR"]
+    assert (w["ledger_balance_at_provider_time"], w["provider_difference"], w["provider_difference_status"]) == (
+        "710.00", "490.00", "unconfirmed")
