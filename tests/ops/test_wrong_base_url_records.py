@@ -5,7 +5,7 @@ call), the client counted the answers as the provider failing, yet four callers 
 record's own answer: `webhooks delete` forgot the token of a webhook the provider still has, `webhooks update`
 said "no such webhook", `webhooks retry` of several listed each delivery as refused, a voucher fetch was parked as
 its order's trouble (for an hour), and the poller logged a PROCESSING recharge "not found". Each now treats it as
-the provider failing.
+the provider failing, and the worker's job line says what to check, as the command line's error does.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from partnerkit.timeutil import utcnow
 from partnerkit.vouchers import FetchPolicy, run_voucher_fetches
 from reconcile.poller import BACKOFF_KEY, poll_once
 from reconcile.recharges import submit
+from reconcile.worker_jobs import JOBS, JobRunner
 
 HTML_404 = "HTTP 404: NOT FOUND on "
 
@@ -127,6 +128,20 @@ def test_the_poller_reads_it_as_a_failed_read_not_as_not_found(sandbox_config, w
     assert meta.get(db, BACKOFF_KEY).startswith("1|")  # the next passes wait: the provider failed this one
     row = recharge_store.get(db, outcome.local_id)
     assert row["status"] == "PROCESSING" and row["last_polled_at"] is None  # not read: due again once it answers
+
+
+def test_the_worker_job_line_says_what_to_check(wrong, db, caplog):
+    runner = JobRunner(wrong, next(spec for spec in JOBS if spec.id == "sync-recent"))
+    try:
+        with caplog.at_level(logging.ERROR, logger="reconcile.worker"):
+            record = runner()
+    finally:
+        runner.close()
+    assert record["outcome"] == "error"
+    assert record["result"].startswith(f"NotFound: {HTML_404}GET /api/v1/wallets")  # the sync's first read
+    assert record["result"].endswith(hint(wrong))
+    [line] = [r for r in caplog.records if r.getMessage() == "job sync-recent error"]
+    assert line.result == record["result"]
 
 
 def test_the_hint_never_shows_a_user_and_password_and_follows_the_wallet_read_before_a_write(wrong):
