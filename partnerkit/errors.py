@@ -15,7 +15,8 @@
     │   │                             it is failed before a write (`__cause__` says how): the write was
     │   │                             not sent
     │   └── ApiStatusError            an HTTP error status; carries status, code, message,
-    │       │                         retryable, retry_after, trace_id, body
+    │       │                         retryable, retry_after, trace_id, body; `from_provider` False
+    │       │                         for an answer that is not the provider's (`not_the_providers`)
     │       ├── BadRequest (400)
     │       │   ├── IdempotencyKeyError        IDEMPOTENCY_KEY_REQUIRED / _TOO_SHORT
     │       │   ├── InsufficientBalance        "insufficient wallet balance" / "Insufficient funds"
@@ -80,6 +81,9 @@
 The classes named with their module live beside the code that raises them, which owns their
 checks (partnerkit never imports reconcile).
 `is_ambiguous(exc)` says whether a write that raised `exc` may still have taken effect.
+An error whose `from_provider` is False (a web server's HTML 404 under a wrong PARTNERKIT_API_BASE_URL, a proxy's
+403/407, a redirect) is the provider failing the call, never what the provider says of the record: a 404 of that
+kind is not "no such webhook/order/recharge". `base_url_hint(exc, base_url)` is the clause that says what to check.
 
 Bad configuration is `partnerkit.config.ConfigError`, a ValueError outside this tree: it is
 the operator's mistake, not a runtime condition. Third-party exceptions (requests, sqlite3)
@@ -89,6 +93,7 @@ are converted once, at the boundary that calls them, with `raise ... from exc`.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 
 class PartnerKitError(Exception):
@@ -153,6 +158,12 @@ class MalformedResponse(ApiError):
         self.method = method
         self.path = path
 
+    @property
+    def from_provider(self) -> bool:
+        """False for a write's redirect (`not_the_providers`): no answer of the provider's at all. A body that cannot
+        be read, or a record not in the document's shape, is the provider's answer, garbled or not."""
+        return not (isinstance(self.status, int) and not_the_providers(self.status, self.body))
+
 
 class ReplayMismatch(ApiError):
     """A 2xx for an Idempotency-Key that answers another request: the key was used for something else,
@@ -201,6 +212,13 @@ class ApiStatusError(ApiError):
         self.body = body
         self.method = method
         self.path = path
+
+    @property
+    def from_provider(self) -> bool:
+        """False for an answer that is not the provider's (`not_the_providers`: a web server's HTML 404 under a wrong
+        PARTNERKIT_API_BASE_URL path, a proxy's 403/407, a redirect): the provider failing the call, which says
+        nothing of the record asked for. Check it before reading a 404 as "no such record", a 400/403 as a refusal."""
+        return not not_the_providers(self.status, self.body)
 
     def __str__(self) -> str:
         where = f" on {self.method} {self.path}" if self.method else ""
@@ -347,8 +365,33 @@ def is_ambiguous(exc: BaseException) -> bool:
         return False  # 503 with the document's message: nothing was done
     if isinstance(exc, (ServerError, MalformedResponse)):
         return True
-    if isinstance(exc, ApiStatusError) and not_the_providers(exc.status, exc.body):
+    if isinstance(exc, ApiStatusError) and not exc.from_provider:
         return True  # a proxy's or web server's 4xx, not the provider's refusal: the write may have gone through it
     if isinstance(exc, (ApiStatusError, BudgetExhausted, ReplayMismatch)):
         return False  # the provider's refusal, or nothing sent
     return True  # a local error while the write was in flight: its outcome is unknown
+
+
+def shown_base_url(base_url: str | None) -> str | None:
+    """PARTNERKIT_API_BASE_URL for a message: host[:port] exactly as written (an IPv6 host keeps its brackets), never
+    any user:password@ in it; None when there is none, or it does not parse."""
+    if not base_url:
+        return None
+    try:
+        parts = urlsplit(base_url)
+    except ValueError:  # an unclosed IPv6 bracket: load_config refuses it, a Config made in code may not
+        return None
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def base_url_hint(exc: BaseException, base_url: str | None) -> str:
+    """What to check after an error on an answer that is not the provider's (`from_provider` False; for an
+    AccountCheckFailed, its wallet read's): a clause naming PARTNERKIT_API_BASE_URL and its value `base_url`
+    (`shown_base_url`); the CLI's errors and the worker's job lines end with it. "" for any other error."""
+    if isinstance(exc, AccountCheckFailed):
+        exc = exc.__cause__  # type: ignore[assignment]
+    if not isinstance(exc, (ApiStatusError, MalformedResponse)) or exc.from_provider:
+        return ""
+    shown = shown_base_url(base_url)
+    now = f" (now {shown})" if shown else ""
+    return f": this is not the provider's answer; check PARTNERKIT_API_BASE_URL{now} and any proxy towards it"

@@ -198,7 +198,11 @@ def _read_single(db: Database, client: PartnerApi, item: PollItem, now: datetime
     summary.single_calls += 1
     try:
         record = client.get_recharge(item.provider_id)
-    except NotFound:
+    except NotFound as exc:
+        if not exc.from_provider:
+            # A web server's HTML 404 under a wrong PARTNERKIT_API_BASE_URL says nothing of the recharge: a
+            # failed read (the pass backs off, the job reports the error), as a 5xx is, never "not found".
+            raise
         # The provider no longer shows it; reconciliation reports unknown_to_provider. Keep reading
         # it on the slow schedule rather than guessing an outcome.
         summary.not_found.append(item.provider_id)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from partnerkit.config import Config
-from partnerkit.errors import AccountMismatch, BudgetExhausted, PartnerKitError, RateLimited
+from partnerkit.errors import AccountMismatch, BudgetExhausted, PartnerKitError, RateLimited, base_url_hint
 from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
 from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
@@ -172,7 +172,8 @@ class JobRunner:
                 outcome, result = "stopped", str(exc)
             except Exception as exc:  # a job must never kill the scheduler; the log line says what broke
                 outcome = "busy" if is_busy(exc) else "error"
-                result = f"{type(exc).__name__}: {exc}"
+                # An answer that is not the provider's (a wrong base URL's 404, a proxy's 403) says what to check.
+                result = f"{type(exc).__name__}: {exc}{base_url_hint(exc, self.config.api_base_url)}"
                 log.debug("job %s failed", self.spec.id, exc_info=True)
         if outcome != "skipped":
             self._note_run()
@@ -238,8 +239,8 @@ def check_account(config: Config, db: Database,
     except AccountMismatch:
         raise
     except (PartnerKitError, sqlite3.Error) as exc:
-        log.warning("could not check which provider account PARTNERKIT_API_KEY is (%s); each job checks "
-                    "before its first call", exc)
+        log.warning("could not check which provider account PARTNERKIT_API_KEY is (%s%s); each job checks "
+                    "before its first call", exc, base_url_hint(exc, config.api_base_url))
     finally:
         if client_factory is None:  # ours to close; a factory's client may be shared with the jobs
             client.close()

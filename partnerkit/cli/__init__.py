@@ -17,7 +17,6 @@ import os
 import pkgutil
 import sqlite3
 import sys
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from click.core import ParameterSource
@@ -25,7 +24,7 @@ from click.core import ParameterSource
 from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
 from partnerkit.errors import (AccountCheckFailed, AccountMismatch, ApiStatusError, MalformedResponse, PartnerKitError,
-                               TransportError, Unauthorized, not_the_providers)
+                               TransportError, Unauthorized, base_url_hint, shown_base_url)
 
 
 REFUSED_KEY = (" (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both, and that this host is "
@@ -56,21 +55,8 @@ class PartnerKitGroup(click.Group):
             raise ConfigExit(str(exc)) from exc
         except AccountMismatch as exc:  # PARTNERKIT_API_KEY and PARTNERKIT_DB do not go together
             raise ConfigExit(str(exc)) from exc
-        except TransportError as exc:
-            raise click.ClickException(_unreachable(ctx, exc)) from exc
-        except Unauthorized as exc:
-            raise click.ClickException(f"{exc}{REFUSED_KEY}") from exc
-        except (ApiStatusError, MalformedResponse) as exc:  # a MalformedResponse: a write's redirect among others
-            raise click.ClickException(f"{exc}{_elsewhere(ctx, exc)}") from exc
-        except AccountCheckFailed as exc:  # the wallet read before a write: explained as that read's error would be
-            if isinstance(exc.__cause__, TransportError):
-                raise click.ClickException(_unreachable(ctx, exc)) from exc
-            hint = REFUSED_KEY if isinstance(exc.__cause__, Unauthorized) else ""
-            if isinstance(exc.__cause__, ApiStatusError):
-                hint = hint or _elsewhere(ctx, exc.__cause__)
-            raise click.ClickException(f"{exc}{hint}") from exc
         except PartnerKitError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(explain(ctx, exc)) from exc
         except BrokenPipeError:
             raise  # click's own handling: `partnerkit ... | head` ends quietly
         except OSError as exc:  # a path given on the command line or in the configuration
@@ -79,31 +65,39 @@ class PartnerKitGroup(click.Group):
             raise click.ClickException(f"database error: {exc}") from exc
 
 
-def _base_url(ctx: click.Context) -> str | None:
-    """PARTNERKIT_API_BASE_URL as configured, without any user:password in it (None before a configuration)."""
+def _configured_base_url(ctx: click.Context) -> str | None:
+    """PARTNERKIT_API_BASE_URL as configured (None before a configuration)."""
     app = ctx.obj
-    base = getattr(app.config, "api_base_url", None) if isinstance(app, AppContext) else None
-    if not base:
-        return None
-    parts = urlsplit(base)
-    # host[:port] exactly as written (an IPv6 host keeps its brackets), without any user:password@
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return getattr(app.config, "api_base_url", None) if isinstance(app, AppContext) else None
 
 
 def _unreachable(ctx: click.Context, exc: PartnerKitError) -> str:
     """No answer from the provider: say which base URL was tried (without any user:password in it)."""
-    shown = _base_url(ctx)
+    shown = shown_base_url(_configured_base_url(ctx))
     return f"{exc} (provider at {shown}, from PARTNERKIT_API_BASE_URL)" if shown else str(exc)
 
 
-def _elsewhere(ctx: click.Context, exc: ApiStatusError | MalformedResponse) -> str:
-    """For a 4xx in none of the provider's error shapes (a web server's HTML 404 under a wrong base URL path, a
-    proxy's 403/407) or a redirect: what to check, naming the base URL; "" for the provider's own answers."""
-    if not isinstance(exc.status, int) or not not_the_providers(exc.status, exc.body):
-        return ""
-    shown = _base_url(ctx)
-    now = f" (now {shown})" if shown else ""
-    return f": this is not the provider's answer; check PARTNERKIT_API_BASE_URL{now} and any proxy towards it"
+def _elsewhere(ctx: click.Context, exc: PartnerKitError) -> str:
+    """For an answer that is not the provider's (a web server's HTML 404 under a wrong base URL path, a proxy's
+    403/407, a redirect): what to check, naming the base URL (`errors.base_url_hint`); "" for the provider's own."""
+    return base_url_hint(exc, _configured_base_url(ctx))
+
+
+def explain(ctx: click.Context, exc: PartnerKitError) -> str:
+    """The one line a partnerkit error is shown as, with what to check where the error says it (the base URL for
+    no answer or one that is not the provider's, the key for a 401). A command that goes on past an error and
+    stops later (`webhooks retry` of several) quotes the error with it, as the group would print it."""
+    if isinstance(exc, TransportError):
+        return _unreachable(ctx, exc)
+    if isinstance(exc, Unauthorized):
+        return f"{exc}{REFUSED_KEY}"
+    if isinstance(exc, (ApiStatusError, MalformedResponse)):  # a MalformedResponse: a write's redirect among others
+        return f"{exc}{_elsewhere(ctx, exc)}"
+    if isinstance(exc, AccountCheckFailed):  # the wallet read before a write: explained as that read's error would be
+        if isinstance(exc.__cause__, TransportError):
+            return _unreachable(ctx, exc)
+        return f"{exc}{REFUSED_KEY if isinstance(exc.__cause__, Unauthorized) else _elsewhere(ctx, exc)}"
+    return str(exc)
 
 
 def os_error_line(exc: OSError) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from partnerkit.cli import explain
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import Progress, counted, emit, emit_one, format_option
 from partnerkit.cli.params import ID, at_most_int64
@@ -66,8 +67,10 @@ def retry_command(app: AppContext, delivery_ids: tuple[int, ...], all_failed: bo
     One id prints the provider's answer as one object, and a refusal is the error (exit 1). Several
     ids, or --failed, print one row per delivery (re-queued, or refused with the provider's message)
     and go on past a refusal; they leave the hour's last requests to the worker (as the syncs do) and
-    stop when only those are left, saying how many remain (run the same command again later). Progress
-    goes to stderr. Exit 0 when every one was re-queued; 1 otherwise.
+    stop when only those are left, saying how many remain (run the same command again later). They stop
+    too at an error that is no refusal of one delivery: no answer, a 5xx, a 401 or 429, an answer that
+    is not the provider's (a wrong PARTNERKIT_API_BASE_URL's 404, a proxy's 403). Progress goes to
+    stderr. Exit 0 when every one was re-queued; 1 otherwise.
     """
     if not delivery_ids and not all_failed:
         raise click.UsageError("give one or more DELIVERY_IDs, or --failed")
@@ -87,7 +90,9 @@ def retry_command(app: AppContext, delivery_ids: tuple[int, ...], all_failed: bo
             message = answer.get("message") if isinstance(answer, dict) else None
             rows.append({"delivery_id": delivery_id, "outcome": "re-queued", "message": message or "re-queued"})
         except ApiStatusError as exc:
-            if not 400 <= exc.status < 500 or exc.status in (401, 429):  # the provider, not this delivery
+            # The provider failing (a 5xx; an answer not its own: a wrong base URL's 404, a proxy's 403), the key
+            # refused or the rate limit: nothing said of this delivery, and the next would meet the same
+            if not exc.from_provider or not 400 <= exc.status < 500 or exc.status in (401, 429):
                 stopped = exc
                 break
             rows.append({"delivery_id": delivery_id, "outcome": "refused", "message": str(exc)})
@@ -102,7 +107,8 @@ def retry_command(app: AppContext, delivery_ids: tuple[int, ...], all_failed: bo
     click.echo(f"re-queued {counted(queued, 'delivery', 'deliveries')} of {len(wanted):,}"
                + (f"; {len(rows) - queued:,} refused by the provider" if len(rows) > queued else ""), err=True)
     if stopped is not None:
-        raise click.ClickException(f"stopped after {len(rows):,} of {len(wanted):,}: {stopped}; the rest were not "
+        said = explain(click.get_current_context(), stopped)  # as the error alone is printed: what to check
+        raise click.ClickException(f"stopped after {len(rows):,} of {len(wanted):,}: {said}; the rest were not "
                                    "sent: run the same command again later")
     if queued < len(rows):
         sys.exit(1)

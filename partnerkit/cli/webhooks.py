@@ -319,13 +319,15 @@ def delete_command(app: AppContext, webhook_id: int, fmt: str) -> None:
     """Delete a webhook at the provider and forget its saved token.
 
     Running receivers stop accepting that token within seconds. A webhook the provider no longer has
-    (404) still has its saved token forgotten; run it again after a failure, it is safe to repeat.
+    (its own 404) still has its saved token forgotten; run it again after a failure, it is safe to repeat.
     """
     try:
         _client(app).delete_webhook(webhook_id)
         deleted = True
     except ApiStatusError as exc:
-        if exc.status != 404:
+        # Only the provider's own 404 says it has no such webhook: a web server's HTML 404 under a wrong
+        # PARTNERKIT_API_BASE_URL says nothing of it, and the token stays (the error names the setting).
+        if exc.status != 404 or not exc.from_provider:
             raise
         deleted = False
     forgotten = webhook_tokens.forget(app.db, str(webhook_id))
@@ -375,6 +377,8 @@ def update_command(app: AppContext, webhook_id: int, name: str | None, url: str 
     try:
         answer = _client(app).update_webhook(webhook_id, **fields)
     except ApiStatusError as exc:
+        if not exc.from_provider:
+            raise  # a web server's page or a proxy's refusal, not the provider's: the error names the base URL
         if exc.status == 404:
             raise click.ClickException(f"webhook {webhook_id}: the provider has no such webhook "
                                        "(`partnerkit webhooks list` shows yours)") from exc

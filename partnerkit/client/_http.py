@@ -37,7 +37,7 @@ from partnerkit import errors, money
 from partnerkit.account import AccountGuard
 from partnerkit.client._errors import error_from_response
 from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
-from partnerkit.errors import not_the_providers, provider_said
+from partnerkit.errors import provider_said
 from partnerkit.store import provider_failures
 from partnerkit.store.budget import Budget
 from partnerkit.store.db import Database
@@ -133,9 +133,9 @@ def _transport_error(exc: requests.RequestException, method: str, path: str) -> 
 def _failure_kind(err: errors.ApiError) -> str:
     """How the provider failed a call, as `partnerkit status` counts it: "HTTP 503", "timeout", "no connection",
     "HTTP 404 without the provider's error body"."""
-    status = getattr(err, "status", None)  # a MalformedResponse has one too: a write's redirect
-    if isinstance(status, int) and not_the_providers(status, getattr(err, "body", None)):
-        return f"HTTP {status} without the provider's error body"  # `partnerkit status` reads this wording
+    # A MalformedResponse too: a write's redirect. `partnerkit status` reads this wording.
+    if isinstance(err, (errors.ApiStatusError, errors.MalformedResponse)) and not err.from_provider:
+        return f"HTTP {err.status} without the provider's error body"
     if isinstance(err, errors.ApiStatusError):
         return f"HTTP {err.status}"
     if isinstance(err, errors.MalformedResponse):
@@ -288,14 +288,14 @@ class Transport:
                 # row of the document's error tables says nothing was done, so it is a MalformedResponse
                 # (an answer not in a shape the document describes), which `errors.is_ambiguous` reads as
                 # "locate it, replay its key", never as a refusal that deletes the intent. Nor is it the
-                # provider answering (`not_the_providers`): counted as its failure, as a GET's redirect is.
+                # provider answering (`from_provider` False): counted as its failure, as a GET's redirect is.
                 redirect = errors.MalformedResponse(
                     f"{method} {path}: unexpected redirect (HTTP {resp.status_code}), not followed; the write may "
                     "have been done", status=resp.status_code, body=resp.text[:2000], method=method, path=path)
                 self._failed(redirect, method, path, spend)
                 raise redirect
             err = self._status_error(resp, method, path)
-            if err.status >= 500 or not_the_providers(err.status, err.body):
+            if err.status >= 500 or not err.from_provider:
                 # A 4xx in none of the provider's error shapes (a web server's HTML 404 under a wrong
                 # PARTNERKIT_API_BASE_URL, a proxy's 403/407) is not the provider answering: counted like
                 # a 5xx, so `status` names it instead of every job failing quietly. Never retried all the same.

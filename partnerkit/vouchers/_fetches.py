@@ -45,9 +45,10 @@ class FetchPolicy:
     # Vouchers are what the partner paid for; an hourly read per parked order is cheap.
     revive_after_s: float = 3600.0
     revive_per_run: int = 5
-    # A fetch parked because the provider failed (5xx, no answer, 429, a body that is not JSON) is
-    # re-armed as soon as the provider answers a call again (an order sync's list page, another
-    # fetch's detail), at most this many per run (`rearm_parked_fetches`); see `rearm_delay`.
+    # A fetch parked because the provider failed (5xx, no answer, 429, a body that is not JSON, an answer
+    # that is not its own: `ApiStatusError.from_provider`) is re-armed as soon as the provider answers a
+    # call again (an order sync's list page, another fetch's detail), at most this many per run
+    # (`rearm_parked_fetches`); see `rearm_delay`.
     rearm_per_run: int = 20
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
@@ -182,9 +183,6 @@ def _fetch_one(db: Database, api: PartnerApi, keys: KeyFollower, job: Job, polic
     except errors.RateLimited as exc:
         return _settle(db, job, policy, now=now, outcome="rate_limited", reason=str(exc), retry_after=exc.retry_after,
                        providers=True)
-    except errors.NotFound as exc:
-        return _settle(db, job, policy, now=now, outcome="not_found", reason=str(exc),
-                       give_up_after=policy.not_found_attempts)
     except errors.ServerError as exc:
         return _settle(db, job, policy, now=now, outcome="server_error", reason=str(exc), retry_after=exc.retry_after,
                        providers=True)
@@ -204,7 +202,15 @@ def _fetch_one(db: Database, api: PartnerApi, keys: KeyFollower, job: Job, polic
             jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=REFUSAL_PAUSE_S),
                          error=f"waiting for the provider to accept the API key: {exc}", count_attempt=False)
         return "deferred"
-    except errors.ApiStatusError as exc:  # 400/403: retrying unchanged will not help
+    except errors.ApiStatusError as exc:
+        if not exc.from_provider:
+            # A web server's HTML 404 under a wrong PARTNERKIT_API_BASE_URL, a proxy's 403, a redirect: the
+            # provider failing, not this order's trouble. Backed off like a 5xx, re-armed once it answers again.
+            return _settle(db, job, policy, now=now, outcome="not_the_provider", reason=str(exc), providers=True)
+        if isinstance(exc, errors.NotFound):  # the provider's own 404: maybe its replication lag, a few times
+            return _settle(db, job, policy, now=now, outcome="not_found", reason=str(exc),
+                           give_up_after=policy.not_found_attempts)
+        # 400/403: retrying unchanged will not help
         return _settle(db, job, policy, now=now, outcome="refused", reason=str(exc), give_up_after=1)
     summary.answered += 1
     verdict, reason = _verdict(job, detail)
