@@ -72,13 +72,14 @@ def test_worker_once_against_a_wrong_path_then_status_check_fails(sandbox_server
 
 def test_a_command_names_the_setting_for_an_answer_that_is_not_the_providers(sandbox_server, sandbox_config, db):
     port_and_host = sandbox_server.base_url.removeprefix("http://")
-    wrong = replace(sandbox_config, api_base_url=f"http://ops:s3cr3t-pw@{port_and_host}/partner")
+    # (A user:password in the base URL is refused by the configuration itself; the hint's own masking is
+    # tests/ops/test_wrong_base_url_records.py's.)
+    wrong = replace(sandbox_config, api_base_url=f"http://{port_and_host}/partner")
     result = CliRunner().invoke(cli, ["webhooks", "list"], env=config_as_env(wrong))
     assert result.exit_code == 1
     assert result.stderr.strip() == (
         "Error: HTTP 404: NOT FOUND on GET /api/v1/wallets: this is not the provider's answer; check "
         f"PARTNERKIT_API_BASE_URL (now http://{port_and_host}/partner) and any proxy towards it")
-    assert "s3cr3t" not in result.output
 
 
 def test_the_providers_own_404_is_its_answer(sandbox_config, db):
