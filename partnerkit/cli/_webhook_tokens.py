@@ -120,7 +120,8 @@ def token_set_command(app: AppContext, webhook_id: int) -> None:
         warnings = check_token(token, webhook)
         db = app.db
         # Said before the key is read: a voucher key file generated beside the new database is named after it.
-        click.echo(f"warning: {created_line(app.config.db_path, origin=app.db_origin())}", err=True)
+        said = created_line(app.config.db_path, origin=app.db_origin(), made=app.db_dirs_made)
+        click.echo(f"warning: {said}", err=True)
         keys = KeyFollower(app.config)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)

@@ -46,6 +46,8 @@ def backup_command(app: AppContext, destination: str) -> None:
     beside DESTINATION as .NAME.backup-PID, checked (`PRAGMA integrity_check`) and renamed into place;
     a backup that was killed leaves that file, and the next backup into the same directory removes it
     and says so. Says how far it is every few seconds, and ends with the size and the time taken.
+    DESTINATION's directory must exist: one that does not (a typo in its name) is refused with exit 2,
+    nothing created or written.
 
     Back up the voucher key file (PARTNERKIT_DB + '.voucher.key') once as well, unless
     PARTNERKIT_VOUCHER_KEY is set: without the key, stored voucher codes cannot be read. After a key

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 import click
 
@@ -63,6 +64,7 @@ class AppContext:
         self._config: Config | None = None
         self._db: Database | None = None
         self.db_created = False  # `db` found no file and created a new, empty database
+        self.db_dirs_made: tuple[Path, ...] = ()  # the directories `db` created for it (`missing_directories`)
 
     @property
     def config(self) -> Config:
@@ -80,12 +82,13 @@ class AppContext:
         if self._db is None:
             path = self.config.db_path
             created = not path.exists()
+            made = missing_directories(path)
             # A longer wait than the services' (partnerkit.store.db COMMAND_BUSY_TIMEOUT_MS): a person waits
             # out another process's long write (the nightly match) rather than meet "database is locked".
             self._db = open_db(path, busy_timeout_ms=COMMAND_BUSY_TIMEOUT_MS, lock_wait=command_lock_wait())
-            self.db_created = created
+            self.db_created, self.db_dirs_made = created, made
             if created and _command() not in _SAY_CREATED_THEMSELVES:
-                click.echo(f"warning: {created_line(path, origin=self.db_origin())}", err=True)
+                click.echo(f"warning: {created_line(path, origin=self.db_origin(), made=made)}", err=True)
         return self._db
 
     @property
@@ -166,17 +169,35 @@ def refuse_uncreatable(path: Path) -> None:
                                    "written by this user")
 
 
-def created_line(path: Path, *, done: bool = True, origin: str | None = None) -> str:
+def missing_directories(path: Path) -> tuple[Path, ...]:
+    """The directories that creating the file `path` makes (`partnerkit.files.make_private_dirs`), absolute,
+    outermost first; none when its directory exists. Creates nothing."""
+    missing = []
+    folder = Path(os.path.abspath(path)).parent
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return tuple(reversed(missing))
+
+
+def created_line(path: Path, *, done: bool = True, origin: str | None = None, made: Sequence[Path] = ()) -> str:
     """What a service or a command that may create the database says when it does (`AppContext.db_created`;
     `done=False`: about to, for the worker, which opens it itself), the path made absolute; `origin`
-    (`AppContext.db_origin`) says where PARTNERKIT_DB came from.
+    (`AppContext.db_origin`) says where PARTNERKIT_DB came from; `made`, the directories created for it
+    (`AppContext.db_dirs_made`; `missing_directories` before the worker opens it).
 
     Creating it is right at a first start (the receiver's, the worker's), but a mistyped PARTNERKIT_DB
     creates one too, and then the receiver stores events the worker never reads, or the worker reports a
-    day from an empty store: the path is named, so that one line in the log tells the two apart."""
+    day from an empty store: the path is named, so that one line in the log tells the two apart. A typo in
+    a directory's name makes that directory too (`/srv/partnerkti/pk.db`): each one made is named as well."""
     what = "did not exist and was created" if done else "does not exist: the worker creates it"
+    first = "a first start"
+    if made:
+        dirs = ", ".join(repr(str(folder)) for folder in made)
+        first += (f"; {'created' if done else 'it creates'} {'directory' if len(made) == 1 else 'directories'} "
+                  f"{dirs} for it, mode 0700")
     named = f"{os.path.abspath(path)!r}" + (f" ({origin})" if origin else "")
-    return (f"database {named} {what} (a first start); if partnerkit already keeps its database elsewhere, "
+    return (f"database {named} {what} ({first}); if partnerkit already keeps its database elsewhere, "
             "check PARTNERKIT_DB or --config: the receiver, the worker and the commands must all use the same one")
 
 

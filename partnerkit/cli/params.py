@@ -156,15 +156,21 @@ def nickname(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """Callback for a file to write: refuse at once a path whose existing ancestor is not a directory."""
+    """Callback for a file to write (`backup DESTINATION`, `report --output FILE`): refuse at once a path whose
+    directory does not exist, or whose nearest existing ancestor is not a directory. Nothing is created: a typo
+    in a directory's name (`/backups/partnerkti/x.db`) would otherwise make new directories and put the file
+    where nobody looks for it."""
     if value is None:
         return None
-    for parent in Path(value).absolute().parents:
+    folder = Path(value).absolute().parent
+    if folder.is_dir():
+        return value
+    for parent in (folder, *folder.parents):
         if parent.exists():
             if not parent.is_dir():
                 raise click.BadParameter(f"{str(parent)!r} is not a directory")
             break
-    return value
+    raise click.BadParameter(f"the directory {str(folder)!r} does not exist: create it first (nothing was written)")
 
 
 def invoking_user() -> str:

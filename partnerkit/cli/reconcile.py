@@ -82,7 +82,8 @@ def reconcile_command(app: AppContext, day: date) -> None:
     if app.db_created:
         # Allowed (the sync reads the day from the provider first), but a mistyped PARTNERKIT_DB lands
         # here too, and then every recharge the provider lists is reported as unknown_to_partner.
-        click.echo(f"warning: {created_line(app.config.db_path, origin=app.db_origin())}", err=True)
+        said = created_line(app.config.db_path, origin=app.db_origin(), made=app.db_dirs_made)
+        click.echo(f"warning: {said}", err=True)
     progress = Progress(day)
     with stopped_by_signals(lambda line: click.echo(line, err=True)):  # Ctrl-C: WalkStopped, one line
         report = reconcile_day(app.config, app.db, client, day, progress=progress, reading=_reading(progress))
@@ -114,7 +115,7 @@ def _nothing_recorded(app: AppContext, report: dict) -> None:
 @click.option("--format", "fmt_name", type=click.Choice(("json", "csv", "html")), default="json", show_default=True,
               help="json (the whole report), csv (the drift table) or html (one self-contained page).")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), callback=output_file,
-              help="Write to FILE instead of stdout (the same text, UTF-8).")
+              help="Write to FILE instead of stdout (the same text, UTF-8), in a directory that exists.")
 @pass_app
 def report_command(app: AppContext, day: date, fmt_name: str, output: Path | None) -> None:
     """The day's report with current resolutions.
@@ -128,7 +129,6 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
     --date D` syncs it first.
     """
     from partnerkit.cli import os_error_line
-    from partnerkit.files import make_private_dirs
     from reconcile.jobs import current_report, day_synced, report_day, write_atomic, write_report_files
     from reconcile.report import render
 
@@ -156,7 +156,6 @@ def report_command(app: AppContext, day: date, fmt_name: str, output: Path | Non
         click.echo(render(report, fmt_name), nl=False)
     else:
         try:
-            make_private_dirs(output.parent)  # new directories: the owner's only, at every level
             write_atomic(output, render(report, fmt_name))  # the same text as the report's own file
         except OSError as exc:
             raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc

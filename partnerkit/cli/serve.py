@@ -75,7 +75,7 @@ def receiver_process(app: AppContext, bind: str, workers: int) -> tuple[list[str
         check_listen(host, int(port))
     db = app.db  # first: a path that holds no database must not get a voucher key file beside it
     if app.db_created:  # said at once, as every command names the database before the voucher key file
-        click.echo(f"warning: {created_line(config.db_path, origin=app.db_origin())}", err=True)
+        click.echo(f"warning: {created_line(config.db_path, origin=app.db_origin(), made=app.db_dirs_made)}", err=True)
     require_some_token(config, db)  # nor a receiver that is refused for want of a token
     cipher = load_cipher(config)  # creates the voucher key file once, before workers race for it
     require_tokens(config, db, cipher)

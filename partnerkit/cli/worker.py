@@ -8,7 +8,7 @@ import sys
 import click
 from click.core import ParameterSource
 
-from partnerkit.cli.context import AppContext, created_line, pass_app
+from partnerkit.cli.context import AppContext, created_line, missing_directories, pass_app
 from partnerkit.cli.output import FORMATS, emit
 
 log = logging.getLogger("partnerkit.worker")
@@ -45,7 +45,8 @@ def worker_command(app: AppContext, ctx: click.Context, fmt: str, once: bool, no
     configure_logging(config)
     check_voucher_key(config)  # a key that opens none of the stored vouchers: refused before any job seals
     if not config.db_path.exists():  # the worker opens (and creates) it itself: said before, in its log
-        log.warning(created_line(config.db_path, done=False, origin=app.db_origin()))
+        log.warning(created_line(config.db_path, done=False, origin=app.db_origin(),
+                                 made=missing_directories(config.db_path)))
     if once:
         results = run_once(config)
         emit(results, ["job", "outcome", "duration_ms", "result"], fmt)

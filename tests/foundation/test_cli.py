@@ -144,8 +144,11 @@ def _clean_env(**values):
     return env
 
 
-def _created(path, origin):
-    return (f"warning: database {str(path)!r} ({origin}) did not exist and was created (a first start); if partnerkit "
+def _created(path, origin, made=()):
+    dirs = ", ".join(repr(str(folder)) for folder in made)
+    first = f"a first start; created director{'y' if len(made) == 1 else 'ies'} {dirs} for it, mode 0700" if made else \
+        "a first start"
+    return (f"warning: database {str(path)!r} ({origin}) did not exist and was created ({first}); if partnerkit "
             "already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the "
             "commands must all use the same one")
 
@@ -163,15 +166,17 @@ def test_a_command_that_creates_the_database_says_so_once_with_the_absolute_path
                      PARTNERKIT_API_SECRET=client.secret)
     args = ["webhooks", "list", "--format", "json"]
     relative = "relative to the working directory"
+    made = ()  # the directories created for the database: named too (a typo in a directory's name makes one)
     if how == "environment":
         env["PARTNERKIT_DB"] = str(tmp_path / "typo.db")
         path, origin = tmp_path / "typo.db", "PARTNERKIT_DB, from the environment"
     elif how == "default":
-        path = tmp_path / "sub" / "var" / "partnerkit.db"
+        path, made = tmp_path / "sub" / "var" / "partnerkit.db", (tmp_path / "sub" / "var",)
         origin = f"PARTNERKIT_DB not set: the default 'var/partnerkit.db', {relative}"
     else:
         (tmp_path / "var" / "try" / "partnerkit.env").write_text("PARTNERKIT_DB=var/try/partnerkit.db\n")
         path = tmp_path / "sub" / "var" / "try" / "partnerkit.db"
+        made = (tmp_path / "sub" / "var", tmp_path / "sub" / "var" / "try")
         origin = f"PARTNERKIT_DB 'var/try/partnerkit.db' from {how} file '../var/try/partnerkit.env', {relative}"
         if how == "--config":
             args = ["--config", "../var/try/partnerkit.env", *args]
@@ -179,7 +184,7 @@ def test_a_command_that_creates_the_database_says_so_once_with_the_absolute_path
             env["PARTNERKIT_CONFIG"] = "../var/try/partnerkit.env"
     first = CliRunner().invoke(cli, args, env=env)
     assert first.exit_code == 0, first.output
-    assert first.stderr.splitlines()[0] == _created(path, origin)
+    assert first.stderr.splitlines()[0] == _created(path, origin, made)
     assert first.stderr.count("did not exist") == 1 and path.exists()
     again = CliRunner().invoke(cli, args, env=env)
     assert again.exit_code == 0 and "did not exist" not in again.stderr
@@ -193,7 +198,8 @@ def test_a_failed_call_on_a_new_database_still_named_it_first(sandbox_server, tm
     result = CliRunner().invoke(cli, ["webhooks", "list"], env=env)
     assert result.exit_code == 1
     warning, error = result.stderr.splitlines()
-    assert warning == _created(missing, "PARTNERKIT_DB, from the environment") and error.startswith("Error: ")
+    assert warning == _created(missing, "PARTNERKIT_DB, from the environment", [missing.parent])
+    assert error.startswith("Error: ")
 
 
 SENDS = [

@@ -213,7 +213,7 @@ def test_token_set_on_a_database_that_does_not_exist_creates_it_only_for_a_token
     path = tmp_path / "var" / "pk.db"
     assert saved.stderr.splitlines()[0] == (
         f"warning: database {str(path)!r} (PARTNERKIT_DB, from the environment) did not exist and was created (a "
-        "first start); if partnerkit already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the commands must "
+        f"first start; created directory {str(path.parent)!r} for it, mode 0700); if partnerkit already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker and the commands must "
         "all use the same one")
     assert saved.stderr.splitlines()[-1] == "webhook 77: token saved; running receivers accept it within seconds"
     app = create_app(run.config())
@@ -234,7 +234,7 @@ def test_token_set_names_the_new_database_before_the_voucher_key_file_it_generat
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert lines[0].startswith(f"warning: database {str(path)!r} (PARTNERKIT_DB, from the environment) did not exist "
-                               "and was created (a first start)"), lines
+                               f"and was created (a first start; created directory {str(path.parent)!r} for it"), lines
     assert lines[1].startswith("PARTNERKIT_VOUCHER_KEY is not set: generated a voucher key in "), lines
     assert lines[-1] == "webhook 77: token saved; running receivers accept it within seconds"
 

@@ -313,7 +313,8 @@ def test_reconcile_on_a_database_that_does_not_exist_creates_it_with_a_warning(s
     assert first.exit_code == 0, first.output
     warning, reading, summary, nothing = first.stderr.splitlines()
     assert warning == (f"warning: database {str(missing)!r} (PARTNERKIT_DB, from the environment) did not exist and "
-                       "was created (a first start); if partnerkit already keeps its database elsewhere, check "
+                       f"was created (a first start; created directory {str(missing.parent)!r} for it, mode 0700); "
+                       "if partnerkit already keeps its database elsewhere, check "
                        "PARTNERKIT_DB or --config: the receiver, the worker and the commands must all use the same one")
     assert reading == (f"{day}: syncing {day}..{today} from the provider ({today} so far): the day after too, for a "
                        "credit back or a debit dated after midnight")

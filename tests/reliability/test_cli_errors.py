@@ -494,11 +494,25 @@ def test_unwritable_outputs_are_one_line_with_exit_1(tmp_path):
     db.conn.close()
     # The three files are a side effect of `report`: a report directory that cannot be written is a warning,
     # and the file asked for is still written (tests/reconcile/test_cli.py has both outputs).
+    (tmp_path / "out").mkdir()
     exit_code, stderr, _ = run_in_process(["report", "--date", "2024-05-01", "--output", str(tmp_path / "out" / "r.html")],
                                           environment(tmp_path, PARTNERKIT_REPORT_DIR=str(tmp_path / "reports")))
     assert exit_code == 0 and "Traceback" not in stderr
     assert "warning: the report files were not written" in stderr and "reports is a file where a directory is needed" in stderr
     assert json.loads((tmp_path / "out" / "r.html").read_text())["date"] == "2024-05-01"  # --format json
+
+
+@pytest.mark.parametrize("args", [["backup", "{missing}/b.db"],
+                                  ["report", "--date", "2024-05-01", "--output", "{missing}/r.html"]])
+def test_an_output_in_a_directory_that_does_not_exist_is_refused_and_nothing_is_made(args, tmp_path):
+    # `partnerkit backup /tmp/x/nodir/b.db` and `report --output /nonexistent-dir/x.html` made the directories
+    # (0700) and wrote there: a typo in a directory's name put the file where nobody would look for it.
+    existing_database(tmp_path)
+    missing = tmp_path / "nodir" / "sub"
+    args = [arg.format(missing=missing) for arg in args]
+    assert_one_line_error(*run_in_process(args, environment(tmp_path)), code=2, usage=True,
+                          match=f"the directory {str(missing)!r} does not exist: create it first (nothing was written)")
+    assert not (tmp_path / "nodir").exists()
 
 
 @pytest.mark.parametrize("args, overrides, code, match", [

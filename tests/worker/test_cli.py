@@ -233,7 +233,7 @@ def test_a_worker_on_a_database_that_does_not_exist_creates_it_and_says_so_once(
         said.append([r.getMessage() for r in caplog.records if r.name == "partnerkit.worker"])
     assert fresh.exists()
     assert said == [[f"database {str(fresh)!r} (PARTNERKIT_DB, from the environment) does not exist: the worker "
-                     "creates it (a first start); if partnerkit already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker "
+                     f"creates it (a first start; it creates directory {str(fresh.parent)!r} for it, mode 0700); if partnerkit already keeps its database elsewhere, check PARTNERKIT_DB or --config: the receiver, the worker "
                      "and the commands must all use the same one"], []]
 
 
