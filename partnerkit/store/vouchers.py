@@ -90,13 +90,18 @@ def reseal(conn: sqlite3.Connection, row: dict, *, fingerprint: str, sealed: dic
          *(row[c] for c in SEALED_COLUMNS))).rowcount == 1
 
 
-def _read_only(path: Path) -> sqlite3.Connection | None:
+def read_only_connection(path: Path) -> sqlite3.Connection | None:
     """A read-only connection to the file at `path` (never creates or migrates it); None when there is
-    no such file or it cannot be opened (its own open reports that)."""
+    no such file or it cannot be opened (its own open reports that).
+
+    Nor does it add a -wal or -shm file beside it (a read-only connection to a WAL database would, and leave
+    them): without a -wal file no process has the database open and everything is in the file itself, read
+    as immutable; with one, it is read through it."""
     if not path.is_file():
         return None
+    immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
     try:
-        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True)
     except sqlite3.Error:
         return None
 
@@ -108,7 +113,7 @@ def keyed_values(path: Path) -> int:
     Read-only (never creates or migrates the file): `partnerkit.crypto` asks it before generating a
     key, because a new key beside such rows would leave them unreadable.
     """
-    conn = _read_only(path)
+    conn = read_only_connection(path)
     if conn is None:
         return 0
     try:
@@ -133,7 +138,7 @@ def keyed_samples(path: Path) -> list[KeyedSample] | None:
     """A few of the values `keyed_values` counts, read-only: a sealed field of the oldest and of the
     newest voucher, and the first and last saved webhook token (each a primary-key lookup). An empty
     list when none is stored; None when the file cannot be read as a partnerkit database."""
-    conn = _read_only(path)
+    conn = read_only_connection(path)
     if conn is None:
         return None
     try:
