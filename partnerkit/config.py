@@ -443,8 +443,14 @@ def setting_origin(name: str, environ: Mapping[str, str] | None = None,
     """Where `load_config` (given the same arguments) took the setting `name` (e.g. PARTNERKIT_DB) from: "the
     environment", "--config file 'PATH'" or "PARTNERKIT_CONFIG file 'PATH'"; None when it is the default
     (not set, or empty). For messages that name a path: it says which line to correct."""
+    return setting_origins(environ, config_file, config_source=config_source).get(name)
+
+
+def setting_origins(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None, *,
+                    config_source: str = "--config") -> dict[str, str]:
+    """`setting_origin` of every setting that is not at its default, by name, from one reading of the file."""
     source, origin = _gather(environ, config_file, config_source)
-    return origin[name] if source.get(name, "").strip() else None
+    return {name: origin[name] for name, raw in source.items() if name in KNOWN_NAMES and raw.strip()}
 
 
 def load_config(environ: Mapping[str, str] | None = None, config_file: str | os.PathLike | None = None, *,

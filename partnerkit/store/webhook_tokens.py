@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from datetime import datetime
+from pathlib import Path
 
 from sqlite_utils import Database
 
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
+from partnerkit.store.vouchers import read_only_connection
 
 
 def save(db: Database, webhook_id: str, sealed_token: bytes, *, now: datetime, name: str | None = None,
@@ -80,3 +82,21 @@ def forget(db: Database, webhook_id: str) -> bool:
 def count(db: Database) -> int:
     """How many tokens are saved."""
     return db.execute("SELECT COUNT(*) FROM webhook_tokens").fetchone()[0]
+
+
+def saved_ids_in_file(path: Path) -> list[str] | None:
+    """The webhook ids whose tokens are saved in the database file at `path`, never the tokens; None when the
+    file cannot be read as a partnerkit database (`partnerkit config` says so).
+
+    Read-only (`vouchers.read_only_connection`): never creates, migrates or writes the file, nor adds a -wal
+    or -shm file beside it (`partnerkit config` leaves PARTNERKIT_DB as it found it)."""
+    conn = read_only_connection(path)
+    if conn is None:
+        return None
+    try:
+        ids = [row[0] for row in conn.execute("SELECT webhook_id FROM webhook_tokens")]
+    except sqlite3.Error:  # not a database, or one no partnerkit migrated yet (no such table)
+        return None
+    finally:
+        conn.close()
+    return sorted(ids, key=lambda webhook_id: (len(webhook_id), webhook_id))  # numeric ids in number order
