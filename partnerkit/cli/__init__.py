@@ -26,10 +26,22 @@ from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
 from partnerkit.errors import (AccountCheckFailed, AccountMismatch, ApiStatusError, MalformedResponse, PartnerKitError,
                                TransportError, Unauthorized, not_the_providers)
+from partnerkit.store.budget import refusal_names_the_clock
 
 
 REFUSED_KEY = (" (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both, and that this host is "
                "on the key's IP allowlist)")
+# A 401 whose message blames the request's timestamp (partnerkit.store.budget.refusal_names_the_clock): the key is
+# most likely fine, and this host's clock is off by over the provider's 5 minutes.
+REFUSED_CLOCK = (" (the provider refused the request's timestamp: check this host's clock first (`timedatectl`: is "
+                 "it NTP-synchronised?); a signed request is taken only within 5 minutes of the provider's time. If "
+                 "the clock is right, check PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET and that this host is on the "
+                 "key's IP allowlist)")
+
+
+def _refused(exc: Unauthorized) -> str:
+    """What to check after a 401: this host's clock first when its message names the timestamp, else the key."""
+    return REFUSED_CLOCK if refusal_names_the_clock(exc.message) else REFUSED_KEY
 
 
 class ConfigExit(click.ClickException):
@@ -59,13 +71,13 @@ class PartnerKitGroup(click.Group):
         except TransportError as exc:
             raise click.ClickException(_unreachable(ctx, exc)) from exc
         except Unauthorized as exc:
-            raise click.ClickException(f"{exc}{REFUSED_KEY}") from exc
+            raise click.ClickException(f"{exc}{_refused(exc)}") from exc
         except (ApiStatusError, MalformedResponse) as exc:  # a MalformedResponse: a write's redirect among others
             raise click.ClickException(f"{exc}{_elsewhere(ctx, exc)}") from exc
         except AccountCheckFailed as exc:  # the wallet read before a write: explained as that read's error would be
             if isinstance(exc.__cause__, TransportError):
                 raise click.ClickException(_unreachable(ctx, exc)) from exc
-            hint = REFUSED_KEY if isinstance(exc.__cause__, Unauthorized) else ""
+            hint = _refused(exc.__cause__) if isinstance(exc.__cause__, Unauthorized) else ""
             if isinstance(exc.__cause__, ApiStatusError):
                 hint = hint or _elsewhere(ctx, exc.__cause__)
             raise click.ClickException(f"{exc}{hint}") from exc

@@ -36,6 +36,34 @@ def _jobs_info(caplog) -> list[str]:
             if r.name == "reconcile.worker" and r.levelno == logging.INFO and "lease" not in r.getMessage()]
 
 
+def test_a_clock_ahead_is_named_and_once_put_right_pauses_no_job(config, wdb, caplog):
+    env = config_as_env(config)
+    with freeze_time(datetime.now(timezone.utc) + SKEW, tick=True, ignore=["sandbox"]):
+        refused = CliRunner().invoke(cli, ["recharges", "submit", "--mobile", mobile(5), "--operator-id", "1",
+                                           "--amount", "100"], env=env)
+    assert refused.exit_code == 1, refused.output
+    assert "X-Timestamp is outside the 5-minute window" in refused.output
+    assert "check this host's clock first (`timedatectl`" in refused.output, refused.output
+    [(at,)] = wdb.execute("SELECT at FROM provider_refusals").fetchall()
+
+    # The clock put right: the refusal stands (no call has been accepted since), dated ahead of it.
+    status = collect(config, wdb)
+    assert status["checked_at"].timestamp() < at - SKEW.total_seconds() / 2
+    assert "(ahead of this host's clock): invalid request signature" in status["provider_refused"]
+    assert status["provider_calls_paused_until"] is None, "the worker does not pause on it"
+    [line] = [line for line in status["attention"] if "refused partnerkit's credentials" in line]
+    assert "check this host's clock first" in line and "the worker does not pause on it" in line
+    printed = CliRunner().invoke(cli, ["status", "--format", "json"], env=env)
+    assert json.loads(printed.stdout)["provider_calls_paused_until"] is None
+
+    caplog.set_level(logging.INFO, logger="reconcile.worker")
+    ran = run_once(config, jobs=(CATCH_UP, POLL))
+    assert [r["outcome"] for r in ran] == ["ok", "ok"], ran
+    assert wdb.execute("SELECT COUNT(*) FROM provider_refusals").fetchone()[0] == 0, "the accepted call cleared it"
+    ahead = [m for m in _jobs_info(caplog) if "ahead of this host's clock" in m]
+    assert len(ahead) == 1 and "the jobs do not pause on it" in ahead[0], _jobs_info(caplog)
+
+
 def test_a_pause_is_one_info_line_an_episode_and_a_refusal_just_ahead_still_pauses(config, wdb, caplog):
     account_of(wdb, config.api_key, ("1", "2"))
     start = datetime.now(timezone.utc).replace(microsecond=0)
