@@ -15,16 +15,20 @@ import dataclasses
 import importlib
 import logging
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from partnerkit.config import Config
 from partnerkit.errors import AccountMismatch, BudgetExhausted, PartnerKitError, RateLimited, base_url_hint
 from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
-from partnerkit.store.budget import REFUSAL_PAUSE_S, Budget
+from partnerkit.store.budget import REFUSAL_PAUSE_S  # noqa: F401 (JobSpec.calls_api names it; tests read it here)
+from partnerkit.store.budget import Budget, refusal_dated_ahead, refusal_names_the_clock, refusal_pause_until
 from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS, is_busy
+from partnerkit.timeutil import iso
 from partnerkit.walks import WalkStopped
 
 log = logging.getLogger("reconcile.worker")
@@ -97,6 +101,23 @@ JOBS: tuple[JobSpec, ...] = (
 )
 
 
+# Which refusal (by database and its time) a job of this process has already said, at INFO, that the jobs pause
+# on or that they ignore (dated ahead of this clock): the jobs run in threads, each its own JobRunner, and one
+# line an episode is enough; the episode's other paused runs are DEBUG.
+_said_lock = threading.Lock()
+_said: dict[tuple[str, str], float] = {}
+
+
+def _first_to_say(config: Config, what: str, refusal: dict) -> bool:
+    """Whether this is the first run of the process to meet this refusal as `what` ("paused", "ahead")."""
+    key = (str(config.db_path), what)
+    with _said_lock:
+        if _said.get(key) == refusal["at"]:
+            return False
+        _said[key] = refusal["at"]
+        return True
+
+
 class JobUnavailable(PartnerKitError):
     """A job's function cannot be imported (its part is missing or broken)."""
 
@@ -138,6 +159,7 @@ class JobRunner:
         self._func: Callable[..., Any] | None = None
         self.errors_in_row = 0  # runs in a row that ended in an error or busy (JobSpec.retry_in)
         self.busy_in_row = 0  # runs in a row that met the database locked past its busy timeout
+        self._pause_begins = False  # this run is the first of the process to pause on the refusal standing
 
     def close(self) -> None:
         """Close this job's connection."""
@@ -157,6 +179,7 @@ class JobRunner:
                     self._func = resolve(self.spec)
                 if self._db is None:
                     self._db = open_db(self.config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
+                self._pause_begins = False
                 refused = self._refused_recently()
                 if refused:
                     outcome, result = "paused", refused
@@ -183,7 +206,8 @@ class JobRunner:
         record = {"job": self.spec.id, "outcome": outcome, "duration_ms": round((time.monotonic() - started) * 1000),
                   "result": result}
         # A pass that found nothing to do (most runs of the 3-5 s jobs) is DEBUG; one that did work is INFO.
-        # A pause after a refusal is DEBUG too: the 401 that caused it was logged, and status shows it.
+        # A pause after a refusal is INFO once an episode (the first job of the process to meet that refusal),
+        # saying until when every job that calls the provider waits; the episode's other pauses are DEBUG.
         if outcome == "busy":
             # Another process's long write (a big day's match, a backup): expected, and the next run catches up.
             # One WARNING when an episode begins; its further busy runs are DEBUG.
@@ -193,6 +217,10 @@ class JobRunner:
                             extra=record)
             else:
                 log.debug("job %s busy", self.spec.id, extra=record)
+            return record
+        if outcome == "paused" and self._pause_begins:
+            log.info("job %s paused: %s; every job that calls the provider waits as long (their pauses are "
+                     "logged at DEBUG)", self.spec.id, result, extra=record)
             return record
         if (outcome == "ok" and self.spec.is_idle(result)) or outcome == "paused":
             level = logging.DEBUG
@@ -214,17 +242,38 @@ class JobRunner:
         """Why this run is skipped: the provider refused the API key under REFUSAL_PAUSE_S ago.
 
         Instead of a 401 every 3-5 seconds from each job, one job tries again a minute on, and its
-        first accepted call clears the refusal for all (Budget.refused/accepted)."""
+        first accepted call clears the refusal for all (Budget.refused/accepted). A refusal dated ahead
+        of this clock (met while it ran ahead, put right since) pauses nothing: paused on, every job would
+        wait for as long as the clock was off, and none would make the call that clears it
+        (`partnerkit.store.budget.refusal_pause_until`, which `partnerkit status` reads as well)."""
         if not self.spec.calls_api or not self.config.api_key:
             return None
         refusal = Budget.from_config(self.config, self._db).refusal()
         if refusal is None:
             return None
-        age = time.time() - refusal["at"]
-        if age >= REFUSAL_PAUSE_S:
+        now = time.time()
+        if refusal_dated_ahead(refusal, now):
+            if _first_to_say(self.config, "ahead", refusal):
+                log.info("the provider's refusal of the API key saved at %s (HTTP %s to %s %s) is dated %.0f s ahead "
+                         "of this host's clock: it was met while the clock ran ahead, put right since; the jobs do "
+                         "not pause on it, and their next accepted call clears it", _iso_at(refusal["at"]),
+                         refusal["status"], refusal["method"], refusal["path"], refusal["at"] - now,
+                         extra={"job": self.spec.id})
             return None
+        until = refusal_pause_until(refusal, now)
+        if until is None:
+            return None
+        self._pause_begins = _first_to_say(self.config, "paused", refusal)
+        clock = (": the provider named the request's timestamp, so check this host's clock first (`timedatectl`: "
+                 "is it NTP-synchronised?)" if refusal_names_the_clock(refusal["message"]) else "")
+        age = max(0.0, now - refusal["at"])  # a refusal up to AHEAD_TOLERANCE_S ahead: "0s ago"
         return (f"the provider refused the API key {age:.0f}s ago (HTTP {refusal['status']} to {refusal['method']} "
-                f"{refusal['path']}): trying again {REFUSAL_PAUSE_S - age:.0f}s from now")
+                f"{refusal['path']}{clock}): trying again {until - now:.0f}s from now, at {_iso_at(until)}")
+
+
+def _iso_at(epoch: float) -> str:
+    """A unix time as the logs and `status` write a moment: ISO 8601 UTC, to the second."""
+    return iso(datetime.fromtimestamp(round(epoch), timezone.utc))
 
 
 def check_account(config: Config, db: Database,

@@ -25,10 +25,22 @@ from partnerkit.cli.context import AppContext
 from partnerkit.config import ConfigError
 from partnerkit.errors import (AccountCheckFailed, AccountMismatch, ApiStatusError, MalformedResponse, PartnerKitError,
                                TransportError, Unauthorized, base_url_hint, shown_base_url)
+from partnerkit.store.budget import refusal_names_the_clock
 
 
 REFUSED_KEY = (" (the provider refused PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET: check both, and that this host is "
                "on the key's IP allowlist)")
+# A 401 whose message blames the request's timestamp (partnerkit.store.budget.refusal_names_the_clock): the key is
+# most likely fine, and this host's clock is off by over the provider's 5 minutes.
+REFUSED_CLOCK = (" (the provider refused the request's timestamp: check this host's clock first (`timedatectl`: is "
+                 "it NTP-synchronised?); a signed request is taken only within 5 minutes of the provider's time. If "
+                 "the clock is right, check PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET and that this host is on the "
+                 "key's IP allowlist)")
+
+
+def _refused(exc: Unauthorized) -> str:
+    """What to check after a 401: this host's clock first when its message names the timestamp, else the key."""
+    return REFUSED_CLOCK if refusal_names_the_clock(exc.message) else REFUSED_KEY
 
 
 class ConfigExit(click.ClickException):
@@ -90,13 +102,13 @@ def explain(ctx: click.Context, exc: PartnerKitError) -> str:
     if isinstance(exc, TransportError):
         return _unreachable(ctx, exc)
     if isinstance(exc, Unauthorized):
-        return f"{exc}{REFUSED_KEY}"
+        return f"{exc}{_refused(exc)}"
     if isinstance(exc, (ApiStatusError, MalformedResponse)):  # a MalformedResponse: a write's redirect among others
         return f"{exc}{_elsewhere(ctx, exc)}"
     if isinstance(exc, AccountCheckFailed):  # the wallet read before a write: explained as that read's error would be
         if isinstance(exc.__cause__, TransportError):
             return _unreachable(ctx, exc)
-        return f"{exc}{REFUSED_KEY if isinstance(exc.__cause__, Unauthorized) else _elsewhere(ctx, exc)}"
+        return f"{exc}{_refused(exc.__cause__) if isinstance(exc.__cause__, Unauthorized) else _elsewhere(ctx, exc)}"
     return str(exc)
 
 

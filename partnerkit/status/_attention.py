@@ -10,6 +10,7 @@ from typing import Any
 from partnerkit import disk
 from partnerkit.processes import holder_host
 from partnerkit.store import reports
+from partnerkit.store.budget import refusal_names_the_clock
 from partnerkit.store.recharges import HELD_ADVICE, KEY_TAKEN, key_taken_advice
 from partnerkit.timeutil import iso, parse_ts
 
@@ -55,6 +56,10 @@ UNSIGNED_REASONS = frozenset({"missing_timestamp", "missing_signature", "malform
                               "header_not_utf8", "body_too_large"})
 UNSIGNED_FLOOR = 5
 
+
+# What `provider_refused` adds after the time of a refusal dated ahead of this host's clock (met while the clock ran
+# ahead, put right since: the worker does not pause on it; partnerkit.store.budget.refusal_dated_ahead).
+REFUSED_AHEAD = " (ahead of this host's clock)"
 
 # How `order_intents_unknown` marks an intent whose answer named an order id this store holds for another order
 # (partnerkit.ordering.held_elsewhere): its replay answers the same id, so the line's advice is not for it.
@@ -129,6 +134,29 @@ def _provider_line(status: dict[str, Any]) -> str:
     return (f"{head}: {cause}; partnerkit retries by itself (the poller backs off to a pass a minute, the syncs read "
             "on from their page, voucher fetches retry and are re-armed) and this clears at the first call the "
             "provider answers; PROCESSING recharges are not read meanwhile")
+
+
+def _refused_line(status: dict[str, Any]) -> str:
+    """The provider's 401 to the key: what to check (this host's clock first when its message blames the request's
+    timestamp), and whether the worker's jobs that call the provider are paused on it, until when."""
+    refused = status["provider_refused"]
+    head = f"the provider refused partnerkit's credentials ({refused})"
+    # `provider_refused` ends with the provider's message, after the first ": " (its time has none).
+    if refusal_names_the_clock(refused.partition(": ")[2]):
+        line = (f"{head}: it refused the request's timestamp, so check this host's clock first (`timedatectl`: is it "
+                "NTP-synchronised?): the provider refuses every signed request (recharge submits, order creation) "
+                "whose X-Timestamp is more than 5 minutes from its own time; if the clock is right, check "
+                "PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET and that this host is on the key's IP allowlist")
+    else:
+        line = (f"{head}: every call fails until PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET are right and this host "
+                "is on the key's IP allowlist")
+    if status["provider_calls_paused_until"] is not None:
+        line += (f"; the worker's jobs that call the provider (recharge polls, voucher fetches, syncs, the nightly "
+                 f"report) are paused on it until {iso(status['provider_calls_paused_until'])}, then one tries again")
+    elif REFUSED_AHEAD in refused:
+        line += ("; it is dated ahead of this host's clock: met while the clock ran ahead, put right since, so the "
+                 "worker does not pause on it")
+    return line + "; the next accepted call clears this"
 
 
 def _worker_line(status: dict[str, Any]) -> str:
@@ -331,9 +359,7 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
     if status["provider_failing_since"] is not None:
         lines.append(_provider_line(status))
     if status["provider_refused"]:
-        lines.append(f"the provider refused partnerkit's credentials ({status['provider_refused']}): every call "
-                     "fails until PARTNERKIT_API_KEY / PARTNERKIT_API_SECRET are right and this host is on the key's "
-                     "IP allowlist; the next accepted call clears this")
+        lines.append(_refused_line(status))
     if status["webhook_tokens_unreadable"]:
         lines.append(f"the saved webhook tokens cannot be read with the voucher key as this user reads it: "
                      f"{status['webhook_tokens_unreadable']}; a receiver running as this user cannot verify deliveries "

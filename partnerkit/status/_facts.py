@@ -14,13 +14,13 @@ from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
 from partnerkit.ordering import held_elsewhere
-from partnerkit.status._attention import DO_NOT_REPLAY, attention, for_finance
+from partnerkit.status._attention import DO_NOT_REPLAY, REFUSED_AHEAD, attention, for_finance
 from partnerkit.status._receiver import receiver_facts
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
 from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, orders,
                               provider_failures, recharges, reports, webhook_refusals)
-from partnerkit.store.budget import Budget, poller_cap
+from partnerkit.store.budget import Budget, poller_cap, refusal_dated_ahead, refusal_pause_until
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
 
@@ -71,6 +71,11 @@ def overdue_report(last_report: str | None, now: datetime, due_hour: int, first_
 def _moment(epoch: float | None) -> datetime | None:
     """A unix time from the store (the budget keeps its own as floats) as an aware UTC datetime."""
     return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
+
+
+def _ahead(refusal: dict, now: datetime) -> str:
+    """What `provider_refused` adds after the time of a refusal dated ahead of `now` (`refusal_dated_ahead`)."""
+    return REFUSED_AHEAD if refusal_dated_ahead(refusal, now.timestamp()) else ""
 
 
 def _age_s(moment: str | None, now: datetime) -> int | None:
@@ -344,10 +349,13 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_blocked_until": _moment(budget.get("general", {}).get("blocked_until")),
         # Requests the provider counted against the key beyond this database's own (Budget.others): another user.
         "requests_elsewhere_this_hour": elsewhere["gap"] if elsewhere else None,
-        # The provider's last 401 to this API key, until a call with it is accepted again.
+        # The provider's last 401 to this API key, until a call with it is accepted again; its message last. One
+        # dated ahead of this clock was met while the clock ran ahead: the worker does not pause on it.
         "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
-                             f"at {iso(_moment(refused['at']))}: {refused['message']}"
+                             f"at {iso(_moment(refused['at']))}{_ahead(refused, now)}: {refused['message']}"
                              if refused else None),
+        # Until when the worker's jobs that call the provider wait after that 401 (the worker's own rule).
+        "provider_calls_paused_until": _moment(refusal_pause_until(refused, now.timestamp())),
         # Every call since then failed, past PROVIDER_FAILING_CALLS calls and PROVIDER_FAILING_AFTER, by any process.
         "provider_failing_since": failing.since if failing else None,
         "provider_failing": (f"{failing.calls} calls ({failing.kinds_text()}), the last {failing.last_call} at "

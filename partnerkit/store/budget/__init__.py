@@ -18,7 +18,9 @@ the purpose's last one either. The recharge poller's share of the hour is such a
 
 The provider's last 401 to the key is kept too (`refused`, `refusal`), until a call with the key is
 answered 2xx (`accepted`): `partnerkit status` and /metrics show it, and the worker pauses its jobs
-that call the provider for a minute after it.
+that call the provider for a minute after it (`refusal_pause_until`; not on one dated ahead of its clock,
+met while the clock ran ahead: `refusal_dated_ahead`). A 401 that blames the request's timestamp
+(`refusal_names_the_clock`) points at this host's clock before the key.
 
 What a person needs to judge a block is kept beside it, in the shared `meta` table (one row per key,
 class and note): why the class was blocked (the 429's call and Retry-After), and who lifted a block
@@ -35,7 +37,11 @@ in `meta`), `_others` (the signs of another consumer of the key) and `_refusals`
 
 from partnerkit.store.budget._budget import Budget
 from partnerkit.store.budget._others import OTHERS_ANSWERS, OTHERS_SPAN_S, others_tolerance, signs_after
+from partnerkit.store.budget._refusals import AHEAD_TOLERANCE_S as REFUSAL_AHEAD_TOLERANCE_S
 from partnerkit.store.budget._refusals import REFUSAL_PAUSE_S
+from partnerkit.store.budget._refusals import dated_ahead as refusal_dated_ahead
+from partnerkit.store.budget._refusals import names_the_clock as refusal_names_the_clock
+from partnerkit.store.budget._refusals import pause_until as refusal_pause_until
 from partnerkit.store.budget._shares import background_reserve, poller_cap, poller_reserve, walk_reserve
 from partnerkit.store.budget._window import (ALSO_SPENDS, DEFAULT_BLOCK_S, GENERAL, ORDER_CREATE, Limit, ProviderView,
                                              Ticket, block_seconds, key_hash, seconds_until_reset, wait_needed,
@@ -48,6 +54,7 @@ __all__ = [
     "ORDER_CREATE",
     "OTHERS_ANSWERS",
     "OTHERS_SPAN_S",
+    "REFUSAL_AHEAD_TOLERANCE_S",
     "REFUSAL_PAUSE_S",
     "Budget",
     "Limit",
@@ -59,6 +66,9 @@ __all__ = [
     "others_tolerance",
     "poller_cap",
     "poller_reserve",
+    "refusal_dated_ahead",
+    "refusal_names_the_clock",
+    "refusal_pause_until",
     "seconds_until_reset",
     "signs_after",
     "wait_needed",
