@@ -27,8 +27,8 @@ def config(httpserver, tmp_path) -> Config:
 
 
 @pytest.fixture
-def db(config):
-    database = open_db(config.db_path)
+def db(config, migrated_file):
+    database = open_db(migrated_file(config.db_path))
     account_of(database, config.api_key)  # the server under test answers its endpoints only, not /wallets
     yield database
     database.conn.close()

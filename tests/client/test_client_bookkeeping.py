@@ -29,9 +29,9 @@ RATE = {"X-RateLimit-Limit": "1000", "X-RateLimit-Remaining": "990", "X-RateLimi
 
 
 @pytest.fixture
-def quick_db(config):
+def quick_db(config, migrated_file):
     """The client's database, waiting 0.2 s for a lock (not 5 s): each failed write is quick."""
-    database = open_db(config.db_path, busy_timeout_ms=200)
+    database = open_db(migrated_file(config.db_path), busy_timeout_ms=200)
     account_of(database, config.api_key)  # the server under test answers its endpoints only, not /wallets
     yield database
     database.conn.close()

@@ -49,9 +49,9 @@ def server():
 
 
 @pytest.fixture
-def config(server, tmp_path):
+def config(server, tmp_path, migrated_file):
     alpha = next(c for c in server.clients if c.name == "alpha")
-    db = open_db(tmp_path / "pk.db")
+    db = open_db(migrated_file(tmp_path / "pk.db"))
     account_of(db, alpha.key, ("1", "2"))  # a database in use: the faults below hit the calls under test alone
     db.conn.close()
     return Config(db_path=tmp_path / "pk.db", api_base_url=server.base_url, api_key=alpha.key,

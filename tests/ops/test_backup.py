@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import stat
@@ -23,14 +24,27 @@ from partnerkit.store.backup import backup
 RECHARGES = 20_000  # a few MB: ~1,800 pages, hundreds of steps at 4 pages a step
 
 
-@pytest.fixture
-def store(db):
-    """A store holding a day of recharges and orders as the worker and the order sync leave them."""
+@pytest.fixture(scope="module")
+def built_store(tmp_path_factory):
+    """A database file holding a day of recharges and orders as the worker and the order sync leave them: built
+    once for the module (1-3 s), copied by each test that needs it."""
+    path = tmp_path_factory.mktemp("day") / "partnerkit.db"
+    db = open_db(path)
     orders, vouchers = synthetic.orders(RECHARGES)
     with transaction(db) as conn:
         bulk.bulk_load_recharges(conn, synthetic.worker_rows(RECHARGES))
         bulk.bulk_load_orders(conn, orders, vouchers)
-    return db
+    db.conn.close()
+    return path
+
+
+@pytest.fixture
+def store(built_store, db_path):
+    """The day's store at db_path, this test's own copy."""
+    shutil.copy(built_store, db_path)
+    db = open_db(db_path)
+    yield db
+    db.conn.close()
 
 
 def _count(conn, sql: str) -> int:

@@ -23,12 +23,12 @@ CIPHER = Cipher(b"tests-only-inbox-cipher-32-bytes")  # for inbox.record called 
 
 
 @pytest.fixture
-def config(tmp_path) -> Config:
+def config(tmp_path, migrated_file) -> Config:
     config = Config(db_path=tmp_path / "pk.db", webhook_tokens=(WebhookToken(TOKEN),), voucher_key=VOUCHER_KEY,
                     api_base_url="http://127.0.0.1:9", api_key="k", api_secret="s", log_level="WARNING")
     # The database already serves the account of key "k" (partnerkit.account): the provider these tests fake
     # (pytest-httpserver, or nothing on port 9) answers the endpoint under test, not the wallet list.
-    db = open_db(config.db_path)
+    db = open_db(migrated_file(config.db_path))
     account_of(db, config.api_key)
     db.conn.close()
     return config

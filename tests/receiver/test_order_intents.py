@@ -65,8 +65,8 @@ def env(config):
 
 
 @pytest.fixture
-def db(config):
-    database = open_db(config.db_path)
+def db(config, migrated_file):
+    database = open_db(migrated_file(config.db_path))
     yield database
     database.conn.close()
 

@@ -84,10 +84,10 @@ def _serve(httpserver, arrange, *, total_pages: bool = True) -> list[int]:
 
 
 @pytest.fixture
-def walk(httpserver, tmp_path):
+def walk(httpserver, tmp_path, migrated_file):
     config = Config(db_path=tmp_path / "partnerkit.db", api_base_url=httpserver.url_for("/").rstrip("/"),
                     api_key="pk_test_readings", api_secret="sk_test_readings_0123456789", http_timeout_s=2.0)
-    db = open_db(config.db_path)
+    db = open_db(migrated_file(config.db_path))
     account_of(db, config.api_key)  # the server below answers the order list only
 
     def run(**kwargs):

@@ -48,8 +48,8 @@ class _List:
 
 
 @pytest.fixture
-def ldb(tmp_path):
-    database = open_db(tmp_path / "t.db")
+def ldb(tmp_path, migrated_file):
+    database = open_db(migrated_file(tmp_path / "t.db"))
     yield database
     database.conn.close()
 

@@ -68,8 +68,8 @@ class _IstProvider:
 
 
 @pytest.fixture
-def ldb(tmp_path):
-    database = open_db(tmp_path / "w.db")
+def ldb(tmp_path, migrated_file):
+    database = open_db(migrated_file(tmp_path / "w.db"))
     yield database
     database.conn.close()
 

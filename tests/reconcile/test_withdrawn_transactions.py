@@ -221,8 +221,8 @@ def _ids(db) -> list[str]:
 
 
 @pytest.fixture
-def ldb(tmp_path):
-    database = open_db(tmp_path / "w.db")
+def ldb(tmp_path, migrated_file):
+    database = open_db(migrated_file(tmp_path / "w.db"))
     yield database
     database.conn.close()
 

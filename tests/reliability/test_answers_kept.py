@@ -62,8 +62,8 @@ def config(server, tmp_path):
 
 
 @pytest.fixture
-def db(config):
-    database = open_db(config.db_path, busy_timeout_ms=SHORT_WAIT_MS)
+def db(config, migrated_file):
+    database = open_db(migrated_file(config.db_path), busy_timeout_ms=SHORT_WAIT_MS)
     yield database
     database.conn.close()
 

@@ -27,9 +27,9 @@ def config(server, tmp_path):
 
 
 @pytest.fixture
-def wdb(config):
+def wdb(config, migrated_file):
     """The worker's migrated database."""
-    database = open_db(config.db_path)
+    database = open_db(migrated_file(config.db_path))
     yield database
     database.conn.close()
 

@@ -7,7 +7,6 @@ import threading
 from datetime import datetime, timezone
 
 import pytest
-import requests
 from click.testing import CliRunner
 from freezegun import freeze_time
 
@@ -71,14 +70,19 @@ def config_for(base_url: str, key: str, secret: str, tmp_path, **extra: str):
 
 
 class Stats:
-    """The sandbox's call counters (GET /sandbox/stats), as deltas from a mark."""
+    """The sandbox's call counters (GET /sandbox/stats), as deltas from a mark.
+
+    Read through the sandbox app's test client: the same endpoint without a connection of its own, 1 ms a read
+    where a request on loopback took 6-12 ms (test_poller reads them every step of 41 minutes, 1,500 times)."""
 
     def __init__(self, server) -> None:
-        self.url = server.base_url + "/sandbox/stats"
+        self._app = server.app.test_client()
         self.mark()
 
     def _now(self) -> dict:
-        return requests.get(self.url, timeout=5).json()
+        answer = self._app.get("/sandbox/stats")
+        assert answer.status_code == 200, answer.text
+        return answer.get_json()
 
     def mark(self) -> None:
         self._base = self._now()
