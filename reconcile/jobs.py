@@ -480,6 +480,6 @@ def _keep_failure(db: Any, error: str, dates: list[str]) -> None:
     """Record the nightly run's failure, best effort: on a full or read-only database disk (often the failure
     itself) it cannot be written, and the job's own error line and `status`'s disk line say it instead."""
     try:
-        nightly_failure.failed(db, error, dates, utcnow())
+        nightly_failure.failed(db, error, dates, utcnow().replace(microsecond=0))
     except (StorageError, sqlite3.Error) as exc:
         log.debug("could not record the nightly run's failure: %s", exc)

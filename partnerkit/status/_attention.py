@@ -429,8 +429,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
     if status["report_dir_unwritable"]:
         lines.append(f"PARTNERKIT_REPORT_DIR cannot take the nightly report's files: {status['report_dir_unwritable']}; "
                      "the nightly run fails at its files and finance gets no report until it can (the night stays "
-                     "due, and the worker's next attempt after the fix writes it): free space there, remount it "
-                     "read-write, or give the services' user write access (`findmnt -T`, `df -h`, `ls -ld` on it)")
+                     "due, and the worker's next attempt after the fix writes it): make it a directory the services' "
+                     "user can write, mounted read-write, with room (`ls -ld`, `findmnt -T`, `df -h` on it)")
     if status["report_overdue_date"] and not status["nightly_last_error"]:
         last = (f"last complete report: {status['last_report_date']}" if status["last_report_date"]
                 else "no complete report yet")

@@ -49,7 +49,7 @@ def _failed_night(config, db) -> tuple[dict, str]:
 
 def test_a_failed_nightly_run_is_named_at_once_and_cleared_by_the_next_run_that_succeeds(sandbox_config, db):
     account_of(db, sandbox_config.api_key)
-    before = utcnow()
+    before = utcnow().replace(microsecond=0)
     failed, night = _failed_night(sandbox_config, db)
     status = collect(sandbox_config, db)
     sandbox_config.report_dir.unlink()  # fixed: the next attempt writes the night
@@ -121,6 +121,6 @@ def test_a_report_directory_on_a_read_only_filesystem_is_named_before_the_night(
 
     assert status["report_dir_unwritable"] == f"{mount} is on a filesystem mounted read-only"
     [line] = _lines(status, "PARTNERKIT_REPORT_DIR cannot take the nightly report's files: ")
-    assert "remount it read-write" in line
+    assert "make it a directory the services' user can write, mounted read-write, with room" in line
     assert healthy["report_dir_unwritable"] is None and not _lines(healthy, "PARTNERKIT_REPORT_DIR")
 
