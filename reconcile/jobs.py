@@ -12,19 +12,24 @@ import logging
 import os
 import re
 import shutil
+import sqlite3
 import tempfile
 import threading
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from partnerkit.errors import BudgetExhausted, RateLimited, StorageError
 from partnerkit.files import sync_directory
 from partnerkit.store import drifts as drift_store
 from partnerkit.store.copies import hold, remove_unless_held
 from partnerkit.store import matching as matching_store
 from partnerkit.store import ledger as ledger_store
+from partnerkit.store import nightly_failure
 from partnerkit.store import reports as report_store
+from partnerkit.store.db import is_busy
 from partnerkit.timeutil import parse_ts, utcnow
+from partnerkit.walks import WalkStopped
 from reconcile import report as report_mod
 from reconcile.matcher import MatchResult, match_day
 from reconcile.sync import (SETTLED_AFTER, Progress, SyncSummary, days_between, incremental_start, sync_range,
@@ -395,8 +400,10 @@ def due_at(night: date, due_hour: int) -> datetime:
     return datetime.combine(night + timedelta(days=1), time(due_hour), tzinfo=timezone.utc)
 
 
-def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones).
+def nightly(config: Any, db: Any, client: Any, now: datetime | None = None, *,
+            due: Callable[[list[date]], None] | None = None) -> list[dict[str, Any]]:
+    """Report every due night (the previous UTC day from due_hour_utc on, and any missed ones). `due(nights)`
+    is told the nights before their sync starts (nightly_job names them when the run fails).
 
     The sync reads from the first due night through the day after the last (`sync_window`), in one pass: a
     night's recharges are matched with their transactions on any day, and money does not stop at midnight.
@@ -413,6 +420,8 @@ def nightly(config: Any, db: Any, client: Any, now: datetime | None = None) -> l
     days = due_dates(db, now, config.due_hour_utc)
     if not days:
         return []
+    if due is not None:
+        due(days)
     log.info("nightly reconciliation for %s", ", ".join(d.isoformat() for d in days))
     through, claim = sync_window(db, days[-1], now)
     with _SYNCING:  # waits for a sync-recent run in progress (see _SYNCING)
@@ -443,7 +452,34 @@ def nightly_job(config: Any, db: Any, client: Any, now: datetime | None = None) 
 
     A report carries every drift of its day (100,000 on a bad day): the whole of it in the log line
     and in `worker --once` would bury the line that says what happened.
+
+    A run that ends in an error is recorded (partnerkit.store.nightly_failure: when, why, which nights), and
+    the next run that ends without one clears it, so `partnerkit status` names a failed night at once instead
+    of two hours past the due hour. Not a run the lock, the budget or a stop ended: each is read on from
+    where it stopped, and says so in its own job line.
     """
+    nights: list[date] = []
+    try:
+        reports = nightly(config, db, client, now=now, due=nights.extend)
+    except (BudgetExhausted, RateLimited, WalkStopped):
+        raise
+    except Exception as exc:
+        if not is_busy(exc):
+            _keep_failure(db, f"{type(exc).__name__}: {exc}", [d.isoformat() for d in nights])
+        raise
+    try:
+        nightly_failure.succeeded(db)
+    except (StorageError, sqlite3.Error) as exc:  # the reports are written: the next run clears it
+        log.debug("could not clear the nightly run's last failure: %s", exc)
     return [{"date": r["date"], **r["summary"], "drifts": len(r["drifts"]),
              "files": [str(Path(config.report_dir) / report_filename(r["date"], f)) for f in ("json", "csv", "html")]}
-            for r in nightly(config, db, client, now=now)]
+            for r in reports]
+
+
+def _keep_failure(db: Any, error: str, dates: list[str]) -> None:
+    """Record the nightly run's failure, best effort: on a full or read-only database disk (often the failure
+    itself) it cannot be written, and the job's own error line and `status`'s disk line say it instead."""
+    try:
+        nightly_failure.failed(db, error, dates, utcnow().replace(microsecond=0))
+    except (StorageError, sqlite3.Error) as exc:
+        log.debug("could not record the nightly run's failure: %s", exc)

@@ -120,7 +120,7 @@ class WorkerLease:
 
     def acquire(self, *, wait: bool, stop: threading.Event | None = None, poll_s: float = LEASE_POLL_S) -> None:
         """Take the lease, waiting for it if asked; WorkerBusy (naming the holder) otherwise."""
-        announced = False
+        announced, refused = False, 0
         while True:
             try:
                 lease = self.try_acquire()
@@ -129,7 +129,9 @@ class WorkerLease:
                 # is a reason to wait, not to exit: a worker restarted just then would otherwise die.
                 if not wait:
                     raise
-                log.warning("cannot take the worker lease yet (%s); retrying in %.0f s", exc, poll_s)
+                refused += 1  # one WARNING, not one every poll_s while a disk stays full ("worker lease acquired" ends it)
+                log.log(logging.WARNING if refused == 1 else logging.DEBUG, "cannot take the worker lease yet (%s); "
+                        "retrying every %.0f s", exc, poll_s)
                 if stop is not None and stop.wait(poll_s):
                     raise WorkerBusy("stopped while waiting for the worker lease") from None
                 if stop is None:
@@ -161,7 +163,10 @@ class WorkerLease:
             ok = self.held and locks.renew(self.db, self.name, self.holder, self.ttl_s)
         except PartnerKitError as exc:  # a locked DB for a moment is not a loss; the TTL has room
             self._failed_renewals += 1
-            log.warning("worker lease renewal failed: %s", exc)
+            # One WARNING an episode, not one every LEASE_RENEW_S while a disk stays full: the lapse's ERROR and the
+            # INFO of the renewal that lands again bracket it.
+            log.log(logging.WARNING if self._failed_renewals == 1 else logging.DEBUG,
+                    "worker lease renewal failed: %s", exc)
             unrenewed = time.monotonic() - self._renewed
             if self.held and unrenewed >= self.ttl_s and not self._lapse_logged:
                 self._lapse_logged = True
@@ -187,6 +192,31 @@ class WorkerLease:
             locks.release(self.db, self.name, self.holder)
             self.held = False
             log.info("worker lease released by %s", self.holder)
+
+
+class _SkipsAtInfo(logging.Filter):
+    """Logs apscheduler's "Execution of job ... skipped: maximum number of running instances reached" at INFO, not
+    WARNING: shown only where apscheduler's INFO lines are (not at partnerkit's default, partnerkit.logs).
+
+    That skip is max_instances=1 doing its work (a job never overlaps itself): the run still going (a voucher
+    fetch or a poll pass waiting 15 s for another process's write lock, a slow provider) is the news, and its
+    own job line says it, once per episode (a `busy` WARNING, an error). A WARNING per skipped turn of a 3- or
+    5-second job added several to each lock episode's one line. Only that message: a missed run time
+    ("Run time of job ... was missed", from apscheduler.executors.*) and any other apscheduler warning stay
+    warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "maximum number of running instances reached" not in str(record.msg):
+            return True
+        record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+
+
+def quiet_skips(logger: logging.Logger | None = None) -> None:
+    """Put `_SkipsAtInfo` on apscheduler's scheduler logger (once, however many schedulers are built)."""
+    logger = logger or logging.getLogger("apscheduler.scheduler")
+    if not any(isinstance(f, _SkipsAtInfo) for f in logger.filters):
+        logger.addFilter(_SkipsAtInfo())
 
 
 class _Reschedules:
@@ -215,6 +245,7 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
     # run, not a burst (every job reads current state, so one run catches up all of them).
     # max_instances=1: a job never overlaps itself (twice the API calls, the same rows contended).
     # misfire_grace_time per job (see JOBS): short for the 3-5 s pollers, long for the hourly check.
+    quiet_skips()  # the skips max_instances=1 makes are INFO, not a WARNING each (_SkipsAtInfo)
     scheduler = BackgroundScheduler(
         timezone=timezone.utc,
         executors={"default": ThreadPoolExecutor(max_workers=max(2, len(jobs))),
@@ -341,13 +372,19 @@ def _open_waiting(config: Config, *, wait: bool, stop: threading.Event, poll_s: 
     file read-only for a moment (a remount, a restore, the wrong owner) is refused at open rather than
     opened read-only for good (partnerkit.store.db), and a worker exiting on it would soon meet
     systemd's restart limit. None when stopped while waiting; without `wait`, the error is raised."""
+    refused = 0
     while True:
         try:
-            return open_db(config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
+            db = open_db(config.db_path, busy_timeout_ms=WORKER_BUSY_TIMEOUT_MS)
+            if refused:
+                log.info("database opened after %d refused attempt(s)", refused)
+            return db
         except StorageError as exc:
             if not wait:
                 raise
-            log.warning("cannot open the database yet (%s); retrying in %.0f s", exc, poll_s)
+            refused += 1  # one WARNING, not one every poll_s for as long as it lasts
+            log.log(logging.WARNING if refused == 1 else logging.DEBUG, "cannot open the database yet (%s); "
+                    "retrying every %.0f s", exc, poll_s)
             if stop.wait(poll_s):
                 return None
 

@@ -6,7 +6,9 @@ import of the worker. Each job gets its own database connection and client (jobs
 SQLite transactions must not share a connection), which waits up to WORKER_BUSY_TIMEOUT_MS for another
 process's write lock. A run that still meets the lock (a big day's match, a backup, a prune held it
 longer) is a transient, not an error: outcome `busy`, one WARNING per episode, and the job runs again
-at its next turn.
+at its next turn. A run that fails because PARTNERKIT_DB's filesystem is full or read-only is an
+`error`, logged once per episode too (an ERROR saying what to do, then an INFO once the job writes
+again): the 3- and 5-second jobs would otherwise log about 1,900 ERRORs an hour until someone frees space.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from partnerkit import disk
 from partnerkit.config import Config
 from partnerkit.errors import AccountMismatch, BudgetExhausted, PartnerKitError, RateLimited, base_url_hint
 from partnerkit.status import note_worker_ran
 from partnerkit.store import Database, open_db
 from partnerkit.store.budget import REFUSAL_PAUSE_S  # noqa: F401 (JobSpec.calls_api names it; tests read it here)
 from partnerkit.store.budget import Budget, refusal_dated_ahead, refusal_names_the_clock, refusal_pause_until
-from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS, is_busy
+from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS, is_busy, is_unwritable
 from partnerkit.timeutil import iso
 from partnerkit.walks import WalkStopped
 
@@ -160,6 +163,10 @@ class JobRunner:
         self.errors_in_row = 0  # runs in a row that ended in an error or busy (JobSpec.retry_in)
         self.busy_in_row = 0  # runs in a row that met the database locked past its busy timeout
         self._pause_begins = False  # this run is the first of the process to pause on the refusal standing
+        # The runs that failed since the database's filesystem first refused a write (full, read-only), and when
+        # that was (time.monotonic()): the episode `_log_unwritable` logs once, ended by a run that wrote again.
+        self.unwritable_failures = 0
+        self._unwritable_since = 0.0
 
     def close(self) -> None:
         """Close this job's connection."""
@@ -170,7 +177,7 @@ class JobRunner:
     def __call__(self) -> dict[str, Any]:
         """Run the job once; return (and log) its outcome."""
         started = time.monotonic()
-        outcome, result = "ok", None
+        outcome, result, unwritable = "ok", None, False
         if not self.may_run():
             outcome, result = "skipped", "the worker lease is not held"
         else:
@@ -197,6 +204,7 @@ class JobRunner:
                 outcome = "busy" if is_busy(exc) else "error"
                 # An answer that is not the provider's (a wrong base URL's 404, a proxy's 403) says what to check.
                 result = f"{type(exc).__name__}: {exc}{base_url_hint(exc, self.config.api_base_url)}"
+                unwritable = outcome == "error" and is_unwritable(exc)
                 log.debug("job %s failed", self.spec.id, exc_info=True)
         if outcome != "skipped":
             self._note_run()
@@ -222,12 +230,46 @@ class JobRunner:
             log.info("job %s paused: %s; every job that calls the provider waits as long (their pauses are "
                      "logged at DEBUG)", self.spec.id, result, extra=record)
             return record
+        if self._log_unwritable(record, unwritable):
+            return record
         if (outcome == "ok" and self.spec.is_idle(result)) or outcome == "paused":
             level = logging.DEBUG
         else:
             level = logging.INFO if outcome in ("ok", "skipped", "budget_exhausted", "stopped") else logging.ERROR
         log.log(level, "job %s %s", self.spec.id, outcome, extra=record)
         return record
+
+    def _log_unwritable(self, record: dict[str, Any], unwritable: bool) -> bool:
+        """Log a run that failed because PARTNERKIT_DB's filesystem is full or read-only once per episode, as the
+        busy runs are (True: logged here). The first such run is an ERROR that says what to do; the episode's
+        further ones are DEBUG; the run that ends it adds an INFO line saying so, then is logged as usual.
+
+        An `ok` run that did some work ends the episode. One that found nothing to do may have written nothing
+        either: it ends the episode only when the filesystem shows room again (`disk.room`), else a job idle
+        between two failures would log both again each time. A run that failed otherwise (the provider) is logged
+        as usual and proves nothing about the disk: the episode goes on."""
+        if unwritable:
+            self.unwritable_failures += 1
+            if self.unwritable_failures == 1:
+                self._unwritable_since = time.monotonic()
+                log.error("job %s error: the database cannot be written (%s): free space on PARTNERKIT_DB's "
+                          "filesystem (`df -h` and `du` on its directory; never delete the database's -wal or -shm "
+                          "files), or remount it read-write if it went read-only; `partnerkit status` says which. "
+                          "The job runs again at each turn and catches up by itself; its further failures for this "
+                          "reason are logged at DEBUG until it writes again", self.spec.id, record["result"],
+                          extra=record)
+            else:
+                log.debug("job %s error (the database still cannot be written)", self.spec.id, extra=record)
+            return True
+        if not self.unwritable_failures or record["outcome"] != "ok":
+            return False  # another error, paused, busy, budget_exhausted, stopped: no sign either way
+        if record["outcome"] == "ok" and self.spec.is_idle(record["result"]) and disk.room(self.config.db_path).low:
+            return False
+        log.info("job %s: the database can be written again; its full or read-only filesystem cleared after %.0f s, "
+                 "%d failure(s)", self.spec.id, time.monotonic() - self._unwritable_since, self.unwritable_failures,
+                 extra={"job": self.spec.id, "failures": self.unwritable_failures})
+        self.unwritable_failures = 0
+        return False
 
     def _note_run(self) -> None:
         """Tell `partnerkit status` that a worker runs its jobs (at most one write a minute); never fails the job."""

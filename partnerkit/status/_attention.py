@@ -351,6 +351,22 @@ def _processing_lines(status: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _nightly_failed_line(status: dict[str, Any]) -> str:
+    """The nightly run's last attempt failed and none succeeded since: at once, not two hours past the due hour
+    (`report_overdue_date`, which this line stands in for while it shows)."""
+    nights = ", ".join(status["nightly_last_error_dates"])
+    overdue = (f"; the report for {status['report_overdue_date']} is overdue" if status["report_overdue_date"] else "")
+    day = status["report_overdue_date"] or (status["nightly_last_error_dates"] or ["D"])[-1]
+    error = status["nightly_last_error"]
+    fix = ("make PARTNERKIT_REPORT_DIR writable again (free space there, remount it read-write, or give the services' "
+           "user write access)" if "PARTNERKIT_REPORT_DIR" in error else "fix what the error names")
+    return (f"the nightly report run failed at {iso(status['nightly_last_error_at'])}"
+            + (f" reporting {nights}" if nights else "") + f": {error}{overdue}. {fix[0].upper() + fix[1:]}: the "
+            "worker tries again by itself (5 minutes after a failure, then 10, 20 and 40, then hourly; under cron at "
+            "the next `worker --once`), and its next run that succeeds clears this; `partnerkit reconcile --date "
+            f"{day}` runs it by hand")
+
+
 def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]:
     """Plain-language lines for what needs a person now (empty when all is well)."""
     lines = []
@@ -434,7 +450,14 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
     taken_at = status["worker_lease_taken_over_at"]
     if taken_at is not None and status["checked_at"] - taken_at <= TAKEOVER_ATTENTION:
         lines.append(_takeover_line(status))
-    if status["report_overdue_date"]:
+    if status["nightly_last_error"]:
+        lines.append(_nightly_failed_line(status))
+    if status["report_dir_unwritable"]:
+        lines.append(f"PARTNERKIT_REPORT_DIR cannot take the nightly report's files: {status['report_dir_unwritable']}; "
+                     "the nightly run fails at its files and finance gets no report until it can (the night stays "
+                     "due, and the worker's next attempt after the fix writes it): make it a directory the services' "
+                     "user can write, mounted read-write, with room (`ls -ld`, `findmnt -T`, `df -h` on it)")
+    if status["report_overdue_date"] and not status["nightly_last_error"]:
         last = (f"last complete report: {status['last_report_date']}" if status["last_report_date"]
                 else "no complete report yet")
         lines.append(f"the nightly report for {status['report_overdue_date']} is overdue ({last}): the worker's `nightly-report` log lines say why (an error, or "

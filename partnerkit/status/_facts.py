@@ -6,7 +6,9 @@ worker without talking to either (or to the provider: it spends no API budget).
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, Callable, Collection
 
 from partnerkit import disk, senders
@@ -18,8 +20,8 @@ from partnerkit.status._attention import DO_NOT_REPLAY, REFUSED_AHEAD, attention
 from partnerkit.status._receiver import receiver_facts
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
-from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, order_intents, orders,
-                              provider_failures, recharges, reports, webhook_refusals)
+from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, nightly_failure, order_intents,
+                              orders, provider_failures, recharges, reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap, refusal_dated_ahead, refusal_pause_until
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -237,6 +239,49 @@ def wallet_differences(db: Database, day: str | None) -> list[str]:
     return found
 
 
+def nightly_last_error(db: Database) -> nightly_failure.NightlyFailure | None:
+    """The nightly run's last failure while no run has succeeded since (partnerkit.store.nightly_failure); None
+    as well once every night it was reporting has a complete report made since (`reconcile --date` by hand)."""
+    failure = nightly_failure.last(db)
+    if failure is None or nightly_failure.reported_since(db, failure):
+        return None
+    return failure
+
+
+def report_dir_state(config: Config) -> tuple[int | None, str | None]:
+    """PARTNERKIT_REPORT_DIR as the nightly run would meet it: the bytes its filesystem leaves this user (None:
+    unknown), and why the report's files cannot be written there (None: nothing seen), naming the folder looked
+    at. That is the directory, or the nearest folder above it that exists (the run makes the rest): a file in
+    the way, a read-only mount, a folder this user may not write, or under disk.FREE_FLOOR_BYTES free (a bad
+    day's report is tens of MB) on a filesystem other than PARTNERKIT_DB's, which has its own line."""
+    folder = Path(config.report_dir).absolute()
+    for _ in range(len(folder.parts)):  # bounded: up to the root
+        if folder.exists() or folder == folder.parent:
+            break
+        folder = folder.parent
+    if not folder.is_dir():
+        return None, f"{folder} is a file, not a directory"
+    try:
+        fs = os.statvfs(folder)
+    except OSError as exc:
+        return None, f"{folder} cannot be read ({exc.strerror or exc})"
+    free = fs.f_bavail * fs.f_frsize
+    if fs.f_flag & os.ST_RDONLY:
+        return free, f"{folder} is on a filesystem mounted read-only"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return free, f"{folder} is not writable by this user"
+    if free < disk.FREE_FLOOR_BYTES and not _same_filesystem(folder, Path(config.db_path).absolute().parent):
+        return free, f"{folder} is on a filesystem with {disk.megabytes(free)} free"
+    return free, None
+
+
+def _same_filesystem(one: Path, other: Path) -> bool:
+    try:
+        return one.stat().st_dev == other.stat().st_dev
+    except OSError:
+        return False
+
+
 def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict[str, int]:
     """What `attention` warns of, as numbers for a scrape (the receiver's /metrics): only cheap reads
     (index ranges, the small reports table), never the drift table, which grows with every day."""
@@ -282,6 +327,8 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     orders_given_twice = orders.given_twice(db)
     transactions_given_twice = ledger.given_twice(db)
     worker_ran = last_worker_run(db)
+    nightly_failed = nightly_last_error(db)
+    report_dir_free, report_dir_unwritable = report_dir_state(config)
     turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
     status: dict[str, Any] = {
         "checked_at": now,
@@ -362,6 +409,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
                              f"{iso(failing.last_at)}" if failing else None),
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
+        # The nightly run's last attempt failed, and none succeeded since: why, when, and the nights it was reporting.
+        "nightly_last_error": nightly_failed.error if nightly_failed else None,
+        "nightly_last_error_at": nightly_failed.at if nightly_failed else None,
+        "nightly_last_error_dates": list(nightly_failed.dates) if nightly_failed else [],
         # The last complete report's wallets whose provider's balance differs from the ledger's, unexplained.
         "wallet_differences": [],
         # Nights older than the nightly run's catch-up that have no report: only `reconcile --date` reports them.
@@ -386,6 +437,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "db_free_bytes": room.free_bytes,
         "db_wal_bytes": room.wal_bytes,
         "db_read_only": room.read_only,
+        # PARTNERKIT_REPORT_DIR: what its filesystem leaves free, and why the nightly report could not be written there.
+        "report_dir_free_bytes": report_dir_free,
+        "report_dir_unwritable": report_dir_unwritable,
     }
     status["report_overdue_date"] = overdue_report(status["last_report_date"], now, config.due_hour_utc,
                                                    reports.store_first_day(db))

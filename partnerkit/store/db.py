@@ -289,6 +289,25 @@ def is_busy(exc: BaseException | None) -> bool:
     return False
 
 
+# SQLite's answers when the file cannot take a write at all: its filesystem is full (SQLITE_FULL, "database or
+# disk is full"), read-only (SQLITE_READONLY, "attempt to write a readonly database"), or failing the write
+# (SQLITE_IOERR, "disk I/O error": what a filesystem the kernel remounted read-only under an open database gives,
+# and a -shm file that cannot grow on a full disk). Unlike a lock, waiting does not end them: a person frees
+# space or remounts the filesystem.
+_NO_ROOM = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR)
+
+
+def is_unwritable(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what it was raised from) is SQLite refusing a write because PARTNERKIT_DB's filesystem is
+    full, read-only or failing (`_NO_ROOM`), not because of a lock or a bad statement."""
+    seen = 0
+    while exc is not None and seen < 8:  # bounded: a chain of causes is short
+        if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _NO_ROOM:
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
 def begin(db: Database, *, immediate: bool = True, failing: str = "cannot start a transaction") -> None:
     """BEGIN IMMEDIATE (or a plain BEGIN), waiting for the write lock as the handle waits (`_begin_immediate`:
     a command's says so after LOCK_NOTICE_AFTER_S); a wait that ran out is DatabaseBusy, any other failure

@@ -1,7 +1,7 @@
 """The shared `meta` table: one text value per key, with when it was set (the order sync's watermark,
 the poller's backoff, the worker's last run, the budget's notes, the provider's standing failures, a
 worker lease taken over from another host, the last duplicate webhook delivery, the receiver's gunicorn
-masters). JSON values are the caller's to encode."""
+masters, the nightly run's last failure). JSON values are the caller's to encode."""
 
 from __future__ import annotations
 
