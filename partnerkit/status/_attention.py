@@ -211,12 +211,13 @@ def _unknown_recharges_line(status: dict[str, Any]) -> str | None:
     line = f"{count} recharge(s) with an unknown outcome (local id {ids or '...'}{more if ids else ''}): "
     gone = status["recharges_unknown_senders_gone"]
     if len(gone) == 1:
-        # An INTENT named at once (partnerkit.senders), not minutes on: the command to run comes first.
-        line += (f"the submit that recorded {gone[0]} is no longer running (killed while sending: its answer will "
-                 f"never come): `partnerkit recharges locate --local-id {_local_id(gone[0])}`; ")
+        # An INTENT named at once (partnerkit.senders), not minutes on: the command to run comes first. Its submit
+        # was killed while sending, or got its answer and could not store it (a full disk: it printed the answer).
+        line += (f"the submit that recorded {gone[0]} is no longer running; any answer it got was not stored: "
+                 f"`partnerkit recharges locate --local-id {_local_id(gone[0])}`; ")
     elif gone:
-        line += (f"the submits that recorded {', '.join(gone)} are no longer running (killed while sending: their "
-                 "answers will never come): `partnerkit recharges locate --local-id N` for each; ")
+        line += (f"the submits that recorded {', '.join(gone)} are no longer running; any answer they got was not "
+                 "stored: `partnerkit recharges locate --local-id N` for each; ")
     line += ("`partnerkit recharges locate --local-id N` searches the provider for each and links what it finds; if "
              "the provider shows none, ")
     replays = status["recharges_unknown_locate_replays"]

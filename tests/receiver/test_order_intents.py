@@ -256,7 +256,7 @@ def test_a_process_killed_while_sending_leaves_an_intent_whose_key_places_one_or
     # Run again without its key, the same order is refused before anything is sent: it may be placed.
     rerun = run(env, *ORDER, code=1)
     assert f"order intent #{intent['id']} is INTENT" in rerun.output and intent["key"] in rerun.output
-    assert f"{gone}: its answer will never come" in rerun.output
+    assert f"{gone}; any answer it got was not stored" in rerun.output
     assert server.sandbox.calls[CREATE] == 1 and db.execute("SELECT count(*) FROM order_intents").fetchone() == (1,)
     hold.drop = not arrived
     hold.release.set()
