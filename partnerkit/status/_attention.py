@@ -245,6 +245,16 @@ ORDER_CLOSE_ADVICE = ("once the provider (or its support) confirms one was never
                       "holding no new order back")
 
 
+def _never_sent_orders_line(named: list[str]) -> str:
+    """Order intents recorded and never sent (`partnerkit.ordering.never_sent`): nothing was ordered, and nothing
+    holds a new order back; a person decides whether the customer still wants it."""
+    return (f"{len(named)} order creation(s) recorded but never sent ({'; '.join(named[:5])}"
+            f"{'; ...' if len(named) > 5 else ''}): nothing was ordered for them and none holds a new order back; if "
+            "the customer still wants one, replay its key (`partnerkit orders create ... --idempotency-key KEY`, with "
+            "its ref: it is sent then, once); if not, or once it was ordered anew, `partnerkit orders close N --note "
+            "TEXT` closes it without a search (nothing was sent), and its key is never sent")
+
+
 def _held_elsewhere_line(status: dict[str, Any]) -> str:
     """Submits whose answer named a recharge id another local recharge holds: `recharges locate` only searches them
     (their key is answered with the same id), so the line says what to do instead, in the submit's words
@@ -384,6 +394,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      + (f"; not those marked \"{DO_NOT_REPLAY}\"" if any(DO_NOT_REPLAY in named for named in
                                                                   status["order_intents_unknown"]) else "")
                      + "; " + ORDER_CLOSE_ADVICE)
+    if status["order_intents_never_sent"]:
+        lines.append(_never_sent_orders_line(status["order_intents_never_sent"]))
     if status["orders_id_given_twice"]:
         lines.append(_orders_given_twice_line(status))
     if status["transactions_id_given_twice"]:

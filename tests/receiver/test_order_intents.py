@@ -360,6 +360,7 @@ def test_an_intent_without_its_senders_lock_keeps_the_quarter_hour_rule(config, 
     with transaction(db) as conn:
         intent_id = order_intents.record(conn, idempotency_key="older-release-0001", ref="older-ref", product_id=8,
                                          denomination=Decimal("100"), quantity=1, wallet_id=None, email=None, now=start)
+        order_intents.mark_sending(conn, intent_id, start)  # sent: marked, with no lock to ask
     assert status_mod.collect(config, db, now=start + timedelta(minutes=14))["order_intents_unknown"] == []
     [named] = status_mod.collect(config, db, now=start + timedelta(minutes=16))["order_intents_unknown"]
     assert named.startswith(f"#{intent_id} key older-release-0001 ref older-ref") and "no longer running" not in named
