@@ -108,6 +108,9 @@ class ApiError(PartnerKitError):
     # Set by the client on every error raised for a keyed write (order create, recharge submit):
     # the caller re-uses it to replay or locate the request, never a new key.
     idempotency_key: str | None = None
+    # What the write's caller established of a refusal it raises (that nothing was made, when to retry): the end of
+    # an HTTP error's message (`ApiStatusError.__str__`), after the provider's own words.
+    outcome: str | None = None
 
 
 class TransportError(ApiError):
@@ -224,7 +227,8 @@ class ApiStatusError(ApiError):
         where = f" on {self.method} {self.path}" if self.method else ""
         code = f" [{self.code}]" if self.code and self.code != self.message else ""
         trace = f" (trace {self.trace_id})" if self.trace_id else ""
-        return f"HTTP {self.status}{code}: {self.message}{where}{trace}"
+        outcome = f": {self.outcome}" if self.outcome else ""
+        return f"HTTP {self.status}{code}: {self.message}{where}{trace}{outcome}"
 
 
 class BadRequest(ApiStatusError):

@@ -9,7 +9,9 @@ worker's takeover warning and `partnerkit status` both ask). `die_with_parent`: 
 dies with its parent, however the parent dies (Linux's parent-death signal). `partnerkit run` starts
 the gunicorn master with it, and each gunicorn worker arms it against its master: without it, a
 SIGKILLed parent (the OOM killer, `kill -9`) leaves its children serving on and holding the port, so
-the restarted receiver cannot bind it.
+the restarted receiver cannot bind it. `database_writer(database)`: who holds a database's write lock
+(`write_lock_holder`, the kernel's lock table; `is_partnerkit`, its command line), as a command that waits
+for it says.
 """
 
 from __future__ import annotations
@@ -141,3 +143,77 @@ def holder_alive(holder: str, since: float | None = None) -> bool | None:
         return True
     started = _started_at(int(parts[1]))
     return None if started is None else started <= since + 2  # the boot time is whole seconds
+
+
+# The byte of a WAL database's `-shm` file whose lock is its write lock (SQLite's wal-index format: the lock bytes
+# begin at offset 120, WAL_WRITE_LOCK first): the process holding it is the one writing.
+_WAL_WRITE_LOCK = 120
+# The top-level packages a partnerkit process is started from with `python -m` (gunicorn's master runs
+# `-m receiver.gunicorn_app`), and the receiver's process title where gunicorn may retitle it (setproctitle).
+_OUR_MODULES = ("partnerkit", "receiver", "reconcile")
+_OUR_TITLE = "[partnerkit-receiver]"
+
+
+def write_lock_holder(database: str | os.PathLike | None) -> int | None:
+    """The pid of the process holding a WAL database's write lock, as the kernel's lock table (/proc/locks, Linux)
+    shows it in this pid namespace; None where that cannot be told: no such table, no `-shm` file, no holder, a
+    holder in another pid namespace (shown as pid 0 or not at all) or on another host. Reads only: it opens neither
+    the database nor its `-shm` file (closing a descriptor of a file drops this process's own locks on it)."""
+    if not database or str(database) == ":memory:":
+        return None
+    try:
+        shm = os.stat(f"{database}-shm")
+        table = Path("/proc/locks").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    inode = f"{os.major(shm.st_dev):02x}:{os.minor(shm.st_dev):02x}:{shm.st_ino}"
+    for line in table.splitlines():
+        # "1: POSIX  ADVISORY  WRITE 4242 fe:00:2148691 120 120"; a waiter's line has "->" after the number.
+        fields = line.split()
+        if len(fields) != 8 or fields[1] != "POSIX" or fields[3] != "WRITE" or fields[5] != inode:
+            continue
+        start, end = fields[6], fields[7]
+        if (start.isdigit() and int(start) <= _WAL_WRITE_LOCK
+                and (end == "EOF" or (end.isdigit() and _WAL_WRITE_LOCK <= int(end)))):
+            return int(fields[4]) if fields[4].isdigit() and int(fields[4]) > 0 else None
+    return None
+
+
+def is_partnerkit(argv: list[str]) -> bool:
+    """Whether a command line is a partnerkit process: its console script (`partnerkit worker`, as the script
+    itself or through its interpreter), `python -m` one of its packages, or the receiver's gunicorn retitled."""
+    if any(_OUR_TITLE in arg for arg in argv[:1]):
+        return True
+    for i, arg in enumerate(argv[:3]):  # the program, or the script its interpreter runs
+        if os.path.basename(arg) == "partnerkit":
+            return True
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1].split(".")[0] in _OUR_MODULES:
+            return True
+    return False
+
+
+def _command_line(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part] or None
+
+
+def database_writer(database: str | os.PathLike | None) -> str:
+    """Who is writing the database, and what that means, for a command that waits for its write lock: "another
+    partnerkit process (pid 4242) is writing: ...", "another process (pid 4242: sqlite3), not partnerkit, is
+    writing: ...", or, where the holder cannot be told (`write_lock_holder`), "another process is writing: ...",
+    naming both kinds. A lock held by another connection of this very process is said so."""
+    pid = write_lock_holder(database)
+    argv = _command_line(pid) if pid is not None else None
+    ours = "a big day's match, a backup, a prune or a key rewrap can hold it for seconds"
+    if pid == os.getpid():
+        return f"another connection of this process is writing: {ours}"
+    if pid is None or argv is None:
+        return (f"another process is writing: partnerkit's own ({ours}), or another program with the database "
+                "open (a sqlite3 shell inside a transaction holds it until COMMIT or ROLLBACK there)")
+    if is_partnerkit(argv):
+        return f"another partnerkit process (pid {pid}) is writing: {ours}"
+    return (f"another process (pid {pid}: {os.path.basename(argv[0])}), not partnerkit, is writing: it holds the "
+            "lock until its transaction ends (in a sqlite3 shell, until COMMIT or ROLLBACK there)")

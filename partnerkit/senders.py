@@ -150,5 +150,6 @@ def sending(command: str, alive: bool | None, who: str | None) -> str:
     if alive is True:
         return f"its `{command}`{named} is still running, waiting for the provider's answer"
     if alive is False:
-        return f"the `{command}` that recorded it{named} is no longer running: its answer will never come"
+        # Killed while sending, or its answer came and could not be stored (a full disk: it printed the answer).
+        return f"the `{command}` that recorded it{named} is no longer running; any answer it got was not stored"
     return f"not answered yet: another `{command}` may still be sending it, or its process died"

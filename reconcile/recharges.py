@@ -32,6 +32,7 @@ from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
 from partnerkit.printable import printable
 from partnerkit.store import Database
 from partnerkit.store import recharges as store
+from partnerkit.store.budget import after_429
 from partnerkit.store.db import database_file, transaction
 from partnerkit.timeutil import utcnow
 from reconcile.recharge_hold import UnresolvedRecharge, open_ones_named, refuse_if_held  # noqa: F401 (submit raises it)
@@ -216,10 +217,16 @@ def _record_and_send(config: Config, db: Database, client: PartnerApi, key: str,
     """`submit` once its request is validated and its sender's lock taken: the intent, the send, the answer."""
     try:
         local_id = _record_intent(db, key, request, reference, submitted_at, sending)
-    except errors.StorageError:
+    except errors.StorageError as exc:
         known = store.by_idempotency_key(db, key)  # another process recorded this key a moment ago
         if known is None:
-            raise
+            exc.request_sent = False  # raised before the request existed: nothing can have taken effect
+            if isinstance(exc, errors.DatabaseBusy) and getattr(db, "lock_wait", None) is not None:
+                raise  # a command's wait for the lock that ran out says that nothing was sent
+            said = type(exc)(f"{exc}: no recharge was sent, and nothing of this run was recorded; run the same "
+                             "command again once the database takes writes")
+            said.request_sent = False
+            raise said from exc
         return _resume(config, db, client, known, request, client_reference)
     try:
         result = client.submit_recharge(**request.body(reference), idempotency_key=key)
@@ -235,7 +242,11 @@ def _record_and_send(config: Config, db: Database, client: PartnerApi, key: str,
             status=409, code=exc.code, trace_id=exc.trace_id, body=exc.body, method=exc.method, path=exc.path) from exc
     except errors.PartnerKitError as exc:
         if not is_ambiguous(exc):
-            _discard(db, local_id, exc)  # a definite refusal: no recharge exists for this intent
+            removed = _discard(db, local_id, exc)  # a definite refusal: no recharge exists for this intent
+            if isinstance(exc, errors.RateLimited):  # the provider's own words say neither
+                exc.outcome = after_429("no recharge was made", exc.retry_after)
+            if isinstance(exc, errors.StorageError) and not removed:
+                raise _unsent(exc, local_id) from exc
             raise
         # Any other error once the request left, a local one included (the database locked while the
         # answer was on its way), says nothing of what the provider did: locate it, never drop it.
@@ -281,15 +292,30 @@ def _record_intent(db: Database, key: str, request: SubmitRequest, reference: st
                                    sender=sending.who if sending else None)
 
 
-def _discard(db: Database, local_id: int, refusal: Exception) -> None:
-    """Remove a definitely refused intent; a database that cannot take it leaves the row open (locate
-    then finds no such recharge), and the caller still hears the refusal, not the database."""
+def _discard(db: Database, local_id: int, refusal: Exception) -> bool:
+    """Remove a definitely refused intent; whether it was removed. A database that cannot take it leaves the row
+    open (locate then finds no such recharge), and the caller still hears the refusal, not the database."""
     try:
         store.discard_refused(db, local_id)
     except errors.StorageError as exc:
         log.warning("recharge submit #%s was refused (%s) but its intent could not be removed (%s); it stays "
                     "open until `recharges locate` finds no such recharge", local_id, refusal, exc,
                     extra={"local_id": local_id})
+        return False
+    return True
+
+
+def _unsent(exc: errors.StorageError, local_id: int) -> errors.StorageError:
+    """The error for a submit the store stopped before its request left (the request budget could not be taken: a
+    full disk), whose intent could not be removed either: it stays INTENT, which `partnerkit status` cannot tell from
+    a submit whose answer was lost, so the error says what settles it."""
+    said = type(exc)(f"{exc}: no recharge was sent; local recharge #{local_id} stays INTENT, as the database could "
+                     "not remove it either, and `partnerkit status` names it among the unknown outcomes until it is "
+                     f"settled: `partnerkit recharges locate --local-id {local_id}` (within 5 minutes of the submit, "
+                     "if the provider shows none, it sends its key then, once: the recharge is made), or, if it is no "
+                     f"longer wanted, `partnerkit recharges close {local_id} --note TEXT`")
+    said.request_sent = False
+    return said
 
 
 def keep_open(db: Database, local_id: int, why: str) -> None:

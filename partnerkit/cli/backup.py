@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 
 from partnerkit.cli.context import AppContext, pass_app
 from partnerkit.cli.output import PROGRESS_EVERY_S
 from partnerkit.cli.params import output_file
+from partnerkit.store.vouchers import keyed_values
 
 
 def _mb(size: int) -> str:
@@ -50,7 +52,8 @@ def backup_command(app: AppContext, destination: str) -> None:
     nothing created or written.
 
     Back up the voucher key file (PARTNERKIT_DB + '.voucher.key') once as well, unless
-    PARTNERKIT_VOUCHER_KEY is set: without the key, stored voucher codes cannot be read. After a key
+    PARTNERKIT_VOUCHER_KEY is set: without the key, stored voucher codes cannot be read (a key file
+    that is missing while the database holds values sealed with it is a warning, with their count). After a key
     rotation, a backup made before `partnerkit keys rewrap` still needs the old key: keep the old key
     as long as such backups are kept.
     """
@@ -75,9 +78,24 @@ def backup_command(app: AppContext, destination: str) -> None:
     click.echo(f"backed up {app.config.db_path} to {done.path} ({_mb(done.size_bytes)} in "
                f"{time.monotonic() - started:.1f} s)", err=True)
     if not app.config.voucher_key:
-        click.echo(f"remember the voucher key file {app.config.key_file} (back it up once, keep it apart; after "
-                   "`partnerkit keys rotate` back it up again, and keep the old copy as long as backups made "
-                   "before the rewrap are kept)", err=True)
+        click.echo(_key_file_line(app.config.key_file, app.config.db_path), err=True)
+
+
+def _key_file_line(key_file: Path, database: Path) -> str:
+    """What the backup's reader needs besides it: the voucher key file, or, when that file is missing, a warning that
+    the values sealed with it cannot be read without it (counted in the database backed up: `keyed_values`, read
+    only; the copy is left alone, so nothing but it lands beside it)."""
+    if key_file.exists():
+        return (f"remember the voucher key file {key_file} (back it up once, keep it apart; after `partnerkit keys "
+                "rotate` back it up again, and keep the old copy as long as backups made before the rewrap are kept)")
+    sealed = keyed_values(database)
+    if not sealed:
+        return (f"no voucher key file at {key_file} yet, and no stored voucher or webhook token is sealed with one: "
+                "partnerkit generates it when it first stores one; back it up once it exists")
+    return (f"warning: the voucher key file {key_file} is missing, and the database backed up holds {sealed} stored "
+            "voucher(s) or webhook token(s) sealed with it: neither it nor this backup can be read without that key. "
+            "Restore the key file from its own backup (or set PARTNERKIT_VOUCHER_KEY to its key; `partnerkit keys "
+            "status` then shows what it opens) and keep a copy apart from the database backups")
 
 
 def register(group: click.Group) -> None:

@@ -43,10 +43,10 @@ class MissingDatabase(click.ClickException):
     exit_code = 2
 
 
-def lock_wait_notice(waited_s: float) -> None:
-    """The one line a command prints when it has waited a second for another process's write lock."""
-    click.echo(f"waiting for the database: another partnerkit process is writing (a big day's match, a backup, a "
-               f"prune or a key rewrap can hold it for seconds); waiting up to {waited_s:.0f} s", err=True)
+def lock_wait_notice(waited_s: float, writer: str) -> None:
+    """The one line a command prints when it has waited a second for another process's write lock, naming who
+    holds it (`writer`, `partnerkit.processes.database_writer`): partnerkit only when known to be."""
+    click.echo(f"waiting for the database: {writer}; waiting up to {waited_s:.0f} s", err=True)
 
 
 def command_lock_wait() -> LockWait:

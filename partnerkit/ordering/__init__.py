@@ -9,8 +9,10 @@ created, and its answer can be lost after that: so, as a recharge submit does
    account's the database serves (`PartnerClient.check_account`: `AccountMismatch`, nothing recorded or
    sent) and opens the voucher key (vouchers delivered with the answer must be storable);
 2. commits an intent (`partnerkit.store.order_intents`, migration 10) with the Idempotency-Key and
-   a client `ref` (a UUID unless given) before the request exists. The provider keeps a client's
-   refs unique ("Duplicate reference code"): once an order carries the ref, no second one can;
+   a client `ref` (a UUID unless given) before the request exists, marked sending in the same commit
+   (a resumed intent is marked in the commit that checks it). The provider keeps a client's
+   refs unique ("Duplicate reference code"): once an order carries the ref, no second one can. A
+   commit the database refuses (a full disk) sends nothing and says so;
 3. sends once and stores the answer (the order, its vouchers encrypted with the key file as it is
    then, not as it was before the send: `partnerkit.crypto.KeyFollower`; a voucher fetch for any
    still missing) with the intent PLACED, in one transaction. A definite refusal (a 4xx, no budget,
@@ -27,7 +29,9 @@ created, and its answer can be lost after that: so, as a recharge submit does
 A new order (no key, a key never recorded, or a REFUSED intent's) is refused before anything is sent
 (`UnresolvedOrder`) while an earlier order of the same product, denomination, quantity and wallet
 is unresolved, UNKNOWN or INTENT (being sent, or its process died while sending), from the last
-`HOLD_WINDOW`: it may be placed already, and a second one debits the wallet twice. Its replay
+`HOLD_WINDOW`: it may be placed already, and a second one debits the wallet twice. Not an INTENT
+that was never sent (`never_sent`: never marked sending, its process gone; an older release that
+committed the mark apart left one when a full disk failed it): nothing was placed for it. Its replay
 command resolves it; `force=True` (`--force`) places another order deliberately. One an operator
 closed (`close_intent`, `partnerkit orders close`: searched for, never placed) holds nothing back,
 and its key is never sent again.
@@ -46,8 +50,8 @@ from partnerkit.ordering._answer import held_elsewhere
 from partnerkit.ordering._close import CloseOutcome, close_intent
 from partnerkit.ordering._place import place_order
 from partnerkit.ordering._request import (
-    HOLD_HOURS, HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, new_ref,
-    replay_command, validate_order,
+    HOLD_HOURS, HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, never_sent,
+    new_ref, replay_command, validate_order,
 )
 
 __all__ = [
@@ -61,6 +65,7 @@ __all__ = [
     "UnresolvedOrder",
     "close_intent",
     "held_elsewhere",
+    "never_sent",
     "new_ref",
     "place_order",
     "replay_command",

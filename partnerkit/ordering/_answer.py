@@ -19,6 +19,7 @@ from partnerkit.money import cents, fmt, from_cents
 from partnerkit.ordering._request import HOLD_HOURS, OrderOutcome, OrderRequest, _name, replay_command
 from partnerkit.store import Database, jobs, order_intents, orders
 from partnerkit.store import vouchers as voucher_store
+from partnerkit.store.budget import after_429
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import stamp
 from partnerkit.timeutil import utcnow
@@ -38,15 +39,35 @@ def _keep_open(db: Database, intent: dict, why: str) -> None:
                     intent["id"], exc, extra={"intent_id": intent["id"], "ref": intent["ref"]})
 
 
-def _refuse(db: Database, intent: dict, why: str) -> None:
-    """Mark the intent REFUSED: nothing was placed for it. A database that cannot take it leaves the intent
-    open (INTENT or UNKNOWN), which only holds back the same order until its replay or the catch-up settles
-    it; the caller hears the refusal all the same, not the database."""
+def _refuse(db: Database, intent: dict, why: str) -> bool:
+    """Mark the intent REFUSED: nothing was placed for it; whether it was marked. A database that cannot take it
+    leaves the intent open (INTENT or UNKNOWN), which only holds back the same order until its replay or the
+    catch-up settles it; the caller hears the refusal all the same, not the database."""
     try:
         order_intents.mark_refused(db, intent["id"], why, utcnow())
     except errors.StorageError as exc:
         log.warning("order intent #%s was refused (%s) but stays open: %s", intent["id"], why, exc,
                     extra={"intent_id": intent["id"], "ref": intent["ref"]})
+        return False
+    return True
+
+
+def _unsent(exc: errors.StorageError, intent: dict, *, refused: bool) -> errors.StorageError:
+    """The error for a send the store stopped before it left (the request budget could not be taken: a full disk, a
+    lock held too long), saying that no order was sent and how the intent stands: REFUSED (`refused`), or still
+    INTENT when the database could not take that either, which `partnerkit status` cannot tell from a send whose
+    answer was lost."""
+    number = intent["id"]
+    if refused:
+        tail = f"order intent #{number} is REFUSED; run the same command again once the database takes writes"
+    else:
+        tail = (f"order intent #{number} stays INTENT, as the database could not record that either, and `partnerkit "
+                f"status` names it among the unknown outcomes until it is settled: replaying its key is safe (it is "
+                f"sent then, once: `{replay_command(intent)}`), or, if the order is no longer wanted, `partnerkit "
+                f"orders close {number} --without-search --note TEXT`")
+    said = type(exc)(f"{exc}: no order was sent; {tail}")
+    said.request_sent = False
+    return said
 
 
 def _placed(db: Database, keys: KeyFollower, intent: dict, request: OrderRequest, created: Any, *,
@@ -220,7 +241,13 @@ def _not_placed(db: Database, intent: dict, request: OrderRequest, exc: errors.P
         return _unknown(db, intent, request, f"its replay was refused before the provider read it ({exc}), and an "
                         "earlier send may have placed it", resumed=resumed)
     if not (may_exist and isinstance(exc, errors.DuplicateOrderReference)):
-        _refuse(db, intent, str(exc))
+        refused = _refuse(db, intent, str(exc))
+        # A command's wait for the lock that ran out says that nothing was sent (partnerkit.cli.context).
+        said = refused and isinstance(exc, errors.DatabaseBusy) and getattr(db, "lock_wait", None) is not None
+        if isinstance(exc, errors.StorageError) and exc.request_sent is False and not said:
+            raise _unsent(exc, intent, refused=refused) from exc
+        if isinstance(exc, errors.RateLimited):  # the provider's own words say neither
+            exc.outcome = after_429("no order was placed", exc.retry_after)
         raise exc
     # Past the key's 24 hours the provider no longer replays it, but the ref still guards the order.
     local = orders.by_reference(db, intent["ref"])

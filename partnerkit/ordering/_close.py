@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from partnerkit import errors, senders
 from partnerkit.config import Config
-from partnerkit.ordering._request import OrderInputError, _intent_request, _name
+from partnerkit.ordering._request import OrderInputError, _intent_request, _name, never_sent
 from partnerkit.store import Database, closures, order_intents, orders
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -53,7 +53,8 @@ def close_intent(config: Config, db: Database, client: PartnerApi | None, intent
     intent's time (`catch_up_orders`, which stores what it lists and links an intent to the order carrying its ref
     and request), never a send of its key: an order found is linked, and not closed (`closed` False). A provider
     that cannot be read down to then, or an order carrying its ref that is not its request, refuses it (nothing
-    written). `without_search` skips the search (an operator who confirmed with support another way).
+    written). `without_search` skips the search (an operator who confirmed with support another way), and so does an
+    intent that was never sent (`never_sent`: no request ever carried its key or ref).
 
     Closing keeps the intent and its state, with a record of who, when, why and what the search saw
     (`order_intents.close_intent`) that `partnerkit status` and the hold of a new order leave out. A sync that lists
@@ -72,8 +73,8 @@ def close_intent(config: Config, db: Database, client: PartnerApi | None, intent
     done = order_intents.closure(db, intent)
     if done is not None:
         return CloseOutcome(True, intent, f"Order intent #{intent_id} {closures.described(done)}: nothing changed.", done)
+    running = senders.row_running(database_file(db), intent)
     if intent["state"] == "INTENT":
-        running = senders.row_running(database_file(db), intent)
         recent = now - (parse_ts(intent["updated_at"]) or now) < INTENT_ABANDONED_AFTER
         if running is True or (running is None and recent):
             how = senders.sending("orders create", running, intent["sender"])
@@ -82,6 +83,9 @@ def close_intent(config: Config, db: Database, client: PartnerApi | None, intent
                 "that command has ended; nothing was written")
     if without_search:
         searched = "not searched (--without-search)"
+    elif never_sent(intent, running, now):
+        # No request ever carried its key or ref: the order list cannot hold its order.
+        searched = "not searched: it was never sent (its `orders create` stopped before sending it)"
     else:
         searched = _search(config, db, client, intent, now, catch_up_orders)
         linked = order_intents.get(db, intent_id) or intent

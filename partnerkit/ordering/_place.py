@@ -18,7 +18,7 @@ from partnerkit.errors import is_ambiguous
 from partnerkit.ordering._answer import _from_local, _keep_open, _not_placed, _placed, _unknown
 from partnerkit.ordering._request import (
     HOLD_WINDOW, HeldIntent, OrderInputError, OrderOutcome, OrderRequest, UnresolvedOrder, _intent_request, _key, _name,
-    _resume_check, new_ref, replay_command, validate_order,
+    _resume_check, never_sent, new_ref, replay_command, validate_order,
 )
 from partnerkit.store import Database, closures, order_intents, orders
 from partnerkit.store.db import database_file, transaction
@@ -61,15 +61,19 @@ def place_order(config: Config, db: Database, client: PartnerApi, *, product_id:
 def _place(db: Database, client: PartnerApi, keys: KeyFollower, key: str, request: OrderRequest, ref: str | None, *,
            force: bool, sending: senders.Held | None) -> OrderOutcome:
     """`place_order` once its request is validated and its sender's lock taken: the intent, the sends, the answer."""
-    intent, resumed = _open_intent(db, key, request, ref, force=force, sending=sending)
-    if intent["state"] == "PLACED" and intent["order_id"] is not None and orders.get(db, intent["order_id"]):
+    try:
+        intent, resumed, marked = _open_intent(db, key, request, ref, force=force, sending=sending)
+    except errors.StorageError as exc:
+        exc.request_sent = False  # raised before the request existed: nothing can have taken effect
+        if isinstance(exc, errors.DatabaseBusy) and getattr(db, "lock_wait", None) is not None:
+            raise  # a command's wait for the lock that ran out says that nothing was sent (partnerkit.cli.context)
+        raise _not_recorded(exc) from exc
+    if not marked:
         # Nothing to learn from the provider: the order is stored, at least as new as the answer was.
         return _from_local(db, intent, request, note=f"Idempotency-Key {key} already placed order "
                            f"{intent['order_id']} ({_name(intent)}): nothing was sent, nothing ordered twice.")
     # A send of an intent sent before (and not refused) may meet the order its earlier send placed.
     may_exist = resumed and intent["state"] != "REFUSED"
-    order_intents.mark_sending(db, intent["id"], utcnow(), sender_lock=sending.offset if sending else None,
-                               sender=sending.who if sending else None)
     try:
         created = _send(db, client, intent)
     except errors.PartnerKitError as exc:
@@ -90,34 +94,51 @@ def _place(db: Database, client: PartnerApi, keys: KeyFollower, key: str, reques
 
 
 def _open_intent(db: Database, key: str, request: OrderRequest, ref: str | None, *, force: bool,
-                 sending: senders.Held | None = None) -> tuple[dict, bool]:
-    """(the intent to send, whether it existed already): the key's known intent, checked against the
-    request, or a new one committed now, before the request exists. A new order (a new intent, or a
-    REFUSED one sent again: nothing was placed for it) is refused while one of the same fields is
-    unresolved (`UnresolvedOrder`, nothing recorded), unless `force`. The look-ups and the insert are
-    one IMMEDIATE transaction: two processes placing the same order, or under one key, cannot both pass."""
+                 sending: senders.Held | None = None) -> tuple[dict, bool, bool]:
+    """(the intent to send, whether it existed already, whether it was marked sending): the key's known intent,
+    checked against the request, or a new one, committed now with its sending mark, before the request exists.
+    A known intent whose order is stored is not marked: nothing is sent for it. A new order (a new intent, or a
+    REFUSED one sent again: nothing was placed for it) is refused while one of the same fields is unresolved
+    (`UnresolvedOrder`, nothing recorded), unless `force`. The look-ups, the insert and the mark are one IMMEDIATE
+    transaction: two processes placing the same order, or under one key, cannot both pass, and no intent is ever
+    committed unmarked (a mark of its own, committed after it, could fail on a full disk, leaving an intent never
+    sent that read as one whose answer was lost). The known intent is returned as it was before its mark."""
     now = utcnow()
+    lock, who = (sending.offset, sending.who) if sending else (None, None)
     with transaction(db) as conn:
         known = order_intents.by_key(conn, key)
         if known is not None:
             _resume_check(known, request, ref)
             _closed_check(conn, known)
+            if known["state"] == "PLACED" and known["order_id"] is not None and orders.get(conn, known["order_id"]):
+                return known, True, False
         if not force and (known is None or known["state"] == "REFUSED"):
-            held = order_intents.held(conn, product_id=request.product_id, denomination=request.denomination,
-                                      quantity=request.quantity, wallet_id=request.wallet_id, since=now - HOLD_WINDOW)
+            found = order_intents.held(conn, product_id=request.product_id, denomination=request.denomination,
+                                       quantity=request.quantity, wallet_id=request.wallet_id, since=now - HOLD_WINDOW)
+            # Inside the transaction that holds the write lock: no held intent changes meanwhile, so a sender
+            # whose lock is free has not stored its answer (nor sent an intent it never marked) and never will.
+            database = database_file(conn)
+            held = [h for intent in found if (h := _held(intent, now, database)) is not None]
             if held:
-                # Inside the transaction that holds the write lock: no held intent changes meanwhile, so a sender
-                # whose lock is free has not stored its answer and never will.
-                database = database_file(conn)
-                raise UnresolvedOrder(request, [_held(intent, now, database) for intent in held])
-        if known is not None:
-            return known, True
-        intent_id = order_intents.record(conn, idempotency_key=key, ref=ref or new_ref(), product_id=request.product_id,
-                                         denomination=request.denomination, quantity=request.quantity,
-                                         wallet_id=request.wallet_id, email=request.email, now=now,
-                                         sender_lock=sending.offset if sending else None,
-                                         sender=sending.who if sending else None)
-        return order_intents.get(conn, intent_id) or {}, False
+                raise UnresolvedOrder(request, held)
+        if known is None:
+            intent_id = order_intents.record(conn, idempotency_key=key, ref=ref or new_ref(),
+                                             product_id=request.product_id, denomination=request.denomination,
+                                             quantity=request.quantity, wallet_id=request.wallet_id,
+                                             email=request.email, now=now, sender_lock=lock, sender=who)
+        else:
+            intent_id = known["id"]
+        order_intents.mark_sending(conn, intent_id, now, sender_lock=lock, sender=who)
+        return known or order_intents.get(conn, intent_id) or {}, known is not None, True
+
+
+def _not_recorded(exc: errors.StorageError) -> errors.StorageError:
+    """The error of a run whose intent (or its resumption) could not be committed, saying that nothing was recorded
+    or sent, and what to do: the same command again is safe (a key it was given resumes its intent as it was)."""
+    said = type(exc)(f"{exc}: no order was sent, and nothing of this run was recorded; run the same command again "
+                     "once the database takes writes")
+    said.request_sent = False
+    return said
 
 
 def _closed_check(conn: Any, intent: dict) -> None:
@@ -133,10 +154,15 @@ def _closed_check(conn: Any, intent: dict) -> None:
                               "holds no new order back)")
 
 
-def _held(intent: dict, now: datetime, database: str | None) -> HeldIntent:
+def _held(intent: dict, now: datetime, database: str | None) -> HeldIntent | None:
+    """What an open intent `held` found holds back, or None when it was never sent and never will be (`never_sent`:
+    nothing was placed for it, and it is not in flight)."""
+    running = senders.row_running(database, intent)
+    if never_sent(intent, running, now):
+        return None
     since = parse_ts(intent["sent_at"] or intent["created_at"]) or now
     return HeldIntent(intent["id"], intent["idempotency_key"], intent["ref"], intent["state"], now - since,
-                      replay_command(intent), senders.row_running(database, intent), intent["sender"])
+                      replay_command(intent), running, intent["sender"], sent=intent["sent_at"] is not None)
 
 
 def _send(db: Database, client: PartnerApi, intent: dict) -> Any:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import shlex
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from partnerkit import errors, senders
 from partnerkit.money import MoneyError, fmt, from_cents, to_decimal
+from partnerkit.timeutil import parse_ts
 
 # How long an unresolved intent holds back a new order of the same fields, from its last send. The
 # provider replays a key for 24 hours ("Idempotency record lifetime"): within them the replay command
@@ -44,14 +45,43 @@ class HeldIntent:
     # known (None: a row of an older release, another host's lock not visible, an UNKNOWN intent); and who it was.
     sender_running: bool | None = None
     sender: str | None = None
+    # False for an INTENT never marked sending (`sent_at` NULL) whose sender may still send it: `age` is then since
+    # its recording. One whose sender is gone was never sent and holds nothing back (`never_sent`).
+    sent: bool = True
 
     def describe(self) -> str:
-        how = ("its answer was lost" if self.state == "UNKNOWN" else
-               senders.sending("orders create", self.sender_running, self.sender))
         wait = "once that command has ended, if it is still open, " if self.sender_running else ""
-        return (f"order intent #{self.intent_id} is {self.state}, sent {_age(self.age)} ago and {how} "
-                f"(Idempotency-Key {self.idempotency_key}, ref {self.ref}); {wait}replay it with "
-                f"`{self.replay_command}`")
+        if self.sent:
+            how = ("its answer was lost" if self.state == "UNKNOWN" else
+                   senders.sending("orders create", self.sender_running, self.sender))
+            said = f"sent {_age(self.age)} ago and {how}"
+        else:
+            named = f" ({self.sender})" if self.sender else ""
+            how = (f"its `orders create`{named} is still running and may send it any moment" if self.sender_running
+                   else "another `orders create` may be about to send it, or its process stopped before sending it")
+            said = f"recorded {_age(self.age)} ago and not sent yet: {how}"
+        return (f"order intent #{self.intent_id} is {self.state}, {said} (Idempotency-Key {self.idempotency_key}, "
+                f"ref {self.ref}); {wait}replay it with `{self.replay_command}`")
+
+
+def never_sent(intent: dict, running: bool | None, now: datetime) -> bool:
+    """Whether an open intent was never sent, and never will be unless a person replays its key.
+
+    Every send is marked (`sent_at`) in a commit before it (`order_intents.mark_sending`), so an INTENT whose
+    `sent_at` is NULL was never sent: a release that committed the intent and that mark apart left one when the
+    mark failed (a full disk) or its process died between the two. Never to be sent once the process that recorded
+    it is gone: its sender's lock is free (`running` False, partnerkit.senders: the lock is held from before the
+    intent is recorded until the send is over), or, for a row with no lock to ask (`running` None), it was recorded
+    longer ago than a send can wait (INTENT_ABANDONED_AFTER, `partnerkit status`'s rule for such rows). Its
+    replay (`--idempotency-key`) marks it and sends it then: once."""
+    from partnerkit.status._facts import INTENT_ABANDONED_AFTER  # status reads this package
+
+    if intent["state"] != "INTENT" or intent["sent_at"] is not None or running is True:
+        return False
+    if running is False:
+        return True
+    recorded = parse_ts(intent["created_at"])
+    return recorded is not None and now - recorded >= INTENT_ABANDONED_AFTER
 
 
 class UnresolvedOrder(errors.PartnerKitError):

@@ -239,12 +239,13 @@ def _unknown_recharges_line(status: dict[str, Any]) -> str | None:
     line = f"{count} recharge(s) with an unknown outcome (local id {ids or '...'}{more if ids else ''}): "
     gone = status["recharges_unknown_senders_gone"]
     if len(gone) == 1:
-        # An INTENT named at once (partnerkit.senders), not minutes on: the command to run comes first.
-        line += (f"the submit that recorded {gone[0]} is no longer running (killed while sending: its answer will "
-                 f"never come): `partnerkit recharges locate --local-id {_local_id(gone[0])}`; ")
+        # An INTENT named at once (partnerkit.senders), not minutes on: the command to run comes first. Its submit
+        # was killed while sending, or got its answer and could not store it (a full disk: it printed the answer).
+        line += (f"the submit that recorded {gone[0]} is no longer running; any answer it got was not stored: "
+                 f"`partnerkit recharges locate --local-id {_local_id(gone[0])}`; ")
     elif gone:
-        line += (f"the submits that recorded {', '.join(gone)} are no longer running (killed while sending: their "
-                 "answers will never come): `partnerkit recharges locate --local-id N` for each; ")
+        line += (f"the submits that recorded {', '.join(gone)} are no longer running; any answer they got was not "
+                 "stored: `partnerkit recharges locate --local-id N` for each; ")
     line += ("`partnerkit recharges locate --local-id N` searches the provider for each and links what it finds; if "
              "the provider shows none, ")
     replays = status["recharges_unknown_locate_replays"]
@@ -270,6 +271,16 @@ CLOSE_ADVICE = ("once the provider (or its support) confirms one was never made,
 ORDER_CLOSE_ADVICE = ("once the provider (or its support) confirms one was never placed, `partnerkit orders close N "
                       "--note TEXT` searches the order list once more and closes it: kept, no longer named here, "
                       "holding no new order back")
+
+
+def _never_sent_orders_line(named: list[str]) -> str:
+    """Order intents recorded and never sent (`partnerkit.ordering.never_sent`): nothing was ordered, and nothing
+    holds a new order back; a person decides whether the customer still wants it."""
+    return (f"{len(named)} order creation(s) recorded but never sent ({'; '.join(named[:5])}"
+            f"{'; ...' if len(named) > 5 else ''}): nothing was ordered for them and none holds a new order back; if "
+            "the customer still wants one, replay its key (`partnerkit orders create ... --idempotency-key KEY`, with "
+            "its ref: it is sent then, once); if not, or once it was ordered anew, `partnerkit orders close N --note "
+            "TEXT` closes it without a search (nothing was sent), and its key is never sent")
 
 
 def _held_elsewhere_line(status: dict[str, Any]) -> str:
@@ -425,6 +436,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
                      + (f"; not those marked \"{DO_NOT_REPLAY}\"" if any(DO_NOT_REPLAY in named for named in
                                                                   status["order_intents_unknown"]) else "")
                      + "; " + ORDER_CLOSE_ADVICE)
+    if status["order_intents_never_sent"]:
+        lines.append(_never_sent_orders_line(status["order_intents_never_sent"]))
     if status["orders_id_given_twice"]:
         lines.append(_orders_given_twice_line(status))
     if status["transactions_id_given_twice"]:

@@ -15,7 +15,7 @@ from partnerkit import disk, senders
 from partnerkit.config import Config
 from partnerkit.crypto import unreadable_tokens
 from partnerkit.money import from_cents
-from partnerkit.ordering import held_elsewhere
+from partnerkit.ordering import held_elsewhere, never_sent
 from partnerkit.status._attention import DO_NOT_REPLAY, REFUSED_AHEAD, attention, for_finance
 from partnerkit.status._receiver import receiver_facts
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
@@ -146,16 +146,31 @@ def lost_answers(config: Config, db: Database, now: datetime) -> list[dict]:
                   key=lambda r: r["local_id"])
 
 
-def lost_orders(db: Database, now: datetime) -> list[dict]:
-    """Order intents whose outcome nobody knows: UNKNOWN, INTENT whose `orders create` is no longer running, and
-    INTENT since before INTENT_ABANDONED_AFTER (a send never takes that long); oldest first. An INTENT whose
-    sender is gone carries `sender_gone`. Not one an operator closed (`orders close`)."""
+def lost_orders(db: Database, now: datetime) -> tuple[list[dict], list[dict]]:
+    """Order intents nobody will resolve by themselves, oldest first: (those whose outcome nobody knows, those never
+    sent). Unknown: UNKNOWN, INTENT whose `orders create` is no longer running, and INTENT since before
+    INTENT_ABANDONED_AFTER (a send never takes that long); an INTENT whose sender is gone carries `sender_gone`.
+    Never sent (`partnerkit.ordering.never_sent`): an INTENT never marked sending whose `orders create` is gone,
+    left by a release that committed the mark apart (a full disk failed it): nothing was placed. Not one an operator
+    closed (`orders close`)."""
     # One an operator closed (`orders close`: checked with the provider, never placed) nobody waits on.
     open_ones = [i for i in order_intents.open_ones(db) if order_intents.closure(db, i) is None]
     gone = senders_gone(db, [i for i in open_ones if i["state"] == "INTENT"], lambda i: order_intents.get(db, i["id"]))
     abandoned = now - INTENT_ABANDONED_AFTER
-    return [{**i, "sender_gone": i["id"] in gone} for i in open_ones
-            if i["state"] == "UNKNOWN" or i["id"] in gone or (parse_ts(i["updated_at"]) or now) < abandoned]
+    named = [{**i, "sender_gone": i["id"] in gone} for i in open_ones
+             if i["state"] == "UNKNOWN" or i["id"] in gone or (parse_ts(i["updated_at"]) or now) < abandoned]
+    database = database_file(db)
+    unsent = [i for i in named if i["sent_at"] is None and
+              never_sent(i, False if i["sender_gone"] else senders.row_running(database, i), now)]
+    return [i for i in named if i not in unsent], unsent
+
+
+def _unsent_named(intent: dict) -> str:
+    """An order intent of `order_intents_never_sent`: what it was, and when it was recorded."""
+    who = f" ({intent['sender']})" if intent["sender"] else ""
+    return (f"#{intent['id']} key {intent['idempotency_key']} ref {intent['ref']} (product {intent['product_id']}, "
+            f"{intent['quantity']} x {from_cents(intent['denomination_cents'])}, recorded {intent['created_at']}; the "
+            f"`orders create` that recorded it{who} stopped before sending it)")
 
 
 def _order_named(intent: dict) -> str:
@@ -330,6 +345,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     nightly_failed = nightly_last_error(db)
     report_dir_free, report_dir_unwritable = report_dir_state(config)
     turned_away = webhook_refusals.since(db, now - REFUSALS_WINDOW)
+    unknown_orders, unsent_orders = lost_orders(db, now)
     status: dict[str, Any] = {
         "checked_at": now,
         "last_webhook_at": latest[0]["received_at"] if latest else None,
@@ -375,7 +391,10 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "recharges_id_given_twice": len(given_twice),
         "recharges_id_given_twice_local_ids": sorted({local for _, local in given_twice})[:SHOWN_IDS],
         # `orders create` whose answer was lost (or whose process died while sending): named, to replay.
-        "order_intents_unknown": [_order_named(i) for i in lost_orders(db, now)],
+        "order_intents_unknown": [_order_named(i) for i in unknown_orders],
+        # `orders create` that recorded its intent and stopped before sending it (an older release, its sending mark
+        # failed on a full disk): nothing was placed, and none holds a new order back; replay it or close it.
+        "order_intents_never_sent": [_unsent_named(i) for i in unsent_orders],
         # Stored orders a record of another order under their id was refused for (an id given twice; a `--fixed-ids`
         # sandbox started again beside this database): the order sync's quarantined list records and the voucher
         # fetches parked on another order's detail. How many orders, and the first ten ids; they keep what they held.

@@ -42,6 +42,7 @@ from sqlite_utils import Database
 
 from partnerkit.errors import DatabaseBusy, StorageError
 from partnerkit.files import make_private_dirs, warn_if_readable_by_others
+from partnerkit.processes import database_writer
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +82,10 @@ class LockWait:
     silence looks like a hang): a shorter wait says nothing, and a later BEGIN of the same command that
     waits that long again (a sync's next page, a prune's next batch, minutes on) says so again. `gave_up`
     ends the DatabaseBusy message when the wait runs out (what the command had not done, e.g. that
-    nothing was sent to the provider)."""
+    nothing was sent to the provider). Both say who holds the lock (`partnerkit.processes.database_writer`):
+    partnerkit only when the holder is known to be partnerkit, a plain sqlite3 shell being another process."""
 
-    notice: Callable[[float], None]  # called with the whole wait, in seconds
+    notice: Callable[[float, str], None]  # called with the whole wait, in seconds, and who is writing
     gave_up: str = "try again in a minute"
 
 
@@ -268,7 +270,7 @@ def _begin_immediate(db: Database) -> None:
                     raise
                 if lock_wait is not None and now >= notice_at and not noticed:
                     noticed = True  # once per wait: this BEGIN's; the handle's next long wait says so again
-                    lock_wait.notice(timeout_ms / 1000)
+                    lock_wait.notice(timeout_ms / 1000, database_writer(database_file(db)))
                 time.sleep(min(pause, deadline - now))
                 pause = min(pause * 2, longest)
     finally:
@@ -330,8 +332,7 @@ def _gave_up(db: Database, exc: sqlite3.Error, failing: str) -> DatabaseBusy:
     if lock_wait is None:
         return DatabaseBusy(f"{failing}: {exc}")
     return DatabaseBusy(f"{failing}: the database stayed locked for {db.lock_wait_ms / 1000:.0f} s "
-                        "(another partnerkit process was writing all that time: a big day's match, a backup, a "
-                        f"prune or a key rewrap can hold it that long); nothing was written by this step; "
+                        f"({database_writer(database_file(db))}); nothing was written by this step; "
                         f"{lock_wait.gave_up}")
 
 

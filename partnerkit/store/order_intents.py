@@ -1,8 +1,8 @@
 """Order intents in SQLite (migration 10): recorded before `POST /api/v1/orders`, resolved after.
 
-`partnerkit.ordering.place_order` records one (committed before the request exists, in the
-transaction that finds no open intent of the same order `held`), marks it before each send, and
-resolves it: PLACED with the order it placed (in the transaction that stores the order), REFUSED,
+`partnerkit.ordering.place_order` records one and marks it sending (committed before the request exists, in
+the transaction that finds no open intent of the same order `held`; a resumed one is marked in the transaction
+that checks it), and resolves it: PLACED with the order it placed (in the transaction that stores the order), REFUSED,
 or UNKNOWN when the answer was lost. The order catch-up links an open intent to the listed order
 carrying its ref (`link_by_ref`). Money is integer paise, times fixed-width UTC text
 (`partnerkit.store.jobs.stamp`), so they compare as text.
@@ -85,14 +85,18 @@ def get(db: Database, intent_id: int) -> dict | None:
     return rows[0] if rows else None
 
 
-def mark_sending(db: Database, intent_id: int, now: datetime, *, sender_lock: int | None = None,
+def mark_sending(conn: sqlite3.Connection, intent_id: int, now: datetime, *, sender_lock: int | None = None,
                  sender: str | None = None) -> None:
-    """Committed before each send: a REFUSED intent sent again is open (INTENT) until answered. The sender is
-    this send's (NULL when it holds no lock), never an earlier one's, whose lock may be long free."""
-    with transaction(db) as conn:
-        conn.execute("UPDATE order_intents SET state = CASE state WHEN 'REFUSED' THEN 'INTENT' ELSE state END, "
-                     "sent_at = ?, updated_at = ?, sender_lock = ?, sender = ? WHERE id = ?",
-                     (stamp(now), stamp(now), sender_lock, sender, intent_id))
+    """Mark a send about to begin (inside the caller's transaction: the one that records or resumes the intent,
+    committed before the request exists): a REFUSED intent sent again is open (INTENT) until answered. The sender
+    is this send's (NULL when it holds no lock), never an earlier one's, whose lock may be long free.
+
+    `sent_at` is NULL only on an intent that was never marked, so never sent: a row of a release that committed
+    the intent and this mark apart, whose mark failed (a full disk) or whose process died between the two
+    (`partnerkit.ordering.never_sent`)."""
+    conn.execute("UPDATE order_intents SET state = CASE state WHEN 'REFUSED' THEN 'INTENT' ELSE state END, "
+                 "sent_at = ?, updated_at = ?, sender_lock = ?, sender = ? WHERE id = ?",
+                 (stamp(now), stamp(now), sender_lock, sender, intent_id))
 
 
 def mark_unknown(db: Database, intent_id: int, error: str, now: datetime) -> None:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -18,6 +21,7 @@ from click.testing import CliRunner
 
 from partnerkit.cli import cli
 from partnerkit.config import config_as_env
+from partnerkit.processes import is_partnerkit
 from partnerkit.store import meta, open_db, transaction
 from partnerkit.store.db import COMMAND_BUSY_TIMEOUT_MS, WORKER_BUSY_TIMEOUT_MS, LockWait, connect
 from partnerkit.store.migrations import current_version, discover, migrate
@@ -26,7 +30,11 @@ from reconcile.worker_jobs import JobRunner, JobSpec
 from tests.conftest import account_of
 from tests.reliability.storage_faults import held_write_lock
 
-NOTICE = "waiting for the database: another partnerkit process is writing"
+NOTICE = "waiting for the database: another "
+# Who holds the lock in these tests: a connection of the test's own process (`held_write_lock`), as the notice and
+# the error say it (partnerkit.processes.database_writer).
+HOLDER = "another connection of this process is writing: a big day's match, a backup, a prune or a key rewrap can " \
+         "hold it for seconds"
 PRUNE = JobSpec("prune-events", "partnerkit.retention:prune_events", 3600, 60, "housekeeping", calls_api=False)
 
 
@@ -83,8 +91,7 @@ def test_a_submit_waits_out_a_hold_shorter_than_its_wait_and_says_so_once(
     # measured by the clock: that it did not end before the hold did is what exit 0 says already.
     assert result.exit_code == 0, result.output
     notices = [line for line in result.stderr.splitlines() if NOTICE in line]
-    assert notices == [f"{NOTICE} (a big day's match, a backup, a prune or a key rewrap can hold it for seconds); "
-                       f"waiting up to {COMMAND_BUSY_TIMEOUT_MS // 1000} s"]
+    assert notices == [f"waiting for the database: {HOLDER}; waiting up to {COMMAND_BUSY_TIMEOUT_MS // 1000} s"]
     assert json.loads(result.stdout)["status"] == "PROCESSING"
     assert len(recharges_at_the_sandbox(sandbox_server, "9811111115")) == 1
 
@@ -95,7 +102,7 @@ def test_each_wait_past_the_threshold_says_so_once_and_a_shorter_one_says_nothin
     # waiting connection has said it waits (past the threshold by definition, however busy the machine), then
     # 0.3 s of further tries that must say nothing more; the short one is 0.05 s against the real 1 s threshold.
     notices: list[float] = []
-    db = open_db(db_path, busy_timeout_ms=60_000, lock_wait=LockWait(notice=notices.append))
+    db = open_db(db_path, busy_timeout_ms=60_000, lock_wait=LockWait(notice=lambda waited, _: notices.append(waited)))
     try:
         seen = []
         for long in (True, False, True):  # a wait past the threshold, a short one, then a long one again
@@ -119,10 +126,9 @@ def test_a_hold_longer_than_the_wait_is_one_line_exit_1_nothing_recorded_nothing
     assert result.exit_code == 1
     assert "Traceback" not in result.output
     [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert error == ("Error: cannot start a transaction: the database stayed locked for 1 s (another partnerkit "
-                     "process was writing all that time: a big day's match, a backup, a prune or a key rewrap can "
-                     "hold it that long); nothing was written by this step; no recharge was sent to the provider; "
-                     "submit it again once the database is free")
+    assert error == (f"Error: cannot start a transaction: the database stayed locked for 1 s ({HOLDER}); nothing "
+                     "was written by this step; no recharge was sent to the provider; submit it again once the "
+                     "database is free")
     assert recharges_at_the_sandbox(sandbox_server, "9811111116") == []
     db = open_db(sandbox_config.db_path)
     try:
@@ -196,9 +202,7 @@ def test_a_migration_pending_at_open_under_a_longer_hold_is_one_line_exit_1_noth
     assert result.stderr.count(NOTICE) == 1
     [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert error == (f"Error: cannot apply schema migration {newest.version} ({newest.name}): the database stayed "
-                     "locked for 1 s (another partnerkit process was writing all that time: a big day's match, a "
-                     "backup, a prune or a key rewrap can hold it that long); nothing was written by this step; "
-                     "try again in a minute")
+                     f"locked for 1 s ({HOLDER}); nothing was written by this step; try again in a minute")
     # Nothing applied, nothing lost: the next command (the lock free) applies it.
     assert version_and_row(one_migration_behind) == (newest.version - 1, "yes")
     assert CliRunner().invoke(cli, ["drifts", "list"]).exit_code == 0
@@ -230,3 +234,91 @@ def test_a_worker_job_meeting_a_long_hold_logs_one_warning_per_episode_and_runs_
 def test_a_lease_renewal_that_waits_the_worker_s_whole_busy_timeout_still_lands_before_the_lease_lapses():
     assert scheduler.LEASE_RENEW_S + WORKER_BUSY_TIMEOUT_MS / 1000 < scheduler.LEASE_TTL_S
     assert WORKER_BUSY_TIMEOUT_MS > 5000  # longer than the default: a job waits out a few seconds' hold
+
+
+_HOLD = ("import sqlite3, sys\n"
+         "conn = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "conn.execute('BEGIN IMMEDIATE')\n"
+         "print('held', flush=True)\n"
+         "sys.stdin.readline()\n"
+         "conn.execute('ROLLBACK')\n")
+
+
+class _Holder:
+    """Another process holding the write lock (`held_by`), until `release`."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process, self.pid = process, process.pid
+
+    def release(self) -> None:
+        """End its transaction and its input (idempotent): a sqlite3 shell and the Python holder both end then."""
+        if self.process.stdin.closed:
+            return
+        try:
+            self.process.stdin.write("ROLLBACK;\n")  # the shell's; a line that ends the Python holder's wait
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass
+
+
+@contextmanager
+def held_by(program: str, db_path):
+    """The write lock held by another process, until `release`: a `sqlite3` shell inside a transaction, or a Python
+    process whose command line reads as partnerkit's console script (`partnerkit -c ...`)."""
+    if program == "sqlite3":
+        if shutil.which("sqlite3") is None:
+            pytest.skip("no sqlite3 shell on this machine")
+        process = subprocess.Popen(["sqlite3", str(db_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        process.stdin.write("BEGIN IMMEDIATE;\nSELECT 'held';\n")
+        process.stdin.flush()
+    else:
+        process = subprocess.Popen(["partnerkit", "-c", _HOLD, str(db_path)], executable=sys.executable,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = _Holder(process)
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.release()
+        process.wait(30)
+        process.stdout.close()
+
+
+@pytest.mark.parametrize("program, said", [
+    ("sqlite3", "another process (pid {pid}: sqlite3), not partnerkit, is writing: it holds the lock until its "
+                "transaction ends (in a sqlite3 shell, until COMMIT or ROLLBACK there)"),
+    ("partnerkit", "another partnerkit process (pid {pid}) is writing: a big day's match, a backup, a prune or a "
+                   "key rewrap can hold it for seconds"),
+])
+def test_the_notice_names_the_process_holding_the_lock_and_partnerkit_only_when_it_is(db_path, monkeypatch,
+                                                                                     program, said):
+    monkeypatch.setattr("partnerkit.store.db.LOCK_NOTICE_AFTER_S", 0.3)
+    writers: list[str] = []
+    db = open_db(db_path)
+    db.conn.close()
+    with held_by(program, db_path) as holder:
+        def noticed(waited: float, writer: str) -> None:
+            writers.append(writer)
+            holder.release()  # let go once named
+
+        db = open_db(db_path, busy_timeout_ms=60_000, lock_wait=LockWait(notice=noticed))
+        try:
+            with transaction(db):  # its BEGIN waits for the lock
+                pass
+        finally:
+            db.conn.close()
+    assert writers == [said.format(pid=holder.pid)]
+
+
+@pytest.mark.parametrize("argv, ours", [
+    (["/opt/partnerkit/.venv/bin/partnerkit", "worker"], True),
+    (["/opt/partnerkit/.venv/bin/python3", "/opt/partnerkit/.venv/bin/partnerkit", "status"], True),
+    (["python3", "-m", "partnerkit", "orders", "sync"], True),
+    (["/usr/bin/python3", "-m", "receiver.gunicorn_app", "--bind", "127.0.0.1:8000"], True),
+    (["gunicorn: worker [partnerkit-receiver]"], True),
+    (["sqlite3", "/var/lib/partnerkit/partnerkit.db"], False),  # the path names partnerkit; the program does not
+    (["/opt/partnerkit/.venv/bin/python3", "backup.py", "/var/lib/partnerkit/partnerkit.db"], False),
+    (["python3", "-m", "sqlite3", "partnerkit.db"], False),
+])
+def test_a_command_line_is_partnerkit_by_its_program_never_by_its_arguments(argv, ours):
+    assert is_partnerkit(argv) is ours

@@ -84,7 +84,7 @@ def test_a_killed_submit_is_named_at_once_by_status_the_hold_and_locate(server, 
     assert status["recharges_unknown_local_ids"] == [local_id]
     assert status["recharges_unknown_senders_gone"] == [f"#{local_id} ({sender})"]
     assert (f"1 recharge(s) with an unknown outcome (local id {local_id}): the submit that recorded #{local_id} "
-            f"({sender}) is no longer running (killed while sending: its answer will never come): `partnerkit "
+            f"({sender}) is no longer running; any answer it got was not stored: `partnerkit "
             f"recharges locate --local-id {local_id}`; ") in "\n".join(status["attention"])
     shown = partnerkit(config, "status", "--check", "--format", "json", code=1)
     assert json.loads(shown.stdout)["recharges_unknown_senders_gone"] == [f"#{local_id} ({sender})"]
@@ -92,15 +92,15 @@ def test_a_killed_submit_is_named_at_once_by_status_the_hold_and_locate(server, 
     # The same command again is refused, saying why.
     rerun = partnerkit(config, *submit_args, code=1)
     assert f"local recharge #{local_id} is INTENT, submitted " in rerun.stderr
-    assert (f" ago and the `recharges submit` that recorded it ({sender}) is no longer running: its answer will "
-            f"never come (Idempotency-Key {row['idempotency_key']}") in rerun.stderr
+    assert (f" ago and the `recharges submit` that recorded it ({sender}) is no longer running; any answer it got "
+            f"was not stored (Idempotency-Key {row['idempotency_key']}") in rerun.stderr
     assert "once that command has ended" not in rerun.stderr
 
     # Locate while the provider's list cannot be read: the row stays open, and the message says whose it was.
     server.sandbox.settings.faults = {"http_500": {"scope": LIST}}
     unread = partnerkit(config, "recharges", "locate", "--local-id", str(local_id), code=3)
-    assert (f"Its row is still INTENT: the `recharges submit` that recorded it ({sender}) is no longer running: "
-            "its answer will never come.") in unread.stderr
+    assert (f"Its row is still INTENT: the `recharges submit` that recorded it ({sender}) is no longer running; "
+            "any answer it got was not stored.") in unread.stderr
     server.sandbox.settings.faults = {}
 
     # The killed send had reached the provider: let it finish there, and locate links it without sending it again.

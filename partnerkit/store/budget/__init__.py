@@ -44,8 +44,8 @@ from partnerkit.store.budget._refusals import names_the_clock as refusal_names_t
 from partnerkit.store.budget._refusals import pause_until as refusal_pause_until
 from partnerkit.store.budget._shares import background_reserve, poller_cap, poller_reserve, walk_reserve
 from partnerkit.store.budget._window import (ALSO_SPENDS, DEFAULT_BLOCK_S, GENERAL, ORDER_CREATE, Limit, ProviderView,
-                                             Ticket, block_seconds, key_hash, seconds_until_reset, wait_needed,
-                                             within_window)
+                                             Ticket, after_429, block_seconds, duration, key_hash,
+                                             seconds_until_reset, wait_needed, within_window)
 
 __all__ = [
     "ALSO_SPENDS",
@@ -60,8 +60,10 @@ __all__ = [
     "Limit",
     "ProviderView",
     "Ticket",
+    "after_429",
     "background_reserve",
     "block_seconds",
+    "duration",
     "key_hash",
     "others_tolerance",
     "poller_cap",

@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 from partnerkit.errors import BudgetExhausted
 from partnerkit.store.budget import _notes, _others, _refusals
-from partnerkit.store.budget._window import (ALSO_SPENDS, GENERAL, ORDER_CREATE, Limit, ProviderView, Ticket, _duration,
+from partnerkit.store.budget._window import (ALSO_SPENDS, GENERAL, ORDER_CREATE, Limit, ProviderView, Ticket, duration,
                                              _per, block_seconds, key_hash, seconds_until_reset, wait_needed)
 from partnerkit.store.db import Database, open_db, transaction
 from partnerkit.store.jobs import stamp
@@ -86,7 +86,7 @@ class Budget:
             remaining_wait = deadline - self._now()
             if not wait or needed > remaining_wait:
                 raise BudgetExhausted(
-                    f"request budget {budget_class!r} has no room for {purpose!r}; retry in {_duration(needed)}{why}",
+                    f"request budget {budget_class!r} has no room for {purpose!r}; retry in {duration(needed)}{why}",
                     retry_after=needed,
                     budget_class=budget_class,
                 )

@@ -46,9 +46,19 @@ class ProviderView:
     blocked_until: float | None = None
 
 
-def _duration(seconds: float) -> str:
-    """12.0s, or 58 min once it is minutes (a spent hourly budget says "retry in 60 min", not 3600.0s)."""
+def duration(seconds: float) -> str:
+    """12.0s, or 58 min once it is minutes (a spent hourly budget says "retry in 60 min", not 3600.0s); the one
+    wording of a wait, for the budget's refusal and a command's 429 alike."""
     return f"{seconds:.1f}s" if seconds < 120 else f"{round(seconds / 60)} min"
+
+
+def after_429(nothing: str, retry_after: float | None) -> str:
+    """What the provider's 429 to a write means, for the end of its message: `nothing` was made (a 429 is a definite
+    refusal: `errors.is_ambiguous`), and when to send again: the 429's block of the budget class (`block_seconds`: the
+    client sets the error's `retry_after` to it), in the words the next attempt's refusal uses ("retry in 7 min")."""
+    when = f"retry in {duration(retry_after)}" if retry_after is not None else "retry once the block lifts"
+    return (f"{nothing} (a 429 is the provider's refusal, given before it reads the request); {when}: until then "
+            "partnerkit sends no such request (`partnerkit budget show` names the block)")
 
 
 def _per(window_s: float) -> str:
