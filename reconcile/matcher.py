@@ -127,8 +127,8 @@ def wallet_balances(conn: Any, day: date, now: datetime, totals: list[dict[str, 
     snapshot = ledger_store.snapshot_near(conn, start, end, iso(max(now, snapshots_through or now)))
     if snapshot is not None:
         taken_at, balances = snapshot
-        # The report's own sync read these balances after its walks, which began at `now`: what a read begun by then
-        # listed was made before the balances were read (compare_wallet).
+        # The report's own sync read these balances after its walks, which began at `now`: what they listed (stamped
+        # `now`) was made before the balances were read (compare_wallet).
         listed_by = iso(now) if snapshots_through is not None and taken_at == iso(snapshots_through) else None
         for currency, balance in balances.items():
             w = wallets.setdefault(currency, {"debits": 0, "credits": 0, "opening": None, "closing": None})
@@ -143,8 +143,10 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int, *,
 
     `ledger_then`: the balance_after of the last entry up to the read, on any day (None: the store holds none,
     or it carries no balance_after); `ledger_entry`: that entry's id. `listed_by`: when the read's own sync began
-    its walks, given when the balance is the one that sync read after them (wallet_balances): an entry a read
-    begun by then listed (`synced_at`) was made before the balance was read, whatever its date, so the last such
+    its walks, given when the balance is the one that sync read after them (wallet_balances): an entry those walks
+    listed (`synced_at` is exactly `listed_by`) was made before the balance was read, whatever its date (an earlier
+    stamp is not enough: another process's read begun earlier may have listed it after the balance was read), so the
+    last such
     entry dated after the read (within TIMING_ENTRIES), when there is one, is the ledger's entry then. `verdict`
     (None when not compared):
 
@@ -153,7 +155,7 @@ def compare_wallet(conn: Any, currency: str, taken_at: str, provider: int, *,
       balance through entries dated after the read (made before it on a clock ahead of ours) or, read back,
       through entries dated in the CLOCK_BEHIND before it (made after it on a clock behind ours);
       `explained_by` names them. A deleted movement breaks the chain at the next entry, so it is never timing.
-      An entry a read begun by `listed_by` listed was made before the read: the chain runs forward only from the
+      An entry the walks of `listed_by` listed was made before the read: the chain runs forward only from the
       last such entry, and none is read back (the demo's deleted refund of order 5007 netted with its debit,
       dated after the read, and read as timing). An entry dated out of order is timing too: the provider's
       balance is the balance_after of the entry it made last (by id) from `since_day` (the report's day) up to the
@@ -204,10 +206,10 @@ _Around = tuple[list[ledger_store.Entry], list[ledger_store.Entry]]  # the entri
 
 def _made_before(dated: ledger_store.Entry, around: _Around, listed_by: str) -> tuple[ledger_store.Entry, _Around]:
     """The ledger's last entry at the read and the entries around it that may be timing (see compare_wallet):
-    the last entry dated after the read that a read begun by `listed_by` listed, with the entries after it and
+    the last entry dated after the read that the walks begun at `listed_by` listed, with the entries after it and
     none before (it and every entry before it were made before the read), else `dated` and `around` as read."""
     after = around[0]
-    listed = [i for i, entry in enumerate(after) if entry.synced_at is not None and entry.synced_at <= listed_by]
+    listed = [i for i, entry in enumerate(after) if entry.synced_at == listed_by]
     if not listed:
         return dated, around
     return after[listed[-1]], (after[listed[-1] + 1:], [])
@@ -228,8 +230,8 @@ def _timing(then: ledger_store.Entry, provider: int, after: list[ledger_store.En
     for entry in before:  # backward: the balance before each entry, while the chain holds
         if entry.balance_after_cents is None or entry.balance_after_cents != balance:
             break
-        if listed_by is not None and entry.synced_at is not None and entry.synced_at <= listed_by:
-            break  # listed before the balance was read: made before it, not after on a clock behind ours
+        if listed_by is not None and entry.synced_at == listed_by:
+            break  # listed by the walks before the balance was read: made before it, not after on a clock behind ours
         balance = entry.balance_after_cents - entry.amount_cents
         ids.insert(0, entry.id)
         if balance == provider:
