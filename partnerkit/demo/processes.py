@@ -4,8 +4,9 @@ and the short commands it runs, waited for so that a Ctrl-C stops them and the d
 Each child runs in its own session, so it is the leader of its own process group: the gunicorn
 master and its forked workers share that group, and one `killpg` reaches all of them even after a
 worker has been re-parented. Ctrl-C in the terminal reaches only the demo (and a short command it
-is running, in its group), which then stops its children in order. Every group id is written to a pids file in the working directory, so a demo
-that was killed with SIGKILL is cleaned up by the next run.
+is running, in its group), which then stops its children in order. Every group id is written to a
+pids file in the working directory, so a demo that was killed with SIGKILL is cleaned up by the
+next run.
 """
 
 from __future__ import annotations
