@@ -54,13 +54,15 @@ class FailureLog:
         self.passes = 0  # passes failed since the last good one
         self._logged_at = float("-inf")
 
-    def failed(self, error: str, **extra: object) -> None:
-        """Count a failed pass; log it when the failure is new, its error changed, or it was last logged long ago."""
+    def failed(self, error: str, *, exc_info: BaseException | None = None, **extra: object) -> None:
+        """Count a failed pass; log it when the failure is new, its error changed, or it was last logged long ago
+        (with `exc_info`'s traceback, when given: a bug's)."""
         self.passes += 1
         now = time.monotonic()
         if error == self.error and now - self._logged_at < self.repeat_s:
             return
         log.warning(f"{self.chore} failed" if error != self.error else f"{self.chore} still failing",
+                    exc_info=exc_info,
                     extra={"error": error, "failed_passes": self.passes, "logged_again_after_s": self.repeat_s,
                            **extra})
         self.error, self._logged_at = error, now
@@ -89,6 +91,7 @@ class Housekeeper:
         self.last: tuple[int, int, int] | None = None  # the latest checkpoint's (busy, log frames, checkpointed)
         self.checkpoints = FailureLog("WAL checkpoint", failure_repeat_s)
         self.refusal_saves = FailureLog("saving the refused deliveries' counts", failure_repeat_s)
+        self.unexpected = FailureLog("housekeeping pass", failure_repeat_s)  # what no chore guards against
         self._thread = threading.Thread(target=self._run, name="partnerkit-housekeeper", daemon=True)
 
     def start(self) -> "Housekeeper":
@@ -129,22 +132,48 @@ class Housekeeper:
         return saved
 
     def _run(self) -> None:
-        next_save = time.monotonic() + self.save_every_s
+        next_save: float | None = None
         while not self._stop.wait(self.interval_s):
+            # The thread outlives any exception of a pass, a bug's included (a logging filter that raises, a
+            # patched clock): ended, it would checkpoint and save nothing again, not even the tally at exit.
             try:
-                self.checkpoint()
-            except Exception as exc:  # keep going: the request connections' backstop still bounds the WAL
-                self.checkpoints.failed(str(exc)[:200])
-                self._close()
+                next_save = self._pass(next_save)
+            except Exception as exc:
+                self._survive(exc)
             else:
-                self.checkpoints.worked()
-            if time.monotonic() >= next_save:
-                self.save_refusals()
-                next_save = time.monotonic() + self.save_every_s
-        self.save_refusals()  # the worker exits: what it counted since the last save
-        if self.refusals is not None and self.refusals.pending():
-            log.warning("refused deliveries' counts lost at exit", extra={"refusals_lost": self.refusals.pending()})
-        self._close()
+                self.unexpected.worked()
+        try:
+            self.save_refusals()  # the worker exits: what it counted since the last save
+            if self.refusals is not None and self.refusals.pending():
+                log.warning("refused deliveries' counts lost at exit",
+                            extra={"refusals_lost": self.refusals.pending()})
+        except Exception as exc:
+            self._survive(exc)
+        finally:
+            self._close()
+
+    def _pass(self, next_save: float | None) -> float:
+        """One checkpoint, and the tally's save when `next_save` (monotonic) has come; the next save's time."""
+        if next_save is None:
+            next_save = time.monotonic() + self.save_every_s
+        try:
+            self.checkpoint()
+        except Exception as exc:  # keep going: the request connections' backstop still bounds the WAL
+            self.checkpoints.failed(str(exc)[:200])
+            self._close()
+        else:
+            self.checkpoints.worked()
+        if time.monotonic() >= next_save:
+            self.save_refusals()
+            next_save = time.monotonic() + self.save_every_s
+        return next_save
+
+    def _survive(self, exc: Exception) -> None:
+        """Log an exception no chore expected, as FailureLog does (with its traceback), and carry on."""
+        try:
+            self.unexpected.failed(f"{type(exc).__name__}: {exc}"[:200], exc_info=exc)
+        except Exception:  # the logging itself failing: nothing is left to tell, the thread goes on all the same
+            pass
 
     def _close(self) -> None:
         if self._conn is not None:

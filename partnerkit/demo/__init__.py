@@ -97,6 +97,7 @@ def _play(stack: Stack, progress: Progress, log_stream, keep_running: bool) -> N
 
         reports = []
         for one_day in day.sandbox_days(outcome.first_day):
+            checkpoint()  # a reconciliation runs seconds without a pause
             progress.step(f"reconciling {one_day} (sync recharges, orders, transactions; match; report), as "
                           f"`partnerkit reconcile --date {one_day}` does")
             reports.append(reconcile_day(config, db, client, one_day))

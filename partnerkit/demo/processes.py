@@ -1,10 +1,12 @@
-"""The demo's child processes: free loopback ports, start, wait until ready, stop (never an orphan).
+"""The demo's child processes: free loopback ports, start, wait until ready, stop (never an orphan);
+and the short commands it runs, waited for so that a Ctrl-C stops them and the demo at once (`run_to_end`).
 
 Each child runs in its own session, so it is the leader of its own process group: the gunicorn
 master and its forked workers share that group, and one `killpg` reaches all of them even after a
-worker has been re-parented. Ctrl-C in the terminal reaches only the demo, which then stops its
-children in order. Every group id is written to a pids file in the working directory, so a demo
-that was killed with SIGKILL is cleaned up by the next run.
+worker has been re-parented. Ctrl-C in the terminal reaches only the demo (and a short command it
+is running, in its group), which then stops its children in order. Every group id is written to a
+pids file in the working directory, so a demo that was killed with SIGKILL is cleaned up by the
+next run.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Callable
 
 import requests
 
-from partnerkit.demo.signals import pause
+from partnerkit.demo.signals import checkpoint, pause
 from partnerkit.processes import alive
 
 STOP_TIMEOUT_S = 10.0  # gunicorn's graceful_timeout; then SIGKILL
+COMMAND_POLL_S = 0.1  # how often the wait for a short command looks for a noted Ctrl-C or SIGTERM
+COMMAND_STOP_S = 5.0  # an interrupted command: SIGINT, then SIGKILL after this long
 OUR_COMMANDS = ("partnerkit", "receiver.gunicorn_app")  # what a stale pid must look like before we kill it
 
 
@@ -176,6 +180,47 @@ class Child:
                 except (ProcessLookupError, PermissionError):
                     pass
         self.process = None
+
+
+def run_to_end(name: str, argv: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run a short command (a `partnerkit ...` the demo calls, e.g. `orders create`), its output captured.
+
+    Unlike subprocess.run, its wait ends at a Ctrl-C or SIGTERM the demo noted (signals.checkpoint, every
+    COMMAND_POLL_S): the command is stopped (SIGINT, as Ctrl-C in a terminal stops it) and Interrupted raised.
+    A command takes seconds on a busy machine and the demo runs several in a row, so waiting for their ends
+    kept the demo, and what it started, running for seconds after the user asked it to stop. A command that
+    failed because the terminal's Ctrl-C reached it too (it is in the demo's process group) raises
+    Interrupted as well, not its own failure. ProcessFailed, naming the command as `name`, after `timeout_s`."""
+    checkpoint()  # noted before: nothing more is started
+    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:  # communicate again after its timeout loses no output (the subprocess documentation)
+                stdout, stderr = process.communicate(timeout=COMMAND_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                checkpoint()
+                if time.monotonic() >= deadline:
+                    raise ProcessFailed(f"`{name}` did not finish within {timeout_s:.0f} s") from None
+    except BaseException:
+        _end_command(process)
+        raise
+    checkpoint()
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def _end_command(process: subprocess.Popen) -> None:
+    """Stop an unfinished command as Ctrl-C does (its own clean-up runs), SIGKILL if it lingers; reap it."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=COMMAND_STOP_S)
+            return
+        except subprocess.TimeoutExpired:
+            process.kill()
+    process.communicate()
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -14,6 +14,7 @@ from datetime import date, datetime
 from typing import Any, Callable, TypeVar
 
 from partnerkit.demo.output import Progress
+from partnerkit.demo.signals import checkpoint
 from partnerkit.demo.stack import DemoError, Stack
 from partnerkit.demo.watch import WatchedOrder, WatchedRecharge, Watcher, wait_until
 from partnerkit.money import fmt
@@ -104,6 +105,7 @@ class ScriptedDay:
 
     def recharges(self) -> None:
         for mobile, operator_id, operator, face, script in RECHARGES:
+            checkpoint()  # a Ctrl-C noted during the last one: no further recharge (the loop never pauses)
             done = submit(self.config, self.db, self.client, mobile_number=mobile, operator_id=operator_id,
                           amount=face)
             r = done.recharge
@@ -118,6 +120,7 @@ class ScriptedDay:
                 line += f" ({r.failure_reason or 'declined'}; credited back)"
             self.p.step(line)
         mobile, operator_id, _, face, _ = RECHARGES[0]
+        checkpoint()
         try:
             submit(self.config, self.db, self.client, mobile_number=mobile, operator_id=operator_id, amount=face)
         except DuplicateSubmit as exc:

@@ -5,8 +5,11 @@ finalizer (urllib3 closing a connection pool), its exception was printed and dro
 the demo ran on to exit 0; landing between a BEGIN and the `try` that rolls it back, it left a
 transaction open. So the handler only notes the signal, and raises `Interrupted` itself only while
 the demo sleeps in `pause`. Everywhere else the signal is raised at the next `pause` or
-`checkpoint`: the demo's waits poll every 0.1-1 s, and `run_demo` checks once more before it
-reports success.
+`checkpoint`: the demo's waits poll every 0.1-1 s, a command it runs (`partnerkit orders create`,
+seconds on a busy machine) is waited for in 0.1 s steps and stopped (`processes.run_to_end`), each
+in-process step of a series (a recharge, a day's reconciliation) begins with a checkpoint, and
+`run_demo` checks once more before it reports success. So the demo stops within one such step of
+the signal, never at the end of a series of them.
 """
 
 from __future__ import annotations

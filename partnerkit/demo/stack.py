@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,7 +21,7 @@ from typing import Any
 import requests
 
 from partnerkit.config import Config, load_config
-from partnerkit.demo.processes import Child, PidsFile, free_port
+from partnerkit.demo.processes import Child, PidsFile, ProcessFailed, free_port, run_to_end
 from partnerkit.timeutil import utcnow
 
 MARKER = ".partnerkit-demo"
@@ -180,8 +179,11 @@ class Stack:
 
     def run_command(self, *args: str) -> Any:
         """Run `partnerkit --config <demo env> ARGS` (with --format json) and return its parsed output."""
-        done = subprocess.run(self.partnerkit_argv(*args), env=self.child_env(), capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        try:  # a Ctrl-C or SIGTERM stops the command and the demo at once, not when the command ends
+            done = run_to_end(f"partnerkit {' '.join(args[:2])}", self.partnerkit_argv(*args), self.child_env(),
+                              COMMAND_TIMEOUT_S)
+        except ProcessFailed as exc:
+            raise DemoError(str(exc)) from exc
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise DemoError(f"`partnerkit {' '.join(args[:2])}` failed (exit {done.returncode}): {last}")

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from partnerkit.demo.processes import group_members
 from partnerkit.processes import alive
 
 SPEED = "150"
 RUN_TIMEOUT_S = 90
+HUNG_S = 120  # waits for a signalled demo to stop: only one that does not stop at all takes this long
 REPORT_LINE = re.compile(r"^\s+(HTML|CSV|JSON)\s+(\S+)\s*$", re.M)
 
 
@@ -156,7 +158,7 @@ def test_demo_runs_end_to_end_then_again_in_the_same_workdir(tmp_path: Path) -> 
         # may already have written an earlier day's report (CI saw one of two days before).
         assert [path for _, path in REPORT_LINE.findall(first.stdout) if (tmp_path / path).exists()] == []
         second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=30) == 128 + signal.SIGTERM
+        assert second.wait(timeout=HUNG_S) == 128 + signal.SIGTERM
         assert "every process it started has been stopped" in second.stderr.read()  # type: ignore[union-attr]
         assert_no_survivors(workdir)
         assert voucher_key(workdir) not in "".join(seen)
@@ -218,20 +220,70 @@ def test_a_dead_worker_fails_the_demo_in_one_line_and_stops_the_rest(tmp_path: P
             process.wait()
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("signum, after", [(signal.SIGINT, "worker: `partnerkit worker`"),
-                                           (signal.SIGTERM, "order 5003:")])
-def test_a_signal_during_the_demo_stops_every_child(tmp_path: Path, signum: int, after: str) -> None:
-    workdir = tmp_path / "demo"
-    process, _ = _start_and_wait_for(workdir, tmp_path, after)
+# The line of a step that places something: `recharge 100001 (RCH...): 199.00 to 98...` or `order 5003: 25 x ...`
+# (not the watcher's lines about what was placed before: `recharge 100003 (...): PROCESSING -> SUCCESS`).
+PLACED = re.compile(r"^\[\s*\d+s\] (recharge \d+ \(\S+\): \d+\.\d\d to |order \d+: \d+ x )", re.M)
+
+
+def _frozen(pids: list[int]) -> bool:
+    """Every pid stopped by SIGSTOP (state T in /proc), or past running anything (a command that had just
+    exited is a zombie until the stopped demo reaps it)."""
+    def state(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            return "gone"
+    return all(state(pid) in ("T", "Z", "X", "gone") for pid in pids)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("signum, after, to_group", [
+    (signal.SIGINT, "order 5001:", True),  # Ctrl-C in a terminal: the demo and the command it runs both get it
+    (signal.SIGTERM, "order 5001:", False),  # kill: the demo alone gets it, and stops the command it runs
+    (signal.SIGTERM, "worker: `partnerkit worker`", False),  # during the recharges, placed in this process
+])
+def test_a_signal_during_the_demo_stops_it_at_the_step_it_was_in_and_stops_every_child(
+        tmp_path: Path, signum: int, after: str, to_group: bool) -> None:
+    """The stage, not the time: the demo is frozen (SIGSTOP to its process group) when it has printed `after`,
+    signalled, and let go. After that it may finish the one step it was in, never start another: before, it
+    went on placing orders until its next pause, five of them on a busy machine."""
+    workdir, out = tmp_path / "demo", tmp_path / "demo.out"
+    with open(out, "w") as stdout:  # a file, not a pipe: what it holds when the demo is frozen is all it printed
+        process = subprocess.Popen(demo_argv(workdir), stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                   env=demo_env(), cwd=tmp_path, start_new_session=True)
     try:
+        deadline = time.monotonic() + HUNG_S  # a broken run only, as every bound here
+        while after not in out.read_text():
+            assert time.monotonic() < deadline and process.poll() is None, out.read_text()
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGSTOP)  # the demo and the `partnerkit` command it may be running
+        members = group_members(process.pid)
+        while not _frozen(members):
+            assert time.monotonic() < deadline, members
+            time.sleep(0.01)
+        before = out.read_text()
         pids = recorded_pids(workdir)
         assert pids and all(alive(p) for p in pids)
-        process.send_signal(signum)
-        assert process.wait(timeout=30) == 128 + signum
+        if to_group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        os.killpg(process.pid, signal.SIGCONT)
+        assert process.wait(timeout=HUNG_S) == 128 + signum
         assert "every process it started has been stopped" in process.stderr.read()  # type: ignore[union-attr]
+        printed = out.read_text()
+        assert printed.startswith(before)
+        later = printed[len(before):]
+        assert "interrupted: stopping everything the demo started" in later
+        # At most the step the demo was in: its command (or its call to the sandbox) had ended, its line not yet.
+        assert len(PLACED.findall(later)) <= 1, later
         assert_no_survivors(workdir)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        if process.poll() is None:  # a failed check above: SIGTERM, so that it stops its children too
+            os.killpg(process.pid, signal.SIGCONT)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=HUNG_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

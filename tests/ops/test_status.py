@@ -309,31 +309,34 @@ def test_the_receivers_metrics_carry_what_status_warns_of(sandbox_config, db):
     from receiver.app import create_app
     from reconcile.scheduler import WorkerLease
 
-    app = create_app(sandbox_config)
-    try:
-        scrape = app.test_client().get
-        calm = _health(scrape("/metrics").get_data(as_text=True))
-        assert calm == {"partnerkit_worker_up": 0, "partnerkit_recharges_processing": 0,
-                        "partnerkit_recharges_processing_over_30m": 0, "partnerkit_recharges_unknown": 0,
-                        "partnerkit_report_overdue": 0, "partnerkit_provider_refusing": 0,
-                        "partnerkit_provider_failing": 0, "partnerkit_db_disk_low": 0}
+    # The clock is faked (ticking) from before the app exists until its housekeeping thread stopped, and moved in
+    # between: a freeze_time entered and left while that thread runs races it (tests/receiver/test_refusals.py).
+    with freeze_time(utcnow(), tick=True) as clock:
+        app = create_app(sandbox_config)
+        try:
+            scrape = app.test_client().get
+            calm = _health(scrape("/metrics").get_data(as_text=True))
+            assert calm == {"partnerkit_worker_up": 0, "partnerkit_recharges_processing": 0,
+                            "partnerkit_recharges_processing_over_30m": 0, "partnerkit_recharges_unknown": 0,
+                            "partnerkit_report_overdue": 0, "partnerkit_provider_refusing": 0,
+                            "partnerkit_provider_failing": 0, "partnerkit_db_disk_low": 0}
 
-        start = utcnow()
-        with PartnerClient(sandbox_config, db) as client:
-            assert submit(sandbox_config, db, client, mobile_number="9876543218", operator_id=1,
-                          amount="100").http_status == 202  # digit 8: PROCESSING that never settles
-        yesterday_but_one = (start - timedelta(days=3)).date().isoformat()
-        reports.save_report(db, {"date": yesterday_but_one, "generated_at": start.isoformat(), "summary": {},
-                                 "drifts": []})
-        lease = WorkerLease(db, ttl_s=3600)
-        lease.acquire(wait=False)  # this process: alive
-        with freeze_time(start + timedelta(minutes=31)):
+            start = utcnow()
+            with PartnerClient(sandbox_config, db) as client:
+                assert submit(sandbox_config, db, client, mobile_number="9876543218", operator_id=1,
+                              amount="100").http_status == 202  # digit 8: PROCESSING that never settles
+            yesterday_but_one = (start - timedelta(days=3)).date().isoformat()
+            reports.save_report(db, {"date": yesterday_but_one, "generated_at": start.isoformat(), "summary": {},
+                                     "drifts": []})
+            lease = WorkerLease(db, ttl_s=3600)
+            lease.acquire(wait=False)  # this process: alive
+            clock.move_to(start + timedelta(minutes=31))
             alarmed = _health(scrape("/metrics").get_data(as_text=True))
             status = collect(sandbox_config, db)
-        lease.release()
-        stopped = _health(scrape("/metrics").get_data(as_text=True))
-    finally:
-        app.extensions["partnerkit_receiver"].close()
+            lease.release()
+            stopped = _health(scrape("/metrics").get_data(as_text=True))
+        finally:
+            app.extensions["partnerkit_receiver"].close()
     assert alarmed == {"partnerkit_worker_up": 1, "partnerkit_recharges_processing": 1,
                        "partnerkit_recharges_processing_over_30m": 1, "partnerkit_recharges_unknown": 0,
                        "partnerkit_report_overdue": 1, "partnerkit_provider_refusing": 0,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import datetime, timezone
 
 from freezegun import freeze_time
 
+from partnerkit.store import open_db
+from receiver.refusals import RefusalCounts
 from receiver.state import WAL_BACKSTOP_PAGES, FailureLog, Housekeeper
 from tests.receiver.conftest import envelope, post
 
@@ -147,3 +151,43 @@ def test_a_failure_of_every_pass_is_logged_once_per_repeat_interval(caplog):
         ("WARNING", "WAL checkpoint still failing")] * 2
     assert [r.failed_passes for r in caplog.records] == [1, 35, 69]  # far fewer lines than failed passes
     assert checkpoints.passes == 100
+
+
+class _FailingFilter(logging.Filter):
+    """A logging filter with a bug: it raises on the checkpoint's failure lines (logging lets that through)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("WAL checkpoint"):
+            raise RuntimeError("a logging filter's bug")
+        return True
+
+
+def test_the_thread_outlives_an_exception_no_chore_expected_and_still_saves_the_tally_at_exit(tmp_path, caplog):
+    # An exception out of a pass ended the thread: the worker then checkpointed and saved no refusal count again,
+    # not even at its exit. The tests met it as freezegun's IndexError, raised in the thread by a freeze_time stop.
+    caplog.set_level("DEBUG", logger="receiver.state")
+    good = tmp_path / "pk.db"
+    open_db(good).conn.close()
+    counts = RefusalCounts()
+    for second in range(3):
+        counts.note("signature_mismatch", datetime(2026, 11, 22, 10, 0, second, tzinfo=timezone.utc))
+    housekeeper = Housekeeper(tmp_path, refusals=counts, interval_s=0.005, save_every_s=3600.0)  # a directory
+    state_log = logging.getLogger("receiver.state")
+    broken = _FailingFilter()
+    state_log.addFilter(broken)
+    housekeeper.start()
+    try:
+        _wait_for(lambda: housekeeper.checkpoints.passes >= 5)  # five passes, each ended by the filter's bug
+        assert housekeeper.alive()
+        state_log.removeFilter(broken)
+        housekeeper.db_path = good  # the next passes work again
+        _wait_for(lambda: housekeeper.last is not None)
+    finally:
+        state_log.removeFilter(broken)
+        housekeeper.stop()
+    assert not housekeeper.alive()
+    assert (counts.pending(), counts.saves) == (0, 1), "saved as the thread ended"
+    unexpected = [r for r in caplog.records if r.getMessage().startswith("housekeeping pass")]
+    assert [(r.levelname, r.getMessage()) for r in unexpected] == [("WARNING", "housekeeping pass failed"),
+                                                                  ("INFO", "housekeeping pass works again")]
+    assert unexpected[0].error == "RuntimeError: a logging filter's bug" and unexpected[0].exc_info is not None

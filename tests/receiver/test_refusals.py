@@ -52,26 +52,42 @@ def _processing(event_id: str) -> bytes:
     return envelope(event_id, event_type="order.processing", status="PROCESSING")
 
 
-def test_a_burst_of_refusals_is_one_write_and_status_names_it_until_a_delivery_is_accepted(app, client, db, config):
+@pytest.fixture
+def clock():
+    """The clock of the tests with an app, frozen at T before the app's housekeeping thread can start and let go
+    only after it stopped; the tests move it (`clock.move_to`), never enter another freeze_time. freezegun's stop
+    is not atomic: the thread, reading time.monotonic while a freeze_time ended, got an IndexError from inside
+    freezegun, and the refusal counts it was to save never reached the database (the test saw none)."""
+    with freeze_time(T) as frozen:
+        yield frozen
+
+
+@pytest.fixture
+def app(clock, app):
+    """conftest's app, made on the frozen clock (and so closed before the clock is let go)."""
+    return app
+
+
+def test_a_burst_of_refusals_is_one_write_and_status_names_it_until_a_delivery_is_accepted(clock, app, client, db,
+                                                                                         config):
     rx = app.extensions["partnerkit_receiver"]
     rx.refusals_save_s = 3600.0  # only the exit saves: the count of writes cannot depend on this machine's speed
-    with freeze_time(T):
-        for _ in range(300):
-            assert _forged(client).status_code == 401
-        for _ in range(200):
-            assert _unsigned(client).status_code == 401
-        assert rx.refusals.pending() == 500
-        assert _rows(db) == [], "a refused request writes nothing"
-        rx.close()  # what a worker's exit does
+    for _ in range(300):
+        assert _forged(client).status_code == 401
+    for _ in range(200):
+        assert _unsigned(client).status_code == 401
+    assert rx.refusals.pending() == 500
+    assert _rows(db) == [], "a refused request writes nothing"
+    rx.close()  # what a worker's exit does
     assert (rx.refusals.pending(), rx.refusals.saves) == (0, 1), "500 refusals, one transaction"
     assert _rows(db) == [("2026-11-22T10:00Z", "missing_signature", 200, "2026-11-22T10:00:05.000000Z",
                           "2026-11-22T10:00:05.000000Z"),
                          ("2026-11-22T10:00Z", "signature_mismatch", 300, "2026-11-22T10:00:05.000000Z",
                           "2026-11-22T10:00:05.000000Z")]
 
-    with freeze_time(T + timedelta(minutes=20)):
-        status = collect(config, db)
-        checked = CliRunner().invoke(cli, ["status", "--check", "--format", "json"], env=config_as_env(config))
+    clock.move_to(T + timedelta(minutes=20))
+    status = collect(config, db)
+    checked = CliRunner().invoke(cli, ["status", "--check", "--format", "json"], env=config_as_env(config))
     assert status["webhooks_refused_last_hour"] == {"signature_mismatch": 300, "missing_signature": 200}
     assert status["webhooks_refused_first_at"] == status["webhooks_refused_last_at"] == T
     [line] = status["attention"]
@@ -83,10 +99,10 @@ def test_a_burst_of_refusals_is_one_write_and_status_names_it_until_a_delivery_i
     assert json.loads(checked.stdout)["webhooks_refused_last_hour"] == {"signature_mismatch": 300,
                                                                         "missing_signature": 200}
 
-    with freeze_time(T + timedelta(minutes=21)):
-        assert post(client, _processing("evt_after_the_fix")).get_json() == {"status": "accepted"}
-        cleared = collect(config, db)
-        checked = CliRunner().invoke(cli, ["status", "--check"], env=config_as_env(config))
+    clock.move_to(T + timedelta(minutes=21))
+    assert post(client, _processing("evt_after_the_fix")).get_json() == {"status": "accepted"}
+    cleared = collect(config, db)
+    checked = CliRunner().invoke(cli, ["status", "--check"], env=config_as_env(config))
     assert cleared["attention"] == [], "an accepted delivery after the refusals clears the line"
     assert cleared["webhooks_refused_last_hour"] == status["webhooks_refused_last_hour"], "the counts stay"
     assert checked.exit_code == 0, checked.output
@@ -98,41 +114,41 @@ def test_a_burst_of_refusals_is_one_write_and_status_names_it_until_a_delivery_i
     (+60, None, False),  # accepted after the first refusal: not every delivery is refused
     (+60, +120, False),  # ... even if later ones are refused again: the first refusal of the hour decides
 ])
-def test_the_line_stands_only_while_none_was_accepted_since_the_first_refusal(app, client, db, config,
+def test_the_line_stands_only_while_none_was_accepted_since_the_first_refusal(clock, app, client, db, config,
                                                                              accepted_before_s, refused_again_s,
                                                                              attention):
     rx = app.extensions["partnerkit_receiver"]
     if accepted_before_s is not None and accepted_before_s < 0:
-        with freeze_time(T + timedelta(seconds=accepted_before_s)):
-            assert post(client, _processing("evt_before")).status_code == 200
-    with freeze_time(T):
-        assert _forged(client).status_code == 401
+        clock.move_to(T + timedelta(seconds=accepted_before_s))
+        assert post(client, _processing("evt_before")).status_code == 200
+    clock.move_to(T)
+    assert _forged(client).status_code == 401
     if accepted_before_s is not None and accepted_before_s > 0:
-        with freeze_time(T + timedelta(seconds=accepted_before_s)):
-            assert post(client, _processing("evt_between")).status_code == 200
+        clock.move_to(T + timedelta(seconds=accepted_before_s))
+        assert post(client, _processing("evt_between")).status_code == 200
     if refused_again_s is not None:
-        with freeze_time(T + timedelta(seconds=refused_again_s)):
-            assert _unsigned(client).status_code == 401
+        clock.move_to(T + timedelta(seconds=refused_again_s))
+        assert _unsigned(client).status_code == 401
     rx.close()
-    with freeze_time(T + timedelta(minutes=10)):
-        status = collect(config, db)
+    clock.move_to(T + timedelta(minutes=10))
+    status = collect(config, db)
     assert bool(status["attention"]) is attention, status["attention"]
 
 
-def test_a_duplicate_answered_after_the_refusals_clears_the_line_too(app, client, db, config):
+def test_a_duplicate_answered_after_the_refusals_clears_the_line_too(clock, app, client, db, config):
     """An event stored before the refusals, delivered again once the token is fixed (the provider's retry
     of an event it never got a 2xx for, or a manual retry): the provider got through, so the line clears,
     though no new inbox row was written."""
     rx = app.extensions["partnerkit_receiver"]
-    with freeze_time(T - timedelta(minutes=5)):
-        assert post(client, _processing("evt_first")).get_json() == {"status": "accepted"}
-    with freeze_time(T):
-        assert _forged(client).status_code == 401
+    clock.move_to(T - timedelta(minutes=5))
+    assert post(client, _processing("evt_first")).get_json() == {"status": "accepted"}
+    clock.move_to(T)
+    assert _forged(client).status_code == 401
     rx.close()
-    with freeze_time(T + timedelta(minutes=1)):
-        assert collect(config, db)["attention"], "refused since the last delivery stored"
-        assert post(client, _processing("evt_first")).get_json() == {"status": "duplicate"}
-        status = collect(config, db)
+    clock.move_to(T + timedelta(minutes=1))
+    assert collect(config, db)["attention"], "refused since the last delivery stored"
+    assert post(client, _processing("evt_first")).get_json() == {"status": "duplicate"}
+    status = collect(config, db)
     assert status["attention"] == [], status["attention"]
     assert status["last_duplicate_at"] == "2026-11-22T10:01:05.000000Z"
     assert status["last_webhook_at"] == "2026-11-22T09:55:05.000000Z", "the newest stored delivery stays the first"
@@ -143,37 +159,36 @@ def test_a_duplicate_answered_after_the_refusals_clears_the_line_too(app, client
     (5, 0, True),  # as many as the provider's attempts at one delivery: a proxy dropping its headers
     (0, 1, True),  # one well-formed signed request refused counts at once
 ])
-def test_requests_without_signature_headers_need_a_delivery_s_attempts_before_the_line(app, client, db, config,
-                                                                                      unsigned, forged, attention):
+def test_requests_without_signature_headers_need_a_delivery_s_attempts_before_the_line(clock, app, client, db,
+                                                                                      config, unsigned, forged,
+                                                                                      attention):
     rx = app.extensions["partnerkit_receiver"]
-    with freeze_time(T):
-        for _ in range(unsigned):
-            assert _unsigned(client).status_code == 401
-        for _ in range(forged):
-            assert _forged(client).status_code == 401
+    for _ in range(unsigned):
+        assert _unsigned(client).status_code == 401
+    for _ in range(forged):
+        assert _forged(client).status_code == 401
     rx.close()
-    with freeze_time(T + timedelta(minutes=10)):
-        status = collect(config, db)
+    clock.move_to(T + timedelta(minutes=10))
+    status = collect(config, db)
     assert sum(status["webhooks_refused_last_hour"].values()) == unsigned + forged, "every refusal is counted"
     assert bool(status["attention"]) is attention, status["attention"]
 
 
-def test_refusals_older_than_the_hour_leave_status_and_a_week_on_the_database(app, client, db, config):
+def test_refusals_older_than_the_hour_leave_status_and_a_week_on_the_database(clock, app, client, db, config):
     rx = app.extensions["partnerkit_receiver"]
-    with freeze_time(T):
-        assert _forged(client, timestamp=int(T.timestamp()) - 301).get_json()["reason"] == "timestamp_out_of_tolerance"
+    assert _forged(client, timestamp=int(T.timestamp()) - 301).get_json()["reason"] == "timestamp_out_of_tolerance"
     rx.close()
-    with freeze_time(T + timedelta(minutes=50)):
-        line = collect(config, db)["attention"][0]
+    clock.move_to(T + timedelta(minutes=50))
+    line = collect(config, db)["attention"][0]
     assert "(timestamp_out_of_tolerance 1)" in line and "check the clock" in line
-    with freeze_time(T + timedelta(minutes=62)):
-        later = collect(config, db)
+    clock.move_to(T + timedelta(minutes=62))
+    later = collect(config, db)
     assert (later["webhooks_refused_last_hour"], later["webhooks_refused_first_at"], later["attention"]) == ({}, None, [])
 
     assert prune_events(config, db, now=T + timedelta(days=6))["refusal_counts_deleted"] == 0
     assert _rows(db) != []
-    with freeze_time(T + timedelta(days=7, minutes=1)):  # `events prune`, for cron users without a worker, too
-        pruned = CliRunner().invoke(cli, ["events", "prune"], env=config_as_env(config))
+    clock.move_to(T + timedelta(days=7, minutes=1))  # `events prune`, for cron users without a worker, too
+    pruned = CliRunner().invoke(cli, ["events", "prune"], env=config_as_env(config))
     assert pruned.exit_code == 0
     assert "deleted 1 per-minute counts of refused deliveries older than 7 days" in pruned.stderr
     assert _rows(db) == []
@@ -310,21 +325,20 @@ def test_deliveries_of_a_webhook_whose_token_nobody_has_say_to_register_again(tm
             "means `partnerkit webhooks register` again, then `partnerkit webhooks delete` the old one") in line
 
 
-def test_deliveries_of_a_webhook_without_a_saved_token_are_named_even_while_others_are_accepted(app, client, db,
-                                                                                            config):
+def test_deliveries_of_a_webhook_without_a_saved_token_are_named_even_while_others_are_accepted(clock, app, client,
+                                                                                            db, config):
     """A `webhooks register` killed after the provider created the webhook: its token is lost, registering again
     makes a second webhook whose deliveries are accepted, and every event of the first is refused (no_token)."""
     from partnerkit.store import webhook_refusals
     from partnerkit.store.webhook_refusals import Tally, minute_of
 
-    with freeze_time(T):
-        assert post(client, _processing("evt_of_the_second_webhook")).status_code == 200
+    assert post(client, _processing("evt_of_the_second_webhook")).status_code == 200
     first = T + timedelta(seconds=30)
     stamp = first.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     webhook_refusals.add(db, [Tally(minute_of(stamp), "no_token", 5, stamp, stamp)])
-    with freeze_time(T + timedelta(minutes=2)):
-        assert post(client, _processing("evt_of_the_second_webhook_again")).status_code == 200
-        status = collect(config, db)
+    clock.move_to(T + timedelta(minutes=2))
+    assert post(client, _processing("evt_of_the_second_webhook_again")).status_code == 200
+    status = collect(config, db)
     [line] = status["attention"]
     assert line.startswith("5 webhook deliveries refused in the last hour for an X-Webhook-ID with no accepted "
                            "token, while other deliveries are accepted")

@@ -20,21 +20,37 @@ from tests.receiver.conftest import envelope, post
 NOW = datetime(2025, 6, 30, 12, 0, tzinfo=timezone.utc)
 
 
-def _deliver(client, when: datetime, event_id: str, order_id: int = 101) -> str:
-    with freeze_time(when):
-        return post(client, envelope(event_id=event_id, order_id=order_id)).get_json()["status"]
+@pytest.fixture
+def clock():
+    """The clock of the tests with an app: frozen before the app's housekeeping thread can start and let go after
+    it stopped, moved in between. Entering and leaving freeze_time while the thread runs races it: freezegun's stop
+    is not atomic (tests/receiver/test_refusals.py)."""
+    with freeze_time(NOW) as frozen:
+        yield frozen
+
+
+@pytest.fixture
+def app(clock, app):
+    """conftest's app, made on the frozen clock (and so closed before the clock is let go)."""
+    return app
+
+
+def _deliver(clock, client, when: datetime, event_id: str, order_id: int = 101) -> str:
+    clock.move_to(when)
+    return post(client, envelope(event_id=event_id, order_id=order_id)).get_json()["status"]
 
 
 def _kept(db) -> list[str]:
     return [row[0] for row in db.execute("SELECT dedup_key FROM inbox ORDER BY id")]
 
 
-def test_the_job_prunes_what_was_last_seen_before_the_retention_and_keeps_what_the_events_did(client, db, config):
-    _deliver(client, NOW - timedelta(days=120), "evt_old", order_id=101)
-    _deliver(client, NOW - timedelta(days=100), "evt_redelivered", order_id=102)
-    assert _deliver(client, NOW - timedelta(days=20), "evt_redelivered", order_id=102) == "duplicate"
-    _deliver(client, NOW - timedelta(days=89, hours=23), "evt_inside", order_id=103)
-    _deliver(client, NOW - timedelta(days=1), "evt_new", order_id=104)
+def test_the_job_prunes_what_was_last_seen_before_the_retention_and_keeps_what_the_events_did(clock, client, db,
+                                                                                               config):
+    _deliver(clock, client, NOW - timedelta(days=120), "evt_old", order_id=101)
+    _deliver(clock, client, NOW - timedelta(days=100), "evt_redelivered", order_id=102)
+    assert _deliver(clock, client, NOW - timedelta(days=20), "evt_redelivered", order_id=102) == "duplicate"
+    _deliver(clock, client, NOW - timedelta(days=89, hours=23), "evt_inside", order_id=103)
+    _deliver(clock, client, NOW - timedelta(days=1), "evt_new", order_id=104)
 
     assert prune_events(config, db, now=NOW) == {"events_deleted": 1, "refusal_counts_deleted": 0}  # 90 days by default
     # A provider's manual retry 20 days ago renewed the dedup key: it is kept as long again.
@@ -44,25 +60,25 @@ def test_the_job_prunes_what_was_last_seen_before_the_retention_and_keeps_what_t
     assert prune_events(config, db, now=NOW) == {"events_deleted": 0, "refusal_counts_deleted": 0}, "a second run has nothing left to do"
 
 
-def test_the_retention_setting_decides_and_a_redelivery_inside_it_stays_a_duplicate(client, db, config):
+def test_the_retention_setting_decides_and_a_redelivery_inside_it_stays_a_duplicate(clock, client, db, config):
     for days, event_id in ((45, "evt_45"), (35, "evt_35"), (25, "evt_25")):
-        _deliver(client, NOW - timedelta(days=days), event_id, order_id=100 + days)
+        _deliver(clock, client, NOW - timedelta(days=days), event_id, order_id=100 + days)
     assert prune_events(replace(config, inbox_retention_days=40), db, now=NOW)["events_deleted"] == 1
     assert _kept(db) == ["evt_35", "evt_25"]
-    assert _deliver(client, NOW, "evt_35", order_id=135) == "duplicate"
+    assert _deliver(clock, client, NOW, "evt_35", order_id=135) == "duplicate"
 
 
-def test_prune_never_goes_under_thirty_days_whatever_it_is_asked(client, db):
-    _deliver(client, NOW - timedelta(days=29), "evt_29")
+def test_prune_never_goes_under_thirty_days_whatever_it_is_asked(clock, client, db):
+    _deliver(clock, client, NOW - timedelta(days=29), "evt_29")
     assert inbox.prune(db, now=NOW, keep=timedelta(days=1)) == 0
     assert _kept(db) == ["evt_29"]
 
 
-def test_prune_walks_in_batches_and_stops_at_the_first_batch_received_after_the_cutoff(client, db):
+def test_prune_walks_in_batches_and_stops_at_the_first_batch_received_after_the_cutoff(clock, client, db):
     for n in range(7):
-        _deliver(client, NOW - timedelta(days=60, hours=n), f"evt_old_{n}", order_id=200 + n)
+        _deliver(clock, client, NOW - timedelta(days=60, hours=n), f"evt_old_{n}", order_id=200 + n)
     for n in range(5):
-        _deliver(client, NOW - timedelta(days=5, hours=n), f"evt_new_{n}", order_id=300 + n)
+        _deliver(clock, client, NOW - timedelta(days=5, hours=n), f"evt_new_{n}", order_id=300 + n)
     statements = []
     db.conn.set_trace_callback(statements.append)
     try:
@@ -84,37 +100,36 @@ def test_the_worker_runs_it_every_six_hours_without_the_api():
     assert spec.is_idle({"events_deleted": 0}) and not spec.is_idle({"events_deleted": 3})
 
 
-def test_events_prune_uses_the_setting_unless_told(client, db, config, monkeypatch):
+def test_events_prune_uses_the_setting_unless_told(clock, client, db, config, monkeypatch):
     for days in (70, 50, 31):
-        _deliver(client, NOW - timedelta(days=days), f"evt_{days}", order_id=400 + days)
+        _deliver(clock, client, NOW - timedelta(days=days), f"evt_{days}", order_id=400 + days)
     monkeypatch.setenv("PARTNERKIT_DB", str(config.db_path))
     monkeypatch.setenv("PARTNERKIT_INBOX_RETENTION_DAYS", "60")
     runner = CliRunner()
-    with freeze_time(NOW):
-        by_setting = runner.invoke(cli, ["events", "prune"])
-        told = runner.invoke(cli, ["events", "prune", "--older-than-days", "40"])
-        refused = runner.invoke(cli, ["events", "prune", "--older-than-days", "29"])
+    clock.move_to(NOW)
+    by_setting = runner.invoke(cli, ["events", "prune"])
+    told = runner.invoke(cli, ["events", "prune", "--older-than-days", "40"])
+    refused = runner.invoke(cli, ["events", "prune", "--older-than-days", "29"])
     assert by_setting.exit_code == 0 and "deleted 1 inbox rows last seen more than 60 days ago" in by_setting.stderr
     assert told.exit_code == 0 and "deleted 1 inbox rows last seen more than 40 days ago" in told.stderr
     assert refused.exit_code == 2 and "29 is not in the range 30<=x<=3650" in refused.output
     assert _kept(db) == ["evt_31"]
 
 
-def test_a_long_prune_says_how_far_it_walked(client, db, config, monkeypatch):
+def test_a_long_prune_says_how_far_it_walked(clock, client, db, config, monkeypatch):
     """A first prune of a million rows ran 89 s without a line of output (session 15's concurrency review)."""
     from partnerkit.cli import output
 
     for days in (70, 50, 31):
-        _deliver(client, NOW - timedelta(days=days), f"evt_{days}", order_id=400 + days)
+        _deliver(clock, client, NOW - timedelta(days=days), f"evt_{days}", order_id=400 + days)
     walked = []
-    with freeze_time(NOW):
-        assert inbox.prune(db, now=NOW, keep=timedelta(days=40), batch=1,
-                           progress=lambda entity, n: walked.append((entity, n))) == 2
+    clock.move_to(NOW)
+    assert inbox.prune(db, now=NOW, keep=timedelta(days=40), batch=1,
+                       progress=lambda entity, n: walked.append((entity, n))) == 2
     assert walked == [("inbox rows (1 deleted)", 1), ("inbox rows (2 deleted)", 2)], walked
     monkeypatch.setattr(output, "PROGRESS_EVERY_S", 0.0)
-    with freeze_time(NOW):
-        pruned = CliRunner().invoke(cli, ["events", "prune", "--older-than-days", "30"],
-                                    env={"PARTNERKIT_DB": str(config.db_path)})
+    pruned = CliRunner().invoke(cli, ["events", "prune", "--older-than-days", "30"],
+                                env={"PARTNERKIT_DB": str(config.db_path)})
     assert pruned.exit_code == 0, pruned.output
     assert pruned.stderr.splitlines() == ["events prune: inbox rows (1 deleted), 1 read so far",
                                           "deleted 1 inbox rows last seen more than 30 days ago"]

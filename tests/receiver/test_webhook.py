@@ -74,11 +74,24 @@ def test_header_that_is_not_utf8_is_400_not_500(client, db):
     assert inbox_rows(db) == []
 
 
+@pytest.fixture
+def frozen_client(clock, app):
+    """A client of an app made on the clock frozen at NOW, and closed before it is let go: a freeze_time entered and
+    left while the app's housekeeping thread runs races it (freezegun's stop is not atomic: test_refusals.py)."""
+    return app.test_client()
+
+
+@pytest.fixture
+def clock():
+    with freeze_time(NOW) as frozen:
+        yield frozen
+
+
 @pytest.mark.parametrize("skew, expected", [(300, 200), (-300, 200), (301, 401), (-301, 401)])
-def test_tolerance_edge_with_a_frozen_clock(client, db, skew, expected):
+def test_tolerance_edge_with_a_frozen_clock(frozen_client, db, skew, expected):
     body = envelope()
-    with freeze_time(NOW):
-        response = client.post("/webhooks/partner", data=body, headers=signed_headers(body, timestamp=NOW_TS + skew))
+    response = frozen_client.post("/webhooks/partner", data=body,
+                                  headers=signed_headers(body, timestamp=NOW_TS + skew))
     assert response.status_code == expected
     if expected == 401:
         assert response.get_json()["reason"] == "timestamp_out_of_tolerance"
