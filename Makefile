@@ -16,6 +16,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
+	@echo "make: installing partnerkit and its dependencies into $(VENV) (a minute or two, the first time only)"
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 

@@ -24,7 +24,7 @@ def available() -> list[str]:
 ABOUT = {
     "polling": "API calls of the kit's recharge poller against a naive one, 1000 recharges (about 90 s)",
     "receiver": "webhook acknowledgements per second and latency of `partnerkit serve` against a bare app (about 80 s)",
-    "reconcile": "sync, match and report of a synthetic day of 100k and 1M records (about 2 min)",
+    "reconcile": "sync, match and report of a synthetic day of 100k and 1M records, each against its floor (about 5 min)",
     "soak": "the whole stack on loopback under crashes and provider faults, nothing lost (about 4 min)",
 }
 
