@@ -43,6 +43,12 @@ HEALTH_GAUGES = {
     "db_disk_low": ("partnerkit_db_disk_low",
                     "1 while PARTNERKIT_DB's filesystem is read-only or has under 100 MB (or the WAL's size) free, "
                     "else 0: writes fail when it is full"),
+    "nightly_failed": ("partnerkit_nightly_failed",
+                       "1 while the nightly reconciliation's last run failed and none has succeeded since, else 0: "
+                       "`partnerkit status` says why; the worker tries again by itself"),
+    "report_dir_unwritable": ("partnerkit_report_dir_unwritable",
+                              "1 while PARTNERKIT_REPORT_DIR cannot take the nightly report's files (read-only, not "
+                              "writable by this user, or under 100 MB free), else 0"),
 }
 
 

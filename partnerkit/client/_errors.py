@@ -170,7 +170,9 @@ def error_from_response(
 
 def _classify(status: int, code: str | None, message: str, *, method: str, path: str,
               said: bool = True) -> type[errors.ApiStatusError]:
-    for rule_status, pattern, cls in _RULES:
+    # The rules read the provider's own words: a proxy's or web server's page that happens to say "wallet" or
+    # "insufficient funds" is no answer of the provider's (errors.not_the_providers) and gets no meaning from it.
+    for rule_status, pattern, cls in _RULES if said else ():
         if status == rule_status and any(re.search(pattern, text, re.IGNORECASE) for text in (code, message) if text):
             return cls
     if said and method == "POST" and path.endswith("/api/v1/recharges") and status in _SUBMIT_BY_STATUS:

@@ -315,6 +315,10 @@ def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict
         "provider_refusing": int(bool(config.api_key) and Budget.from_config(config, db).refusal() is not None),
         "provider_failing": int(failing is not None),
         "db_disk_low": int(disk.room(config.db_path).low),
+        # The night's run failed and none has succeeded since: finance has no report this morning. It says so
+        # at once, where report_overdue waits for the due hour to pass (a meta row and a statvfs: cheap).
+        "nightly_failed": int(nightly_last_error(db) is not None),
+        "report_dir_unwritable": int(report_dir_state(config)[1] is not None),
     }
 
 

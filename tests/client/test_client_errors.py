@@ -146,6 +146,28 @@ def test_submit_status_without_the_providers_body_is_not_a_table_row(status, cls
     assert errors.is_ambiguous(exc)
 
 
+@pytest.mark.parametrize("status, content, where, provider_cls, foreign_cls", [
+    (400, b'{"message": "insufficient funds"}', SUBMIT, errors.InsufficientBalance, errors.BadRequest),
+    (400, b'{"message": "duplicate reference code ABC"}', ORDER_CREATE, errors.DuplicateOrderReference,
+     errors.BadRequest),
+    (404, b'{"message": "wallet service: no route"}', ("GET", "/api/v1/wallets/INR"), errors.WalletNotFound,
+     errors.NotFound),
+    (503, b'{"message": "Recharge is temporarily unavailable"}', SUBMIT, errors.RechargeUnavailable,
+     errors.ServiceUnavailable),
+])
+def test_the_tables_words_count_only_in_the_providers_own_shape(status, content, where, provider_cls, foreign_cls):
+    """A gateway's JSON (no `error` key, none of the four shapes) that happens to use a row's words gets no
+    meaning from them: "insufficient funds" from a proxy is not the provider refusing a recharge, and on a
+    submit a 503 that is not the provider's stays ambiguous (the intent is located, never deleted)."""
+    said = json.loads(content)
+    said["error"] = "x"
+    assert type(_err(status, said, where)) is provider_cls
+    foreign = _err(status, content, where)
+    assert type(foreign) is foreign_cls
+    if where == SUBMIT and status == 503:
+        assert errors.is_ambiguous(foreign)
+
+
 # --- Errors, "Recharge reads" ----------------------------------------------------------------
 
 @pytest.mark.parametrize("status, message, cls", [

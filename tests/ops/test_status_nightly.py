@@ -16,7 +16,7 @@ from freezegun import freeze_time
 
 from partnerkit.cli import cli
 from partnerkit.config import config_as_env
-from partnerkit.status import collect
+from partnerkit.status import collect, gauges
 from partnerkit.store import reports
 from partnerkit.timeutil import utcnow
 from reconcile.jobs import due_at
@@ -52,6 +52,7 @@ def test_a_failed_nightly_run_is_named_at_once_and_cleared_by_the_next_run_that_
     before = utcnow().replace(microsecond=0)
     failed, night = _failed_night(sandbox_config, db)
     status = collect(sandbox_config, db)
+    scraped = gauges(sandbox_config, db)  # what the receiver's /metrics carries
     sandbox_config.report_dir.unlink()  # fixed: the next attempt writes the night
     runner = JobRunner(sandbox_config, NIGHTLY)
     try:
@@ -59,6 +60,7 @@ def test_a_failed_nightly_run_is_named_at_once_and_cleared_by_the_next_run_that_
     finally:
         runner.close()
     after = collect(sandbox_config, db)
+    scraped_after = gauges(sandbox_config, db)
 
     assert status["nightly_last_error"] == failed["result"]
     assert before <= status["nightly_last_error_at"] <= utcnow()
@@ -75,6 +77,10 @@ def test_a_failed_nightly_run_is_named_at_once_and_cleared_by_the_next_run_that_
         None, None, [])
     assert after["report_dir_unwritable"] is None and after["report_dir_free_bytes"] > 0
     assert not _lines(after, FAILED) and not _lines(after, "PARTNERKIT_REPORT_DIR")
+    # An alert on the scrape alone fires at the failure, whatever the hour (partnerkit_report_overdue waits for the
+    # due hour to pass).
+    assert (scraped["nightly_failed"], scraped["report_dir_unwritable"]) == (1, 1)
+    assert (scraped_after["nightly_failed"], scraped_after["report_dir_unwritable"]) == (0, 0)
 
 
 def test_the_failed_run_stands_in_for_the_overdue_line_until_the_night_is_reported_by_hand(sandbox_config, db):
