@@ -19,8 +19,9 @@ from partnerkit.cli.output import emit_one, format_option
 def status_command(app: AppContext, fmt: str, check: bool) -> None:
     """Last webhook, deliveries the receiver refused in the last hour (by reason), voucher backlog and parked
     jobs, PROCESSING recharges, recharges and orders whose answer was lost (naming at once a submit whose
-    process was killed while sending), budget, the provider failing every call, last report (and one overdue two
-    hours past PARTNERKIT_DUE_HOUR_UTC), open drifts (finance's queue: `for_finance` lines, not attention), the
+    process was killed while sending), budget, the provider failing every call (or refusing the key, or this
+    host's clock), last report (a nightly run that failed, named at once, and a report overdue two hours past
+    PARTNERKIT_DUE_HOUR_UTC; a PARTNERKIT_REPORT_DIR that cannot take the files, before the night), open drifts (finance's queue: `for_finance` lines, not attention), the
     receiver's gunicorn master and the worker (and whether their processes still run: one killed on this host is
     named), the free space on PARTNERKIT_DB's filesystem, and what needs a person now.
 
