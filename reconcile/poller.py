@@ -24,7 +24,7 @@ from partnerkit.store import recharges as store
 from partnerkit.store.budget import background_reserve, poller_cap
 from partnerkit.store.db import transaction
 from partnerkit.timeutil import iso, parse_ts, utcnow
-from reconcile.polling import DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, plan
+from reconcile.polling import CLOCK_STEP_MARGIN_S, DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, plan
 
 if TYPE_CHECKING:
     from partnerkit.client import PartnerApi
@@ -41,6 +41,9 @@ EXTRA_PAGES = 2  # pages beyond the plan's estimate a list walk may take before 
 BACKOFF_KEY = "poller.provider_backoff"
 BACKOFF_FIRST_S = 5.0
 BACKOFF_CAP_S = 60.0
+# A back-off ending further ahead than this was set while this host's clock ran ahead, since put back: no
+# pass waits for it (`_backoff`).
+BACKOFF_LATEST_S = BACKOFF_CAP_S + CLOCK_STEP_MARGIN_S
 
 
 @dataclass
@@ -96,11 +99,11 @@ def poll_once(config: Config, db: Database, client: PartnerApi, now: datetime | 
     """Read the due PROCESSING recharges (list endpoint first), store changes, escalate stuck ones."""
     now = now or utcnow()
     summary = PollSummary()
-    items = _items(store.poll_candidates(db))
+    items = _items(store.poll_candidates(db, now=now, horizon=now + timedelta(seconds=schedule.latest_s)))
     summary.candidates = len(items)
     if not items:
         return summary
-    failures, until = _backoff(db)
+    failures, until = _backoff(db, now)
     if until is not None and now < until:
         summary.backing_off_until = iso(until)
         return summary
@@ -141,14 +144,16 @@ def poll_once(config: Config, db: Database, client: PartnerApi, now: datetime | 
     return summary
 
 
-def _backoff(db: Database) -> tuple[int, datetime | None]:
-    """(consecutive failed passes, no pass before) from the shared meta table."""
+def _backoff(db: Database, now: datetime) -> tuple[int, datetime | None]:
+    """(consecutive failed passes, no pass before) from the shared meta table; no moment past BACKOFF_LATEST_S
+    from `now`, which a clock that read `now` never set."""
     raw = meta.get(db, BACKOFF_KEY)
     if not raw:
         return 0, None
     count, _, until = raw.partition("|")
     try:
-        return int(count), parse_ts(until) if until else None
+        moment = parse_ts(until) if until else None
+        return int(count), None if moment is None or moment > now + timedelta(seconds=BACKOFF_LATEST_S) else moment
     except (ValueError, PartnerKitError):
         return 0, None
 

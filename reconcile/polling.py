@@ -22,6 +22,9 @@ from datetime import date, datetime, timedelta
 from typing import Mapping, Sequence
 
 LIST_LIMIT_MAX = 10000  # GET /api/v1/recharges: limit 1 to 10000
+# How far past its longest interval a recharge's last read (or submit time) may lie ahead of now before the
+# poller takes it for one dated while this host's clock ran ahead, since put back (`PollSchedule.latest_s`).
+CLOCK_STEP_MARGIN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,13 @@ class PollSchedule:
         last = last_read_at or since
         age = max(0.0, (last - since).total_seconds())
         return last + timedelta(seconds=self.interval(age))
+
+    @property
+    def latest_s(self) -> float:
+        """The longest interval between two reads, plus CLOCK_STEP_MARGIN_S: a recharge's last read or submit time
+        further ahead of now than this was written under a clock since put back (NTP stepped it), and is not
+        waited for (`partnerkit.store.recharges.poll_candidates`, the poller's `horizon`)."""
+        return max(self.tail_s, *(every for _, every in self.steps)) + CLOCK_STEP_MARGIN_S
 
     def is_due(self, now: datetime, since: datetime, last_read_at: datetime | None) -> bool:
         """True when the recharge should be read in a pass starting at `now`."""

@@ -267,7 +267,7 @@ class Transport:
             self._keep_books(method, path, lambda: self.budget.observe(ticket, **rate),
                              writes=rate["limit"] is not None or rate["remaining"] is not None)
             if 200 <= resp.status_code < 300:
-                self._keep_books(method, path, self.budget.accepted, writes=False)
+                self._keep_books(method, path, lambda: self.budget.accepted(signed=signed), writes=False)
                 try:
                     answer = Response(resp.status_code, resp.headers, self._parse(resp, method, path))
                 except errors.MalformedResponse as bad:

@@ -142,7 +142,8 @@ def _refused_line(status: dict[str, Any]) -> str:
     refused = status["provider_refused"]
     head = f"the provider refused partnerkit's credentials ({refused})"
     # `provider_refused` ends with the provider's message, after the first ": " (its time has none).
-    if refusal_names_the_clock(refused.partition(": ")[2]):
+    clock = refusal_names_the_clock(refused.partition(": ")[2])
+    if clock:
         line = (f"{head}: it refused the request's timestamp, so check this host's clock first (`timedatectl`: is it "
                 "NTP-synchronised?): the provider refuses every signed request (recharge submits, order creation) "
                 "whose X-Timestamp is more than 5 minutes from its own time; if the clock is right, check "
@@ -156,6 +157,9 @@ def _refused_line(status: dict[str, Any]) -> str:
     elif REFUSED_AHEAD in refused:
         line += ("; it is dated ahead of this host's clock: met while the clock ran ahead, put right since, so the "
                  "worker does not pause on it")
+    if clock and REFUSED_AHEAD not in refused:  # the store's rule (partnerkit.store.budget: `_refusals.forget`)
+        return line + ("; the next accepted write clears this (a read carries no timestamp: reads pass while the "
+                       "clock is off, and clear nothing)")
     return line + "; the next accepted call clears this"
 
 

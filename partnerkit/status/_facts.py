@@ -419,8 +419,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "budget_blocked_until": _moment(budget.get("general", {}).get("blocked_until")),
         # Requests the provider counted against the key beyond this database's own (Budget.others): another user.
         "requests_elsewhere_this_hour": elsewhere["gap"] if elsewhere else None,
-        # The provider's last 401 to this API key, until a call with it is accepted again; its message last. One
-        # dated ahead of this clock was met while the clock ran ahead: the worker does not pause on it.
+        # The provider's last 401 to this API key, until a call with it is accepted again (one that blames the request's
+        # timestamp: a write, budget._refusals); its message last. One dated ahead of this clock was met while the clock
+        # ran ahead: the worker does not pause on it.
         "provider_refused": (f"HTTP {refused['status']} to {refused['method']} {refused['path']} ({refused['purpose']}) "
                              f"at {iso(_moment(refused['at']))}{_ahead(refused, now)}: {refused['message']}"
                              if refused else None),

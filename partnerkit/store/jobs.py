@@ -7,6 +7,13 @@ the job is re-queued, so a worker finishing an older generation re-arms it inste
 
 A parked (dead) job's `next_run_at` is the earliest moment a call the provider answers may re-arm it
 (`rearm_parked`); `revive_parked` re-arms it by its age alone, whatever the provider does.
+
+Those moments are written on this host's clock. One written while the clock ran ahead, since put back (NTP
+stepped it), lies ahead by as much as the clock was off, a day or more, and would hold its job that long:
+`claim`, `rearm_parked` and `revive_parked` take a `horizon` (now plus the longest delay the caller ever
+schedules, and a margin: `FetchPolicy.latest_s`), and a job whose `next_run_at` lies beyond it is made due
+now first (`_put_right`, the one statement of that rule), its `updated_at` too, so a parked one is revived
+within the hour.
 """
 
 from __future__ import annotations
@@ -61,14 +68,30 @@ def queue(conn: sqlite3.Connection, order_id: int, *, now: datetime, expected_st
         (kind, order_id, expected_status, expected_count, at, at, at))
 
 
+def _put_right(conn: sqlite3.Connection, kind: str, *, now: datetime, horizon: datetime | None) -> int:
+    """Make due now the pending and parked jobs due after `horizon`, inside the caller's transaction; how many.
+
+    No clock that reads `now` scheduled them: `horizon` is now plus the longest delay the caller ever schedules
+    (and a margin), so they were dated while this host's clock ran ahead, since put back. Left as they are, they
+    would wait as long as the clock was off. A range of `jobs_due` past `horizon`: empty, and cheap, on every
+    claim but the first after such a step."""
+    if horizon is None:
+        return 0
+    at = stamp(now)
+    return conn.execute("UPDATE jobs SET next_run_at = ?, updated_at = ? WHERE state IN ('pending', 'dead')"
+                        " AND next_run_at > ? AND kind = ?", (at, at, stamp(horizon), kind)).rowcount
+
+
 def claim(db: Database, *, owner: str, now: datetime, lease_until: datetime, limit: int,
-          kind: str = VOUCHER_FETCH) -> list[Job]:
+          kind: str = VOUCHER_FETCH, horizon: datetime | None = None) -> list[Job]:
     """Lease up to `limit` due pending jobs to `owner`; no other owner gets them until the lease ends.
 
     The owner's own unexpired leases are taken back: the caller runs one claim at a time, so such a
-    lease is a leftover of its previous run that could not be released (the database was full)."""
+    lease is a leftover of its previous run that could not be released (the database was full).
+    A job due after `horizon` is due now (`_put_right`)."""
     at = stamp(now)
     with transaction(db) as conn:
+        _put_right(conn, kind, now=now, horizon=horizon)
         rows = conn.execute(
             """SELECT id, kind, order_id, expected_status, expected_count, generation, attempts FROM jobs
                WHERE kind = ? AND state = 'pending' AND next_run_at <= ?
@@ -115,14 +138,16 @@ _NEWEST = "id = (SELECT MAX(id) FROM jobs AS k WHERE k.kind = j.kind AND k.order
 
 
 def revive_parked(db: Database, *, now: datetime, parked_before: datetime, limit: int,
-                  kind: str = VOUCHER_FETCH) -> list[int]:
+                  kind: str = VOUCHER_FETCH, horizon: datetime | None = None) -> list[int]:
     """Re-arm dead jobs parked at or before `parked_before`: due now, one more try each; their order ids.
 
     Only a job that is still the newest of its order is revived (`_NEWEST`). Its attempts are kept: the
     fetch policy parks it again after a single failed try, so a parked fetch costs one call per
-    revival, never a fresh series of retries.
+    revival, never a fresh series of retries. One parked under a clock since put back (`_put_right`,
+    `horizon`) counts as parked now.
     """
     with transaction(db) as conn:
+        _put_right(conn, kind, now=now, horizon=horizon)
         rows = conn.execute(
             f"""SELECT id, order_id FROM jobs AS j WHERE kind = ? AND state = 'dead' AND updated_at <= ? AND {_NEWEST}
                 ORDER BY updated_at LIMIT ?""", (kind, stamp(parked_before), limit)).fetchall()
@@ -130,13 +155,16 @@ def revive_parked(db: Database, *, now: datetime, parked_before: datetime, limit
 
 
 def rearm_parked(conn: sqlite3.Connection, *, now: datetime, limit: int | None = None,
-                 order_ids: Iterable[int] | None = None, whenever: bool = False, kind: str = VOUCHER_FETCH) -> list[int]:
+                 order_ids: Iterable[int] | None = None, whenever: bool = False, kind: str = VOUCHER_FETCH,
+                 horizon: datetime | None = None) -> list[int]:
     """Re-arm, inside the caller's transaction, dead jobs whose re-arm moment (`finish(rearm_at=...)`) has
     come: due now, one more try each, as `revive_parked`; their order ids, at most `limit`.
 
     For a caller that has just had an answer from the provider. `order_ids`: only those orders' jobs;
-    with `whenever`, each of theirs whatever its re-arm moment (a person asked for them now).
+    with `whenever`, each of theirs whatever its re-arm moment (a person asked for them now). A re-arm
+    moment after `horizon` has come (`_put_right`).
     """
+    _put_right(conn, kind, now=now, horizon=horizon)
     terms, args = ["kind = ?", "state = 'dead'", _NEWEST], [kind]
     if order_ids is not None:
         ids = sorted(set(order_ids))

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("partnerkit.vouchers")
 
+# How far past the longest delay it schedules a stored due time may lie before the fetch takes it for one
+# written while this host's clock ran ahead, since put back (`FetchPolicy.latest_s`): a minute covers two
+# hosts' clocks a little apart, and a clock stepped back by less than it costs a job no more than that.
+CLOCK_STEP_MARGIN_S = 60.0
+
 
 @dataclass(frozen=True)
 class FetchPolicy:
@@ -39,6 +44,9 @@ class FetchPolicy:
     not_found_attempts: int = 3  # a 404 right after an event may be the provider's replication lag
     base_s: float = 10.0  # the document: "Order polling: no faster than every 10 seconds"
     cap_s: float = 900.0
+    # The longest a provider's Retry-After or the request budget holds a fetch: one window of the budget's general
+    # class, an hour (the budget caps a 429's wait there, `within_window`; `delay` caps a 5xx's too).
+    wait_cap_s: float = 3600.0
     lease_s: float = 120.0  # longer than one read with the client's own retries
     # A parked (dead) fetch is not stuck forever: the order catch-up re-arms it once it has been
     # parked this long, for one more read each time, at most `revive_per_run` per catch-up run.
@@ -52,8 +60,17 @@ class FetchPolicy:
     rearm_per_run: int = 20
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds before retry number `attempt` (1-based); never less than Retry-After."""
-        return max(min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1)), retry_after or 0.0)
+        """Seconds before retry number `attempt` (1-based); never less than Retry-After, up to `wait_cap_s`."""
+        return max(min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1)), min(retry_after or 0.0, self.wait_cap_s))
+
+    @property
+    def latest_s(self) -> float:
+        """How far ahead of now a fetch job can be due: the longest delay the fetch schedules (its backoff's cap, a
+        Retry-After's or the budget's wait, the key refused, a parked job's re-arm moment), plus CLOCK_STEP_MARGIN_S.
+
+        A job due later was scheduled while this host's clock ran ahead, since put back: it is due now
+        (`partnerkit.store.jobs`, the `horizon` of `claim`, `rearm_parked` and `revive_parked`)."""
+        return max(self.cap_s, self.wait_cap_s, REFUSAL_PAUSE_S, self.revive_after_s) + CLOCK_STEP_MARGIN_S
 
     def rearm_delay(self, *, first: bool, providers: bool) -> float:
         """Seconds from parking until an answer of the provider may re-arm a fetch (`rearm_parked_fetches`).
@@ -177,7 +194,8 @@ def _fetch_one(db: Database, api: PartnerApi, keys: KeyFollower, job: Job, polic
         detail = api.get_order(job.order_id)
     except errors.BudgetExhausted as exc:
         with transaction(db) as conn:  # nothing was sent: not an attempt
-            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=exc.retry_after or 30),
+            wait = min(exc.retry_after or 30, policy.wait_cap_s)
+            jobs.release(conn, job, now=now, next_run_at=now + timedelta(seconds=wait),
                          error=f"waiting for API budget: {exc}", count_attempt=False)
         return "deferred"
     except errors.RateLimited as exc:
@@ -257,7 +275,7 @@ def run_voucher_fetches(config: Config, db: Database, client: PartnerApi, *, now
     api = client.with_budget("voucher_fetch", wait=False)
     started = now or utcnow()
     claimed = jobs.claim(db, owner=_owner(), now=started, lease_until=started + timedelta(seconds=policy.lease_s),
-                         limit=limit)
+                         limit=limit, horizon=started + timedelta(seconds=policy.latest_s))
     summary = FetchSummary(claimed=len(claimed))
     for index, job in enumerate(claimed):
         moment = now or utcnow()
@@ -287,7 +305,8 @@ def rearm_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = F
     """
     with transaction(db) as conn:
         rearmed = jobs.rearm_parked(conn, now=now, order_ids=order_ids, whenever=whenever,
-                                    limit=policy.rearm_per_run if order_ids is None else None)
+                                    limit=policy.rearm_per_run if order_ids is None else None,
+                                    horizon=now + timedelta(seconds=policy.latest_s))
     if rearmed:
         log.info("parked voucher fetches re-armed for one more read", extra={"order_ids": rearmed})
     return rearmed
@@ -296,7 +315,7 @@ def rearm_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = F
 def revive_parked_fetches(db: Database, *, now: datetime, policy: FetchPolicy = FetchPolicy()) -> list[int]:
     """Re-arm voucher fetches parked for `policy.revive_after_s` (one more read each); their order ids."""
     revived = jobs.revive_parked(db, now=now, parked_before=now - timedelta(seconds=policy.revive_after_s),
-                                 limit=policy.revive_per_run)
+                                 limit=policy.revive_per_run, horizon=now + timedelta(seconds=policy.latest_s))
     if revived:
         log.info("parked voucher fetches re-armed", extra={"order_ids": revived})
     return revived

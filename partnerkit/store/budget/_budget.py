@@ -295,10 +295,11 @@ class Budget:
         _refusals.record(self._db, self._key, status=status, message=message, method=method, path=path,
                          purpose=purpose, at=self._now())
 
-    def accepted(self) -> None:
+    def accepted(self, *, signed: bool = True) -> None:
         """A call with this key was answered 2xx: forget an earlier refusal (by any process); a write only
-        when there is one to forget."""
-        _refusals.forget(self._db, self._key)
+        when there is one to forget. A read (`signed` False) leaves one that blames the request's timestamp
+        (`_refusals.forget`): it carried none."""
+        _refusals.forget(self._db, self._key, signed=signed, now=self._now())
 
     def refusal(self) -> dict | None:
         """The provider's latest refusal of this key still standing (status, message, method, path,

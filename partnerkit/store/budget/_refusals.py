@@ -7,6 +7,12 @@ A refusal is dated on the clock of the process that met it. One dated ahead of t
 request whose X-Timestamp is over 5 minutes from its own time, so a clock off is itself a cause of 401s
 (`names_the_clock`). Such a refusal stands until a call is accepted, as any other, but pauses nothing:
 paused on, it would stop every job for as long as the clock was off, and the jobs' calls are what clear it.
+
+A refusal that names the clock was of a signed request (a write: only those carry X-Timestamp), and a read
+the provider accepts says nothing of the clock: reads pass while every write is refused. So only a signed
+request accepted clears it (`forget(signed=...)`), or any call once it is dated ahead, the clock put right.
+Cleared by the worker's next read, `partnerkit status` showed nothing while recharge submits and order
+creation still failed.
 """
 
 from __future__ import annotations
@@ -44,18 +50,24 @@ def record(db: Database, key: str, *, status: int, message: str | None, method: 
             (key, status, (message or "")[:200], method, path, purpose, at))
 
 
-def forget(db: Database, key: str) -> None:
+def forget(db: Database, key: str, *, signed: bool = True, now: float | None = None) -> None:
     """A call with the key was answered 2xx: forget an earlier refusal (by any process).
 
-    Called after every answered call, so it reads first: a write only when there is one to forget.
-    (Threads sharing the database handle take turns in `transaction()`, which holds the handle's lock.)"""
+    `signed`: the call was a signed request (a write). An unsigned one (a read) leaves a refusal that names the
+    clock standing, unless it is `dated_ahead` of `now` (unix seconds: the clock was put right since): the read
+    carried no timestamp (the module docstring). Called after every answered call, so it reads first: a write only
+    when there is one to forget. (Threads sharing the database handle take turns in `transaction()`, which holds
+    the handle's lock.)"""
     try:
-        standing = db.execute("SELECT 1 FROM provider_refusals WHERE key_hash = ?", (key,)).fetchone()
+        standing = db.execute("SELECT message, at FROM provider_refusals WHERE key_hash = ?", (key,)).fetchone()
     except sqlite3.Error as exc:
         raise StorageError(f"cannot read the provider's refusals: {exc}") from exc
-    if standing:
-        with transaction(db) as conn:
-            conn.execute("DELETE FROM provider_refusals WHERE key_hash = ?", (key,))
+    if standing is None:
+        return
+    if not signed and names_the_clock(standing[0]) and not (now is not None and dated_ahead({"at": standing[1]}, now)):
+        return
+    with transaction(db) as conn:
+        conn.execute("DELETE FROM provider_refusals WHERE key_hash = ?", (key,))
 
 
 def standing(db: Database, key: str) -> dict | None:

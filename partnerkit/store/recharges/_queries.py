@@ -17,7 +17,7 @@ from partnerkit.money import cents
 from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.recharges._provider import OPEN_INTENT_SQL
-from partnerkit.timeutil import iso
+from partnerkit.timeutil import iso, utcnow
 
 # The meta key under which an intent merged into the row that already held its recharge is kept whole,
 # with the row it went into, when and why (partnerkit.store.recharges._intents, `_merge`).
@@ -117,15 +117,25 @@ def open_intents(db: Database, *, mobile_number: str, amount: Decimal | None = N
     return _rows(db.execute(sql + " ORDER BY local_id DESC", params))
 
 
-def poll_candidates(db: Database) -> list[dict]:
+def poll_candidates(db: Database, *, now: datetime | None = None, horizon: datetime | None = None) -> list[dict]:
     """PROCESSING rows the poller reads: the provider id is known.
 
     `since` is where a row's age counts from (reconcile.polling): our own submit time when partnerkit
-    sent it, else the provider's created_at."""
+    sent it, else the provider's created_at. Both it and `last_polled_at` are past moments that decide
+    when the row is due; one after `horizon` (the poller's `now` plus its longest interval and a margin:
+    `PollSchedule.latest_s`) was written while this host's clock ran ahead, since put back, and would hold
+    the row as long as the clock was off. Such a submit time gives way to the provider's created_at (on its
+    own clock), else to `now`; such a last read to none (due at once)."""
+    latest = None if horizon is None else iso(horizon)
     return _rows(db.execute(
-        "SELECT local_id, provider_id, reference_number, COALESCE(submitted_at, provider_created_at) AS since, "
-        "last_polled_at, escalated_at, payable_cents, currency FROM recharges "
-        "WHERE status = 'PROCESSING' AND provider_id IS NOT NULL"))
+        "SELECT local_id, provider_id, reference_number, "
+        "CASE WHEN :latest IS NULL OR COALESCE(submitted_at, provider_created_at) <= :latest "
+        "  THEN COALESCE(submitted_at, provider_created_at) "
+        "  WHEN provider_created_at <= :latest THEN provider_created_at ELSE :now END AS since, "
+        "CASE WHEN :latest IS NULL OR last_polled_at <= :latest THEN last_polled_at END AS last_polled_at, "
+        "escalated_at, payable_cents, currency FROM recharges "
+        "WHERE status = 'PROCESSING' AND provider_id IS NOT NULL",
+        {"latest": latest, "now": iso(now or utcnow())}))
 
 
 def day_counts(db: Database, from_day: date, to_day: date) -> dict[date, int]:
