@@ -7,6 +7,13 @@ from datetime import date, datetime, timezone
 
 # RFC 3339 (5.6, 5.7) allows a leap second, 23:59:60, which datetime cannot hold. It is read as the last
 # microsecond of the minute it ends, so it stays on its own UTC day (and its own minute in any offset).
+# How far past the longest delay a job schedules a stored due time may lie ahead of this host's clock before it is
+# taken for one written while the clock ran ahead, since stepped back (NTP), and not waited for: the voucher
+# fetches' (`FetchPolicy.latest_s`), the poller's (`PollSchedule.latest_s`) and the worker's timers
+# (reconcile.scheduler). A minute covers two hosts' clocks a little apart; a step back of less than it delays a job
+# by no more than that.
+CLOCK_STEP_MARGIN_S = 60.0
+
 _LEAP_SECOND = re.compile(r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}):60(?:[.,]\d+)?")
 
 

@@ -23,8 +23,8 @@ from partnerkit.store import meta
 from partnerkit.store import recharges as store
 from partnerkit.store.budget import background_reserve, poller_cap
 from partnerkit.store.db import transaction
-from partnerkit.timeutil import iso, parse_ts, utcnow
-from reconcile.polling import CLOCK_STEP_MARGIN_S, DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, plan
+from partnerkit.timeutil import CLOCK_STEP_MARGIN_S, iso, parse_ts, utcnow
+from reconcile.polling import DEFAULT_SCHEDULE, ListRead, PollItem, PollSchedule, plan
 
 if TYPE_CHECKING:
     from partnerkit.client import PartnerApi

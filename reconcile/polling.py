@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Mapping, Sequence
 
+from partnerkit.timeutil import CLOCK_STEP_MARGIN_S
+
 LIST_LIMIT_MAX = 10000  # GET /api/v1/recharges: limit 1 to 10000
-# How far past its longest interval a recharge's last read (or submit time) may lie ahead of now before the
-# poller takes it for one dated while this host's clock ran ahead, since put back (`PollSchedule.latest_s`).
-CLOCK_STEP_MARGIN_S = 60.0
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -34,7 +34,7 @@ from partnerkit.processes import holder_host, other_host
 from partnerkit.store import Database, open_db
 from partnerkit.store import locks
 from partnerkit.store.db import WORKER_BUSY_TIMEOUT_MS
-from partnerkit.timeutil import iso, utcnow
+from partnerkit.timeutil import CLOCK_STEP_MARGIN_S, iso, utcnow
 from partnerkit.walks import allow_walks, stop_walks
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, check_account
 
@@ -269,6 +269,31 @@ def build_scheduler(config: Config, *, lease: WorkerLease | None = None, jobs: S
     return scheduler
 
 
+def put_timers_right(scheduler: BackgroundScheduler, now: datetime | None = None) -> list[str]:
+    """Run now each job whose next run lies further ahead than its interval and CLOCK_STEP_MARGIN_S; their ids.
+
+    APScheduler 3.x times an interval job's next run from its last, on the wall clock: after this host's clock is
+    stepped back (NTP putting right a clock that ran ahead, a VM resumed from an old snapshot), every job, the lease's
+    renewal included, would wait as long as the clock was off (a day ahead: a day without polls, fetches or
+    reports, and the lease lapsed; agronholm/apscheduler#351). The worker's loop calls this every second: a moving
+    next run is a few job lookups, and nothing to do but after a step. A job moved this way runs now, and its
+    interval counts on from that run."""
+    now = now or utcnow()
+    moved = []
+    for job in scheduler.get_jobs():
+        interval = getattr(job.trigger, "interval", None)
+        if job.next_run_time is None or interval is None:
+            continue
+        if job.next_run_time - now > interval + timedelta(seconds=CLOCK_STEP_MARGIN_S):
+            moved.append((job.id, job.next_run_time))
+            job.modify(next_run_time=now)
+    if moved:
+        log.warning("this host's clock was stepped back: %d job(s) were next due as late as %s; they run now, and on "
+                    "their intervals from then", len(moved), iso(max(at for _, at in moved)),
+                    extra={"jobs": [job_id for job_id, _ in moved]})
+    return [job_id for job_id, _ in moved]
+
+
 def _retrying_sooner(scheduler: BackgroundScheduler, runner: JobRunner,
                      reschedules: _Reschedules) -> Callable[[], dict[str, Any]]:
     """The runner, followed after a run that ended in an error by a next run sooner than the job's turn
@@ -354,6 +379,7 @@ def run_worker(config: Config, *, wait_for_lease: bool = True, stop: threading.E
         log.info("worker started with jobs %s", ", ".join(s.id for s in jobs), extra={"holder": lease.holder})
         while not stop.is_set() and not lease.lost.is_set():
             stop.wait(1.0)
+            put_timers_right(scheduler)
         log.info("worker stopping: waiting for running jobs (a sync walk ends at its next batch, its place kept)")
         # A running walk ends at its next batch (systemd sends SIGKILL 60 s after SIGTERM); any other job finishes
         # its pass.

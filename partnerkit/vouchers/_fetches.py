@@ -22,18 +22,13 @@ from partnerkit.store import Database, jobs, orders, vouchers
 from partnerkit.store.budget import REFUSAL_PAUSE_S
 from partnerkit.store.db import transaction
 from partnerkit.store.jobs import Job, stamp
-from partnerkit.timeutil import utcnow
+from partnerkit.timeutil import CLOCK_STEP_MARGIN_S, utcnow
 from partnerkit.vouchers._sealing import seal
 
 if TYPE_CHECKING:
     from partnerkit.client import PartnerApi
 
 log = logging.getLogger("partnerkit.vouchers")
-
-# How far past the longest delay it schedules a stored due time may lie before the fetch takes it for one
-# written while this host's clock ran ahead, since put back (`FetchPolicy.latest_s`): a minute covers two
-# hosts' clocks a little apart, and a clock stepped back by less than it costs a job no more than that.
-CLOCK_STEP_MARGIN_S = 60.0
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,24 @@ def test_exhausted_without_waiting_then_room_after_the_window(budget):
         assert budget.acquire(wait=False).budget_class == GENERAL
 
 
+def test_requests_and_a_block_dated_by_a_clock_a_day_ahead_hold_the_hour_no_longer_than_an_hour(db):
+    """The hour's requests were logged, and a 429's block dated, while this host's clock ran a day ahead; NTP put it
+    back. Before, they counted until their dates had passed: a day without a single call (`budget unblock` lifted
+    nothing, the block being in the past as far as it could tell). They count as sent at the step now: the class
+    waits at most the window, as a 429 makes it."""
+    clock = VirtualTime(start=1_000_000.0 + 86_400)
+    budget = Budget(db, "k", limits=SMALL, clock=clock, sleep=clock.sleep)
+    for _ in range(5):
+        budget.acquire(purpose="sync", wait=False)
+    budget.block(GENERAL, 3600.0)
+    clock.now -= 86_400  # stepped back a day
+    with pytest.raises(BudgetExhausted) as info:
+        budget.acquire(purpose="sync", wait=False)
+    assert 3540.0 < info.value.retry_after <= 3600.0, info.value.retry_after
+    clock.now += 3600.0 + 1
+    assert budget.acquire(purpose="sync", wait=False).budget_class == GENERAL
+
+
 def test_an_order_creation_spends_its_own_class_and_one_of_the_hour(budget):
     """Limits, row 1: the hour is "shared by all /api/v1 endpoints" (Value), or by those "without a dedicated
     allowance" (Applies to). The safe reading counts an order creation in both classes."""

@@ -20,9 +20,8 @@ from partnerkit.store.budget import REFUSAL_PAUSE_S
 from partnerkit.store.db import transaction
 from partnerkit.timeutil import parse_ts
 from partnerkit.vouchers import FetchPolicy
-from partnerkit.vouchers._fetches import CLOCK_STEP_MARGIN_S
+from partnerkit.timeutil import CLOCK_STEP_MARGIN_S
 from reconcile.poller import BACKOFF_CAP_S, BACKOFF_FIRST_S, BACKOFF_KEY, BACKOFF_LATEST_S
-from reconcile.polling import CLOCK_STEP_MARGIN_S as POLL_MARGIN_S
 from reconcile.polling import DEFAULT_SCHEDULE
 from tests.reliability.provider_orders import codes_stored, processing_recharges
 from tests.reliability.provider_world import ORDER_DETAIL, RECHARGE_ONE, START, World
@@ -148,5 +147,5 @@ def test_no_delay_the_kit_schedules_reaches_the_bound_past_which_a_due_time_is_t
     assert max(policy.delay(attempt, retry_after) for attempt in range(1, 40)) <= longest
     assert max(policy.rearm_delay(first=f, providers=p) for f in (True, False) for p in (True, False)) <= longest
     assert REFUSAL_PAUSE_S <= longest and policy.wait_cap_s <= longest
-    assert max(DEFAULT_SCHEDULE.interval(age) for age in range(0, 7200, 5)) <= DEFAULT_SCHEDULE.latest_s - POLL_MARGIN_S
+    assert max(DEFAULT_SCHEDULE.interval(age) for age in range(0, 7200, 5)) <= DEFAULT_SCHEDULE.latest_s - CLOCK_STEP_MARGIN_S
     assert min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** 30) < BACKOFF_LATEST_S

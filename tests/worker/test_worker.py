@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timezone
+from datetime import timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -19,8 +19,8 @@ from freezegun import freeze_time
 from partnerkit.config import config_as_env
 from partnerkit.errors import StorageError
 from partnerkit.store import locks, open_db
-from partnerkit.timeutil import utcnow
-from reconcile.scheduler import (LEASE_NAME, WorkerBusy, WorkerLease, WorkerRefused, build_scheduler,
+from partnerkit.timeutil import iso, utcnow
+from reconcile.scheduler import (LEASE_NAME, WorkerBusy, WorkerLease, WorkerRefused, build_scheduler, put_timers_right,
                                  refuse_inside_gunicorn, run_once, run_worker)
 from reconcile.worker_jobs import JOBS, JobRunner, JobSpec, JobUnavailable, resolve
 from tests.conftest import account_of
@@ -57,6 +57,30 @@ def test_scheduler_is_utc_with_explicit_ids_coalescing_and_single_instances(conf
         assert job.trigger.interval.total_seconds() == spec.every_s
         assert str(job.trigger.timezone) == "UTC"
     assert jobs["renew-lease"].executor == "lease"
+
+
+def test_a_clock_stepped_back_leaves_no_job_waiting_for_the_time_it_showed(config, wdb, caplog):
+    """APScheduler times an interval job's next run from its last, on the wall clock: a worker running while NTP
+    stepped a clock a day fast back would run nothing for a day, its lease's renewal included. The worker's loop
+    runs each such job now (`put_timers_right`), and leaves jobs on their turn alone."""
+    ahead = utcnow().replace(microsecond=0) + timedelta(days=1)
+    with freeze_time(ahead) as clock:
+        scheduler = build_scheduler(config, lease=WorkerLease(wdb))
+        scheduler.start(paused=True)
+        try:
+            assert put_timers_right(scheduler) == [], "on a clock that did not move, every job is on its turn"
+            clock.move_to(ahead - timedelta(days=1))
+            with caplog.at_level(logging.WARNING, logger="reconcile.worker"):
+                moved = put_timers_right(scheduler)
+            after = {job.id: job.next_run_time for job in scheduler.get_jobs()}
+            again = put_timers_right(scheduler)
+        finally:
+            scheduler.shutdown(wait=False)
+    assert sorted(moved) == sorted({s.id for s in JOBS} | {"renew-lease"})
+    assert all(at <= ahead - timedelta(days=1) for at in after.values()), after
+    assert again == []
+    [line] = [r.getMessage() for r in caplog.records if "stepped back" in r.getMessage()]
+    assert f"{len(moved)} job(s) were next due as late as {iso(ahead + timedelta(seconds=10))}; they run now" in line
 
 
 def test_a_missing_part_is_reported_by_job_id():

@@ -17,6 +17,7 @@ from partnerkit.store.budget._window import (ALSO_SPENDS, GENERAL, ORDER_CREATE,
                                              _per, block_seconds, key_hash, seconds_until_reset, wait_needed)
 from partnerkit.store.db import Database, open_db, transaction
 from partnerkit.store.jobs import stamp
+from partnerkit.timeutil import CLOCK_STEP_MARGIN_S
 
 log = logging.getLogger("partnerkit.budget")
 
@@ -123,6 +124,7 @@ class Budget:
     def _room(self, conn, budget_class: str, limit: Limit, now: float, purpose: str, keep_free: int,
               own_cap: int | None) -> tuple[float, str]:
         """(seconds until one more request of the class fits, why) inside the caller's transaction."""
+        self._put_clock_step_right(conn, budget_class, limit, now)
         conn.execute(
             "DELETE FROM budget_events WHERE key_hash = ? AND class = ? AND at <= ?",
             (self._key, budget_class, now - limit.window_s),
@@ -144,6 +146,21 @@ class Budget:
                 why += (" (the provider answered 429: nothing is sent until its Retry-After or"
                         " X-RateLimit-Reset has passed)")
         return needed, why
+
+    def _put_clock_step_right(self, conn, budget_class: str, limit: Limit, now: float) -> None:
+        """Requests logged, and a 429's block or the provider's figures dated, while this host's clock ran ahead,
+        since stepped back (NTP): dated further ahead than CLOCK_STEP_MARGIN_S (a block, a window and that), they
+        would hold the class for as long as the clock was off, a day for a clock a day fast, where a 429 holds it
+        an hour at most. Such requests count as sent now, for one window; such a block ends a window from now.
+        Both are ranges of an index past `now`: empty, and cheap, on every call but the first after a step."""
+        latest = now + CLOCK_STEP_MARGIN_S
+        conn.execute("UPDATE budget_events SET at = ? WHERE key_hash = ? AND class = ? AND at > ?",
+                     (now, self._key, budget_class, latest))
+        conn.execute("UPDATE budget_state SET blocked_until = MIN(blocked_until, :end), provider_until = "
+                     "MIN(provider_until, :end) WHERE key_hash = :key AND class = :class AND "
+                     "(blocked_until > :end + :margin OR provider_until > :end + :margin)",
+                     {"end": now + limit.window_s, "margin": CLOCK_STEP_MARGIN_S, "key": self._key,
+                      "class": budget_class})
 
     def _provider_view(self, conn, budget_class: str) -> ProviderView:
         row = conn.execute(
