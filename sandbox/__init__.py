@@ -49,8 +49,9 @@ def serve(port: int = 8090, speed: float = 1.0, host: str = "127.0.0.1",
     main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
     previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
     try:
-        echo(f"sandbox listening on {server.base_url}  (API base {server.base_url}/api/v1, "
-             f"speed x{settings.speed:g})")
+        # The client's setting is the bare address (it adds /api/v1 itself): printed as it is to be set.
+        echo(f"sandbox listening on {server.base_url}  (PARTNERKIT_API_BASE_URL={server.base_url}, the API under "
+             f"/api/v1, speed x{settings.speed:g})")
         for c in server.clients:
             echo(f"  client {c.name}: X-API-Key {c.key}  X-API-Secret {c.secret}  "
                  f"signing secret {c.signing_secret}  credential_id {c.credential_id}")

@@ -131,6 +131,30 @@ def submit_command(app: AppContext, fmt: str, **fields: Any) -> None:
     _finish(outcome, fmt)
 
 
+@recharges_group.command("quote")
+@click.option("--operator-id", type=ID, required=True,
+              help="Numeric operator id, not the display name: `partnerkit catalog operators` lists them.")
+@click.option("--amount", required=True, callback=whole_rupees, help="Face value in whole rupees, e.g. 199.")
+@format_option
+@pass_app
+def quote_command(app: AppContext, fmt: str, operator_id: int, amount: Any) -> None:
+    """What a recharge would cost: the provider's charge preview (face, discount_pct, discount, payable).
+
+    Nothing is placed, recorded or held (the provider's quote is no price lock). It is a signed request, as a
+    submit is: an answer shows that the provider accepts this host's requests for writes, its clock included;
+    after a refusal of the request's timestamp (`partnerkit status`: check this host's clock), a quote accepted
+    once the clock is put right clears it. Within the shared API budget (purpose `cli`).
+
+    Exit code 0 with the quote; 1 when the provider refuses it (an operator it does not know, an amount it does
+    not take: its message says which) or cannot be reached; 2 for a bad option or setting.
+    """
+    with _client(app) as client:
+        quote = client.preview_recharge(operator_id, amount)
+    record = {"operator_id": operator_id, "face": quote.face, "discount_pct": quote.discount_pct,
+              "discount": quote.discount, "payable": quote.payable}
+    emit_one(record, fmt, columns=list(record))
+
+
 @recharges_group.command("list")
 @click.option("--status", type=click.Choice(["INTENT", "UNKNOWN", "PROCESSING", "SUCCESS", "FAILED", "REVERSED"],
                                             case_sensitive=False),

@@ -159,7 +159,8 @@ def _refused_line(status: dict[str, Any]) -> str:
                  "worker does not pause on it")
     if clock and REFUSED_AHEAD not in refused:  # the store's rule (partnerkit.store.budget: `_refusals.forget`)
         return line + ("; the next accepted write clears this (a read carries no timestamp: reads pass while the "
-                       "clock is off, and clear nothing)")
+                       "clock is off, and clear nothing): once the clock is right, `partnerkit recharges quote "
+                       "--operator-id ID --amount A` is one that places nothing")
     return line + "; the next accepted call clears this"
 
 

@@ -60,6 +60,29 @@ def test_a_read_accepted_while_the_clock_is_off_keeps_the_clock_refusal_until_a_
     assert status["provider_refused"] is None and _clock_line(status) is None
 
 
+def test_a_quote_checks_the_clock_for_writes_and_places_nothing(sandbox_config, db):
+    """`recharges quote` (the charge preview) is signed as a submit is, and places nothing: while the clock is off it
+    is refused for its X-Timestamp as a submit would be; once the clock is right, one quote clears the refusal,
+    with no recharge made to learn it."""
+    env = config_as_env(sandbox_config)
+    runner = CliRunner()
+    quote = ["recharges", "quote", "--operator-id", "1", "--amount", "199"]
+    with freeze_time(datetime.now(timezone.utc) + SKEW, tick=True, ignore=["sandbox"]):
+        refused = runner.invoke(cli, quote, env=env)
+        assert refused.exit_code == 1 and "X-Timestamp is outside the 5-minute window" in refused.output
+        line = _clock_line(collect(sandbox_config, db))
+        assert line is not None and "`partnerkit recharges quote" in line, line
+
+    quoted = runner.invoke(cli, [*quote, "--format", "json"], env=env)
+    assert quoted.exit_code == 0, quoted.output
+    assert json.loads(quoted.stdout) == {"operator_id": 1, "face": "199.00", "discount_pct": "2.50",
+                                         "discount": "4.98", "payable": "194.02"}
+    status = collect(sandbox_config, db)
+    assert status["provider_refused"] is None and _clock_line(status) is None
+    listed = runner.invoke(cli, ["recharges", "list", "--format", "json"], env=env)
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == [], "a quote records and places nothing"
+
+
 @pytest.mark.parametrize("message, signed, later_s, stands", [
     (CLOCK, False, 10, True),    # a read, the clock still as it was: it says nothing of the clock
     (CLOCK, True, 10, False),    # a write accepted: the clock is right again
