@@ -80,6 +80,7 @@ def valid_args(path: tuple[str, ...], tmp: Path) -> list[str]:
         ("recharges", "close"): ["424242", "--note", "n"],
         ("recharges", "list"): [],
         ("recharges", "locate"): ["--local-id", "424242"],
+        ("recharges", "quote"): ["--operator-id", "1", "--amount", "10"],
         ("recharges", "show"): ["424242"],
         ("recharges", "submit"): ["--mobile", "9876543210", "--operator-id", "1", "--amount", "10"],
         ("reconcile",): ["--date", "2024-05-01"],
