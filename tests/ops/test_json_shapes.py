@@ -22,7 +22,7 @@ from tests.reliability.test_cli_errors import leaves
 from tests.worker.worker_helpers import mobile
 
 ONE_OBJECT = {("account", "show"), ("drifts", "show"), ("keys", "status"), ("orders", "close"), ("orders", "create"), ("orders", "show"), ("orders", "sync"), ("recharges", "close"), ("recharges", "locate"),
-              ("recharges", "show"), ("recharges", "submit"), ("report",), ("status",), ("webhooks", "delete"),
+              ("recharges", "quote"), ("recharges", "show"), ("recharges", "submit"), ("report",), ("status",), ("webhooks", "delete"),
               ("webhooks", "register"), ("webhooks", "retry"), ("webhooks", "stats"), ("webhooks", "test"),
               ("webhooks", "update"), ("transactions", "show")}
 LISTING = {("budget", "show"), ("catalog", "operators"), ("catalog", "products"), ("config",), ("drifts", "history"), ("drifts", "list"), ("events", "list"), ("orders", "list"),
@@ -60,6 +60,7 @@ def test_each_command_prints_its_shape_in_json(sandbox_config, sandbox_server):
     run("vouchers", str(order["id"]))
     run("keys", "status")
     run("events", "list")
+    run("recharges", "quote", "--operator-id", "1", "--amount", "75")
     run("recharges", "submit", "--mobile", mobile(5), "--operator-id", "1", "--amount", "75")
     run("recharges", "show", "1")
     run("recharges", "locate", "--local-id", "1")
