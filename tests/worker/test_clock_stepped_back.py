@@ -18,9 +18,8 @@ from partnerkit.store import jobs, meta, orders
 from partnerkit.store import recharges as recharge_store
 from partnerkit.store.budget import REFUSAL_PAUSE_S
 from partnerkit.store.db import transaction
-from partnerkit.timeutil import parse_ts
+from partnerkit.timeutil import CLOCK_STEP_MARGIN_S, parse_ts
 from partnerkit.vouchers import FetchPolicy
-from partnerkit.timeutil import CLOCK_STEP_MARGIN_S
 from reconcile.poller import BACKOFF_CAP_S, BACKOFF_FIRST_S, BACKOFF_KEY, BACKOFF_LATEST_S
 from reconcile.polling import DEFAULT_SCHEDULE
 from tests.reliability.provider_orders import codes_stored, processing_recharges
