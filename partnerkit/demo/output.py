@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from partnerkit.store.drifts import COUNT_KINDS
+
 Echo = Callable[[str], None]
 
 
@@ -114,7 +116,7 @@ def print_report(echo: Echo, report: dict[str, Any], paths: Iterable[Path]) -> N
 def _amount(value: Any, drift: dict[str, Any]) -> str:
     if value is None:
         return "-"
-    currency = drift.get("currency") if drift.get("kind") != "voucher_shortfall" else None
+    currency = drift.get("currency") if drift.get("kind") not in COUNT_KINDS else None  # a count: no currency
     return f"{value} {currency}" if currency else str(value)
 
 

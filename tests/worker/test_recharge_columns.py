@@ -31,6 +31,12 @@ def test_the_three_lists_agree():
     assert recharges.check_provider_columns() == []
 
 
+def test_the_made_up_field_of_these_tests_is_none_the_provider_sends():
+    """The field the tests below add is made up: a fork that stores a real one (docs/internals.md's example) must
+    not find these tests failing for it."""
+    assert "loyalty_points" not in (*_provider._AS_SENT, *_provider._MERGE)
+
+
 def test_every_provider_column_is_stored_alike_on_a_submitted_and_a_foreign_recharge(db):
     local_id = recharges.record_intent(db, idempotency_key="k1", mobile_number="9876543210", operator_id=1,
                                        amount=Decimal("100"), client_reference="mine", submitted_at=SEEN)
@@ -44,42 +50,49 @@ def test_every_provider_column_is_stored_alike_on_a_submitted_and_a_foreign_rech
     assert dict(zip(columns, mine))["operator"] == "Airtel"
 
 
-def _values_with_circle(f, status, legacy, seen_at, http_status):
-    return {**_provider._provider_values(f, status, legacy, seen_at, http_status), "circle": f["circle"]}
+def _values_with_made_up(f, status, legacy, seen_at, http_status):
+    return {**_provider._provider_values(f, status, legacy, seen_at, http_status), "loyalty_points": f["loyalty_points"]}
 
 
 def test_a_column_without_a_merge_rule_is_named():
-    [problem] = recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "circle"), values=_values_with_circle)
-    assert "_provider_values sets 'circle' but _MERGE has no entry for it" in problem
-    assert '"circle": "COALESCE(:circle, circle)"' in problem
-    merge = {**_provider._MERGE, "circle": "COALESCE(:circle, circle)"}
-    assert recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "circle"), values=_values_with_circle,
+    [problem] = recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "loyalty_points"), values=_values_with_made_up)
+    assert "_provider_values sets 'loyalty_points' but _MERGE has no entry for it" in problem
+    assert '"loyalty_points": "COALESCE(:loyalty_points, loyalty_points)"' in problem
+    merge = {**_provider._MERGE, "loyalty_points": "COALESCE(:loyalty_points, loyalty_points)"}
+    assert recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "loyalty_points"), values=_values_with_made_up,
                                             merge=merge) == []
 
 
 def test_a_field_read_but_stored_nowhere_is_named():
-    [problem] = recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "circle"))
-    assert problem.startswith("recharges: _AS_SENT reads 'circle' but _provider_values stores it in no column")
+    [problem] = recharges.check_provider_columns(as_sent=(*_provider._AS_SENT, "loyalty_points"))
+    assert problem.startswith("recharges: _AS_SENT reads 'loyalty_points' but _provider_values stores it in no column")
+
+
+def test_an_indexed_column_a_first_read_does_not_store_is_named():
+    """An indexed column (its own line in `_write`) must be given on a recharge's first store too (`_insert`), or a
+    recharge someone else submitted is stored without it."""
+    [problem] = recharges.check_provider_columns(indexed=(*_provider._INDEXED, "loyalty_points"))
+    assert problem.startswith("recharges: _INDEXED names 'loyalty_points' but _new_indexed gives it no value")
 
 
 def test_a_merge_rule_without_a_value_is_named():
-    [problem] = recharges.check_provider_columns(merge={**_provider._MERGE, "circle": "COALESCE(:circle, circle)"})
-    assert problem == "recharges: _MERGE entry 'circle' uses :circle but _provider_values sets no 'circle'"
+    [problem] = recharges.check_provider_columns(merge={**_provider._MERGE, "loyalty_points": "COALESCE(:loyalty_points, loyalty_points)"})
+    assert problem == "recharges: _MERGE entry 'loyalty_points' uses :loyalty_points but _provider_values sets no 'loyalty_points'"
 
 
 def test_the_forks_obvious_edit_fails_at_import_naming_the_missing_entry(tmp_path, monkeypatch):
     """FINDINGS finding 5's edit: the field added to _AS_SENT and _provider_values, not to _MERGE."""
     source = Path(_provider.__file__).read_text()
-    edited = source.replace('"failure_reason", "client_reference")', '"failure_reason", "client_reference", "circle")',
+    edited = source.replace('"failure_reason", "client_reference")', '"failure_reason", "client_reference", "loyalty_points")',
                             1).replace('"updated_at": iso(f["updated_at"]),',
-                                       '"updated_at": iso(f["updated_at"]), "circle": f["circle"],', 1)
-    assert '"client_reference", "circle")' in edited and '"circle": f["circle"]' in edited
+                                       '"updated_at": iso(f["updated_at"]), "loyalty_points": f["loyalty_points"],', 1)
+    assert '"client_reference", "loyalty_points")' in edited and '"loyalty_points": f["loyalty_points"]' in edited
     copy = tmp_path / "recharges_fork.py"
     copy.write_text(edited)
     spec = importlib.util.spec_from_file_location("recharges_fork", copy)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "recharges_fork", module)  # dataclasses look their module up there
-    with pytest.raises(RuntimeError, match=r"_provider_values sets 'circle' but _MERGE has no entry for it"):
+    with pytest.raises(RuntimeError, match=r"_provider_values sets 'loyalty_points' but _MERGE has no entry for it"):
         spec.loader.exec_module(module)
 
 

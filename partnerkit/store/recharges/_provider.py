@@ -160,7 +160,7 @@ class _Reads(dict):
 
 
 def check_provider_columns(as_sent: Sequence[str] = _AS_SENT, values: Any = None,
-                           merge: Mapping[str, str] | None = None) -> list[str]:
+                           merge: Mapping[str, str] | None = None, indexed: Sequence[str] = _INDEXED) -> list[str]:
     """What keeps a provider read's columns from being stored alike on every row, one line each (none: agreed).
 
     `_insert` stores every column `_provider_values` names, but `_write` (every recharge partnerkit submitted,
@@ -179,6 +179,9 @@ def check_provider_columns(as_sent: Sequence[str] = _AS_SENT, values: Any = None
                      for param in re.findall(r"(?<![:\w]):(\w+)", how) if param not in columns]
     problems += [f"recharges: _AS_SENT reads {name!r} but _provider_values stores it in no column; add its column "
                  f"there and to _MERGE" for name in as_sent if name not in probe.read and name not in _AS_SENT_INDEXED]
+    problems += [f"recharges: _INDEXED names {name!r} but _new_indexed gives it no value, so a recharge partnerkit did "
+                 "not submit would be stored without it; add it there (and to _write's `indexed`)"
+                 for name in indexed if name not in _new_indexed(_Reads(as_sent), "SUCCESS")]
     return problems
 
 
@@ -201,13 +204,19 @@ def _write(conn: sqlite3.Connection, row: dict, f: dict, status: str, legacy: st
                   "local_id": row["local_id"]})
 
 
+def _new_indexed(f: Any, status: str) -> dict:
+    """The `_INDEXED` columns of a recharge first stored from a provider read (`_insert`; `_write` keeps or replaces
+    a stored row's); `check_provider_columns` refuses an `_INDEXED` name given no value here."""
+    return {"provider_id": f["id"], "reference_number": f["reference_number"], "client_reference": f["client_reference"],
+            "status": status, "next_poll_at": None, "provider_created_at": iso(f["created_at"])}
+
+
 def _insert(conn: sqlite3.Connection, f: dict, status: str, legacy: str | None, seen_at: datetime) -> int:
     """A provider read partnerkit has no row for (origin 'provider'): one INSERT with every column."""
     values = _provider_values(f, status, legacy, iso(seen_at), None)
     values["currency"] = values["currency"] or "INR"
     columns = {"origin": "provider", "mobile_number": f["mobile_number"] or "", "amount_cents": _cents(f["face"]),
-               "provider_id": f["id"], "reference_number": f["reference_number"], "status": status,
-               "client_reference": f["client_reference"], "provider_created_at": iso(f["created_at"]), **values}
+               **_new_indexed(f, status), **values}
     cursor = conn.execute(f"INSERT INTO recharges ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                           tuple(columns.values()))
     return int(cursor.lastrowid)
