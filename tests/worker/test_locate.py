@@ -92,7 +92,7 @@ def test_nothing_found_stays_unknown_and_says_what_to_do(config, wdb, client, se
     row = store.get(wdb, outcome.local_id)
     until = (parse_ts(row["submitted_at"]) + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
     assert outcome.message.startswith("The submit's answer was lost (")
-    assert f"is UNKNOWN: the provider shows no such recharge (search by number and client_reference" in outcome.message
+    assert "is UNKNOWN: the provider shows no such recharge (search by number and client_reference" in outcome.message
     assert "Do NOT submit it again with a new key. Do not tell the customer it failed yet." in outcome.message
     assert (f"Until {until} (5 minutes after the submit) `partnerkit recharges locate --local-id {outcome.local_id}` "
             "searches and, if the provider then shows no such recharge, sends it again under the same "

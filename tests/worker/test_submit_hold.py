@@ -174,7 +174,7 @@ def test_an_intent_past_the_hold_no_longer_holds_and_the_409_names_it_before_for
     with pytest.raises(DuplicateSubmit) as info:
         submit(config, wdb, client, mobile_number=number, operator_id=1, amount=199)
     text = str(info.value)
-    assert text.startswith(f"HTTP 409 from the provider's duplicate guard (trace ")
+    assert text.startswith("HTTP 409 from the provider's duplicate guard (trace ")
     assert (f"a recharge of 199 to {number} was submitted recently. It may be one of this store's whose outcome is "
             f"not known: local recharge #{lost} is UNKNOWN, submitted 24 h 0 min ago and its answer was lost "
             "(Idempotency-Key pk-lost-long-ago-0001, client_reference pk-lost-ref-01); settle it with `partnerkit "
