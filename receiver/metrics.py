@@ -43,6 +43,9 @@ HEALTH_GAUGES = {
     "db_disk_low": ("partnerkit_db_disk_low",
                     "1 while PARTNERKIT_DB's filesystem is read-only or has under 100 MB (or the WAL's size) free, "
                     "else 0: writes fail when it is full"),
+    "clock_off": ("partnerkit_clock_off",
+                  "1 while this host's clock is more than 5 minutes from the provider's (its answers' Date header), "
+                  "else 0: `partnerkit status` says by how much"),
     "nightly_failed": ("partnerkit_nightly_failed",
                        "1 while the nightly reconciliation's last run failed and none has succeeded since, else 0: "
                        "`partnerkit status` says why; the worker tries again by itself"),

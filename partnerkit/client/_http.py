@@ -38,9 +38,10 @@ from partnerkit.account import AccountGuard
 from partnerkit.client._errors import error_from_response
 from partnerkit.client._signing import SIGNED_METHODS, encode_body, signature_headers
 from partnerkit.errors import provider_said
-from partnerkit.store import provider_failures
+from partnerkit.store import provider_clock, provider_failures
 from partnerkit.store.budget import Budget
 from partnerkit.store.db import Database
+from partnerkit.timeutil import utcnow
 
 log = logging.getLogger("partnerkit.client")
 
@@ -280,7 +281,7 @@ class Transport:
                              resp.status_code, attempt)
                     self.sleep(self.retry.interval(attempt))
                     continue
-                self._answered(method, path)
+                self._answered(method, path, resp.headers.get("Date"))
                 return answer
             if 300 <= resp.status_code < 400 and not repeatable:
                 # A write answered by a redirect (never followed: it would carry X-API-Secret elsewhere) may
@@ -301,7 +302,7 @@ class Transport:
                 # a 5xx, so `status` names it instead of every job failing quietly. Never retried all the same.
                 self._failed(err, method, path, spend)
             else:  # the provider's own 4xx is an answer (a 401 and a 429 are kept by the budget below)
-                self._answered(method, path)
+                self._answered(method, path, resp.headers.get("Date"))
             if err.status == 401:  # every job stops on it: `status` and /metrics say so until a call passes
                 said = err.message or ""
                 for secret in filter(None, (self._api_secret, self._api_key)):  # never replace ""
@@ -334,10 +335,13 @@ class Transport:
             self._keep_books(method, path, lambda: provider_failures.failed(
                 self._db, kind=_failure_kind(err), method=method, path=path, purpose=spend.purpose))
 
-    def _answered(self, method: str, path: str) -> None:
-        """The provider answered this attempt: the failures before it no longer stand (a read; a write only then)."""
+    def _answered(self, method: str, path: str, date_header: str | None = None) -> None:
+        """The provider answered this attempt: the failures before it no longer stand (a read; a write only then),
+        and its `Date` says how far this host's clock is from its own (partnerkit.store.provider_clock)."""
         if self._db is not None:
             self._keep_books(method, path, lambda: provider_failures.answered(self._db), writes=False)
+            self._keep_books(method, path, lambda: provider_clock.observe(self._db, date_header, utcnow()),
+                             writes=False)
 
     def _keep_books(self, method: str, path: str, write: Callable[[], object], *, writes: bool = True) -> None:
         """Run one of the budget's writes about an answer already received; a database that cannot take

@@ -136,6 +136,22 @@ def _provider_line(status: dict[str, Any]) -> str:
             "provider answers; PROCESSING recharges are not read meanwhile")
 
 
+def _clock_line(status: dict[str, Any]) -> str:
+    """This host's clock more than 5 minutes from the provider's (partnerkit.store.provider_clock)."""
+    off = status["clock_off_by_s"]
+    size = abs(off)
+    by = f"{size // 86400} d {size % 86400 // 3600} h" if size >= 86400 else (
+        f"{size // 3600} h {size % 3600 // 60} min" if size >= 3600 else f"{size // 60} min {size % 60} s")
+    line = (f"this host's clock is {by} {'ahead of' if off > 0 else 'behind'} the provider's (the Date of its answer "
+            f"at {iso(status['clock_off_seen_at'])}, by this clock): put it right (`timedatectl`: is it "
+            "NTP-synchronised?); the provider refuses signed requests (recharge submits, order creation) while it is "
+            "more than 5 minutes off, and partnerkit dates what it stores by it")
+    if off > 0:
+        line += ("; ahead, the nightly run may report a day that has not ended as complete: once the clock is right, "
+                 "`partnerkit reconcile --date D` reads and reports again each day reported meanwhile")
+    return line + "; the provider's next answer within 5 minutes clears this"
+
+
 def _refused_line(status: dict[str, Any]) -> str:
     """The provider's 401 to the key: what to check (this host's clock first when its message blames the request's
     timestamp), and whether the worker's jobs that call the provider are paused on it, until when."""
@@ -392,6 +408,8 @@ def attention(status: dict[str, Any], *, worker_stale_s: int = 900) -> list[str]
         lines.append(_provider_line(status))
     if status["provider_refused"]:
         lines.append(_refused_line(status))
+    if status["clock_off_by_s"] is not None:
+        lines.append(_clock_line(status))
     if status["webhook_tokens_unreadable"]:
         lines.append(f"the saved webhook tokens cannot be read with the voucher key as this user reads it: "
                      f"{status['webhook_tokens_unreadable']}; a receiver running as this user cannot verify deliveries "

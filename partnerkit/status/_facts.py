@@ -21,7 +21,7 @@ from partnerkit.status._receiver import receiver_facts
 from partnerkit.status._worker import (WORKER_LEASE, last_worker_run, lease_holder_alive, taken_from_another_host,
                                        worker_running)
 from partnerkit.store import (Database, drifts, inbox, jobs, ledger, locks, meta, nightly_failure, order_intents,
-                              orders, provider_failures, recharges, reports, webhook_refusals)
+                              orders, provider_clock, provider_failures, recharges, reports, webhook_refusals)
 from partnerkit.store.budget import Budget, poller_cap, refusal_dated_ahead, refusal_pause_until
 from partnerkit.store.db import database_file
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -317,6 +317,7 @@ def gauges(config: Config, db: Database, *, now: datetime | None = None) -> dict
         "db_disk_low": int(disk.room(config.db_path).low),
         # The night's run failed and none has succeeded since: finance has no report this morning. It says so
         # at once, where report_overdue waits for the due hour to pass (a meta row and a statvfs: cheap).
+        "clock_off": int(provider_clock.standing(db) is not None),
         "nightly_failed": int(nightly_last_error(db) is not None),
         "report_dir_unwritable": int(report_dir_state(config)[1] is not None),
     }
@@ -329,6 +330,7 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
     states = inbox.counts(db)
     job_states = jobs.counts_by_state(db)
     failing = provider_failing(db, now)
+    skew = provider_clock.standing(db)
     processing, ages, unread = processing_ages(db, now, failing.since if failing else None)
     room = disk.room(config.db_path)
     key_budget = Budget.from_config(config, db) if config.api_key else None
@@ -431,6 +433,9 @@ def collect(config: Config, db: Database, *, now: datetime | None = None) -> dic
         "provider_failing_since": failing.since if failing else None,
         "provider_failing": (f"{failing.calls} calls ({failing.kinds_text()}), the last {failing.last_call} at "
                              f"{iso(failing.last_at)}" if failing else None),
+        # This host's clock against the provider's (its answers' Date header), while off by more than 5 minutes.
+        "clock_off_by_s": skew.seconds if skew else None,
+        "clock_off_seen_at": skew.seen_at if skew else None,
         "last_report_date": reports.last_complete_report_date(db),  # a report of a day still running is partial
         "report_overdue_date": None,
         # The nightly run's last attempt failed, and none succeeded since: why, when, and the nights it was reporting.

@@ -320,7 +320,7 @@ def test_the_receivers_metrics_carry_what_status_warns_of(sandbox_config, db):
                             "partnerkit_recharges_processing_over_30m": 0, "partnerkit_recharges_unknown": 0,
                             "partnerkit_report_overdue": 0, "partnerkit_provider_refusing": 0,
                             "partnerkit_provider_failing": 0, "partnerkit_db_disk_low": 0,
-                            "partnerkit_nightly_failed": 0, "partnerkit_report_dir_unwritable": 0}
+                            "partnerkit_nightly_failed": 0, "partnerkit_report_dir_unwritable": 0, "partnerkit_clock_off": 0}
 
             start = utcnow()
             with PartnerClient(sandbox_config, db) as client:
@@ -342,7 +342,7 @@ def test_the_receivers_metrics_carry_what_status_warns_of(sandbox_config, db):
                        "partnerkit_recharges_processing_over_30m": 1, "partnerkit_recharges_unknown": 0,
                        "partnerkit_report_overdue": 1, "partnerkit_provider_refusing": 0,
                        "partnerkit_provider_failing": 0, "partnerkit_db_disk_low": 0,
-                            "partnerkit_nightly_failed": 0, "partnerkit_report_dir_unwritable": 0}
+                            "partnerkit_nightly_failed": 0, "partnerkit_report_dir_unwritable": 0, "partnerkit_clock_off": 0}
     assert (status["worker_running"], status["recharges_past_30_min"]) == (True, 1)
     assert status["report_overdue_date"] is not None, "the scrape and `status` judge alike"
     assert stopped["partnerkit_worker_up"] == 0
