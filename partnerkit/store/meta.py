@@ -8,7 +8,8 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 
-from partnerkit.store.db import Database
+from partnerkit.errors import StorageError
+from partnerkit.store.db import Database, transaction
 from partnerkit.store.jobs import stamp
 
 
@@ -36,3 +37,15 @@ def put(conn: sqlite3.Connection, key: str, value: str, *, now: datetime) -> Non
 def delete(conn: sqlite3.Connection, key: str) -> None:
     """Remove `key` inside the caller's transaction."""
     conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+
+def forget(db: Database, key: str, *, what: str) -> None:
+    """Remove `key` in a transaction of its own, reading first: a write only when it stands. For a record that
+    every answer or run clears (called far more often than it stands); `what` names it in a failed read's error."""
+    try:
+        standing = get(db, key) is not None
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot read {what}: {exc}") from exc
+    if standing:
+        with transaction(db) as conn:
+            delete(conn, key)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
-from partnerkit.errors import StorageError
 from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.store.reports import _COMPLETE
@@ -49,13 +48,7 @@ def failed(db: Database, error: str, dates: Sequence[str], now: datetime) -> Non
 def succeeded(db: Database) -> None:
     """A nightly run ended without an error: forget the last failure. Run every hour, so it reads first and
     writes only when a record stands."""
-    try:
-        standing = meta.get(db, KEY) is not None
-    except sqlite3.Error as exc:
-        raise StorageError(f"cannot read the nightly run's last failure: {exc}") from exc
-    if standing:
-        with transaction(db) as conn:
-            meta.delete(conn, KEY)
+    meta.forget(db, KEY, what="the nightly run's last failure")
 
 
 def last(db: Database) -> NightlyFailure | None:

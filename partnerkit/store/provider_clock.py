@@ -68,8 +68,7 @@ def observe(db: Database, date_header: str | None, now: datetime) -> None:
             with transaction(db) as conn:
                 meta.put(conn, KEY, json.dumps(record), now=now)
     elif kept is not None:
-        with transaction(db) as conn:
-            meta.delete(conn, KEY)
+        meta.forget(db, KEY, what="the provider clock's record")
 
 
 def standing(db: Database) -> Skew | None:

@@ -13,11 +13,9 @@ a person is told). A 401 or a 429 is an answer here: the budget keeps those (`re
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 
-from partnerkit.errors import StorageError
 from partnerkit.store import meta
 from partnerkit.store.db import Database, transaction
 from partnerkit.timeutil import iso, parse_ts, utcnow
@@ -60,13 +58,7 @@ def failed(db: Database, *, kind: str, method: str, path: str, purpose: str, now
 def answered(db: Database) -> None:
     """The provider answered a call: forget the failures before it. Called after every answer, so it reads
     first: a write only when a record stands."""
-    try:
-        standing = meta.get(db, KEY) is not None
-    except sqlite3.Error as exc:
-        raise StorageError(f"cannot read the provider's failures: {exc}") from exc
-    if standing:
-        with transaction(db) as conn:
-            meta.delete(conn, KEY)
+    meta.forget(db, KEY, what="the provider's failures")
 
 
 def standing(db: Database) -> Failing | None:
