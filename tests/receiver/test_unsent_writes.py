@@ -13,8 +13,10 @@ import json
 import os
 import shlex
 import socket
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
+from typing import Iterator
 
 import pytest
 
@@ -35,6 +37,25 @@ from tests.reliability.storage_faults import fill, tiny_filesystem, truncate_wal
 FULL = "database or disk is full"
 LIST = "GET /api/v1/orders"
 SUBMIT = ["recharges", "submit", "--mobile", "9876543210", "--operator-id", "1", "--amount", "10"]
+
+
+@contextmanager
+def _full_at_the_budget(database, disk) -> Iterator[None]:
+    """The disk fills at the request budget's write, the client's last before it sends; it has room again after."""
+    filled = []
+
+    def full(statement: str) -> None:
+        if statement.startswith("DELETE FROM budget_events") and not filled:
+            filled.append(fill(disk))
+
+    database.conn.set_trace_callback(full)
+    try:
+        yield
+    finally:
+        database.conn.set_trace_callback(None)
+        for filler in filled:
+            filler.unlink()
+    assert filled, "the disk filled at the budget's write"
 
 
 def _on(server, path) -> tuple:
@@ -75,19 +96,11 @@ def test_a_full_disk_after_the_intent_sends_nothing_and_names_the_intent_it_leav
     with its replay, which places the order once the disk has room."""
     with tiny_filesystem(tmp_path / "disk", "4m") as disk:
         config, database = _on(server, disk / "partnerkit.db")
-        filled = []
-
-        def full_at_the_budget(statement: str) -> None:
-            if statement.startswith("DELETE FROM budget_events") and not filled:
-                filled.append(fill(disk))
-
         try:
-            database.conn.set_trace_callback(full_at_the_budget)
-            with PartnerClient(config, database) as client, pytest.raises(errors.StorageError) as raised:
+            with _full_at_the_budget(database, disk), PartnerClient(config, database) as client, \
+                    pytest.raises(errors.StorageError) as raised:
                 place_order(config, database, client, product_id=8, denomination=Decimal("100"), quantity=1)
-            database.conn.set_trace_callback(None)
             [intent] = [order_intents.get(database, i["id"]) for i in order_intents.open_ones(database)]
-            filled[0].unlink()
             replayed = json.loads(run(config_as_env(config), *shlex.split(replay_command(intent))[1:],
                                       "--format", "json").stdout)
             placed = order_intents.get(database, intent["id"])
@@ -125,21 +138,13 @@ def test_a_full_disk_at_a_submits_intent_sends_nothing_records_nothing_and_says_
 def test_a_full_disk_after_a_submits_intent_sends_nothing_and_names_the_intent_it_leaves(server, tmp_path):
     with tiny_filesystem(tmp_path / "disk", "4m") as disk:
         config, database = _on(server, disk / "partnerkit.db")
-        filled = []
-
-        def full_at_the_budget(statement: str) -> None:
-            if statement.startswith("DELETE FROM budget_events") and not filled:
-                filled.append(fill(disk))
-
         try:
             from reconcile.recharges import submit
 
-            database.conn.set_trace_callback(full_at_the_budget)
-            with PartnerClient(config, database) as client, pytest.raises(errors.StorageError) as raised:
+            with _full_at_the_budget(database, disk), PartnerClient(config, database) as client, \
+                    pytest.raises(errors.StorageError) as raised:
                 submit(config, database, client, mobile_number="9876543210", operator_id=1, amount=10)
-            database.conn.set_trace_callback(None)
             [row] = database.execute("SELECT local_id, status FROM recharges").fetchall()
-            filled[0].unlink()
         finally:
             database.conn.close()
     local_id = row[0]
